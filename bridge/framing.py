@@ -1,0 +1,198 @@
+"""Strict JSONL framing: bytes from the engine in, one observation per line out.
+
+The rules (SPEC §3):
+
+- Records are split on LF (``\\n``) only; one trailing CR is stripped. U+2028,
+  U+2029 and U+0085 are characters inside JSON strings, never separators, so
+  nothing here uses ``str.splitlines()`` -- the split is on bytes.
+- A final line without LF is still a line: :meth:`LineSplitter.close` flushes it.
+- A line longer than the maximum (default 64 MiB, :data:`DEFAULT_MAX_LINE`) is
+  reported as :class:`Oversize` without being held in memory: the splitter keeps
+  a short head for the journal, counts the rest, and resynchronises at the next
+  LF.
+- Every line, good or bad, is one observation. :func:`parse_line` turns a line
+  into a JSON object or a :class:`RawLine` (malformed JSON, invalid UTF-8, JSON
+  that is not an object, oversize); it never raises.
+
+Pi writes one ``JSON.stringify`` result per line, so the parser accepts exactly
+what ``JSON.parse`` does: orjson first, and for the rare line orjson refuses but
+JavaScript reads (a lone surrogate escape such as ``"\\ud83d"``, a number beyond
+a double's range) the standard library's strict decoder, with ``NaN`` and
+``Infinity`` refused as JavaScript refuses them.
+
+Splitting is linear in the input: chunks without an LF are kept in a list and
+joined once, so a 64 MiB line arriving in 64 KiB reads is not copied over and
+over.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+import attrs
+import orjson
+
+#: Lines longer than this are reported as oversize. Pi's ``tool_execution_update``
+#: carries a tool's accumulated output and ``agent_end`` the run's whole message
+#: list, so lines of several MiB are normal; 64 MiB leaves room for those while
+#: still bounding what one line can make us hold.
+DEFAULT_MAX_LINE = 64 * 1024 * 1024
+
+#: How much of an oversize line is kept for the journal and for people.
+OVERSIZE_HEAD = 1024
+
+RawWhy = Literal["malformed", "invalid-utf8", "not-object", "oversize"]
+
+
+@attrs.frozen
+class Oversize:
+    """A line longer than the maximum; only its head was kept."""
+
+    length: int
+    head: bytes
+
+
+@attrs.frozen
+class RawLine:
+    """One line that is not a JSON object: it opens a gap (SPEC §3)."""
+
+    why: RawWhy
+    text: str
+    #: The line's length in bytes (for an oversize line, the whole length).
+    length: int
+
+
+class LineSplitter:
+    """Incremental LF splitter. Feed it chunks; it returns complete lines.
+
+    Lines are ``bytes`` (CR stripped) or :class:`Oversize`. Every byte fed lands
+    in exactly one line or separator.
+    """
+
+    def __init__(self, max_line: int = DEFAULT_MAX_LINE) -> None:
+        if max_line < 1:
+            raise ValueError("max_line must be at least 1")
+        self.max_line = max_line
+        self._pending: list[bytes] = []
+        self._pending_len = 0
+        # While discarding an oversize line: its head and its length so far.
+        self._discarding = False
+        self._head = b""
+        self._dropped = 0
+        self._cr = False
+
+    def feed(self, data: bytes) -> list[bytes | Oversize]:
+        out: list[bytes | Oversize] = []
+        if not data:
+            return out
+        nl = data.find(b"\n")
+        if nl < 0:
+            self._hold(data)
+            return out
+        # The first LF ends whatever was pending.
+        self._hold(data[:nl])
+        out.append(self._take())
+        start = nl + 1
+        last = data.rfind(b"\n")
+        if last > nl:
+            max_line = self.max_line
+            for line in data[start:last].split(b"\n"):
+                if line[-1:] == b"\r":
+                    line = line[:-1]
+                if len(line) > max_line:
+                    out.append(Oversize(len(line), line[:OVERSIZE_HEAD]))
+                else:
+                    out.append(line)
+            start = last + 1
+        if start < len(data):
+            self._hold(data[start:])
+        return out
+
+    def close(self) -> list[bytes | Oversize]:
+        """End of stream: a final line without LF is still a line."""
+        if self._discarding or self._pending:
+            return [self._take()]
+        return []
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for an unfinished line (bounded by the maximum)."""
+        return self._pending_len
+
+    def _hold(self, chunk: bytes) -> None:
+        if not chunk:
+            return
+        if self._discarding:
+            if len(self._head) < OVERSIZE_HEAD:
+                self._head += chunk[: OVERSIZE_HEAD - len(self._head)]
+            self._dropped += len(chunk)
+            self._cr = chunk[-1:] == b"\r"
+            return
+        self._pending.append(chunk)
+        self._pending_len += len(chunk)
+        # One byte of slack: a trailing CR is stripped before the length counts.
+        if self._pending_len > self.max_line + 1:
+            joined = b"".join(self._pending)
+            self._head = joined[:OVERSIZE_HEAD]
+            self._dropped = len(joined)
+            self._cr = joined[-1:] == b"\r"
+            self._pending = []
+            self._pending_len = 0
+            self._discarding = True
+
+    def _take(self) -> bytes | Oversize:
+        if self._discarding:
+            self._discarding = False
+            # The same line split in one chunk has its CR stripped first.
+            length = self._dropped - 1 if self._cr else self._dropped
+            line: bytes | Oversize = Oversize(length, self._head[:length])
+            self._head = b""
+            self._dropped = 0
+            return line
+        if len(self._pending) == 1:
+            data = self._pending[0]
+        else:
+            data = b"".join(self._pending)
+        self._pending = []
+        self._pending_len = 0
+        if data[-1:] == b"\r":
+            data = data[:-1]
+        if len(data) > self.max_line:
+            return Oversize(len(data), data[:OVERSIZE_HEAD])
+        return data
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_strict_decoder = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
+def parse_line(line: bytes | Oversize) -> dict[str, Any] | RawLine:
+    """Classify one line: a JSON object, or a raw line that opens a gap."""
+    if isinstance(line, Oversize):
+        text = line.head.decode("utf-8", "replace")
+        return RawLine("oversize", text, line.length)
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError:
+            return RawLine("invalid-utf8", line.decode("utf-8", "replace"), len(line))
+        try:
+            value = _strict_decoder.decode(text)
+        except (ValueError, RecursionError):
+            return RawLine("malformed", text, len(line))
+    if type(value) is not dict:
+        return RawLine("not-object", line.decode("utf-8", "replace"), len(line))
+    return value
+
+
+def raw_text(raw: RawLine) -> str:
+    """The journal's text for a raw line (an oversize line says so and shows its head)."""
+    if raw.why == "oversize":
+        return f"[oversize line: {raw.length} bytes, first {OVERSIZE_HEAD} kept] {raw.text}"
+    return raw.text

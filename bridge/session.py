@@ -1,0 +1,517 @@
+"""The session: the sans-IO object the live bridge and replay both drive.
+
+A :class:`Session` is fed what the bridge does and what it reads -- commands it
+wrote (:meth:`~Session.send`), lines it read (:meth:`~Session.receive_line` /
+:meth:`~Session.observe`), slots it released, engine exits -- and returns the
+events that follow, in order. It owns the observation index, drives the
+:class:`~bridge.tracker.Tracker` by SPEC §4's table, and decides each sent
+prompt's receipt (SPEC §5). It has no clock and does no I/O: times are passed
+in by the caller (``t``, seconds since the bridge started) and only copied into
+receipts. Replaying a journal through a Session gives what the live bridge
+reported, because the live bridge used a Session too.
+
+SPEC §4, the driving table:
+
+=========================================  ======================================
+the bridge ...                              the tracker ...
+=========================================  ======================================
+writes a ``prompt`` with id R               attaches a slot whose request is R
+reads R's ``prompt`` response with          marks the slot acked at that index
+``success: true`` while R's slot is held
+writes an ``abort`` with id S               links stop S until the slot is released
+releases the slot                           releases it; the stop link clears
+writes a command in the ``clearing`` list   opens a clear window until that
+                                            command's response is read
+reads a line that is not a JSON object      sets the gap (it stays set)
+reads any other JSON object                 ``event(obj, idx)``
+=========================================  ======================================
+
+The bridge's own rules on top (SPEC §5):
+
+- An ack whose ``data.disposition`` is not ``started`` means the seal failed;
+  like an overlap or a gap it *taints* the engine: the controller is told at
+  once (:class:`SealBroken`), and the held slot settles ``outcome-unknown`` with
+  the taint as its reason as soon as its own run settles (or when the trio
+  layer gives up after a grace, :meth:`Session.give_up`).
+- A ``prompt`` response with ``success: false`` is the engine refusing it:
+  ``rejected`` / ``engine``.
+- When the tracker settles ``failed`` (or with no final assistant message) but
+  our stop is linked and ``agent_settled.aborted`` is true, the run was
+  interrupted by our stop during a retry backoff, where Pi writes no aborted
+  message: the receipt says ``failed`` / ``interrupted``. The tracker's own
+  output stays the seed's.
+- When the engine exits, the held slot settles ``outcome-unknown`` /
+  ``engine-exited`` if the model had it (working), else ``delivery-unknown`` /
+  ``engine-exited``. Whatever the engine writes after an exit comes from a new
+  engine: the next command or line starts a fresh tracker (the observation
+  index carries on, so ``i`` stays unique in one journal).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import attrs
+
+from bridge.framing import Oversize, RawLine, parse_line
+from bridge.receipts import Receipt, Times
+from bridge.tracker import Overlap, Settled, Tracker, Working
+
+#: Pi writes ``type`` first (``JSON.stringify`` keeps insertion order), so a line
+#: with this prefix is a ``message_update``, which the tracker never reads: it
+#: is parsed only when a controller streams the slot's text.
+MESSAGE_UPDATE_PREFIX: Final = b'{"type":"message_update",'
+
+#: Extension UI methods that wait for an answer (Pi's docs/rpc-extension-ui.md).
+DIALOG_METHODS: Final = frozenset({"select", "confirm", "input", "editor"})
+
+
+# --------------------------------------------------------------------------
+# Events a Session returns (besides the tracker's Overlap, Working, Settled)
+
+
+@attrs.frozen
+class GapOpened:
+    """A line that was not a JSON object: the evidence may be incomplete from here."""
+
+    idx: int
+    why: str
+    length: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"signal": "gap", "idx": self.idx, "why": self.why, "bytes": self.length}
+
+
+@attrs.frozen
+class SealBroken:
+    """The first overlap, gap or non-``started`` disposition on this engine."""
+
+    cause: str  # "overlap" | "gap" | "disposition"
+    idx: int
+    request: Any
+
+    def to_json(self) -> dict[str, Any]:
+        return {"signal": "unsealed", "cause": self.cause, "idx": self.idx, "request": self.request}
+
+
+@attrs.frozen
+class Acked:
+    request: Any
+    idx: int
+    disposition: str | None
+
+
+@attrs.frozen
+class DispositionSignal:
+    request: Any
+    idx: int
+    disposition: Any
+
+    def to_json(self) -> dict[str, Any]:
+        return {"signal": "disposition", "idx": self.idx, "request": self.request, "disposition": self.disposition}
+
+
+@attrs.frozen
+class Diagnostic:
+    """Something a sealed engine should not do, but that is not an overlap.
+
+    ``answer`` is the command the bridge must write in reply (a dialog is
+    answered ``cancelled`` at once so the engine never hangs on it), or None.
+    """
+
+    kind: str  # "extension-ui" | "extension-error"
+    idx: int
+    detail: dict[str, Any]
+    answer: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"signal": "seal-diagnostic", "kind": self.kind, "idx": self.idx, **self.detail}
+
+
+@attrs.frozen
+class TextDelta:
+    request: Any
+    text: str
+
+
+@attrs.frozen
+class ReceiptReady:
+    receipt: Receipt
+
+
+Event = Overlap | Working | Settled | GapOpened | SealBroken | Acked | DispositionSignal | Diagnostic | TextDelta | ReceiptReady
+
+#: Returned for the lines that cause nothing (most of them); never mutated.
+NO_EVENTS: Final[tuple[()]] = ()
+
+
+@attrs.define
+class PromptState:
+    """What the session knows of one sent prompt."""
+
+    request: Any
+    stream: bool = False
+    ack_idx: int | None = None
+    disposition: str | None = None
+    working_idx: int | None = None
+    stop: Any = None
+    reply: str | None = None
+    signals: list[dict[str, Any]] = attrs.field(factory=list)
+    times: dict[str, float] = attrs.field(factory=dict)
+    pid: int | None = None
+    generation: int | None = None
+    receipt: Receipt | None = None
+
+
+class Session:
+    """Drive the tracker by SPEC §4 and decide receipts by SPEC §5.
+
+    ``collect=True`` keeps the tracker's outputs in :attr:`overlaps`,
+    :attr:`working` and :attr:`settled` (replay); the live bridge passes False so
+    memory does not grow with the stream.
+    """
+
+    def __init__(self, clearing: tuple[str, ...] | frozenset[str] = (), *, collect: bool = False) -> None:
+        self.clearing = frozenset(clearing)
+        self.collect = collect
+        self.tracker = Tracker()
+        self.observations = 0
+        self.generation = 1
+        self.pid: int | None = None
+        #: Why the engine is no longer sealed, or None.
+        self.taint: str | None = None
+        self.exited = False
+        self._fresh_needed = False
+        self._pending_clears: list[tuple[str, Any]] = []
+        #: Sent prompts that have no receipt yet, by request id.
+        self.open: dict[Any, PromptState] = {}
+        #: The prompt in the tracker's slot (sent, not released).
+        self.held: PromptState | None = None
+        self.overlaps: list[Overlap] = []
+        self.working: list[Working] = []
+        self.settled: list[Settled] = []
+        self.receipts: list[Receipt] = []
+
+    # -- inputs ------------------------------------------------------------
+
+    def engine_started(self, pid: int | None, generation: int | None = None) -> None:
+        """A (new) engine process is running; lines from here on are its own."""
+        if self._fresh_needed or self.exited:
+            self._fresh_tracker()
+        self.pid = pid
+        if generation is not None:
+            self.generation = generation
+
+    def send(self, cmd: dict[str, Any], *, t: float | None = None, stream: bool = False) -> Sequence[Event]:
+        """The bridge wrote ``cmd`` to the engine."""
+        if self._fresh_needed:
+            self._fresh_tracker()
+        kind = cmd.get("type")
+        if kind == "prompt":
+            request = cmd.get("id")
+            self.tracker.attach(request)
+            state = PromptState(request, stream=stream, pid=self.pid, generation=self.generation)
+            if t is not None:
+                state.times["sent"] = t
+            self.open[request] = state
+            self.held = state
+        elif kind == "abort":
+            stop = cmd.get("id")
+            self.tracker.link_stop(stop)
+            if self.held is not None and self.held.stop is None:
+                self.held.stop = stop
+        if kind in self.clearing:
+            self.tracker.clear_window += 1
+            self._pending_clears.append((kind, cmd.get("id")))
+        return NO_EVENTS
+
+    def receive_line(self, line: bytes | Oversize, *, t: float | None = None) -> tuple[int, dict[str, Any] | RawLine | None, Sequence[Event]]:
+        """One line read from the engine's stdout: ``(idx, parsed, events)``.
+
+        ``parsed`` is None for a ``message_update`` nobody streams (not parsed).
+        """
+        if (
+            type(line) is bytes
+            and line.startswith(MESSAGE_UPDATE_PREFIX)
+            and line.endswith(b"}")
+            and not self._streaming()
+            and not self._fresh_needed
+        ):
+            self.observations += 1
+            return self.tracker.read(), None, NO_EVENTS
+        value = parse_line(line)
+        idx, events = self.observe(value, t=t)
+        return idx, value, events
+
+    def observe(self, value: Any, *, t: float | None = None) -> tuple[int, Sequence[Event]]:
+        """One observation: a parsed JSON object, or a :class:`RawLine`."""
+        if self._fresh_needed:
+            self._fresh_tracker()
+        self.observations += 1
+        tracker = self.tracker
+        idx = tracker.read()
+        if type(value) is not dict:
+            if not isinstance(value, RawLine):
+                value = RawLine("not-object", repr(value), 0)
+            tracker.mark_gap(idx)
+            gap = GapOpened(idx, value.why, value.length)
+            events: list[Event] = [gap]
+            if self.held is not None:
+                self.held.signals.append(gap.to_json())
+            self._taint("gap", idx, events)
+            self._settle_tainted(idx, t, events)
+            return idx, events
+        kind = value.get("type")
+        if kind == "response":
+            return idx, self._response(value, idx, t)
+        events = tracker.event(value, idx)
+        for out in list(events):
+            if type(out) is Overlap:
+                if self.collect:
+                    self.overlaps.append(out)
+                if self.held is not None:
+                    self.held.signals.append(out.to_json())
+                self._taint("overlap", idx, events)
+            elif type(out) is Working:
+                if self.collect:
+                    self.working.append(out)
+                if self.held is not None and self.held.request == out.request:
+                    self.held.working_idx = idx
+                    if t is not None:
+                        self.held.times["working"] = t
+            elif type(out) is Settled:
+                if self.collect:
+                    self.settled.append(out)
+                self._settle_from_tracker(out, value, t, events)
+        if kind == "message_end" or kind == "message_update":
+            self._capture_text(kind, value, events)
+        elif kind == "extension_ui_request" or kind == "extension_error":
+            events.append(self._diagnostic(kind, value, idx))
+        if self.taint is not None and self.held is not None and self.held.receipt is None:
+            self._settle_tainted(idx, t, events)
+        return idx, events
+
+    def release(self, request: Any, *, t: float | None = None, recorded: dict[str, Any] | None = None) -> list[Event]:
+        """The bridge released ``request``'s slot.
+
+        ``recorded`` is the receipt the journal recorded for it (replay): a
+        decision the session could not make from evidence alone (a timeout, a
+        grace) is taken from there; without it the prompt stays ``pending``.
+        """
+        events: list[Event] = []
+        state = self.open.get(request)
+        if state is not None and state.receipt is None and recorded is not None:
+            self._decide(state, recorded.get("state", "pending"), recorded.get("reason"), t, events,
+                         stop=recorded.get("stop"), native_error=recorded.get("nativeError"))
+        self.tracker.release()
+        if self.held is not None and self.held.request == request:
+            self.held = None
+        self.open.pop(request, None)
+        return events
+
+    def give_up(self, request: Any, state: str, reason: str | None, *, t: float | None = None) -> list[Event]:
+        """The trio layer stopped waiting (ack timeout, settle timeout, grace)."""
+        events: list[Event] = []
+        prompt = self.open.get(request)
+        if prompt is not None and prompt.receipt is None:
+            if state == "outcome-unknown" and self.taint is not None and reason != "settle-timeout":
+                reason = self.taint
+            self._decide(prompt, state, reason, t, events)
+        return events
+
+    def engine_exited(self, *, t: float | None = None) -> list[Event]:
+        """The engine process is gone: the held slot gets its receipt now."""
+        events: list[Event] = []
+        prompt = self.held
+        if prompt is not None and prompt.receipt is None:
+            if self.taint is not None:
+                self._decide(prompt, "outcome-unknown", self.taint, t, events)
+            elif prompt.working_idx is not None:
+                self._decide(prompt, "outcome-unknown", "engine-exited", t, events)
+            else:
+                self._decide(prompt, "delivery-unknown", "engine-exited", t, events)
+        self.exited = True
+        self._fresh_needed = True
+        return events
+
+    # -- queries -------------------------------------------------------------
+
+    @property
+    def sealed(self) -> bool:
+        return self.taint is None
+
+    def prompt(self, request: Any) -> PromptState | None:
+        return self.open.get(request)
+
+    # -- internals -------------------------------------------------------------
+
+    def _streaming(self) -> bool:
+        held = self.held
+        return held is not None and held.stream and held.receipt is None
+
+    def _fresh_tracker(self) -> None:
+        self.tracker = Tracker(idx=self.tracker.idx)
+        self.taint = None
+        self._pending_clears.clear()
+        self.held = None
+        self.exited = False
+        self._fresh_needed = False
+
+    def _response(self, value: dict[str, Any], idx: int, t: float | None) -> Sequence[Event]:
+        rid = value.get("id")
+        slot = self.tracker.slot
+        if value.get("command") == "prompt" and slot is not None and rid == slot.request and rid is not None:
+            held = self.held
+            if value.get("success") is True:
+                self.tracker.acked(idx)
+                if held is None or held.receipt is not None:
+                    return NO_EVENTS
+                events: list[Event] = []
+                data = value.get("data")
+                disposition = data.get("disposition") if isinstance(data, dict) else None
+                if held.ack_idx is None:
+                    held.ack_idx = idx
+                    held.disposition = disposition if isinstance(disposition, str) else None
+                    if t is not None:
+                        held.times["acked"] = t
+                    events.append(Acked(held.request, idx, held.disposition))
+                if disposition != "started":
+                    sig = DispositionSignal(held.request, idx, disposition)
+                    held.signals.append(sig.to_json())
+                    events.append(sig)
+                    self._taint("disposition", idx, events)
+                return events
+            if value.get("success") is False and held is not None and held.ack_idx is None and held.receipt is None:
+                events = []
+                error = value.get("error")
+                self._decide(held, "rejected", "engine", t, events, native_error=error if isinstance(error, str) else None)
+                return events
+            return NO_EVENTS
+        if self._pending_clears:
+            command = value.get("command")
+            for n, (kind, cid) in enumerate(self._pending_clears):
+                if cid == rid and (command is None or command == kind):
+                    del self._pending_clears[n]
+                    self.tracker.clear_window -= 1
+                    break
+        return NO_EVENTS
+
+    def _taint(self, cause: str, idx: int, events: list[Event]) -> None:
+        if self.taint is None:
+            self.taint = cause
+            request = self.held.request if self.held is not None else None
+            events.append(SealBroken(cause, idx, request))
+
+    def _settle_tainted(self, idx: int, t: float | None, events: list[Event]) -> None:
+        """A tainted slot settles as soon as its own run (or its loose settle) has."""
+        held = self.held
+        slot = self.tracker.slot
+        if held is None or held.receipt is not None or slot is None or slot.request != held.request:
+            return
+        done = slot.settle_seen or (slot.run_id is not None and self.tracker.settle_idx(slot.run_id) is not None)
+        if done:
+            self._decide(held, "outcome-unknown", self.taint, t, events, settle_idx=idx)
+
+    def _settle_from_tracker(self, out: Settled, settle: dict[str, Any], t: float | None, events: list[Event]) -> None:
+        held = self.held
+        if held is None or held.request != out.request or held.receipt is not None:
+            return
+        state, reason, stop = out.state, out.reason, out.stop
+        if self.taint is not None:
+            state, reason = "outcome-unknown", self.taint
+        elif (
+            self.tracker.stop
+            and settle.get("aborted") is True
+            and ((state == "failed" and reason is None) or reason == "no-final-assistant-message")
+        ):
+            state, reason, stop = "failed", "interrupted", self.tracker.stop
+        self._decide(held, state, reason, t, events, settle_idx=out.idx, stop=stop, native_error=out.native_error)
+
+    def _decide(
+        self,
+        prompt: PromptState,
+        state: str,
+        reason: str | None,
+        t: float | None,
+        events: list[Event],
+        *,
+        settle_idx: int | None = None,
+        stop: Any = None,
+        native_error: str | None = None,
+    ) -> None:
+        if t is not None:
+            prompt.times["settled"] = t
+        slot = self.tracker.slot
+        run = slot.run_id if slot is not None and slot.request == prompt.request and prompt is self.held else None
+        receipt = Receipt(
+            request=prompt.request,
+            state=state,
+            reason=reason,
+            stop=stop if stop is not None else prompt.stop,
+            native_error=native_error if state in ("failed", "rejected") else None,
+            run=run,
+            reply=prompt.reply,
+            ack_idx=prompt.ack_idx,
+            working_idx=prompt.working_idx,
+            settle_idx=settle_idx,
+            disposition=prompt.disposition,
+            signals=tuple(prompt.signals),
+            times=Times(**prompt.times),
+            pid=prompt.pid,
+            generation=prompt.generation,
+        )
+        prompt.receipt = receipt
+        if self.collect:
+            self.receipts.append(receipt)
+        events.append(ReceiptReady(receipt))
+
+    def _capture_text(self, kind: str, value: dict[str, Any], events: list[Event]) -> None:
+        held = self.held
+        slot = self.tracker.slot
+        if held is None or held.receipt is not None or slot is None or slot.run_id is None:
+            return
+        if self.tracker.current != slot.run_id:
+            return
+        message = value.get("message")
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            return
+        if kind == "message_end":
+            text = message_text(message)
+            if text:
+                held.reply = text
+        elif held.stream and self.taint is None:
+            delta = value.get("assistantMessageEvent")
+            if isinstance(delta, dict) and delta.get("type") == "text_delta":
+                piece = delta.get("delta")
+                if isinstance(piece, str) and piece:
+                    events.append(TextDelta(held.request, piece))
+
+    def _diagnostic(self, kind: str, value: dict[str, Any], idx: int) -> Diagnostic:
+        if kind == "extension_ui_request":
+            method = value.get("method")
+            detail = {"method": method, "id": value.get("id")}
+            answer = None
+            if method in DIALOG_METHODS and value.get("id") is not None:
+                answer = {"type": "extension_ui_response", "id": value.get("id"), "cancelled": True}
+            diag = Diagnostic("extension-ui", idx, detail, answer)
+        else:
+            error = value.get("error")
+            diag = Diagnostic("extension-error", idx, {"error": str(error)[:500] if error is not None else None})
+        if self.held is not None:
+            self.held.signals.append(diag.to_json())
+        return diag
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """The text parts of an assistant message, joined."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "".join(
+        part["text"]
+        for part in content
+        if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+    )

@@ -1,0 +1,230 @@
+"""Transcript format v1: the journal, the fixtures and what replay reads (SPEC §6).
+
+UTF-8 JSONL. Line 1 is the header::
+
+    {"transcript": "pi-bridge", "version": 1, "clearing": [...], ...free metadata}
+
+Every later line is one object with exactly one *kind* key, plus an optional
+``"t"`` (seconds since start) and, on ``recv`` / ``recv_raw``, an optional
+``"i"`` (the observation index; when present it must match the count):
+
+=========  =================================================================
+send       a command the bridge wrote to the engine
+recv       one engine line that parsed as a JSON object
+recv_raw   one engine line that did not (text; invalid UTF-8 replaced)
+release    the bridge released slot R
+stderr     a line the engine wrote to stderr
+exit       the engine exited: ``{"code": ..., "signal": ...}``
+note       anything for people and tools (engine starts, seal checks, ...)
+receipt    a receipt the bridge settled
+signal     a signal the bridge raised
+=========  =================================================================
+
+The reader is strict where misreading would be silent: a newer version, an
+unknown kind, two kinds on one line or a mismatched ``i`` are errors naming the
+file and line. It is lenient where a crash leaves its mark: a last line cut off
+without its LF (the bridge died mid-write) is dropped, so a journal reads back
+up to its last complete line. It streams: memory does not grow with the file.
+
+Writing goes through :func:`dumps`: orjson, which escapes every control
+character, so nothing inside a string can start a new journal line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from typing import IO, Any, Final
+
+import attrs
+import orjson
+
+VERSION: Final = 1
+MAGIC: Final = "pi-bridge"
+KINDS: Final = frozenset(
+    {"send", "recv", "recv_raw", "release", "stderr", "exit", "note", "receipt", "signal"}
+)
+#: Keys an entry may carry beside its kind.
+EXTRA_KEYS: Final = frozenset({"t", "i"})
+
+
+class TranscriptError(Exception):
+    """The file is not a transcript this reader can read. The message names the line."""
+
+    def __init__(self, path: str, line: int, message: str) -> None:
+        super().__init__(f"{path}:{line}: {message}")
+        self.path = path
+        self.line = line
+
+
+@attrs.frozen
+class Header:
+    version: int
+    clearing: tuple[str, ...] = ()
+    meta: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class Entry:
+    kind: str
+    value: Any
+    t: float | None = None
+    i: int | None = None
+    line: int = 0
+
+
+def dumps(obj: Any) -> bytes:
+    """One JSON line's bytes (no LF). Lone surrogates fall back to ``\\u`` escapes."""
+    try:
+        return orjson.dumps(obj)
+    except TypeError:
+        # orjson refuses str with lone surrogates (which JSON.parse accepts and
+        # the framing's fallback parser keeps); json writes them as escapes.
+        return json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode()
+
+
+def _loads(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data.decode("utf-8"))
+
+
+class TranscriptReader:
+    """Iterate a transcript's entries after checking its header.
+
+    ``reader.header`` is available once the reader is constructed.
+    ``reader.truncated`` is True after iteration if a cut-off last line was dropped.
+    """
+
+    def __init__(self, stream: IO[bytes], path: str = "<transcript>") -> None:
+        self._stream = stream
+        self.path = path
+        self.truncated = False
+        self._lineno = 0
+        first = stream.readline()
+        self._lineno = 1
+        if not first.strip():
+            raise TranscriptError(path, 1, "empty file: expected a pi-bridge transcript header")
+        try:
+            head = _loads(first)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise TranscriptError(path, 1, f"header is not JSON ({e})") from None
+        if not isinstance(head, dict) or head.get("transcript") != MAGIC:
+            raise TranscriptError(path, 1, 'not a pi-bridge transcript (header lacks "transcript": "pi-bridge")')
+        version = head.get("version")
+        if type(version) is not int or version < 1:
+            raise TranscriptError(path, 1, f"header has no valid version (got {version!r})")
+        if version > VERSION:
+            raise TranscriptError(
+                path,
+                1,
+                f"transcript version {version} is newer than this pi-bridge reads (version {VERSION}); "
+                "upgrade pi-bridge to read it",
+            )
+        clearing = head.get("clearing", [])
+        if not isinstance(clearing, list) or not all(isinstance(c, str) for c in clearing):
+            raise TranscriptError(path, 1, '"clearing" must be a list of command types')
+        meta = {k: v for k, v in head.items() if k not in ("transcript", "version", "clearing")}
+        self.header = Header(version, tuple(clearing), meta)
+
+    def __iter__(self) -> Iterator[Entry]:
+        observations = 0
+        path = self.path
+        for raw in self._stream:
+            self._lineno += 1
+            lineno = self._lineno
+            complete = raw.endswith(b"\n")
+            data = raw.rstrip(b"\r\n") if complete else raw
+            if not data.strip():
+                continue
+            try:
+                obj = _loads(data)
+            except (ValueError, UnicodeDecodeError) as e:
+                if not complete:
+                    self.truncated = True
+                    return
+                raise TranscriptError(path, lineno, f"not JSON ({e})") from None
+            if not isinstance(obj, dict):
+                raise TranscriptError(path, lineno, "an entry must be a JSON object")
+            kinds = [k for k in obj if k not in EXTRA_KEYS]
+            if len(kinds) != 1:
+                what = "no kind" if not kinds else "several kinds (" + ", ".join(kinds) + ")"
+                raise TranscriptError(path, lineno, f"an entry has exactly one kind; this one has {what}")
+            kind = kinds[0]
+            if kind not in KINDS:
+                raise TranscriptError(
+                    path, lineno, f"unknown entry kind {kind!r} (this reader knows: {', '.join(sorted(KINDS))})"
+                )
+            t = obj.get("t")
+            if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))):
+                raise TranscriptError(path, lineno, f'"t" must be a number of seconds, got {t!r}')
+            i = obj.get("i")
+            if kind in ("recv", "recv_raw"):
+                observations += 1
+                if i is not None and i != observations:
+                    raise TranscriptError(
+                        path, lineno, f'"i" is {i!r} but this is observation {observations}'
+                    )
+            elif i is not None:
+                raise TranscriptError(path, lineno, f'"i" belongs on recv and recv_raw only, not on {kind}')
+            value = obj[kind]
+            if kind == "send" and not isinstance(value, dict):
+                raise TranscriptError(path, lineno, "a send entry holds the command object")
+            if kind in ("recv_raw", "stderr") and not isinstance(value, str):
+                raise TranscriptError(path, lineno, f"a {kind} entry holds text")
+            yield Entry(kind, value, t, observations if kind in ("recv", "recv_raw") else None, lineno)
+
+
+def open_transcript(path: str) -> tuple[IO[bytes], TranscriptReader]:
+    """Open ``path`` for reading; the caller closes the stream."""
+    try:
+        stream = open(path, "rb")  # noqa: SIM115 - handed to the caller
+    except OSError as e:
+        raise TranscriptError(path, 0, f"cannot open: {e.strerror or e}") from None
+    try:
+        return stream, TranscriptReader(stream, path)
+    except BaseException:
+        stream.close()
+        raise
+
+
+class TranscriptWriter:
+    """Write a transcript to a binary stream. Buffered; :meth:`sync` makes it durable."""
+
+    def __init__(self, stream: IO[bytes], *, clearing: tuple[str, ...] = (), **meta: Any) -> None:
+        self._stream = stream
+        header: dict[str, Any] = {"transcript": MAGIC, "version": VERSION}
+        if clearing:
+            header["clearing"] = list(clearing)
+        header.update(meta)
+        stream.write(dumps(header) + b"\n")
+
+    def write(self, kind: str, value: Any, *, t: float | None = None, i: int | None = None) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"unknown transcript kind {kind!r}")
+        entry: dict[str, Any] = {kind: value}
+        if t is not None:
+            entry["t"] = round(t, 6)
+        if i is not None:
+            entry["i"] = i
+        self._stream.write(dumps(entry) + b"\n")
+
+    def write_line(self, line: bytes) -> None:
+        """A pre-serialised entry (the hot path builds ``recv`` lines itself)."""
+        self._stream.write(line)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def sync(self) -> None:
+        """Flush and fsync: what was written survives a crash of the bridge."""
+        self._stream.flush()
+        try:
+            os.fsync(self._stream.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def close(self) -> None:
+        self._stream.close()

@@ -1,0 +1,177 @@
+"""SPEC §3: framing. One test per rule, then properties over arbitrary bytes."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bridge.framing import OVERSIZE_HEAD, LineSplitter, Oversize, RawLine, parse_line, raw_text
+
+
+def split(data: bytes, max_line: int = 1 << 20, chunks: list[int] | None = None) -> list[bytes | Oversize]:
+    s = LineSplitter(max_line)
+    out: list[bytes | Oversize] = []
+    if chunks is None:
+        out += s.feed(data)
+    else:
+        pos = 0
+        for size in chunks:
+            out += s.feed(data[pos : pos + size])
+            pos += size
+        out += s.feed(data[pos:])
+    return out + s.close()
+
+
+def test_lines_split_on_lf_only():
+    assert split(b'{"a":1}\n{"b":2}\n') == [b'{"a":1}', b'{"b":2}']
+
+
+def test_trailing_cr_is_stripped():
+    assert split(b'{"a":1}\r\n{"b":2}\r\n') == [b'{"a":1}', b'{"b":2}']
+
+
+def test_only_one_trailing_cr_is_stripped_and_inner_cr_kept():
+    assert split(b"a\rb\r\r\n") == [b"a\rb\r"]
+
+
+def test_unicode_line_separators_inside_strings_are_not_separators():
+    line = '{"text":"a\u2028b\u2029c\u0085d"}'.encode()
+    assert split(line + b"\n") == [line]
+    assert parse_line(line) == {"text": "a\u2028b\u2029c\u0085d"}
+
+
+def test_final_line_without_lf_is_still_a_line():
+    assert split(b'{"a":1}\n{"b":2}') == [b'{"a":1}', b'{"b":2}']
+
+
+def test_empty_stream_yields_no_line():
+    assert split(b"") == []
+
+
+def test_blank_line_is_an_observation():
+    assert split(b"\n\n") == [b"", b""]
+    assert isinstance(parse_line(b""), RawLine)
+
+
+def test_oversize_line_is_reported_without_holding_it_and_reading_resumes():
+    s = LineSplitter(max_line=100)
+    out = s.feed(b"x" * 60)
+    for _ in range(100):
+        out += s.feed(b"y" * 1000)
+        assert s.buffered <= 101  # never holds the long line
+    out += s.feed(b'tail\n{"ok":1}\n')
+    out += s.close()
+    assert len(out) == 2
+    big = out[0]
+    assert isinstance(big, Oversize)
+    assert big.length == 60 + 100 * 1000 + 4
+    assert big.head == (b"x" * 60 + b"y" * 1000)[:OVERSIZE_HEAD]
+    assert out[1] == b'{"ok":1}'
+
+
+def test_oversize_within_one_chunk():
+    out = split(b"z" * 50 + b"\nok\n", max_line=10)
+    assert isinstance(out[0], Oversize) and out[0].length == 50
+    assert out[1] == b"ok"
+
+
+def test_line_of_exactly_the_maximum_is_not_oversize():
+    assert split(b"a" * 10 + b"\r\n", max_line=10) == [b"a" * 10]
+    assert isinstance(split(b"a" * 11 + b"\n", max_line=10)[0], Oversize)
+
+
+def test_unterminated_oversize_line_is_flushed_at_eof():
+    out = split(b"q" * 30, max_line=10, chunks=[5, 5, 5])
+    assert len(out) == 1 and isinstance(out[0], Oversize) and out[0].length == 30
+
+
+def test_json_object_parses():
+    assert parse_line(b'{"type":"agent_start"}') == {"type": "agent_start"}
+
+
+def test_malformed_json_is_raw():
+    raw = parse_line(b'{"type":')
+    assert isinstance(raw, RawLine) and raw.why == "malformed" and raw.text == '{"type":'
+
+
+def test_invalid_utf8_is_raw_with_replacement_characters():
+    raw = parse_line(b'{"a":"\xff\xfe"}')
+    assert isinstance(raw, RawLine) and raw.why == "invalid-utf8"
+    assert raw.text == '{"a":"\ufffd\ufffd"}'
+
+
+def test_json_that_is_not_an_object_is_raw():
+    for line in (b"[1]", b"42", b'"s"', b"null", b"true"):
+        raw = parse_line(line)
+        assert isinstance(raw, RawLine) and raw.why == "not-object", line
+
+
+def test_oversize_is_raw_and_says_so():
+    raw = parse_line(Oversize(10_000, b'{"type":"x"'))
+    assert isinstance(raw, RawLine) and raw.why == "oversize" and raw.length == 10_000
+    assert raw_text(raw).startswith("[oversize line: 10000 bytes")
+
+
+def test_what_json_parse_accepts_parses_lone_surrogate_escape():
+    # JSON.stringify writes a lone surrogate as an escape; JSON.parse reads it back.
+    assert parse_line(b'{"a":"\\ud83d"}') == {"a": "\ud83d"}
+
+
+def test_what_json_parse_refuses_is_raw():
+    for line in (b'{"a":NaN}', b'{"a":Infinity}', b"{'a':1}", b'{"a":1}x'):
+        assert isinstance(parse_line(line), RawLine), line
+
+
+def test_duplicate_keys_last_wins_like_json_parse():
+    assert parse_line(b'{"a":1,"a":2}') == {"a": 2}
+
+
+# -- properties -----------------------------------------------------------------
+
+chunkings = st.lists(st.integers(min_value=0, max_value=64), max_size=40)
+streams = st.binary(max_size=600) | st.lists(
+    st.sampled_from([b"\n", b"\r", b"\r\n", b"{", b"}", b'"', b"\xe2\x80\xa8", b"\xff", b"abc", b"xyzxyzxyz"]),
+    max_size=80,
+).map(b"".join)
+
+
+@given(streams, chunkings, chunkings, st.integers(min_value=1, max_value=40))
+@settings(max_examples=400)
+def test_any_chunking_yields_the_same_lines(data, a, b, max_line):
+    assert split(data, max_line, a) == split(data, max_line, b) == split(data, max_line)
+
+
+@given(streams, chunkings)
+@settings(max_examples=400)
+def test_every_byte_lands_in_exactly_one_line(data, chunks):
+    out = split(data, 1 << 20, chunks)
+    # Rebuild: each line was followed by LF (except maybe the last), and had
+    # maybe one CR stripped.
+    pieces = data.split(b"\n")
+    if pieces and pieces[-1] == b"":
+        pieces.pop()
+    expected = [p[:-1] if p.endswith(b"\r") else p for p in pieces]
+    assert out == expected
+
+
+@given(streams, chunkings, st.integers(min_value=1, max_value=16))
+@settings(max_examples=400)
+def test_oversize_lengths_account_for_every_byte(data, chunks, max_line):
+    out = split(data, max_line, chunks)
+    pieces = data.split(b"\n")
+    if pieces and pieces[-1] == b"":
+        pieces.pop()
+    assert len(out) == len(pieces)
+    for got, piece in zip(out, pieces):
+        if isinstance(got, Oversize):
+            assert got.length in (len(piece), len(piece) - 1)
+            assert piece.startswith(got.head)
+        else:
+            assert len(got) <= max_line
+
+
+@given(st.binary(max_size=300))
+@settings(max_examples=500)
+def test_parse_line_never_raises(data):
+    result = parse_line(data)
+    assert isinstance(result, (dict, RawLine))

@@ -1,0 +1,136 @@
+"""`bridge replay`: the CLI over transcripts (SPEC §6), and the fixtures."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bridge.replay import replay
+from tests.conftest import FIXTURES, SEED, TOOLS
+
+CORE = sorted((FIXTURES / "core").glob("*.jsonl"))
+
+
+def bridge(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bridge", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_there_are_fixtures():
+    assert len(CORE) >= 40
+
+
+@pytest.mark.parametrize("path", CORE, ids=[p.stem for p in CORE])
+def test_fixture_replays_to_its_expected_output(path: Path):
+    expected = json.loads(path.with_suffix("").with_suffix(".expected.json").read_text())
+    assert replay(str(path)).to_json() == expected
+
+
+def test_replay_json_prints_one_line_per_file():
+    a, b = CORE[0], CORE[1]
+    p = bridge("replay", "--json", str(a), str(b))
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert len(lines) == 2
+    first = json.loads(lines[0])
+    assert list(first) == ["observations", "overlaps", "working", "settled", "receipts"]
+
+
+def test_replay_table_is_readable():
+    p = bridge("replay", str(FIXTURES / "core" / "o1_no_slot_held.jsonl"))
+    assert p.returncode == 0
+    assert "O1" in p.stdout and "no slot held" in p.stdout and "receipts:" in p.stdout
+
+
+def test_replay_of_an_invalid_transcript_exits_2_naming_file_and_line(tmp_path: Path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"transcript":"pi-bridge","version":1}\n{"wat":1}\n')
+    p = bridge("replay", "--json", str(bad))
+    assert p.returncode == 2
+    assert f"{bad}:2: unknown entry kind 'wat'" in p.stderr
+
+
+def test_replay_of_a_missing_file_exits_2(tmp_path: Path):
+    p = bridge("replay", str(tmp_path / "nope.jsonl"))
+    assert p.returncode == 2 and "cannot open" in p.stderr
+
+
+def test_replay_of_a_newer_version_exits_2(tmp_path: Path):
+    f = tmp_path / "new.jsonl"
+    f.write_text('{"transcript":"pi-bridge","version":9}\n')
+    p = bridge("replay", str(f))
+    assert p.returncode == 2 and "newer" in p.stderr
+
+
+def test_pending_when_the_story_is_unfinished():
+    result = replay(str(FIXTURES / "core" / "ends_mid_run.jsonl"))
+    assert [r.state for r in result.receipts] == ["pending"]
+
+
+def test_recorded_give_up_is_taken_at_release(tmp_path: Path):
+    f = tmp_path / "t.jsonl"
+    f.write_text(
+        '{"transcript":"pi-bridge","version":1}\n'
+        '{"send":{"type":"prompt","id":"p1","message":"x"}}\n'
+        '{"receipt":{"request":"p1","state":"delivery-unknown","reason":"no-ack"}}\n'
+        '{"release":"p1"}\n'
+        '{"receipt":{"request":"q9","state":"rejected","reason":"queue-full"}}\n'
+    )
+    result = replay(str(f))
+    assert [(r.request, r.state, r.reason) for r in result.receipts] == [
+        ("p1", "delivery-unknown", "no-ack"),
+        ("q9", "rejected", "queue-full"),
+    ]
+
+
+# -- differential: the seed tracker itself ----------------------------------------
+
+needs_seed = pytest.mark.skipif(
+    not SEED.exists() or shutil.which("node") is None,
+    reason=f"the reference tracker needs node and the seed at {SEED} (set PI_BRIDGE_SEED)",
+)
+
+
+def reference(paths: list[str]) -> list[dict]:
+    p = subprocess.run(
+        ["node", str(TOOLS / "reference" / "replay.mjs"), "--seed", str(SEED), "--batch"],
+        input=json.dumps(paths), capture_output=True, text=True, timeout=300,
+    )
+    assert p.returncode == 0, p.stderr
+    return [json.loads(line) for line in p.stdout.splitlines()]
+
+
+def tracker_part(path: str) -> dict:
+    got = replay(path).to_json()
+    del got["receipts"]
+    return got
+
+
+@needs_seed
+def test_fixtures_agree_with_the_seed_tracker():
+    paths = [str(p) for p in CORE]
+    for path, want in zip(paths, reference(paths)):
+        assert tracker_part(path) == want, path
+
+
+@needs_seed
+def test_generated_transcripts_agree_with_the_seed_tracker(tmp_path: Path):
+    sys.path.insert(0, str(TOOLS / "reference"))
+    try:
+        import gen  # type: ignore[import-not-found]
+    finally:
+        sys.path.pop(0)
+    import random
+
+    paths = []
+    for n in range(1500):
+        rng = random.Random(f"ci:{n}")
+        f = tmp_path / f"g{n}.jsonl"
+        f.write_text("\n".join(gen.generate(rng, rng.randint(3, 90))) + "\n")
+        paths.append(str(f))
+    mismatches = [p for p, want in zip(paths, reference(paths)) if tracker_part(p) != want]
+    assert mismatches == [], f"{len(mismatches)} transcripts differ from the seed, e.g. {mismatches[:3]}"

@@ -1,0 +1,88 @@
+"""SPEC §6: transcript v1 reader and writer."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from bridge.transcript import TranscriptError, TranscriptReader, TranscriptWriter
+
+HEADER = b'{"transcript":"pi-bridge","version":1}\n'
+
+
+def read(data: bytes) -> list:
+    return list(TranscriptReader(io.BytesIO(data), "t.jsonl"))
+
+
+def test_header_is_read_with_clearing_and_meta():
+    r = TranscriptReader(io.BytesIO(b'{"transcript":"pi-bridge","version":1,"clearing":["clear_queue"],"engine":"pi"}\n'))
+    assert r.header.clearing == ("clear_queue",) and r.header.meta == {"engine": "pi"}
+
+
+def test_newer_version_is_refused_politely():
+    with pytest.raises(TranscriptError, match=r"t.jsonl:1: transcript version 2 is newer"):
+        read(b'{"transcript":"pi-bridge","version":2}\n')
+
+
+def test_not_a_transcript_is_refused():
+    for head in (b"", b"hello\n", b'{"version":1}\n', b'{"transcript":"pi-bridge"}\n', b"[1]\n"):
+        with pytest.raises(TranscriptError, match=r"t.jsonl:1:"):
+            read(head)
+
+
+def test_unknown_kind_names_the_line():
+    with pytest.raises(TranscriptError, match=r"t.jsonl:3: unknown entry kind 'bogus'"):
+        read(HEADER + b'{"recv":{}}\n{"bogus":1}\n')
+
+
+def test_two_kinds_on_one_line_is_an_error():
+    with pytest.raises(TranscriptError, match=r":2: .*several kinds"):
+        read(HEADER + b'{"recv":{},"send":{}}\n')
+
+
+def test_index_must_match_when_present():
+    entries = read(HEADER + b'{"recv":{},"i":1}\n{"recv_raw":"x","i":2}\n{"recv":{}}\n')
+    assert [e.i for e in entries] == [1, 2, 3]
+    with pytest.raises(TranscriptError, match=r":3: \"i\" is 5 but this is observation 2"):
+        read(HEADER + b'{"recv":{},"i":1}\n{"recv":{},"i":5}\n')
+
+
+def test_time_is_kept():
+    (e,) = read(HEADER + b'{"send":{"type":"prompt"},"t":1.5}\n')
+    assert e.t == 1.5 and e.kind == "send"
+
+
+def test_a_cut_off_last_line_is_dropped_and_reported():
+    r = TranscriptReader(io.BytesIO(HEADER + b'{"recv":{}}\n{"recv":{"ty'), "t")
+    assert len(list(r)) == 1 and r.truncated
+
+
+def test_a_complete_last_line_without_lf_is_read():
+    assert len(read(HEADER + b'{"recv":{}}')) == 1
+
+
+def test_blank_lines_and_crlf_are_tolerated():
+    assert len(read(HEADER + b'\n{"recv":{}}\r\n\n')) == 1
+
+
+def test_malformed_middle_line_is_an_error():
+    with pytest.raises(TranscriptError, match=r":2: not JSON"):
+        read(HEADER + b"{oops\n" + b'{"recv":{}}\n')
+
+
+def test_writer_round_trips_hostile_text_one_entry_per_line():
+    buf = io.BytesIO()
+    w = TranscriptWriter(buf, clearing=("clear_queue",), engine="fake")
+    nasty = 'a\nb\r\u2028\u2029\u0085\x00{"receipt":1}\n\ud83d'
+    w.write("send", {"type": "prompt", "message": nasty}, t=0.25)
+    w.write("recv", {"type": "x"}, i=1)
+    w.write("recv_raw", nasty, i=2)
+    w.flush()
+    data = buf.getvalue()
+    assert data.count(b"\n") == 4
+    r = TranscriptReader(io.BytesIO(data))
+    entries = list(r)
+    assert r.header.clearing == ("clear_queue",) and r.header.meta == {"engine": "fake"}
+    assert entries[0].value["message"] == nasty and entries[0].t == 0.25
+    assert entries[2].value == nasty
