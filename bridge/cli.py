@@ -1,12 +1,32 @@
-"""The ``bridge`` command line (SPEC §7)."""
+"""The ``bridge`` command line (SPEC §7).
+
+``bridge serve``, ``bridge run`` and ``bridge demo`` take an engine: by default
+the sealed, pinned Pi (``bridge/pi.py``); any other engine speaking the same
+JSONL is given as its argv after ``--``. Exit status: 0 success; 1 a prompt did
+not finish (``run``) or a check failed; 2 bad usage, an unreadable file, or an
+engine that cannot be launched (the message says how to fix it).
+"""
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from bridge import __version__
+
+
+def _split_engine(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
+    argv = list(argv)
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1 :]
+    return argv, None
+
+
+# -- replay ----------------------------------------------------------------------------
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -30,6 +50,178 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return status
 
 
+# -- engine and bridge options ---------------------------------------------------------------
+
+
+def _add_engine_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "engine (default: the sealed, pinned Pi; give another engine's argv after --)"
+    )
+    g.add_argument("--provider", help="Pi provider name (e.g. anthropic, openai, or one from --models-json)")
+    g.add_argument("--model", help="Pi model id")
+    g.add_argument("--api-key-env", metavar="NAME",
+                   help="environment variable holding the provider's API key (copied into the engine's private config, removed at exit)")
+    g.add_argument("--models-json", metavar="PATH", help="a Pi models.json with custom providers (copied into the private config)")
+    g.add_argument("--pi-dir", metavar="DIR", help="where the pinned Pi is installed (default: $PI_BRIDGE_PI_DIR, else tools/pi)")
+    g.add_argument("--allow-other-pi-version", action="store_true", help="run a Pi whose version differs from the pin (1.6.0)")
+    g.add_argument("--engine-cwd", metavar="DIR",
+                   help="the engine's working folder (default for Pi: a fresh private temp folder; for -- engines: the current folder)")
+    g.add_argument("--pi-session", action="store_true", help="let Pi keep a session file (default: --no-session)")
+    g.add_argument("--env-allow", metavar="NAME", action="append",
+                   help="pass only these environment variables to the engine (plus PATH, HOME, LANG, LC_ALL, TZ, TMPDIR); repeatable")
+    g.add_argument("--clearing", metavar="TYPE", action="append",
+                   help="for a -- engine: command types whose response closes a clear window (default: clear_queue)")
+
+
+def _add_bridge_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("bridge")
+    g.add_argument("--journal", metavar="PATH",
+                   help="write the journal here (default: $PI_BRIDGE_JOURNAL_DIR, else $XDG_STATE_HOME/pi-bridge/journals, "
+                   "else ~/.local/state/pi-bridge/journals; files 0600 in a 0700 folder)")
+    g.add_argument("--no-journal", action="store_true", help="write no journal")
+    g.add_argument("--journal-full", action="store_true", help="keep message_update / tool_execution_update payloads (default: elided)")
+    g.add_argument("--queue-max", type=int, default=64, metavar="N", help="prompts waiting for the slot (default 64)")
+    g.add_argument("--ack-timeout", type=float, default=30.0, metavar="S", help="seconds from send to ack (default 30)")
+    g.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="default settle timeout per prompt: stop it, then give up (default: none)")
+    g.add_argument("--taint-grace", type=float, default=5.0, metavar="S",
+                   help="after an overlap/gap, seconds the held prompt's run may take to settle (default 5)")
+    g.add_argument("--seal-check", choices=("refuse", "warn"), default="refuse",
+                   help="an engine failing the start-up seal check is refused (default) or used with a warning")
+
+
+def _profile(args: argparse.Namespace, engine_argv: list[str] | None) -> Any:
+    from bridge.profile import PI_CLEARING, CommandProfile
+
+    if engine_argv is not None:
+        if not engine_argv:
+            raise SystemExit("bridge: no engine command after --")
+        return CommandProfile(
+            engine_argv,
+            clearing=tuple(args.clearing) if args.clearing else PI_CLEARING,
+            cwd=args.engine_cwd,
+            env_allowlist=args.env_allow,
+        )
+    from bridge.pi import PiProfile
+
+    return PiProfile(
+        pi_dir=args.pi_dir,
+        allow_other_version=args.allow_other_pi_version,
+        provider=args.provider,
+        model=args.model,
+        api_key_env=args.api_key_env,
+        models_json=args.models_json,
+        session=args.pi_session,
+        cwd=args.engine_cwd,
+        env_allowlist=args.env_allow,
+    )
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from bridge.supervisor import BridgeConfig
+
+    return BridgeConfig(
+        queue_max=args.queue_max,
+        ack_timeout=args.ack_timeout,
+        settle_timeout=args.timeout,
+        taint_grace=args.taint_grace,
+        seal_check=args.seal_check,
+        journal_full=args.journal_full,
+    )
+
+
+def _journal(args: argparse.Namespace) -> Any:
+    if args.no_journal:
+        return None
+    return args.journal if args.journal else True
+
+
+# -- serve -------------------------------------------------------------------------------------
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from bridge.profile import ProfileError
+    from bridge.serve import main_serve
+
+    try:
+        return main_serve(_profile(args, args.engine), journal=_journal(args), config=_config(args),
+                          drain_timeout=args.drain_timeout)
+    except ProfileError as e:
+        print(f"bridge serve: {e}", file=sys.stderr)
+        return 2
+
+
+# -- run ---------------------------------------------------------------------------------------
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import trio
+
+    from bridge.profile import ProfileError
+    from bridge.receipts import describe
+    from bridge.supervisor import open_bridge
+    from bridge.transcript import dumps
+
+    if not args.prompts:
+        print("bridge run: give at least one PROMPT", file=sys.stderr)
+        return 2
+    profile = _profile(args, args.engine)
+    receipts: list[Any] = []
+    interrupted = 0
+    journal_path: list[str] = []
+
+    async def main() -> None:
+        nonlocal interrupted
+        async with open_bridge(profile, journal=_journal(args), config=_config(args)) as bridge:
+            if bridge.journal is not None:
+                journal_path.append(str(bridge.journal.path))
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async with trio.open_nursery() as nursery:
+
+                    async def on_signal() -> None:
+                        nonlocal interrupted
+                        async for signum in signals:
+                            interrupted = 128 + signum
+                            nursery.cancel_scope.cancel()
+                            return
+
+                    nursery.start_soon(on_signal)
+                    handles = [await bridge.submit(p, stream=True) for p in args.prompts]
+                    out = sys.stdout
+                    for h in handles:
+                        if len(handles) > 1:
+                            out.write(f"[{h.request}] ")
+                        async for piece in h.text():
+                            out.write(piece)
+                            out.flush()
+                        out.write("\n")
+                        receipts.append(await h.receipt())
+                    nursery.cancel_scope.cancel()
+            # On a signal the bridge closes here: the held prompt is stopped, the rest rejected.
+
+    try:
+        trio.run(main)
+    except ProfileError as e:
+        print(f"bridge run: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    print(file=sys.stderr)
+    for r in receipts:
+        if args.json:
+            sys.stdout.buffer.write(dumps(r.to_json()) + b"\n")
+        else:
+            print(describe(r), file=sys.stderr)
+    if journal_path:
+        print(f"journal: {journal_path[0]}", file=sys.stderr)
+    if interrupted:
+        return interrupted
+    return 0 if receipts and all(r.state == "finished" for r in receipts) else 1
+
+
+# -- the parser ----------------------------------------------------------------------------------
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bridge",
@@ -48,15 +240,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object per file, one line each")
     p.add_argument("files", nargs="+", metavar="FILE")
     p.set_defaults(func=_cmd_replay)
+
+    p = sub.add_parser(
+        "serve",
+        help="the controller protocol: JSONL prompts/stops on stdin, receipts and signals on stdout",
+        usage="bridge serve [OPTIONS] [-- ENGINE ARGV...]",
+        description="Read controller commands (prompt, stop, status, shutdown) as JSON lines on stdin; write "
+        "receipts, signals, streamed text and engine lifecycle as JSON lines on stdout (see the README). "
+        "stdin EOF or shutdown: every outstanding prompt gets its receipt, the engine is stopped, exit 0.",
+    )
+    _add_engine_options(p)
+    _add_bridge_options(p)
+    p.add_argument("--drain-timeout", type=float, default=None, metavar="S",
+                   help="after EOF/shutdown, seconds outstanding prompts may still run (default: until each settles)")
+    p.set_defaults(func=_cmd_serve)
+
+    p = sub.add_parser(
+        "run",
+        help="send prompts from the command line, stream the replies, print the receipts",
+        usage="bridge run [OPTIONS] PROMPT... [-- ENGINE ARGV...]",
+        description="Send each PROMPT in turn, stream the reply text to stdout, then print the receipts "
+        "(to stderr; with --json, as JSON lines on stdout). Exit 0 when every prompt finished, 1 otherwise.",
+    )
+    p.add_argument("prompts", nargs="*", metavar="PROMPT")
+    p.add_argument("--json", action="store_true", help="print the receipts as JSON lines on stdout")
+    _add_engine_options(p)
+    _add_bridge_options(p)
+    p.set_defaults(func=_cmd_run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args_list, engine = _split_engine(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(args_list)
+    args.engine = engine
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if engine is not None and args.command not in ("serve", "run", "demo"):
+        parser.error(f"'{args.command}' takes no engine after --")
     try:
         return int(args.func(args))
     except KeyboardInterrupt:

@@ -121,3 +121,20 @@ def _make_converter() -> cattrs.Converter:
 
 
 converter: Final = _make_converter()
+
+
+def describe(r: Receipt) -> str:
+    """One receipt in a line a person reads."""
+    head = f"{r.request}: {r.state}" + (f" ({r.reason})" if r.reason else "")
+    parts = []
+    if r.run:
+        parts.append(r.run)
+    if r.stop:
+        parts.append(f"stop {r.stop}")
+    if r.times.sent is not None and r.times.settled is not None:
+        parts.append(f"{r.times.settled - r.times.sent:.2f} s")
+    if r.signals:
+        parts.append("signals " + ", ".join(f"{s.get('signal')}@{s.get('idx')}" for s in r.signals))
+    if r.native_error:
+        parts.append(f"error: {r.native_error[:200]}")
+    return head + (f" [{'; '.join(parts)}]" if parts else "")

@@ -175,6 +175,8 @@ class Session:
     def __init__(self, clearing: tuple[str, ...] | frozenset[str] = (), *, collect: bool = False) -> None:
         self.clearing = frozenset(clearing)
         self.collect = collect
+        #: Skip parsing ``message_update`` lines nobody streams (off for full journals).
+        self.fast_skip = True
         self.tracker = Tracker()
         self.observations = 0
         self.generation = 1
@@ -232,7 +234,8 @@ class Session:
         ``parsed`` is None for a ``message_update`` nobody streams (not parsed).
         """
         if (
-            type(line) is bytes
+            self.fast_skip
+            and type(line) is bytes
             and line.startswith(MESSAGE_UPDATE_PREFIX)
             and line.endswith(b"}")
             and not self._streaming()
@@ -473,14 +476,14 @@ class Session:
             return
         if self.tracker.current != slot.run_id:
             return
-        message = value.get("message")
-        if not isinstance(message, dict) or message.get("role") != "assistant":
-            return
         if kind == "message_end":
-            text = message_text(message)
-            if text:
-                held.reply = text
+            message = value.get("message")
+            if isinstance(message, dict) and message.get("role") == "assistant":
+                text = message_text(message)
+                if text:
+                    held.reply = text
         elif held.stream and self.taint is None:
+            # Pi 1.6 writes only the delta and the usage (no partial message).
             delta = value.get("assistantMessageEvent")
             if isinstance(delta, dict) and delta.get("type") == "text_delta":
                 piece = delta.get("delta")

