@@ -267,6 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_engine_options(p)
     _add_bridge_options(p)
     p.set_defaults(func=_cmd_run)
+
+    from bridge import demo
+
+    demo.add_parser(sub, _add_engine_options, _add_bridge_options)
     return parser
 
 

@@ -258,6 +258,23 @@ class Bridge:
             return p.stop_id
         return await self._send_stop(p)
 
+    async def send_raw(self, cmd: dict[str, Any]) -> None:
+        """Write any command to the current engine, bypassing the slot rules.
+
+        For recording seal failures on purpose (a second prompt while one
+        runs, ``steer``, ``follow_up``): it is journaled and fed to the
+        session like any send, so the tracker sees what the engine saw. A
+        controller never needs it; using it unseals the engine.
+        """
+        engine = self.engine
+        if engine is None or not engine.alive:
+            raise RuntimeError("no engine is running")
+        self.session.send(cmd, t=self.now())
+        if self.journal is not None:
+            self.journal.send(cmd, self.now())
+        with trio.move_on_after(self.config.write_timeout):
+            await engine.send(cmd)
+
     def knows(self, request: str) -> bool:
         """True if ``request`` was ever submitted in this session."""
         return request in self._prompts
