@@ -50,6 +50,12 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return status
 
 
+def _cmd_conform(args: argparse.Namespace) -> int:
+    from bridge.conform import run
+
+    return run(args.folder, args.update, sys.stdout)
+
+
 # -- engine and bridge options ---------------------------------------------------------------
 
 
@@ -240,6 +246,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object per file, one line each")
     p.add_argument("files", nargs="+", metavar="FILE")
     p.set_defaults(func=_cmd_replay)
+
+    p = sub.add_parser(
+        "conform",
+        help="replay every fixture in a folder against its expected output; a pass/FAIL table",
+        description="Replay every NAME.jsonl under FOLDER and compare with NAME.expected.json. Prints pass / FAIL "
+        "with the first difference. Exit 0 when all pass, 1 on a failure, 2 when nothing could be checked.",
+    )
+    p.add_argument("folder", metavar="FOLDER")
+    p.add_argument("--update", action="store_true",
+                   help="rewrite expected outputs that differ or are missing (each difference is shown first)")
+    p.set_defaults(func=_cmd_conform)
 
     p = sub.add_parser(
         "serve",

@@ -29,7 +29,8 @@ reads any other JSON object                 ``event(obj, idx)``
 The bridge's own rules on top (SPEC §5):
 
 - An ack whose ``data.disposition`` is not ``started`` means the seal failed;
-  like an overlap or a gap it *taints* the engine: the controller is told at
+  like an overlap or a gap it *taints* the engine (an ``aborted-without-stop``
+  overlap taints it with that word, the seed's own unknown): the controller is told at
   once (:class:`SealBroken`), and the held slot settles ``outcome-unknown`` with
   the taint as its reason as soon as its own run settles (or when the trio
   layer gives up after a grace, :meth:`Session.give_up`).
@@ -87,7 +88,7 @@ class GapOpened:
 class SealBroken:
     """The first overlap, gap or non-``started`` disposition on this engine."""
 
-    cause: str  # "overlap" | "gap" | "disposition"
+    cause: str  # "overlap" | "aborted-without-stop" | "gap" | "disposition"
     idx: int
     request: Any
 
@@ -275,7 +276,9 @@ class Session:
                     self.overlaps.append(out)
                 if self.held is not None:
                     self.held.signals.append(out.to_json())
-                self._taint("overlap", idx, events)
+                # An `aborted` nobody asked for is the seed's own unknown: the
+                # receipt names it rather than the generic "overlap".
+                self._taint("aborted-without-stop" if out.signal == "aborted-without-stop" else "overlap", idx, events)
             elif type(out) is Working:
                 if self.collect:
                     self.working.append(out)

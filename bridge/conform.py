@@ -1,0 +1,118 @@
+"""``bridge conform DIR``: every fixture against its expected replay output.
+
+A fixture is ``NAME.jsonl`` (a transcript) beside ``NAME.expected.json`` (the
+object ``bridge replay --json`` printed for it, pretty-printed). Conform
+replays each, compares, and prints a table of pass / FAIL with the first
+difference (a JSON path, expected and got). ``--update`` rewrites the expected
+files that differ (or are missing), showing each difference first; without it
+nothing is written. Exit 0 when all pass (or were updated), 1 on a failure, 2
+when the folder holds no fixture or a transcript cannot be read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+import attrs
+
+from bridge.replay import replay
+from bridge.transcript import TranscriptError
+
+
+@attrs.frozen
+class Outcome:
+    name: str
+    status: str  # "pass" | "FAIL" | "missing" | "error" | "updated"
+    detail: str = ""
+
+
+def expected_path(fixture: Path) -> Path:
+    return fixture.with_name(fixture.name[: -len(".jsonl")] + ".expected.json")
+
+
+def first_difference(want: Any, got: Any, path: str = "$") -> str | None:
+    """The first place two JSON values differ, in words; None when equal."""
+    if type(want) is not type(got) and not (isinstance(want, (int, float)) and isinstance(got, (int, float))):
+        return f"{path}: expected {_short(want)}, got {_short(got)}"
+    if isinstance(want, dict):
+        for key in list(want) + [k for k in got if k not in want]:
+            if key not in got:
+                return f"{path}.{key}: expected {_short(want[key])}, missing"
+            if key not in want:
+                return f"{path}.{key}: unexpected {_short(got[key])}"
+            d = first_difference(want[key], got[key], f"{path}.{key}")
+            if d:
+                return d
+        return None
+    if isinstance(want, list):
+        for i, (a, b) in enumerate(zip(want, got)):
+            d = first_difference(a, b, f"{path}[{i}]")
+            if d:
+                return d
+        if len(want) != len(got):
+            return f"{path}: expected {len(want)} items, got {len(got)}"
+        return None
+    return None if want == got else f"{path}: expected {_short(want)}, got {_short(got)}"
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def dump_expected(result: dict[str, Any]) -> str:
+    return json.dumps(result, indent=2, ensure_ascii=True) + "\n"
+
+
+def conform(folder: Path, *, update: bool = False, log: TextIO | None = None) -> Iterator[Outcome]:
+    for fixture in sorted(folder.rglob("*.jsonl")):
+        name = str(fixture.relative_to(folder))
+        try:
+            got = replay(str(fixture)).to_json()
+        except TranscriptError as e:
+            yield Outcome(name, "error", str(e))
+            continue
+        exp = expected_path(fixture)
+        if not exp.exists():
+            if update:
+                exp.write_text(dump_expected(got))
+                yield Outcome(name, "updated", "expected output written (it was missing)")
+            else:
+                yield Outcome(name, "missing", f"no {exp.name}")
+            continue
+        want = json.loads(exp.read_text())
+        diff = first_difference(want, got)
+        if diff is None:
+            yield Outcome(name, "pass")
+        elif update:
+            exp.write_text(dump_expected(got))
+            yield Outcome(name, "updated", diff)
+        else:
+            yield Outcome(name, "FAIL", diff)
+
+
+def run(folder: str, update: bool, out: TextIO) -> int:
+    root = Path(folder)
+    if not root.is_dir():
+        print(f"bridge conform: {folder} is not a folder", file=out)
+        return 2
+    outcomes = list(conform(root, update=update))
+    if not outcomes:
+        print(f"bridge conform: no fixtures (*.jsonl) under {folder}", file=out)
+        return 2
+    width = max(len(o.name) for o in outcomes)
+    for o in outcomes:
+        line = f"{o.status:<8} {o.name:<{width}}"
+        if o.detail:
+            line += f"  {o.detail}"
+        print(line, file=out)
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        counts[o.status] = counts.get(o.status, 0) + 1
+    print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())), file=out)
+    if any(o.status == "error" for o in outcomes):
+        return 2
+    return 1 if any(o.status in ("FAIL", "missing") for o in outcomes) else 0
