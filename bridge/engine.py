@@ -189,14 +189,16 @@ class Engine:
 
     # -- closing -------------------------------------------------------------------
 
-    async def aclose(self, stdin_grace: float = 2.0, term_grace: float = 2.0) -> None:
+    async def aclose(self, stdin_grace: float = 2.0, term_grace: float = 2.0, *, requested: bool = True) -> None:
         """Stop the engine: close stdin, SIGTERM, SIGKILL; every wait bounded.
 
         Shielded: runs to the end even when the caller is being cancelled. Ends
         when the process has been reaped (and its exit reported to the sink),
-        or after the SIGKILL rung's bounded wait.
+        or after the SIGKILL rung's bounded wait. ``requested=False`` when the
+        engine broke first (it closed its stdout): its exit is then a crash.
         """
-        self.retiring = True
+        if requested:
+            self.retiring = True
         proc = self.process
         if proc is None:
             return

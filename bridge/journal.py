@@ -12,6 +12,8 @@ Rules:
   journal replays exactly like a full one). ``full=True`` keeps every byte.
 - Durable at each receipt: flush and fsync, so what a controller was told
   survives a crash of the bridge. Between receipts writes are buffered.
+- Closed last: once the bridge has closed it, nothing more is written (a
+  prompt refused after close still gets its receipt, just not in the journal).
 - Safe: every entry is serialised by orjson (control characters escaped), or
   is a line the engine wrote that parsed as one JSON object, embedded as is
   (it contains no LF). Nothing the engine prints can start a journal line.
@@ -73,10 +75,13 @@ class Journal:
     # -- entries -------------------------------------------------------------------
 
     def send(self, cmd: dict[str, Any], t: float) -> None:
-        self._writer.write("send", cmd, t=t)
+        if not self.closed:
+            self._writer.write("send", cmd, t=t)
 
     def recv(self, idx: int, line: bytes, parsed: dict[str, Any] | None, t: float) -> None:
         """A line that is (or, for a skipped ``message_update``, starts like) a JSON object."""
+        if self.closed:
+            return
         tail = b',"i":%d,"t":%s}\n' % (idx, repr(round(t, 6)).encode())
         if not self.full and line.startswith(_ELIDED_TYPES):
             self._stream.write(b'{"recv":' + _elided(line, parsed) + tail)
@@ -88,26 +93,33 @@ class Journal:
         self._stream.write(b'{"recv":' + line + tail)
 
     def recv_raw(self, idx: int, raw: RawLine, t: float) -> None:
-        self._writer.write("recv_raw", raw_text(raw), t=t, i=idx)
+        if not self.closed:
+            self._writer.write("recv_raw", raw_text(raw), t=t, i=idx)
 
     def release(self, request: Any, t: float) -> None:
-        self._writer.write("release", request, t=t)
+        if not self.closed:
+            self._writer.write("release", request, t=t)
 
     def stderr(self, text: str, t: float) -> None:
-        self._writer.write("stderr", text, t=t)
+        if not self.closed:
+            self._writer.write("stderr", text, t=t)
 
     def exit(self, code: int | None, sig: int | None, t: float) -> None:
-        self._writer.write("exit", {"code": code, "signal": sig}, t=t)
+        if not self.closed:
+            self._writer.write("exit", {"code": code, "signal": sig}, t=t)
 
     def note(self, value: Any, t: float) -> None:
-        self._writer.write("note", value, t=t)
+        if not self.closed:
+            self._writer.write("note", value, t=t)
 
     def signal(self, value: dict[str, Any], t: float) -> None:
-        self._writer.write("signal", value, t=t)
+        if not self.closed:
+            self._writer.write("signal", value, t=t)
 
     def receipt(self, receipt: Receipt, t: float) -> None:
-        self._writer.write("receipt", receipt.to_json(), t=t)
-        self.sync()
+        if not self.closed:
+            self._writer.write("receipt", receipt.to_json(), t=t)
+            self.sync()
 
     # -- durability ------------------------------------------------------------------
 

@@ -241,6 +241,7 @@ class Session:
             and line.endswith(b"}")
             and not self._streaming()
             and not self._fresh_needed
+            and _valid_utf8(line)
         ):
             self.observations += 1
             return self.tracker.read(), None, NO_EVENTS
@@ -507,6 +508,17 @@ class Session:
         if self.held is not None:
             self.held.signals.append(diag.to_json())
         return diag
+
+
+def _valid_utf8(line: bytes) -> bool:
+    """Invalid UTF-8 is a gap even in a line nobody parses (SPEC §3)."""
+    if line.isascii():
+        return True
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def message_text(message: dict[str, Any]) -> str:

@@ -644,7 +644,8 @@ class Bridge:
         await engine.aclose(self.config.stdin_grace, self.config.term_grace)
 
     async def _stop_engine(self, engine: Engine) -> None:
-        await engine.aclose(self.config.stdin_grace, self.config.term_grace)
+        """Stop an engine that broke (closed its stdout): its exit counts as a crash."""
+        await engine.aclose(self.config.stdin_grace, self.config.term_grace, requested=False)
 
     async def _send_stop(self, p: _Prompt) -> str:
         stop_id = f"stop-{next(self._stop_ids)}"

@@ -1,0 +1,406 @@
+"""SPEC §5: every receipt row, through the live bridge and a real engine process.
+
+The engine here is ``tools/fake_engine.py`` (a real subprocess over real pipes,
+scripted to misbehave); the real Pi is in ``test_pi_live.py``. Every test also
+checks that the journal replays to the receipts and signals the live bridge gave.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from bridge.profile import CommandProfile
+from bridge.receipts import Receipt
+from bridge.replay import replay
+from bridge.supervisor import Bridge, BridgeConfig, open_bridge
+from tests.conftest import TOOLS
+
+FAST = dict(
+    ack_timeout=2.0,
+    taint_grace=1.0,
+    stop_grace=1.0,
+    restart_backoff=(0.0,),
+    close_grace=2.0,
+    stdin_grace=1.0,
+    term_grace=1.0,
+)
+
+
+def fake(scenario: dict[str, Any] | None = None, *extra: str) -> CommandProfile:
+    argv = [sys.executable, str(TOOLS / "fake_engine.py")]
+    if scenario is not None:
+        argv += ["--scenario-json", json.dumps(scenario)]
+    return CommandProfile(argv + list(extra))
+
+
+class Run:
+    """One bridge session: its receipts, notifications and journal."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.journal = tmp_path / "journal.jsonl"
+        self.notes: list[dict[str, Any]] = []
+
+    def check_journal(self, receipts: list[Receipt]) -> None:
+        """The journal replays to what the live bridge reported."""
+        result = replay(str(self.journal))
+        live = sorted((r.request, r.state, r.reason) for r in receipts)
+        replayed = sorted((r.request, r.state, r.reason) for r in result.receipts)
+        assert replayed == live
+        live_overlaps = [
+            {k: v for k, v in n.items() if k not in ("type", "generation")}
+            for n in self.notes
+            if n["type"] == "signal" and n.get("signal", "").startswith(("O", "aborted-without-stop"))
+        ]
+        assert result.overlaps == live_overlaps
+        assert (os.stat(self.journal).st_mode & 0o777) == 0o600
+
+
+async def session(tmp_path: Path, profile: CommandProfile, body: Any, **config: Any) -> tuple[Run, list[Receipt]]:
+    run = Run(tmp_path)
+    receipts: list[Receipt] = []
+    with trio.fail_after(30):
+        async with open_bridge(profile, journal=run.journal, config=BridgeConfig(**{**FAST, **config})) as bridge:
+            bridge.listeners.append(run.notes.append)
+            receipts = await body(bridge)
+    assert_no_zombies()
+    run.check_journal(receipts)
+    return run, receipts
+
+
+async def one(tmp_path: Path, scenario: dict[str, Any] | None, message: str = "hi", **config: Any) -> tuple[Run, Receipt]:
+    async def body(bridge: Bridge) -> list[Receipt]:
+        return [await bridge.prompt(message)]
+
+    run, receipts = await session(tmp_path, fake(scenario), body, **config)
+    return run, receipts[0]
+
+
+def assert_no_zombies() -> None:
+    me = os.getpid()
+    zombies = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] == "Z" and int(fields[1]) == me:
+            zombies.append(entry)
+    assert zombies == [], f"zombie children: {zombies}"
+
+
+def journal_sends(run: Run) -> list[dict[str, Any]]:
+    # Split on LF only: a journal line may hold U+2028, which splitlines() splits on.
+    lines = run.journal.read_bytes().split(b"\n")
+    return [json.loads(line)["send"] for line in lines if line.startswith(b'{"send"')]
+
+
+async def until(predicate: Any, timeout: float = 10.0) -> None:
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.01)
+
+
+def signals(run: Run) -> list[str]:
+    return [n["signal"] for n in run.notes if n["type"] == "signal"]
+
+
+# -- finished / failed -----------------------------------------------------------------------
+
+
+async def test_finished_carries_reply_indices_times_pid_and_generation(tmp_path: Path):
+    run, r = await one(tmp_path, {"prompts": [{"reply": "hello world"}]})
+    assert (r.state, r.reason) == ("finished", None)
+    assert r.reply == "hello world" and r.run == "run-1"
+    assert (r.ack_idx, r.working_idx, r.settle_idx) == (1, 4, 14)
+    assert r.disposition == "started" and r.generation == 1 and isinstance(r.pid, int)
+    t = r.times
+    assert t.submitted <= t.sent <= t.acked <= t.working <= t.settled  # type: ignore[operator]
+    assert Receipt.from_json(json.loads(json.dumps(r.to_json()))) == r
+
+
+async def test_finished_after_length_and_tool_use(tmp_path: Path):
+    for n, stop in enumerate(("length", "toolUse")):
+        _, r = await one(tmp_path / str(n), {"prompts": [{"stopReason": stop}]})
+        assert r.state == "finished", stop
+
+
+async def test_failed_carries_the_engines_error(tmp_path: Path):
+    _, r = await one(tmp_path, {"prompts": [{"stopReason": "error", "errorMessage": "boom: 529"}]})
+    assert (r.state, r.reason, r.native_error) == ("failed", None, "boom: 529")
+
+
+async def test_interrupted_by_our_stop_mid_stream(tmp_path: Path):
+    async def body(bridge: Bridge) -> list[Receipt]:
+        h = await bridge.submit("long one", stream=True)
+        async for _ in h.text():
+            stop = await h.stop()
+            break
+        r = await h.receipt()
+        assert r.stop == stop and stop is not None
+        return [r]
+
+    _, (r,) = await session(tmp_path, fake({"prompts": [{"deltas": 200, "delta_delay": 0.02}]}), body)
+    assert (r.state, r.reason) == ("failed", "interrupted")
+
+
+async def test_interrupted_during_a_retry_backoff_uses_the_settles_aborted_flag(tmp_path: Path):
+    async def body(bridge: Bridge) -> list[Receipt]:
+        h = await bridge.submit("retry me")
+        await trio.sleep(0.5)  # the first attempt failed; the engine sleeps in its backoff
+        stop = await h.stop()
+        r = await h.receipt()
+        assert r.stop == stop
+        return [r]
+
+    run, (r,) = await session(tmp_path, fake({"prompts": [{"retries": 1, "retry_delay": 10}]}), body)
+    assert (r.state, r.reason) == ("failed", "interrupted")
+    # The tracker itself says failed (the seed's classify), the receipt says why.
+    assert [(s["state"], s["reason"]) for s in replay(str(run.journal)).settled] == [("failed", None)]
+
+
+# -- rejected ----------------------------------------------------------------------------------
+
+
+async def test_rejected_by_the_engine(tmp_path: Path):
+    _, r = await one(tmp_path, {"prompts": [{"reject": "no thanks"}]})
+    assert (r.state, r.reason, r.native_error) == ("rejected", "engine", "no thanks")
+
+
+async def test_queue_full_cancelled_and_closing(tmp_path: Path):
+    async def body(bridge: Bridge) -> list[Receipt]:
+        first = await bridge.submit("hang")
+        await until(lambda: bridge.status()["held"] == first.request)
+        queued = await bridge.submit("queued")
+        extra = await bridge.submit("one too many")
+        assert (await extra.receipt()).reason == "queue-full"
+        assert await queued.stop() is None
+        assert (await queued.receipt()).reason == "cancelled"
+        last = await bridge.submit("waits")
+        await trio.sleep(0.2)
+        await bridge.aclose()
+        late = await bridge.submit("after close")
+        # Refused at once; the journal is closed by then, so it is not journaled.
+        assert ((await late.receipt()).state, (await late.receipt()).reason) == ("rejected", "closing")
+        return [await h.receipt() for h in (first, queued, extra, last)]
+
+    _, rs = await session(tmp_path, fake({"prompts": [{"hang": True}]}), body, queue_max=1)
+    assert [(r.state, r.reason) for r in rs] == [
+        ("failed", "interrupted"),
+        ("rejected", "cancelled"),
+        ("rejected", "queue-full"),
+        ("rejected", "closing"),
+    ]
+
+
+async def test_engine_down_when_it_cannot_be_started(tmp_path: Path):
+    async def body(bridge: Bridge) -> list[Receipt]:
+        return [await bridge.prompt("a"), await bridge.prompt("b")]
+
+    run, rs = await session(tmp_path, CommandProfile(["/nonexistent/engine-binary"]), body)
+    assert [(r.state, r.reason) for r in rs] == [("rejected", "engine-down")] * 2
+    assert "/nonexistent/engine-binary" in (rs[0].native_error or "")
+    assert "engine-down" in signals(run)
+
+
+async def test_engine_down_after_repeated_crashes_names_the_last_stderr(tmp_path: Path):
+    async def body(bridge: Bridge) -> list[Receipt]:
+        return [await bridge.prompt(f"p{n}") for n in range(5)]
+
+    _, rs = await session(tmp_path, fake({"defaults": {"crash_at": 0}}), body, crash_limit=3)
+    states = [(r.state, r.reason) for r in rs]
+    assert states[:3] == [("delivery-unknown", "engine-exited")] * 3
+    assert states[3:] == [("rejected", "engine-down")] * 2
+    assert "3 engine failures" in (rs[3].native_error or "")
+
+
+# -- delivery-unknown -----------------------------------------------------------------------------
+
+
+async def test_ack_without_start_after_a_failure_with_no_run(tmp_path: Path):
+    _, r = await one(tmp_path, {"prompts": [{"failure_no_run": True}]})
+    assert (r.state, r.reason) == ("delivery-unknown", "ack-without-start")
+
+
+async def test_no_ack_then_the_engine_is_recycled(tmp_path: Path):
+    async def body(bridge: Bridge) -> list[Receipt]:
+        return [await bridge.prompt("silent"), await bridge.prompt("next")]
+
+    _, rs = await session(tmp_path, fake({"prompts": [{"hang_at": 0}]}), body, ack_timeout=0.5)
+    assert (rs[0].state, rs[0].reason) == ("delivery-unknown", "no-ack")
+    # A fresh engine (the fake's scenario starts over in every process).
+    assert (rs[1].state, rs[1].reason, rs[1].generation) == ("delivery-unknown", "no-ack", 2)
+
+
+async def test_engine_exits_before_the_ack(tmp_path: Path):
+    _, r = await one(tmp_path, {"prompts": [{"crash_at": 0}]})
+    assert (r.state, r.reason) == ("delivery-unknown", "engine-exited")
+
+
+# -- outcome-unknown ------------------------------------------------------------------------------
+
+
+async def test_aborted_without_our_stop(tmp_path: Path):
+    run, r = await one(tmp_path, {"prompts": [{"stopReason": "aborted"}]})
+    assert (r.state, r.reason) == ("outcome-unknown", "aborted-without-stop")
+    assert "aborted-without-stop" in signals(run)
+
+
+async def test_unrecognised_stop_reason(tmp_path: Path):
+    _, r = await one(tmp_path, {"prompts": [{"stopReason": "weird"}]})
+    assert (r.state, r.reason) == ("outcome-unknown", "unrecognised-stop-reason")
+
+
+async def test_no_final_assistant_message(tmp_path: Path):
+    story = tmp_path / "story.jsonl"
+    lines = [
+        {"transcript": "pi-bridge", "version": 1},
+        {"send": {"type": "prompt", "id": "p1", "message": "hi"}},
+        {"recv": {"type": "response", "id": "p1", "command": "prompt", "success": True, "data": {"disposition": "started"}}},
+        {"recv": {"type": "agent_start"}},
+        {"recv": {"type": "message_start", "message": {"role": "user", "content": "hi"}}},
+        {"recv": {"type": "agent_end", "willRetry": False}},
+        {"recv": {"type": "agent_settled", "aborted": False}},
+    ]
+    story.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+
+    async def body(bridge: Bridge) -> list[Receipt]:
+        return [await bridge.prompt("hi")]
+
+    _, (r,) = await session(tmp_path, fake(None, "--transcript", str(story)), body)
+    assert (r.state, r.reason) == ("outcome-unknown", "no-final-assistant-message")
+
+
+async def test_overlap_taints_the_slot_and_the_engine_is_recycled(tmp_path: Path):
+    queue = {"type": "queue_update", "steering": ["someone else"], "followUp": []}
+
+    async def body(bridge: Bridge) -> list[Receipt]:
+        return [await bridge.prompt("a"), await bridge.prompt("b")]
+
+    run, rs = await session(tmp_path, fake({"prompts": [{"insert_at": {"6": queue}}]}), body)
+    assert (rs[0].state, rs[0].reason) == ("outcome-unknown", "overlap")
+    assert [s["signal"] for s in rs[0].signals] == ["O5"]
+    # A fresh engine and a fresh tracker: run ids start over, indices carry on.
+    assert (rs[1].state, rs[1].generation, rs[1].run) == ("outcome-unknown", 2, "run-1")
+    assert rs[1].ack_idx is not None and rs[0].settle_idx is not None and rs[1].ack_idx > rs[0].settle_idx
+    assert "unsealed" in signals(run)
+
+
+async def test_gap_taints_the_slot(tmp_path: Path):
+    async def body(bridge: Bridge) -> list[Receipt]:
+        return [await bridge.prompt("a"), await bridge.prompt("b")]
+
+    _, rs = await session(tmp_path, fake({"prompts": [{"garbage_at": 6}]}), body)
+    assert (rs[0].state, rs[0].reason) == ("outcome-unknown", "gap")
+    assert (rs[1].state, rs[1].reason, rs[1].generation) == ("outcome-unknown", "gap", 2)
+
+
+async def test_oversize_and_invalid_utf8_lines_are_gaps(tmp_path: Path):
+    for n, fault in enumerate(({"oversize_at": 6, "oversize_bytes": 5000}, {"invalid_utf8_at": 6})):
+        _, r = await one(tmp_path / str(n), {"prompts": [fault]}, max_line=4096)
+        assert (r.state, r.reason) == ("outcome-unknown", "gap"), fault
+
+
+async def test_disposition_other_than_started(tmp_path: Path):
+    run, r = await one(tmp_path, {"prompts": [{"disposition": "queued"}]})
+    assert (r.state, r.reason, r.disposition) == ("outcome-unknown", "disposition", "queued")
+    assert "disposition" in signals(run)
+
+
+async def test_engine_exits_mid_run_then_restarts(tmp_path: Path):
+    async def body(bridge: Bridge) -> list[Receipt]:
+        return [await bridge.prompt("a"), await bridge.prompt("b")]
+
+    _, rs = await session(tmp_path, fake({"prompts": [{"crash_at": 6}]}), body)
+    assert (rs[0].state, rs[0].reason) == ("outcome-unknown", "engine-exited")
+    assert (rs[1].state, rs[1].reason, rs[1].generation) == ("outcome-unknown", "engine-exited", 2)
+
+
+async def test_engine_closing_stdout_mid_run(tmp_path: Path):
+    _, r = await one(tmp_path, {"prompts": [{"close_stdout_at": 6}]})
+    assert (r.state, r.reason) == ("outcome-unknown", "engine-exited")
+
+
+async def test_settle_timeout_stops_then_gives_up_and_recycles(tmp_path: Path):
+    async def body(bridge: Bridge) -> list[Receipt]:
+        first = await bridge.submit("never ends", timeout=0.5)
+        return [await first.receipt(), await bridge.prompt("next", timeout=0.5)]
+
+    _, rs = await session(tmp_path, fake({"prompts": [{"hang": "forever"}]}), body)
+    assert (rs[0].state, rs[0].reason) == ("outcome-unknown", "settle-timeout")
+    assert rs[0].stop is not None
+    # The engine was recycled; the fresh one gets the next prompt.
+    assert rs[1].generation == 2
+
+
+async def test_settle_timeout_honoured_by_the_engine_is_an_interruption(tmp_path: Path):
+    _, r = await one(tmp_path, {"prompts": [{"hang": True}]}, settle_timeout=0.3)
+    assert (r.state, r.reason) == ("failed", "interrupted")
+
+
+# -- seal diagnostics -------------------------------------------------------------------------------
+
+
+async def test_extension_dialog_is_answered_cancelled_at_once(tmp_path: Path):
+    dialog = {"method": "select", "title": "Pick", "options": ["a", "b"]}
+    run, r = await one(tmp_path, {"prompts": [{"extension_ui": dialog}]})
+    assert r.state == "finished"
+    diag = [n for n in run.notes if n.get("signal") == "seal-diagnostic"]
+    assert diag and diag[0]["method"] == "select"
+    sends = journal_sends(run)
+    assert {"type": "extension_ui_response", "id": "ui-1", "cancelled": True} in sends
+
+
+async def test_a_run_the_engine_starts_by_itself_is_an_o1(tmp_path: Path):
+    async def body(bridge: Bridge) -> list[Receipt]:
+        r = await bridge.prompt("a")
+        await trio.sleep(0.3)
+        return [r, await bridge.prompt("b")]
+
+    run, rs = await session(tmp_path, fake({"prompts": [{"self_start_after": True}]}), body)
+    assert rs[0].state == "finished"
+    o1 = [n for n in run.notes if n.get("signal") == "O1"]
+    assert o1 and o1[0]["why"] == "no slot held"
+    assert rs[1].state == "finished" and rs[1].generation == 2
+
+
+# -- the process ------------------------------------------------------------------------------------
+
+
+async def test_an_engine_that_ignores_eof_and_sigterm_is_killed_and_reaped(tmp_path: Path):
+    scenario = {"on_start": {"ignore_sigterm": True}, "prompts": [{"ignore_stdin": True}]}
+    run, r = await one(tmp_path, scenario)
+    assert r.state == "finished"
+    exits = [n for n in run.notes if n.get("type") == "engine" and n["event"] == "exited"]
+    assert exits and exits[0]["signal"] == 9
+
+
+async def test_prompt_text_arrives_intact(tmp_path: Path):
+    text = "line1\nline2\r\u2028\u2029\x00 emoji \U0001f600 " + "x" * 1_000_000
+
+    async def body(bridge: Bridge) -> list[Receipt]:
+        return [await bridge.prompt(text)]
+
+    run, (r,) = await session(tmp_path, fake(), body)
+    assert r.state == "finished" and r.reply == "ok: " + text[:40]
+    sent = journal_sends(run)
+    assert sent[0]["message"] == text
+
+
+async def test_streamed_text_concatenates_to_the_reply(tmp_path: Path):
+    async def body(bridge: Bridge) -> list[Receipt]:
+        h = await bridge.submit("stream it", stream=True)
+        pieces = [p async for p in h.text()]
+        r = await h.receipt()
+        assert "".join(pieces) == r.reply == "a fairly long streamed reply"
+        return [r]
+
+    await session(tmp_path, fake({"prompts": [{"reply": "a fairly long streamed reply", "deltas": 5}]}), body)
