@@ -285,8 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bridge_options(p)
     p.set_defaults(func=_cmd_run)
 
-    from bridge import demo
+    from bridge import demo, diagnose
 
+    diagnose.add_parser(sub)
     demo.add_parser(sub, _add_engine_options, _add_bridge_options)
     return parser
 
