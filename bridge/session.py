@@ -64,6 +64,12 @@ from bridge.tracker import Overlap, Settled, Tracker, Working
 #: is parsed only when a controller streams the slot's text.
 MESSAGE_UPDATE_PREFIX: Final = b'{"type":"message_update",'
 
+#: Runs, overlaps and loose settles a live tracker remembers (see Tracker.keep).
+TRACKER_KEEP: Final = 256
+
+#: Signals kept on one prompt's receipt; past it they are counted, not kept.
+SIGNALS_PER_PROMPT: Final = 100
+
 #: Extension UI methods that wait for an answer (Pi's docs/rpc-extension-ui.md).
 DIALOG_METHODS: Final = frozenset({"select", "confirm", "input", "editor"})
 
@@ -178,7 +184,7 @@ class Session:
         self.collect = collect
         #: Skip parsing ``message_update`` lines nobody streams (off for full journals).
         self.fast_skip = True
-        self.tracker = Tracker()
+        self.tracker = self._new_tracker(0)
         self.observations = 0
         self.generation = 1
         self.pid: int | None = None
@@ -263,7 +269,7 @@ class Session:
             gap = GapOpened(idx, value.why, value.length)
             events: list[Event] = [gap]
             if self.held is not None:
-                self.held.signals.append(gap.to_json())
+                _add_signal(self.held, gap.to_json())
             self._taint("gap", idx, events)
             self._settle_tainted(idx, t, events)
             return idx, events
@@ -276,7 +282,7 @@ class Session:
                 if self.collect:
                     self.overlaps.append(out)
                 if self.held is not None:
-                    self.held.signals.append(out.to_json())
+                    _add_signal(self.held, out.to_json())
                 # An `aborted` nobody asked for is the seed's own unknown: the
                 # receipt names it rather than the generic "overlap".
                 self._taint("aborted-without-stop" if out.signal == "aborted-without-stop" else "overlap", idx, events)
@@ -357,8 +363,13 @@ class Session:
         held = self.held
         return held is not None and held.stream and held.receipt is None
 
+    def _new_tracker(self, idx: int) -> Tracker:
+        # Replay keeps everything (the seed's tracker does); the live bridge
+        # bounds what a long-lived engine's tracker remembers.
+        return Tracker(idx=idx, keep=None if self.collect else TRACKER_KEEP)
+
     def _fresh_tracker(self) -> None:
-        self.tracker = Tracker(idx=self.tracker.idx)
+        self.tracker = self._new_tracker(self.tracker.idx)
         self.taint = None
         self._pending_clears.clear()
         self.held = None
@@ -385,7 +396,7 @@ class Session:
                     events.append(Acked(held.request, idx, held.disposition))
                 if disposition != "started":
                     sig = DispositionSignal(held.request, idx, disposition)
-                    held.signals.append(sig.to_json())
+                    _add_signal(held, sig.to_json())
                     events.append(sig)
                     self._taint("disposition", idx, events)
                 return events
@@ -506,8 +517,15 @@ class Session:
             error = value.get("error")
             diag = Diagnostic("extension-error", idx, {"error": str(error)[:500] if error is not None else None})
         if self.held is not None:
-            self.held.signals.append(diag.to_json())
+            _add_signal(self.held, diag.to_json())
         return diag
+
+
+def _add_signal(prompt: PromptState, signal: dict[str, Any]) -> None:
+    if len(prompt.signals) < SIGNALS_PER_PROMPT:
+        prompt.signals.append(signal)
+    elif len(prompt.signals) == SIGNALS_PER_PROMPT:
+        prompt.signals.append({"signal": "more-signals-not-kept", "idx": signal.get("idx")})
 
 
 def _valid_utf8(line: bytes) -> bool:

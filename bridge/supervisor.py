@@ -64,6 +64,12 @@ from bridge.session import (
 from bridge.tracker import Overlap
 
 
+#: Settled prompt ids remembered for duplicate detection and ``get_receipt``.
+RECENT_IDS = 65536
+#: Signals sent to the controller per engine generation; the rest are counted.
+SIGNALS_PER_GENERATION = 1000
+
+
 @attrs.define
 class BridgeConfig:
     """Limits and timeouts. Every wait the bridge does is bounded by one of these."""
@@ -174,7 +180,11 @@ class Bridge:
         self.generation = 0
         self._queue: collections.deque[_Prompt] = collections.deque()
         self._queue_changed = trio.Event()
+        #: Prompts without a receipt yet.
         self._prompts: dict[str, _Prompt] = {}
+        #: The last RECENT_IDS settled prompts' receipts (duplicate ids, lookups).
+        self._recent: collections.OrderedDict[str, Receipt] = collections.OrderedDict()
+        self._signals_this_generation = 0
         self._held: _Prompt | None = None
         self._wake = trio.Event()
         self._ids = itertools.count(1)
@@ -209,9 +219,9 @@ class Bridge:
         """Accept a prompt. It always gets a receipt (maybe at once: a rejection)."""
         if request is None:
             request = f"p{next(self._ids)}"
-            while request in self._prompts:
+            while self.knows(request):
                 request = f"p{next(self._ids)}"
-        elif request in self._prompts:
+        elif self.knows(request):
             raise ValueError(f"request id {request!r} is already in use")
         p = _Prompt(
             request=request,
@@ -276,12 +286,11 @@ class Bridge:
             await engine.send(cmd)
 
     def knows(self, request: str) -> bool:
-        """True if ``request`` was ever submitted in this session."""
-        return request in self._prompts
+        """True if ``request`` is outstanding or among the last RECENT_IDS settled."""
+        return request in self._prompts or request in self._recent
 
     def get_receipt(self, request: str) -> Receipt | None:
-        p = self._prompts.get(request)
-        return p.receipt if p is not None else None
+        return self._recent.get(request)
 
     def status(self) -> dict[str, Any]:
         engine = self.engine
@@ -359,6 +368,14 @@ class Bridge:
                 self._subscribers.remove(send)
 
     def _signal(self, payload: dict[str, Any]) -> None:
+        # An unsealed engine can flood: past SIGNALS_PER_GENERATION the rest are
+        # counted, not sent (the journal keeps every line, so replay has them all).
+        self._signals_this_generation += 1
+        if self._signals_this_generation > SIGNALS_PER_GENERATION:
+            if self._signals_this_generation == SIGNALS_PER_GENERATION + 1:
+                payload = {"signal": "signals-suppressed", "after": SIGNALS_PER_GENERATION}
+            else:
+                return
         note = {"type": "signal", **payload, "generation": self.generation}
         if self.journal is not None:
             self.journal.signal({k: v for k, v in note.items() if k != "type"}, self.now())
@@ -405,6 +422,12 @@ class Bridge:
                 self.journal.release(p.request, t)
             self._held = None
         p.done.set()
+        # Settled prompts leave the working set; a bounded window of their ids
+        # and receipts stays for duplicate checks and lookups.
+        self._prompts.pop(p.request, None)
+        self._recent[p.request] = receipt
+        if len(self._recent) > RECENT_IDS:
+            self._recent.popitem(last=False)
         self._notify({"type": "receipt", "id": p.request, "receipt": receipt.to_json()})
         self._poke()
 
@@ -580,6 +603,7 @@ class Bridge:
             self._go_down(str(e))
             return None
         self.generation += 1
+        self._signals_this_generation = 0
         self._must_recycle = False
         try:
             engine = await Engine.start(self._nursery, launch, self.generation, self, self.config.max_line)

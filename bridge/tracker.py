@@ -182,6 +182,15 @@ class Tracker:
     loose_settles: list[int] = attrs.field(factory=list)
     #: The stop id an ``aborted`` may be linked to (the seed's ``stopLink()``).
     stop: str | None = None
+    #: Bounded memory for a long-lived engine (None: keep everything, as the seed
+    #: does; replay and the tests do). With a bound, settled runs other than the
+    #: slot's and the current one are forgotten oldest first, and only the first
+    #: ``keep`` overlaps and the last ``keep`` loose settles are kept (counted in
+    #: ``overlap_count``). Event handling never looks at what is forgotten: it
+    #: reads the current run and the slot's run only. What changes is the reach
+    #: of the history queries (``started_after``, ``settled_after``).
+    keep: int | None = None
+    overlap_count: int = 0
 
     # -- bookkeeping the driver calls ------------------------------------
 
@@ -286,7 +295,9 @@ class Tracker:
     def _overlap(self, signal: str, idx: int, out: list[Output], **detail: Any) -> None:
         held = self.slot if self.slot is not None else self.last_slot
         entry = Overlap(signal, idx, held.request if held is not None else None, detail)
-        self.overlaps.append(entry)
+        self.overlap_count += 1
+        if self.keep is None or len(self.overlaps) < self.keep:
+            self.overlaps.append(entry)
         out.append(entry)
 
     def _agent_start(self, idx: int, out: list[Output]) -> None:
@@ -355,6 +366,8 @@ class Tracker:
         s = self.slot
         if run is None:
             self.loose_settles.append(idx)
+            if self.keep is not None and len(self.loose_settles) > self.keep:
+                del self.loose_settles[: -self.keep]
             if s is None or s.ack_idx is None:
                 why = "no slot held" if s is None else "before the slot's ack"
                 self._overlap("O2", idx, out, why=why)
@@ -380,6 +393,8 @@ class Tracker:
             return
         run.settle_idx = idx
         self.current = None
+        if self.keep is not None and len(self.runs) > self.keep:
+            self._forget_runs()
         if not run.slot:
             if s is None or s.ack_idx is None:
                 self._overlap("O2", idx, out, run=run.id, why="settle of a run that is not the slot's")
@@ -395,6 +410,18 @@ class Tracker:
         if self.overlapped or self.gap:
             return
         out.append(classify(s, run, self.stop, idx))
+
+
+    def _forget_runs(self) -> None:
+        assert self.keep is not None
+        keep_ids = {self.current, self.slot.run_id if self.slot else None, self.last_slot.run_id if self.last_slot else None}
+        excess = len(self.runs) - self.keep
+        for run_id in list(self.runs):
+            if excess <= 0:
+                break
+            if run_id not in keep_ids and self.runs[run_id].settle_idx is not None:
+                del self.runs[run_id]
+                excess -= 1
 
 
 def classify(slot: Slot, run: Run, stop: str | None, idx: int) -> Settled:
