@@ -315,9 +315,10 @@ class Bridge:
         return recv
 
     async def drain(self) -> None:
-        """Wait until every accepted prompt has its receipt. Ends when the queue is
-        empty and no slot is held (bounded by the prompts' own timeouts)."""
-        while self._queue or self._held is not None:
+        """Wait until every accepted prompt has its receipt (queued, starting an
+        engine for it, or held). Ends when none is outstanding; each prompt is
+        bounded by its own timeouts."""
+        while self._prompts:
             await self._wait_change()
 
     async def aclose(self, *, drain: bool = False) -> None:

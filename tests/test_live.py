@@ -404,3 +404,25 @@ async def test_streamed_text_concatenates_to_the_reply(tmp_path: Path):
         return [r]
 
     await session(tmp_path, fake({"prompts": [{"reply": "a fairly long streamed reply", "deltas": 5}]}), body)
+
+
+async def test_drain_waits_for_a_prompt_whose_engine_is_still_starting(tmp_path: Path):
+    class SlowSealCheck(CommandProfile):
+        def prepare(self):  # type: ignore[no-untyped-def]
+            launch = super().prepare()
+            launch.startup = [{"id": "seal-state", "type": "get_state"}]
+            launch.check = lambda answers: []
+            return launch
+
+    profile = SlowSealCheck([sys.executable, str(TOOLS / "fake_engine.py"), "--scenario-json",
+                             json.dumps({"on_start": {"delay": 0.5}})])
+
+    async def body(bridge: Bridge) -> list[Receipt]:
+        handle = await bridge.submit("hi")
+        await trio.sleep(0.1)  # the dispatcher has taken it and waits for the seal check
+        await bridge.drain()
+        r = handle.receipt_nowait
+        assert r is not None and r.state == "finished"
+        return [r]
+
+    await session(tmp_path, profile, body)
