@@ -172,7 +172,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print("bridge run: give at least one PROMPT", file=sys.stderr)
         return 2
     profile = _profile(args, args.engine)
-    receipts: list[Any] = []
+    handles: list[Any] = []
     interrupted = 0
     journal_path: list[str] = []
 
@@ -192,7 +192,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                             return
 
                     nursery.start_soon(on_signal)
-                    handles = [await bridge.submit(p, stream=True) for p in args.prompts]
+                    handles.extend([await bridge.submit(p, stream=True) for p in args.prompts])
                     out = sys.stdout
                     for h in handles:
                         if len(handles) > 1:
@@ -201,9 +201,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
                             out.write(piece)
                             out.flush()
                         out.write("\n")
-                        receipts.append(await h.receipt())
+                        await h.receipt()
                     nursery.cancel_scope.cancel()
-            # On a signal the bridge closes here: the held prompt is stopped, the rest rejected.
+            # On a signal the bridge closes here: the held prompt is stopped, the
+            # rest rejected; every handle has its receipt once the bridge is closed.
 
     try:
         trio.run(main)
@@ -212,6 +213,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    receipts = [h.receipt_nowait for h in handles]
     print(file=sys.stderr)
     for r in receipts:
         if args.json:

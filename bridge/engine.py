@@ -80,7 +80,14 @@ class Engine:
         #: True once the bridge asked this engine to stop (not a crash).
         self.retiring = False
         self._send_lock = trio.Lock()
-        self._reader_scope = trio.CancelScope()
+        # The reader, the stderr drain and the waiter are shielded: cancelling
+        # the bridge must not blind it while it stops the engine (the close
+        # ladder needs to see the exit, the journal the last lines). What ends
+        # them: EOF, the exit, and at the latest :meth:`abandon`, which the
+        # ladder calls last.
+        self._reader_scope = trio.CancelScope(shield=True)
+        self._stderr_scope = trio.CancelScope(shield=True)
+        self._waiter_scope = trio.CancelScope(shield=True)
 
     @classmethod
     async def start(
@@ -154,15 +161,16 @@ class Engine:
         assert self.process is not None and self.process.stderr is not None
         stderr = self.process.stderr
         splitter = LineSplitter(STDERR_LINE_MAX)
-        try:
-            while True:
-                data = await stderr.receive_some(64 * 1024)
-                if not data:
-                    break
-                for line in splitter.feed(data):
-                    self._stderr_line(line)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
+        with self._stderr_scope:
+            try:
+                while True:
+                    data = await stderr.receive_some(64 * 1024)
+                    if not data:
+                        break
+                    for line in splitter.feed(data):
+                        self._stderr_line(line)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
         for line in splitter.close():
             self._stderr_line(line)
 
@@ -176,16 +184,25 @@ class Engine:
 
     async def _wait(self) -> None:
         assert self.process is not None
-        code = await self.process.wait()
-        self.returncode = code
-        # What the engine wrote before it died is still in the pipe: let the
-        # reader finish it (bounded: a grandchild may hold stdout open).
-        with trio.move_on_after(STDOUT_DRAIN_GRACE):
-            await self.stdout_done.wait()
+        with self._waiter_scope:
+            code = await self.process.wait()
+            self.returncode = code
+            # What the engine wrote before it died is still in the pipe: let the
+            # reader finish it (bounded: a grandchild may hold stdout open).
+            with trio.move_on_after(STDOUT_DRAIN_GRACE):
+                await self.stdout_done.wait()
         self._reader_scope.cancel()
+        self._stderr_scope.cancel()
+        code = self.process.returncode
         sig = -code if code is not None and code < 0 else None
         self.sink.exited(self, code if sig is None else None, sig)
         self.exited.set()
+
+    def abandon(self) -> None:
+        """End the engine's tasks now (the last rung: the process is gone or unkillable)."""
+        self._reader_scope.cancel()
+        self._stderr_scope.cancel()
+        self._waiter_scope.cancel()
 
     # -- closing -------------------------------------------------------------------
 
@@ -219,6 +236,10 @@ class Engine:
             # The waiter task reports the exit; give it the stdout drain grace.
             with trio.move_on_after(STDOUT_DRAIN_GRACE + 1.0):
                 await self.exited.wait()
+            if not self.exited.is_set():
+                self.abandon()
+                with trio.move_on_after(1.0):
+                    await self.exited.wait()
             for stream in (proc.stdout, proc.stderr):
                 if stream is not None:
                     try:

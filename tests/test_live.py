@@ -426,3 +426,57 @@ async def test_drain_waits_for_a_prompt_whose_engine_is_still_starting(tmp_path:
         return [r]
 
     await session(tmp_path, profile, body)
+
+
+def pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+async def test_cancelling_the_bridge_mid_prompt_stops_and_reaps_the_engine(tmp_path: Path):
+    notes: list[dict[str, Any]] = []
+    handle = None
+    with trio.move_on_after(1.0):
+        async with open_bridge(fake({"prompts": [{"hang": "forever"}]}), journal=tmp_path / "j.jsonl",
+                               config=BridgeConfig(**FAST)) as bridge:
+            bridge.listeners.append(notes.append)
+            handle = await bridge.submit("never settles")
+            await handle.receipt()
+    assert handle is not None and handle.receipt_nowait is not None
+    assert handle.receipt_nowait.state == "outcome-unknown"  # stopped, no settle: the engine was stopped
+    pids = [n["pid"] for n in notes if n.get("type") == "engine" and n["event"] == "started"]
+    assert pids and all(pid_gone(pid) for pid in pids)
+    assert_no_zombies()
+    assert [r.state for r in replay(str(tmp_path / "j.jsonl")).receipts] == ["outcome-unknown"]
+
+
+def test_sigint_on_bridge_run_stops_the_prompt_and_exits_130(tmp_path: Path):
+    import signal
+    import subprocess
+    import time
+
+    journal = tmp_path / "j.jsonl"
+    scenario = json.dumps({"prompts": [{"deltas": 1000, "delta_delay": 0.05}]})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bridge", "run", "long", "--journal", str(journal), "--",
+         sys.executable, str(TOOLS / "fake_engine.py"), "--scenario-json", scenario],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        proc.stdout.read1(1)  # the reply has started streaming
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert b"failed (interrupted)" in err
+    receipts = replay(str(journal)).receipts
+    assert [(r.state, r.reason) for r in receipts] == [("failed", "interrupted")]
+    starts = [line for line in journal.read_bytes().split(b"\n") if b'"engine-start"' in line]
+    pid = json.loads(starts[0])["note"]["pid"]
+    assert pid_gone(pid)
