@@ -1,15 +1,344 @@
-"""``bridge demo``: the showcase through the real, sealed, pinned Pi (to be written)."""
+"""``bridge demo``: the showcase through the real, sealed, pinned Pi.
+
+It starts the scripted OpenAI-compatible model server (``tools/model_server.py``)
+in-process on 127.0.0.1, writes its ``models.json`` into a private temp folder,
+opens the live bridge on :func:`bridge.pi.scripted_profile` (the real Pi 1.6.0,
+sealed; its working folder is the profile's private temp folder) and sends four
+prompts, one after the other, on one engine:
+
+1. a plain reply;
+2. a tool-using run: the model calls Pi's built-in ``bash`` with ``echo …``,
+   Pi runs it, the model answers with text;
+3. a slow stream, stopped by the controller after its first text arrives;
+4. a run whose first attempt gets HTTP 500: Pi retries by itself (the fast
+   auto-retry settings of ``scripted_profile``) and the second attempt answers.
+
+Each reply streams to the terminal as it arrives; each receipt is printed with
+what the showcase expected of it. The exit status is 0 only if every receipt is
+what the showcase expects (finished / finished / failed+interrupted with the
+stop's id / finished with exactly two ``agent_start … agent_end`` pairs in its
+run, counted in the journal) and the journal replays to the same receipts;
+otherwise 1, with what differed. 2: the pinned Pi is not installed (run
+``tools/setup``) or bad usage.
+
+The engine options of ``bridge run`` do not apply (the demo's engine is fixed:
+the sealed Pi against the scripted server), so only ``--journal``, ``--json``
+and ``--pi-dir`` are offered.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from types import ModuleType
+from typing import IO, Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PLAIN = "Hello! I am a scripted model, talking to you through the sealed Pi and pi-bridge."
+ECHO = "hello from bash inside the sealed Pi"
+TOOL_REPLY = f"The bash tool printed: {ECHO}"
+RETRY_REPLY = "Recovered: the first attempt got HTTP 500, Pi retried by itself, and this is the second attempt."
+
+#: The model server's script: one step per HTTP request, in order.
+SCRIPT: list[dict[str, Any]] = [
+    {"text": PLAIN, "chunk": 6, "delay": 0.015},
+    {"tool_call": {"name": "bash", "arguments": {"command": f"echo '{ECHO}'"}}},
+    {"text": TOOL_REPLY, "chunk": 6, "delay": 0.01},
+    {"words": 400, "chunk": 6, "delay": 0.03},  # ~12 s if nobody stopped it
+    {"status": 500},
+    {"text": RETRY_REPLY, "chunk": 6, "delay": 0.01},
+]
+
+#: Per-prompt bound: a hang fails the demo instead of blocking it.
+PROMPT_TIMEOUT = 30.0
 
 
-def add_parser(sub: argparse._SubParsersAction, engine_options, bridge_options) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("demo", help="run the showcase through the sealed, pinned Pi and the scripted model server")
+def add_parser(sub: argparse._SubParsersAction, engine_options: Any, bridge_options: Any) -> None:  # type: ignore[type-arg]
+    # engine_options / bridge_options (the helpers `bridge run` uses) are not applied:
+    # the demo's engine and settings are fixed by the showcase.
+    p = sub.add_parser(
+        "demo",
+        help="run the showcase through the sealed, pinned Pi and the scripted model server",
+        description="Start the scripted model server on 127.0.0.1, open the live bridge on the real, sealed, "
+        "pinned Pi and send four prompts: a plain reply, a tool-using run, a run stopped mid-stream and a "
+        "run retried after an HTTP 500. Replies stream to the terminal; each receipt is printed with what "
+        "was expected. Exit 0 only if every receipt is as expected (1 otherwise, 2 if Pi is not installed: "
+        "run tools/setup).",
+    )
+    p.add_argument("--journal", metavar="PATH",
+                   help="write the journal here (default: the bridge's default location, "
+                   "$PI_BRIDGE_JOURNAL_DIR or ~/.local/state/pi-bridge/journals)")
+    p.add_argument("--json", action="store_true",
+                   help="print the receipts as JSON lines on stdout (everything else goes to stderr)")
+    p.add_argument("--pi-dir", metavar="DIR", help="where the pinned Pi is installed (default: tools/pi)")
     p.set_defaults(func=run)
 
 
+def _load_model_server() -> ModuleType:
+    name = "pi_bridge_tools_model_server"
+    if name in sys.modules:
+        return sys.modules[name]
+    path = ROOT / "tools" / "model_server.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"the scripted model server {path} is missing (bridge demo runs from a checkout)")
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class _Out:
+    """Human text (stdout, or stderr with --json) and receipts (stdout with --json)."""
+
+    def __init__(self, json_mode: bool) -> None:
+        self.json_mode = json_mode
+        self.human: IO[str] = sys.stderr if json_mode else sys.stdout
+
+    def say(self, text: str = "") -> None:
+        self.human.write(text + "\n")
+        self.human.flush()
+
+    def piece(self, text: str) -> None:
+        self.human.write(text)
+        self.human.flush()
+
+    def receipt(self, receipt: Any) -> None:
+        if self.json_mode:
+            from bridge.transcript import dumps
+
+            sys.stdout.buffer.write(dumps(receipt.to_json()) + b"\n")
+            sys.stdout.flush()
+
+
+def _run_events(journal: Path, receipt: Any) -> list[dict[str, Any]]:
+    """The engine lines of the receipt's run (its ack to its settle), from the journal.
+
+    The journal is flushed and fsynced at every receipt, so it holds them.
+    """
+    from bridge.transcript import open_transcript
+
+    if receipt.ack_idx is None or receipt.settle_idx is None:
+        return []
+    stream, reader = open_transcript(str(journal))
+    out = []
+    with stream:
+        for e in reader:
+            if e.kind == "recv" and e.i is not None and receipt.ack_idx <= e.i <= receipt.settle_idx:
+                out.append(e.value)
+    return out
+
+
+def _count(events: list[dict[str, Any]], kind: str) -> int:
+    return sum(1 for e in events if e.get("type") == kind)
+
+
 def run(args: argparse.Namespace) -> int:
-    print("bridge demo: not written yet")
-    return 1
+    if getattr(args, "engine", None) is not None:
+        print("bridge demo: the demo runs the sealed, pinned Pi against its scripted model server; "
+              "it takes no engine after --", file=sys.stderr)
+        return 2
+    import trio
+
+    from bridge.profile import ProfileError
+
+    out = _Out(args.json)
+    try:
+        ms = _load_model_server()
+    except (OSError, ImportError) as e:
+        print(f"bridge demo: {e}", file=sys.stderr)
+        return 2
+    problems: list[str] = []
+    try:
+        trio.run(_showcase, args, ms, out, problems)
+    except ProfileError as e:
+        print(f"bridge demo: {e}", file=sys.stderr)
+        print("bridge demo: the demo needs the pinned Pi: run tools/setup (or use tools/demo, which does)",
+              file=sys.stderr)
+        return 2
+    if problems:
+        out.say("\nthe showcase did NOT go as expected:")
+        for p in problems:
+            out.say(f"  - {p}")
+        return 1
+    out.say("\nevery receipt is what the showcase expects: exit 0")
+    return 0
+
+
+async def _showcase(args: argparse.Namespace, ms: ModuleType, out: _Out, problems: list[str]) -> None:
+    import trio
+
+    from bridge.journal import default_journal_path
+    from bridge.pi import find_install, scripted_profile
+    from bridge.replay import replay
+    from bridge.supervisor import BridgeConfig, open_bridge
+
+    install = find_install(args.pi_dir)  # ProfileError with the fix when missing
+    journal = Path(args.journal) if args.journal else default_journal_path()
+    server = ms.start_server(SCRIPT)
+    tmp = tempfile.mkdtemp(prefix="pi-bridge-demo-")
+    receipts: list[Any] = []
+    try:
+        models = server.write_models(tmp)
+        profile = scripted_profile(models, pi_dir=args.pi_dir)
+        out.say(f"bridge demo: Pi {install.version} (node {install.node_version}), sealed, "
+                f"against a scripted model server at {server.base_url}")
+        async with open_bridge(profile, journal=journal, config=BridgeConfig(ack_timeout=20.0)) as bridge:
+            out.say(f"journal: {journal}")
+            notes = bridge.signals()
+
+            async def show_signals() -> None:
+                async for note in notes:
+                    if note.get("type") == "signal":
+                        detail = ", ".join(f"{k}={v}" for k, v in note.items() if k not in ("type", "signal"))
+                        out.say(f"\n  ! signal {note['signal']}: {detail}")
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(show_signals)
+                steps = [_plain, _tool, _stopped, _retry]
+                for n, step in enumerate(steps, 1):
+                    with trio.move_on_after(PROMPT_TIMEOUT) as scope:
+                        receipts.append(await step(bridge, out, problems, journal, f"[{n}/{len(steps)}]"))
+                    if scope.cancelled_caught:
+                        problems.append(f"step {n} got no receipt within {PROMPT_TIMEOUT:g} s")
+                        break
+                nursery.cancel_scope.cancel()
+        # The bridge is closed: the engine stopped, the journal complete.
+        replayed = {r.request: r for r in replay(str(journal)).receipts}
+        for r in receipts:
+            again = replayed.get(r.request)
+            if again is None or (again.state, again.reason, again.stop) != (r.state, r.reason, r.stop):
+                problems.append(f"the journal replays {r.request} as "
+                                f"{(again.state, again.reason) if again else 'missing'}, live said {(r.state, r.reason)}")
+        out.say(f"\njournal: {journal}  (replay it: bridge replay {journal})")
+    finally:
+        server.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+async def _stream(handle: Any, out: _Out, on_first: Any = None) -> str:
+    out.piece("  reply    ")
+    pieces = []
+    async for piece in handle.text():
+        pieces.append(piece)
+        out.piece(piece)
+        if on_first is not None:
+            first, on_first = on_first, None
+            await first()
+    out.say()
+    return "".join(pieces)
+
+
+def _show(out: _Out, r: Any) -> None:
+    from bridge.receipts import describe
+
+    out.say(f"  receipt  {describe(r)}")
+    out.receipt(r)
+
+
+def _verdict(out: _Out, problems: list[str], what: str, wrong: list[str]) -> None:
+    if wrong:
+        out.say(f"  expected {what}: NO — " + "; ".join(wrong))
+        problems.extend(wrong)
+    else:
+        out.say(f"  expected {what}: yes")
+
+
+async def _plain(bridge: Any, out: _Out, problems: list[str], journal: Path, tag: str) -> Any:
+    out.say(f"\n{tag} a plain reply")
+    message = "Say hello to the bridge."
+    out.say(f"  prompt   {message}")
+    h = await bridge.submit(message, stream=True)
+    text = await _stream(h, out)
+    r = await h.receipt()
+    _show(out, r)
+    wrong = []
+    if (r.state, r.reason) != ("finished", None):
+        wrong.append(f"{r.request} is {r.state}/{r.reason}, not finished")
+    if r.reply != PLAIN or text != PLAIN:
+        wrong.append(f"{r.request}'s reply is {r.reply!r}")
+    _verdict(out, problems, "finished, with the model's reply", wrong)
+    return r
+
+
+async def _tool(bridge: Any, out: _Out, problems: list[str], journal: Path, tag: str) -> Any:
+    out.say(f"\n{tag} a tool-using run: the model calls Pi's bash tool with `echo …`, then answers")
+    message = "Run an echo command with your bash tool and tell me what it printed."
+    out.say(f"  prompt   {message}")
+    h = await bridge.submit(message, stream=True)
+    await _stream(h, out)
+    r = await h.receipt()
+    _show(out, r)
+    events = _run_events(journal, r)
+    starts = [e for e in events if e.get("type") == "tool_execution_start"]
+    ends = [e for e in events if e.get("type") == "tool_execution_end"]
+    for s, e in zip(starts, ends):
+        output = ((e.get("result") or {}).get("structuredContent") or {}).get("output", "")
+        out.say(f"  tool     {s.get('toolName')} {(s.get('args') or {}).get('command')!r} -> {output.strip()!r}")
+    wrong = []
+    if (r.state, r.reason) != ("finished", None):
+        wrong.append(f"{r.request} is {r.state}/{r.reason}, not finished")
+    if r.reply != TOOL_REPLY:
+        wrong.append(f"{r.request}'s reply is {r.reply!r}")
+    if len(starts) != 1 or starts[0].get("toolName") != "bash" or len(ends) != 1 or ends[0].get("isError"):
+        wrong.append(f"{r.request}'s run did not run bash once (tool starts {len(starts)}, ends {len(ends)})")
+    _verdict(out, problems, "finished, after one bash call in the same run", wrong)
+    return r
+
+
+async def _stopped(bridge: Any, out: _Out, problems: list[str], journal: Path, tag: str) -> Any:
+    out.say(f"\n{tag} a slow stream, stopped by the controller after its first text arrives")
+    message = "Write a very long answer."
+    out.say(f"  prompt   {message}")
+    h = await bridge.submit(message, stream=True)
+    stop_ids: list[Any] = []
+
+    async def stop() -> None:
+        stop_ids.append(await h.stop())
+
+    await _stream(h, out, on_first=stop)  # the stop goes out from inside the stream
+    r = await h.receipt()
+    _show(out, r)
+    stop_id = stop_ids[0] if stop_ids else None
+    out.say(f"  stop     {stop_id} sent after the first streamed text")
+    wrong = []
+    if (r.state, r.reason) != ("failed", "interrupted"):
+        wrong.append(f"{r.request} is {r.state}/{r.reason}, not failed/interrupted")
+    if stop_id is None or r.stop != stop_id:
+        wrong.append(f"{r.request}'s stop is {r.stop!r}, not {stop_id!r}")
+    _verdict(out, problems, f"failed/interrupted, naming stop {stop_id}", wrong)
+    return r
+
+
+async def _retry(bridge: Any, out: _Out, problems: list[str], journal: Path, tag: str) -> Any:
+    out.say(f"\n{tag} a run whose first attempt gets HTTP 500: Pi retries by itself")
+    message = "Answer even if the provider fails once."
+    out.say(f"  prompt   {message}")
+    h = await bridge.submit(message, stream=True)
+    await _stream(h, out)
+    r = await h.receipt()
+    _show(out, r)
+    events = _run_events(journal, r)
+    for e in events:
+        if e.get("type") == "auto_retry_start":
+            out.say(f"  retry    attempt {e.get('attempt')} failed ({str(e.get('errorMessage'))[:60]}); "
+                    f"Pi retried after {e.get('delayMs')} ms")
+    pairs = min(_count(events, "agent_start"), _count(events, "agent_end"))
+    out.say(f"  run      {_count(events, 'agent_start')} agent_start, {_count(events, 'agent_end')} agent_end, "
+            f"{_count(events, 'agent_settled')} agent_settled")
+    wrong = []
+    if (r.state, r.reason) != ("finished", None):
+        wrong.append(f"{r.request} is {r.state}/{r.reason}, not finished")
+    if r.reply != RETRY_REPLY:
+        wrong.append(f"{r.request}'s reply is {r.reply!r}")
+    if pairs != 2 or _count(events, "agent_start") != 2 or _count(events, "agent_settled") != 1:
+        wrong.append(f"{r.request}'s run has {_count(events, 'agent_start')} agent_start / "
+                     f"{_count(events, 'agent_end')} agent_end, not exactly two pairs and one settle")
+    _verdict(out, problems, "finished, with two agent_start…agent_end pairs (the retry) in one run", wrong)
+    return r
