@@ -41,6 +41,10 @@ The bridge's own rules on top (SPEC §5):
   interrupted by our stop during a retry backoff, where Pi writes no aborted
   message: the receipt says ``failed`` / ``interrupted``. The tracker's own
   output stays the seed's.
+- A ``prompt`` written while another prompt holds the slot (never by the
+  bridge itself; only a deliberate ``send_raw``) breaks the seal: the engine
+  is tainted (``overlap``) and the displaced prompt, which keeps its run id and
+  its signals, settles ``outcome-unknown`` when its own run settles.
 - When the engine exits, the held slot settles ``outcome-unknown`` /
   ``engine-exited`` if the model had it (working), else ``delivery-unknown`` /
   ``engine-exited``. Whatever the engine writes after an exit comes from a new
@@ -169,6 +173,8 @@ class PromptState:
     pid: int | None = None
     generation: int | None = None
     receipt: Receipt | None = None
+    #: The run attributed to it, remembered when another prompt displaced it.
+    run_id: str | None = None
 
 
 class Session:
@@ -197,6 +203,9 @@ class Session:
         self.open: dict[Any, PromptState] = {}
         #: The prompt in the tracker's slot (sent, not released).
         self.held: PromptState | None = None
+        #: Prompts a later ``prompt`` command displaced from the slot before
+        #: their receipt (only a deliberate unsealing does that).
+        self._displaced: list[PromptState] = []
         self.overlaps: list[Overlap] = []
         self.working: list[Working] = []
         self.settled: list[Settled] = []
@@ -217,8 +226,18 @@ class Session:
         if self._fresh_needed:
             self._fresh_tracker()
         kind = cmd.get("type")
+        events: list[Event] = []
         if kind == "prompt":
             request = cmd.get("id")
+            previous = self.held
+            if previous is not None and previous.receipt is None:
+                # Two prompts on the engine at once: the seal is broken, and the
+                # first keeps what it needs to settle on its own run.
+                slot = self.tracker.slot
+                if slot is not None and slot.request == previous.request:
+                    previous.run_id = slot.run_id
+                self._displaced.append(previous)
+                self._taint("overlap", self.tracker.idx, events)
             self.tracker.attach(request)
             state = PromptState(request, stream=stream, pid=self.pid, generation=self.generation)
             if t is not None:
@@ -233,7 +252,7 @@ class Session:
         if kind in self.clearing:
             self.tracker.clear_window += 1
             self._pending_clears.append((kind, cmd.get("id")))
-        return NO_EVENTS
+        return events or NO_EVENTS
 
     def receive_line(self, line: bytes | Oversize, *, t: float | None = None) -> tuple[int, dict[str, Any] | RawLine | None, Sequence[Event]]:
         """One line read from the engine's stdout: ``(idx, parsed, events)``.
@@ -283,6 +302,8 @@ class Session:
                     self.overlaps.append(out)
                 if self.held is not None:
                     _add_signal(self.held, out.to_json())
+                for displaced in self._displaced:
+                    _add_signal(displaced, out.to_json())
                 # An `aborted` nobody asked for is the seed's own unknown: the
                 # receipt names it rather than the generic "overlap".
                 self._taint("aborted-without-stop" if out.signal == "aborted-without-stop" else "overlap", idx, events)
@@ -303,6 +324,8 @@ class Session:
             events.append(self._diagnostic(kind, value, idx))
         if self.taint is not None and self.held is not None and self.held.receipt is None:
             self._settle_tainted(idx, t, events)
+        if self._displaced and self.taint is not None:
+            self._settle_displaced(idx, t, events)
         return idx, events
 
     def release(self, request: Any, *, t: float | None = None, recorded: dict[str, Any] | None = None) -> list[Event]:
@@ -320,6 +343,7 @@ class Session:
         self.tracker.release()
         if self.held is not None and self.held.request == request:
             self.held = None
+        self._displaced = [p for p in self._displaced if p.request != request]
         self.open.pop(request, None)
         return events
 
@@ -336,14 +360,16 @@ class Session:
     def engine_exited(self, *, t: float | None = None) -> list[Event]:
         """The engine process is gone: the held slot gets its receipt now."""
         events: list[Event] = []
-        prompt = self.held
-        if prompt is not None and prompt.receipt is None:
+        for prompt in [*self._displaced, self.held]:
+            if prompt is None or prompt.receipt is not None:
+                continue
             if self.taint is not None:
                 self._decide(prompt, "outcome-unknown", self.taint, t, events)
             elif prompt.working_idx is not None:
                 self._decide(prompt, "outcome-unknown", "engine-exited", t, events)
             else:
                 self._decide(prompt, "delivery-unknown", "engine-exited", t, events)
+        self._displaced.clear()
         self.exited = True
         self._fresh_needed = True
         return events
@@ -373,6 +399,7 @@ class Session:
         self.taint = None
         self._pending_clears.clear()
         self.held = None
+        self._displaced.clear()
         self.exited = False
         self._fresh_needed = False
 
@@ -431,6 +458,14 @@ class Session:
         if done:
             self._decide(held, "outcome-unknown", self.taint, t, events, settle_idx=idx)
 
+    def _settle_displaced(self, idx: int, t: float | None, events: list[Event]) -> None:
+        for prompt in list(self._displaced):
+            if prompt.receipt is not None:
+                self._displaced.remove(prompt)
+            elif prompt.run_id is not None and self.tracker.settle_idx(prompt.run_id) is not None:
+                self._displaced.remove(prompt)
+                self._decide(prompt, "outcome-unknown", self.taint, t, events, settle_idx=idx)
+
     def _settle_from_tracker(self, out: Settled, settle: dict[str, Any], t: float | None, events: list[Event]) -> None:
         held = self.held
         if held is None or held.request != out.request or held.receipt is not None:
@@ -461,7 +496,10 @@ class Session:
         if t is not None:
             prompt.times["settled"] = t
         slot = self.tracker.slot
-        run = slot.run_id if slot is not None and slot.request == prompt.request and prompt is self.held else None
+        if slot is not None and slot.request == prompt.request and prompt is self.held:
+            run = slot.run_id
+        else:
+            run = prompt.run_id
         receipt = Receipt(
             request=prompt.request,
             state=state,

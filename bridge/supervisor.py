@@ -279,9 +279,7 @@ class Bridge:
         engine = self.engine
         if engine is None or not engine.alive:
             raise RuntimeError("no engine is running")
-        self.session.send(cmd, t=self.now())
-        if self.journal is not None:
-            self.journal.send(cmd, self.now())
+        self._record_send(cmd)
         with trio.move_on_after(self.config.write_timeout):
             await engine.send(cmd)
 
@@ -516,12 +514,20 @@ class Bridge:
             elif kind is Acked:
                 self._poke()
 
+    def _record_send(self, cmd: dict[str, Any], *, stream: bool = False) -> None:
+        """Journal a command and feed it to the session, before it is written:
+        every line the engine writes in answer is read after it."""
+        t = self.now()
+        if self.journal is not None:
+            self.journal.send(cmd, t)
+        events = self.session.send(cmd, t=t, stream=stream)
+        if events:
+            self._handle(events)
+
     async def _send_quietly(self, engine: Engine, cmd: dict[str, Any]) -> None:
         if engine is not self.engine or not engine.alive:
             return
-        self.session.send(cmd, t=self.now())
-        if self.journal is not None:
-            self.journal.send(cmd, self.now())
+        self._record_send(cmd)
         with trio.move_on_after(self.config.write_timeout):
             try:
                 await engine.send(cmd)
@@ -634,9 +640,7 @@ class Bridge:
         self._startup_waiting = {cmd["id"]: None for cmd in launch.startup}
         with trio.move_on_after(self.config.startup_timeout):
             for cmd in launch.startup:
-                self.session.send(cmd, t=self.now())
-                if self.journal is not None:
-                    self.journal.send(cmd, self.now())
+                self._record_send(cmd)
                 try:
                     await engine.send(cmd)
                 except EngineGone:
@@ -684,9 +688,7 @@ class Bridge:
         if engine is None or not engine.alive:
             return stop_id
         for cmd in commands:
-            self.session.send(cmd, t=self.now())
-            if self.journal is not None:
-                self.journal.send(cmd, self.now())
+            self._record_send(cmd)
             with trio.move_on_after(self.config.write_timeout) as scope:
                 try:
                     await engine.send(cmd)
@@ -706,12 +708,10 @@ class Bridge:
         t = self.now()
         self._held = p
         p.sent = True
-        self.session.send(cmd, t=t, stream=p.stream)
+        self._record_send(cmd, stream=p.stream)
         state = self.session.prompt(p.request)
         if state is not None:
             state.times["submitted"] = p.submitted
-        if self.journal is not None:
-            self.journal.send(cmd, t)
         with trio.move_on_after(self.config.write_timeout) as write_scope:
             try:
                 await engine.send(cmd)
