@@ -548,7 +548,7 @@ class Session:
             method = value.get("method")
             detail = {"method": method, "id": value.get("id")}
             answer = None
-            if method in DIALOG_METHODS and value.get("id") is not None:
+            if isinstance(method, str) and method in DIALOG_METHODS and value.get("id") is not None:
                 answer = {"type": "extension_ui_response", "id": value.get("id"), "cancelled": True}
             diag = Diagnostic("extension-ui", idx, detail, answer)
         else:

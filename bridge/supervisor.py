@@ -258,6 +258,8 @@ class Bridge:
         if p is None or p.receipt is not None:
             return None
         if not p.sent:
+            # Queued, or taken by the dispatcher while it starts an engine: the
+            # dispatcher checks for a receipt before it sends.
             try:
                 self._queue.remove(p)
             except ValueError:
@@ -543,6 +545,10 @@ class Bridge:
                 if p is None:
                     return
                 engine = await self._ensure_engine()
+                if p.receipt is not None:
+                    # Stopped (cancelled) or closed while its engine was starting:
+                    # it was never sent, and never will be.
+                    continue
                 if engine is None:
                     self._finish_unsent(p, "rejected", "engine-down" if self.down_reason else "closing",
                                         native_error=self.down_reason)

@@ -1,0 +1,536 @@
+"""``bridge serve`` end to end: a real subprocess, real pipes, the fake engine behind it.
+
+Every read is bounded (``ServeProc.next``/``until`` fail after a timeout) and every
+process is killed in a ``finally``, so a hang fails the test instead of the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import pytest
+import trio
+
+from tests.helpers_live import ROOT, ServeProc, fake_engine_argv, read_journal, wait_gone
+
+
+@pytest.fixture
+async def serve_factory(tmp_path: Path) -> AsyncIterator[Any]:
+    procs: list[ServeProc] = []
+
+    async def start(scenario: dict[str, Any] | None = None, *args: str, journal: str = "j.jsonl") -> ServeProc:
+        sp = await ServeProc.start(tmp_path, fake_engine_argv(scenario or {}), "--journal", str(tmp_path / journal), *args)
+        procs.append(sp)
+        ready = await sp.next(timeout=15)
+        assert ready is not None and ready["type"] == "ready", (ready, sp.stderr)
+        return sp
+
+    try:
+        yield start
+    finally:
+        for sp in procs:
+            await sp.kill()
+
+
+def by_id(sp: ServeProc) -> dict[str, dict[str, Any]]:
+    """The receipts the controller saw, by id; fails on a second receipt for an id."""
+    counts = Counter(r["id"] for r in sp.receipts())
+    assert all(n == 1 for n in counts.values()), f"more than one receipt for an id: {counts}"
+    out = {}
+    for r in sp.receipts():
+        assert r["receipt"]["request"] == r["id"]
+        out[r["id"]] = r["receipt"]
+    return out
+
+
+async def wait_held(sp: ServeProc, rid: str, queued: list[str] | None = None, timeout: float = 10.0) -> dict[str, Any]:
+    """Ask ``status`` until ``rid`` holds the slot (and ``queued`` are waiting)."""
+    with trio.fail_after(timeout):
+        while True:
+            await sp.send({"type": "status"})
+            st = await sp.until(lambda line: line["type"] == "status")
+            if st["held"] == rid and (queued is None or st["queued"] == queued):
+                return st
+            await trio.sleep(0.02)
+
+
+async def finish(sp: ServeProc, how: str = "shutdown", timeout: float = 20.0) -> tuple[int, list[dict[str, Any]]]:
+    if how == "shutdown":
+        await sp.send({"type": "shutdown"})
+    else:
+        await sp.close_stdin()
+    rest = await sp.read_all(timeout=timeout)
+    code = await sp.wait(timeout=5)
+    return code, rest
+
+
+def assert_bye_last(sp: ServeProc) -> None:
+    assert sp.lines, "no output"
+    byes = [i for i, line in enumerate(sp.lines) if line["type"] == "bye"]
+    assert byes == [len(sp.lines) - 1], f"bye must be the last line, once: {sp.lines[-5:]}"
+    assert sp.lines[-1]["receipts"] == len(sp.receipts())
+
+
+# -- the basics -------------------------------------------------------------------------------
+
+
+async def test_ready_prompt_and_stream(serve_factory: Any, tmp_path: Path) -> None:
+    sp: ServeProc = await serve_factory({"defaults": {"deltas": 5}})
+    ready = sp.lines[0]
+    assert ready["journal"] == str(tmp_path / "j.jsonl")
+    assert isinstance(ready["version"], str)
+
+    await sp.send({"type": "prompt", "id": "a", "message": "hello there"})
+    ra = await sp.until(lambda line: line["type"] == "receipt")
+    assert ra["id"] == "a"
+    assert ra["receipt"]["state"] == "finished" and ra["receipt"]["reason"] is None
+    assert ra["receipt"]["reply"] == "ok: hello there"
+
+    await sp.send({"type": "prompt", "id": "b", "message": "stream me please", "stream": True})
+    rb = await sp.until(lambda line: line["type"] == "receipt")
+    assert rb["id"] == "b" and rb["receipt"]["state"] == "finished"
+    texts = [line["text"] for line in sp.lines if line["type"] == "text" and line["id"] == "b"]
+    assert len(texts) >= 2, sp.lines
+    assert "".join(texts) == rb["receipt"]["reply"] == "ok: stream me please"
+    assert not [line for line in sp.lines if line["type"] == "text" and line["id"] == "a"], "a did not ask to stream"
+
+    code, _ = await finish(sp)
+    assert code == 0, sp.stderr
+    assert set(by_id(sp)) == {"a", "b"}
+    assert_bye_last(sp)
+
+
+BAD_LINES: list[tuple[bytes, str]] = [
+    (b"this is not json", "not JSON"),
+    (b"[1, 2, 3]", "not an object"),
+    (b"42", "not an object"),
+    (b'{"type":"frobnicate","id":"q"}', "unknown type"),
+    (b'{"id":"q","message":"no type"}', '"type"'),
+    (b'{"type":"prompt","message":"no id"}', '"id"'),
+    (b'{"type":"prompt","id":42,"message":"int id"}', '"id"'),
+    (b'{"type":"prompt","id":"","message":"empty id"}', '"id"'),
+    (b'{"type":"prompt","id":"m1","message":42}', '"message"'),
+    (b'{"type":"prompt","id":"m2"}', '"message"'),
+    (b'{"type":"prompt","id":"t1","message":"x","timeout":-1}', '"timeout"'),
+    (b'{"type":"prompt","id":"t2","message":"x","timeout":0}', '"timeout"'),
+    (b'{"type":"prompt","id":"t3","message":"x","timeout":"soon"}', '"timeout"'),
+    (b'{"type":"prompt","id":"t4","message":"x","timeout":true}', '"timeout"'),
+    (b'{"type":"prompt","id":"s1","message":"x","stream":"yes"}', '"stream"'),
+    (b'{"type":"prompt","id":"u1","message":"bad \xff\xfe utf8"}', "UTF-8"),
+    (b'{"type":"stop"}', '"id"'),
+    (b'{"type":"stop","id":7}', '"id"'),
+]
+
+
+async def test_bad_controller_lines(serve_factory: Any) -> None:
+    sp: ServeProc = await serve_factory()
+    await sp.send({"type": "prompt", "id": "d", "message": "first"})
+    first = await sp.until(lambda line: line["type"] == "receipt")
+    assert first["receipt"]["state"] == "finished"
+    lineno = 1
+    expected: list[tuple[int, str, str]] = []
+    for raw, what in BAD_LINES:
+        await sp.send(raw)
+        lineno += 1
+        expected.append((lineno, what, raw.decode("utf-8", "replace")))
+    await sp.send({"type": "prompt", "id": "d", "message": "duplicate"})
+    lineno += 1
+    expected.append((lineno, "duplicate", "duplicate id d"))
+    await sp.send({"type": "stop", "id": "nobody"})
+    lineno += 1
+    expected.append((lineno, "unknown id", "stop of an unknown id"))
+
+    errors = []
+    for _ in expected:
+        errors.append(await sp.until(lambda line: line["type"] == "error"))
+    for err, (n, what, raw) in zip(errors, expected):
+        assert err["line"] == n, (err, raw)
+        assert what.lower() in err["error"].lower(), f"error for {raw!r} does not name the problem: {err}"
+
+    # still running: a later prompt gets its receipt
+    await sp.send({"type": "prompt", "id": "after", "message": "still there?"})
+    r = await sp.until(lambda line: line["type"] == "receipt")
+    assert r["id"] == "after" and r["receipt"]["state"] == "finished"
+    code, _ = await finish(sp)
+    assert code == 0
+    # none of the bad prompt lines was accepted: receipts only for d and after, once each
+    assert set(by_id(sp)) == {"d", "after"}
+    assert by_id(sp)["d"]["reply"] == "ok: first"
+    assert_bye_last(sp)
+
+
+# -- stop ---------------------------------------------------------------------------------------
+
+
+async def test_stop_running_prompt(serve_factory: Any) -> None:
+    sp: ServeProc = await serve_factory({"prompts": [{"hang": True}]})
+    await sp.send({"type": "prompt", "id": "a", "message": "hang on"})
+    await wait_held(sp, "a")
+    await sp.send({"type": "stop", "id": "a"})
+    stopping = await sp.until(lambda line: line["type"] == "stopping")
+    assert stopping["id"] == "a" and isinstance(stopping["stop"], str) and stopping["stop"]
+    r = (await sp.until(lambda line: line["type"] == "receipt"))["receipt"]
+    assert (r["state"], r["reason"]) == ("failed", "interrupted"), r
+    assert r["stop"] == stopping["stop"]
+    # a stop of a prompt that already has its receipt is harmless
+    await sp.send({"type": "stop", "id": "a"})
+    again = await sp.until(lambda line: line["type"] in ("stopping", "error"))
+    assert again["type"] == "stopping" and again["stop"] is None
+    # the engine still works
+    await sp.send({"type": "prompt", "id": "b", "message": "next"})
+    rb = (await sp.until(lambda line: line["type"] == "receipt"))["receipt"]
+    assert rb["state"] == "finished"
+    code, _ = await finish(sp)
+    assert code == 0
+    assert set(by_id(sp)) == {"a", "b"}
+
+
+async def test_stop_queued_prompt_and_unknown(serve_factory: Any) -> None:
+    sp: ServeProc = await serve_factory({"prompts": [{"hang": True}]})
+    await sp.send({"type": "prompt", "id": "a", "message": "hang on"})
+    await sp.send({"type": "prompt", "id": "b", "message": "waiting"})
+    await wait_held(sp, "a", queued=["b"])
+    await sp.send({"type": "stop", "id": "b"})
+    rb = await sp.until(lambda line: line["type"] == "receipt")
+    assert rb["id"] == "b"
+    assert (rb["receipt"]["state"], rb["receipt"]["reason"]) == ("rejected", "cancelled")
+    await sp.send({"type": "stop", "id": "zzz"})
+    err = await sp.until(lambda line: line["type"] == "error")
+    assert err.get("id") == "zzz" and "unknown" in err["error"]
+    await sp.send({"type": "stop", "id": "a"})
+    ra = await sp.until(lambda line: line["type"] == "receipt")
+    assert ra["id"] == "a" and ra["receipt"]["reason"] == "interrupted"
+    code, _ = await finish(sp)
+    assert code == 0
+    assert set(by_id(sp)) == {"a", "b"}
+
+
+async def test_status(serve_factory: Any, tmp_path: Path) -> None:
+    sp: ServeProc = await serve_factory({"prompts": [{"hang": True}]})
+    await sp.send({"type": "status"})
+    st0 = await sp.until(lambda line: line["type"] == "status")
+    assert st0["held"] is None and st0["queued"] == [] and st0["receipts"] == 0
+    assert st0["journal"] == str(tmp_path / "j.jsonl")
+    await sp.send({"type": "prompt", "id": "a", "message": "x"})
+    await sp.send({"type": "prompt", "id": "b", "message": "y"})
+    st = await wait_held(sp, "a", queued=["b"])
+    assert st["engine"]["alive"] is True and st["engine"]["generation"] == 1
+    assert st["engine"]["pid"] in sp.engine_pids()
+    await sp.send({"type": "stop", "id": "a"})
+    await sp.until(lambda line: line["type"] == "receipt" and line["id"] == "b")
+    await sp.send({"type": "status"})
+    st2 = await sp.until(lambda line: line["type"] == "status")
+    assert st2["receipts"] == 2 and st2["held"] is None and st2["queued"] == []
+    code, _ = await finish(sp)
+    assert code == 0
+
+
+# -- ending ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["shutdown", "eof"])
+async def test_end_drains_outstanding(serve_factory: Any, how: str) -> None:
+    sp: ServeProc = await serve_factory({"defaults": {"delta_delay": 0.05}})
+    ids = ["a", "b", "c", "d"]
+    for rid in ids:
+        await sp.send({"type": "prompt", "id": rid, "message": f"prompt {rid}"})
+    code, _ = await finish(sp, how)
+    assert code == 0, sp.stderr
+    got = by_id(sp)
+    assert set(got) == set(ids)
+    assert all(r["state"] == "finished" for r in got.values()), got
+    assert [r["id"] for r in sp.receipts()] == ids, "FIFO"
+    assert_bye_last(sp)
+    for pid in sp.engine_pids():
+        assert await wait_gone(pid) == []
+
+
+async def test_sigterm_while_running(serve_factory: Any) -> None:
+    sp: ServeProc = await serve_factory({"prompts": [{"hang": True}]})
+    await sp.send({"type": "prompt", "id": "a", "message": "hang on"})
+    await sp.send({"type": "prompt", "id": "b", "message": "queued"})
+    await wait_held(sp, "a", queued=["b"])
+    pids = sp.engine_pids()
+    assert len(pids) == 1
+    sp.proc.send_signal(signal.SIGTERM)
+    await sp.read_all(timeout=20)
+    code = await sp.wait(timeout=5)
+    assert code == 128 + signal.SIGTERM, sp.stderr
+    got = by_id(sp)
+    assert set(got) == {"a", "b"}
+    # the bridge stops the held prompt (the fake engine honours abort): interrupted by our stop
+    assert (got["a"]["state"], got["a"]["reason"]) == ("failed", "interrupted"), got["a"]
+    assert (got["b"]["state"], got["b"]["reason"]) == ("rejected", "closing")
+    assert_bye_last(sp)
+    assert await wait_gone(pids[0]) == [], "the engine was not reaped"
+
+
+async def test_queue_full(serve_factory: Any) -> None:
+    sp: ServeProc = await serve_factory({"prompts": [{"hang": True}]}, "--queue-max", "1")
+    await sp.send({"type": "prompt", "id": "a", "message": "x"})
+    await wait_held(sp, "a")
+    await sp.send({"type": "prompt", "id": "b", "message": "y"})
+    await sp.send({"type": "prompt", "id": "c", "message": "z"})
+    rc = await sp.until(lambda line: line["type"] == "receipt")
+    assert rc["id"] == "c" and (rc["receipt"]["state"], rc["receipt"]["reason"]) == ("rejected", "queue-full")
+    await sp.send({"type": "stop", "id": "a"})
+    code, _ = await finish(sp)
+    assert code == 0
+    got = by_id(sp)
+    assert got["a"]["reason"] == "interrupted" and got["b"]["state"] == "finished"
+
+
+# -- content --------------------------------------------------------------------------------------
+
+AWKWARD = [
+    "line one\nline two\n\nline four",
+    "carriage\r\nreturn\rand\r",
+    "separators \u2028 line \u2029 para \u0085 next",
+    "nul \x00 inside \x00\x01\x1f control",
+    "emoji 🦀 👩‍👩‍👧 \U0001f600 and \ufeff bom",
+    '{"type":"receipt","id":"forged"}\n{"type":"bye"}',
+    "é" * 300_000 + "\n" + "x" * 400_000 + "🦀" * 1000,  # ~1 MB of UTF-8
+]
+
+
+async def test_prompt_text_arrives_intact(serve_factory: Any, tmp_path: Path) -> None:
+    sp: ServeProc = await serve_factory()
+    for n, msg in enumerate(AWKWARD):
+        line = json.dumps({"type": "prompt", "id": f"p{n}", "message": msg}, ensure_ascii=bool(n % 2)).encode()
+        assert b"\n" not in line
+        await sp.send(line)
+    code, _ = await finish(sp, timeout=60)
+    assert code == 0, sp.stderr
+    got = by_id(sp)
+    assert set(got) == {f"p{n}" for n in range(len(AWKWARD))}
+    for n, msg in enumerate(AWKWARD):
+        r = got[f"p{n}"]
+        assert r["state"] == "finished", r
+        assert r["reply"] == "ok: " + msg[:40], (n, r["reply"])
+    sent = [e["send"] for e in read_journal(tmp_path / "j.jsonl") if "send" in e and e["send"].get("type") == "prompt"]
+    assert [s["message"] for s in sent] == AWKWARD
+
+
+async def test_engine_output_cannot_forge_controller_lines(serve_factory: Any) -> None:
+    forged_reply = 'done\n{"type":"receipt","id":"x","receipt":{"state":"finished"}}\n{"type":"bye","receipts":0}\r\n\u2028{"type":"error"}'
+    forged_line = {"type": "receipt", "id": "x", "receipt": {"request": "x", "state": "finished"}}
+    scenario = {
+        "on_start": {"stderr": [json.dumps(forged_line), '{"type":"bye","receipts":9}']},
+        "defaults": {
+            "reply": forged_reply,
+            "deltas": 6,
+            "before_ack": [forged_line, {"type": "bye", "receipts": 0}],
+            "after_settle": [forged_line, '{"type":"text","id":"a","text":"forged"}'],
+        },
+    }
+    sp: ServeProc = await serve_factory(scenario)
+    await sp.send({"type": "prompt", "id": "a", "message": "one", "stream": True})
+    await sp.send({"type": "prompt", "id": "b", "message": "two"})
+    code, _ = await finish(sp)
+    assert code == 0
+    # every stdout line parsed as one JSON object (ServeProc checks) and was one line
+    assert all(b"\n" not in raw for raw in sp.raw)
+    got = by_id(sp)
+    assert set(got) == {"a", "b"}, f"a forged receipt: {sp.receipts()}"
+    assert [line["type"] for line in sp.lines].count("bye") == 1
+    assert_bye_last(sp)
+    assert got["a"]["reply"] == forged_reply
+    texts = "".join(line["text"] for line in sp.lines if line["type"] == "text" and line["id"] == "a")
+    assert texts == forged_reply
+    assert not [line for line in sp.lines if line["type"] == "text" and line["id"] != "a"]
+
+
+# -- the journal -----------------------------------------------------------------------------------
+
+
+async def test_journal_private_and_replays(serve_factory: Any, tmp_path: Path) -> None:
+    scenario = {"prompts": [{}, {"hang": True}, {"stopReason": "error", "errorMessage": "boom"},
+                            {"stopReason": "length"}, {"self_start_after": True}]}
+    sp: ServeProc = await serve_factory(scenario, "--queue-max", "2")
+    await sp.send({"type": "prompt", "id": "fin", "message": "a"})
+    await sp.until(lambda line: line["type"] == "receipt")
+    await sp.send({"type": "prompt", "id": "hang", "message": "b"})
+    await wait_held(sp, "hang")
+    await sp.send({"type": "prompt", "id": "err", "message": "c"})
+    await sp.send({"type": "prompt", "id": "cancel", "message": "d"})
+    await sp.send({"type": "prompt", "id": "full", "message": "e"})
+    await sp.send({"type": "stop", "id": "cancel"})
+    await sp.send({"type": "stop", "id": "hang"})
+    await sp.until(lambda line: line["type"] == "receipt" and line["id"] == "err")
+    await sp.send({"type": "prompt", "id": "len", "message": "f"})
+    await sp.send({"type": "prompt", "id": "o1", "message": "g"})
+    await sp.until(lambda line: line["type"] == "receipt" and line["id"] == "o1")
+    await sp.send({"type": "prompt", "id": "last", "message": "h", "timeout": 5})
+    code, _ = await finish(sp)
+    assert code == 0
+    seen = {k: (v["state"], v["reason"]) for k, v in by_id(sp).items()}
+    assert seen["fin"] == ("finished", None)
+    assert seen["hang"] == ("failed", "interrupted")
+    assert seen["err"] == ("failed", None)
+    assert seen["cancel"] == ("rejected", "cancelled")
+    assert seen["full"] == ("rejected", "queue-full")
+    assert seen["len"] == ("finished", None)
+
+    path = tmp_path / "j.jsonl"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    out = subprocess.run([sys.executable, "-m", "bridge", "replay", "--json", str(path)],
+                         capture_output=True, timeout=30, cwd=str(ROOT))
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    replayed = {r["request"]: (r["state"], r["reason"]) for r in result["receipts"]}
+    assert replayed == seen
+    assert len(result["receipts"]) == len(seen)
+    live_overlaps = [{k: v for k, v in line.items() if k not in ("type", "generation")}
+                     for line in sp.lines if line["type"] == "signal" and str(line.get("signal", "")).startswith("O")]
+    assert live_overlaps and live_overlaps[0]["signal"] == "O1"
+    assert result["overlaps"] == live_overlaps
+
+
+# -- more edges ------------------------------------------------------------------------------------
+
+
+async def test_last_line_without_newline_is_a_line(serve_factory: Any) -> None:
+    sp: ServeProc = await serve_factory()
+    await sp.send({"type": "prompt", "id": "a", "message": "engine up first"})
+    await sp.until(lambda line: line["type"] == "receipt")
+    assert sp.proc.stdin is not None
+    await sp.proc.stdin.send_all(b'{"type":"prompt","id":"b","message":"no newline at the end"}')
+    code, _ = await finish(sp, "eof")
+    assert code == 0
+    assert by_id(sp)["b"]["state"] == "finished"
+    assert by_id(sp)["b"]["reply"] == "ok: no newline at the end"
+
+
+# An engine that exits at start on its first two launches, then is the fake engine:
+# the third start comes after the restart backoff (0.25 s by default).
+CRASH_TWICE = (
+    'n=$(cat "$0" 2>/dev/null || echo 0); echo $((n+1)) > "$0"; '
+    'if [ "$n" -lt 2 ]; then echo "boom $n" >&2; exit 3; fi; exec "$@"'
+)
+
+
+async def test_eof_during_engine_restart_still_runs_the_prompt(tmp_path: Path) -> None:
+    """Regression (fixed in 25436c7): drain() missed a prompt taken by the dispatcher
+    while its engine was starting, so EOF rejected it 'closing'."""
+    counter = tmp_path / "starts"
+    argv = ["sh", "-c", CRASH_TWICE, str(counter), *fake_engine_argv({})]
+    sp = await ServeProc.start(tmp_path, argv, "--journal", str(tmp_path / "j.jsonl"))
+    try:
+        assert (await sp.next(timeout=15))["type"] == "ready"  # type: ignore[index]
+        for rid in ("c1", "c2"):
+            await sp.send({"type": "prompt", "id": rid, "message": "x"})
+            await sp.until(lambda line, rid=rid: line["type"] == "receipt" and line["id"] == rid)
+        await sp.send({"type": "prompt", "id": "a", "message": "after two crashes"})
+        await trio.sleep(0.1)  # the dispatcher has taken "a" and waits out the backoff
+        code, _ = await finish(sp, "eof")
+        assert code == 0
+        r = by_id(sp)["a"]
+        assert (r["state"], r["reason"]) == ("finished", None), r
+    finally:
+        await sp.kill()
+
+
+async def test_single_prompt_then_eof(tmp_path: Path) -> None:
+    """Regression (fixed in 25436c7): ``printf 'PROMPT\\n' | bridge serve`` rejected it 'closing'."""
+    with trio.fail_after(30):
+        out = await trio.run_process(
+            [sys.executable, "-m", "bridge", "serve", "--no-journal", "--", *fake_engine_argv({})],
+            stdin=b'{"type":"prompt","id":"a","message":"hi"}\n', capture_stdout=True, capture_stderr=True,
+            check=False, cwd=str(ROOT),
+        )
+    assert out.returncode == 0
+    receipts = [json.loads(x) for x in out.stdout.splitlines() if b'"receipt"' in x]
+    assert len(receipts) == 1
+    assert receipts[0]["receipt"]["state"] == "finished", receipts[0]
+
+
+async def test_stop_during_engine_restart_cancels_for_real(tmp_path: Path) -> None:
+    counter = tmp_path / "starts"
+    argv = ["sh", "-c", CRASH_TWICE, str(counter), *fake_engine_argv({})]
+    sp = await ServeProc.start(tmp_path, argv, "--journal", str(tmp_path / "j.jsonl"))
+    try:
+        assert (await sp.next(timeout=15))["type"] == "ready"  # type: ignore[index]
+        for rid in ("c1", "c2"):
+            await sp.send({"type": "prompt", "id": rid, "message": "x"})
+            await sp.until(lambda line, rid=rid: line["type"] == "receipt" and line["id"] == rid)
+        await sp.send({"type": "prompt", "id": "a", "message": "cancel me"})
+        await trio.sleep(0.1)  # the dispatcher has taken "a" and waits out the 0.25 s backoff
+        await sp.send({"type": "stop", "id": "a"})
+        r = await sp.until(lambda line: line["type"] == "receipt" and line["id"] == "a")
+        assert (r["receipt"]["state"], r["receipt"]["reason"]) == ("rejected", "cancelled")
+        await trio.sleep(0.5)
+        await sp.send({"type": "status"})
+        st = await sp.until(lambda line: line["type"] == "status")
+        code, _ = await finish(sp, "eof")
+        assert code == 0
+        sent = [e["send"].get("id") for e in read_journal(tmp_path / "j.jsonl") if "send" in e]
+        assert "a" not in sent, "a prompt receipted rejected/cancelled was written to the engine"
+        assert st["held"] is None, st
+    finally:
+        await sp.kill()
+
+
+async def test_per_prompt_timeout_stops_the_run(serve_factory: Any) -> None:
+    sp: ServeProc = await serve_factory({"prompts": [{"hang": True}]})
+    await sp.send({"type": "prompt", "id": "a", "message": "slow", "timeout": 0.3})
+    r = (await sp.until(lambda line: line["type"] == "receipt", timeout=10))["receipt"]
+    # the settle timeout sends a stop; the engine honours it
+    assert r["state"] in ("failed", "outcome-unknown"), r
+    assert r["stop"] is not None
+    code, _ = await finish(sp)
+    assert code == 0
+
+
+async def test_drain_timeout_bounds_an_engine_that_ignores_abort(serve_factory: Any) -> None:
+    sp: ServeProc = await serve_factory({"prompts": [{"hang": "forever"}]}, "--drain-timeout", "0.3")
+    await sp.send({"type": "prompt", "id": "a", "message": "never ends"})
+    await sp.send({"type": "prompt", "id": "b", "message": "queued"})
+    await wait_held(sp, "a", queued=["b"])
+    pids = sp.engine_pids()
+    with trio.fail_after(20):
+        code, _ = await finish(sp, "eof")
+    assert code == 0
+    got = by_id(sp)
+    assert got["a"]["state"] == "outcome-unknown", got["a"]
+    assert (got["b"]["state"], got["b"]["reason"]) == ("rejected", "closing")
+    assert_bye_last(sp)
+    assert await wait_gone(pids[0]) == []
+
+
+async def test_sigint_exits_130(serve_factory: Any) -> None:
+    sp: ServeProc = await serve_factory({"prompts": [{"hang": True}]})
+    await sp.send({"type": "prompt", "id": "a", "message": "x"})
+    await wait_held(sp, "a")
+    sp.proc.send_signal(signal.SIGINT)
+    await sp.read_all()
+    assert await sp.wait() == 130
+    assert set(by_id(sp)) == {"a"}
+    assert_bye_last(sp)
+
+
+async def test_controller_that_goes_away(tmp_path: Path) -> None:
+    """The controller stops reading stdout: receipts still reach the journal, exit 0."""
+    sp = await ServeProc.start(tmp_path, fake_engine_argv({"defaults": {"delta_delay": 0.02}}),
+                               "--journal", str(tmp_path / "j.jsonl"))
+    try:
+        assert (await sp.next(timeout=15))["type"] == "ready"  # type: ignore[index]
+        assert sp.proc.stdout is not None
+        await sp.proc.stdout.aclose()
+        for n in range(3):
+            await sp.send({"type": "prompt", "id": f"p{n}", "message": "x" * 1000, "stream": True})
+        await sp.close_stdin()
+        code = await sp.wait(timeout=20)
+        assert code == 0, sp.stderr
+        receipts = [e["receipt"] for e in read_journal(tmp_path / "j.jsonl") if "receipt" in e]
+        assert sorted(r["request"] for r in receipts) == ["p0", "p1", "p2"]
+        assert all(r["state"] == "finished" for r in receipts)
+    finally:
+        await sp.kill()
