@@ -10,14 +10,15 @@ finish is ``pending``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
 from bridge.framing import RawLine
 from bridge.receipts import Receipt
-from bridge.session import PromptState, Session
-from bridge.transcript import open_transcript
+from bridge.session import NO_EVENTS, Event, PromptState, ReceiptReady, Session
+from bridge.transcript import Entry, open_transcript
 
 
 @attrs.define
@@ -45,47 +46,85 @@ def _raw_from_text(text: str) -> RawLine:
     return RawLine(why, text, len(text.encode("utf-8", "surrogatepass")))
 
 
+class Driver:
+    """Feed a transcript's entries to a :class:`Session`, the way replay reads them.
+
+    The one place that knows how each entry kind drives the session (replay and
+    ``bridge diagnose`` both use it). :meth:`feed` takes one entry and returns
+    the session's events for it; a ``receipt`` entry for a prompt that was
+    never sent (queue-full, closing, ...) is returned as a :class:`ReceiptReady`
+    too, since that recorded receipt is the prompt's only story.
+
+    ``bounded=False`` (replay) keeps every prompt in :attr:`story`, in order of
+    first appearance. ``bounded=True`` (diagnose on a journal of any size) keeps
+    nothing per prompt once its story is over: no story, and a recorded receipt
+    is forgotten at its prompt's release.
+    """
+
+    def __init__(self, session: Session, *, bounded: bool = False) -> None:
+        self.session = session
+        self.bounded = bounded
+        # Every prompt in order of first appearance: a sent prompt's state, or
+        # the receipt recorded for one that was never sent (queue-full, ...).
+        self.story: list[PromptState | Receipt] = []
+        self.sent_ids: set[Any] = set()
+        self.recorded: dict[Any, dict[str, Any]] = {}
+
+    def feed(self, entry: Entry) -> Sequence[Event]:
+        session = self.session
+        kind, value = entry.kind, entry.value
+        if kind == "recv":
+            return session.observe(value, t=entry.t)[1]
+        if kind == "send":
+            events = session.send(value, t=entry.t)
+            if value.get("type") == "prompt":
+                request = value.get("id")
+                self.sent_ids.add(request)
+                if not self.bounded:
+                    self.story.append(session.open[request])
+            return events
+        if kind == "recv_raw":
+            return session.observe(_raw_from_text(value), t=entry.t)[1]
+        if kind == "release":
+            recorded = self.recorded.pop(value, None) if self.bounded else self.recorded.get(value)
+            return session.release(value, t=entry.t, recorded=recorded)
+        if kind == "exit":
+            return session.engine_exited(t=entry.t)
+        if kind == "receipt" and isinstance(value, dict):
+            request = value.get("request")
+            if request not in self.sent_ids:
+                if not self.bounded:
+                    self.recorded[request] = value
+                try:
+                    receipt = Receipt.from_json(value)
+                except Exception:  # noqa: BLE001 - a bad record is not evidence
+                    return NO_EVENTS
+                if not self.bounded:
+                    self.story.append(receipt)
+                return (ReceiptReady(receipt),)
+            self.recorded[request] = value
+            if self.bounded:
+                # Its prompt's story ends with this record (and its release).
+                self.sent_ids.discard(request)
+            return NO_EVENTS
+        if kind == "note" and isinstance(value, dict) and value.get("event") == "engine-start":
+            pid, generation = value.get("pid"), value.get("generation")
+            session.engine_started(
+                pid if isinstance(pid, int) else None,
+                generation if isinstance(generation, int) else None,
+            )
+        return NO_EVENTS
+
+
 def replay(path: str) -> ReplayResult:
     """Replay one transcript file. Raises :class:`~bridge.transcript.TranscriptError`."""
     stream, reader = open_transcript(path)
     with stream:
-        session = Session(reader.header.clearing, collect=True)
-        # Every prompt in order of first appearance: a sent prompt's state, or
-        # the receipt recorded for one that was never sent (queue-full, ...).
-        story: list[PromptState | Receipt] = []
-        sent_ids: set[Any] = set()
-        recorded: dict[Any, dict[str, Any]] = {}
+        driver = Driver(Session(reader.header.clearing, collect=True))
         for entry in reader:
-            kind, value = entry.kind, entry.value
-            if kind == "recv":
-                session.observe(value, t=entry.t)
-            elif kind == "send":
-                session.send(value, t=entry.t)
-                if value.get("type") == "prompt":
-                    request = value.get("id")
-                    story.append(session.open[request])
-                    sent_ids.add(request)
-            elif kind == "recv_raw":
-                session.observe(_raw_from_text(value), t=entry.t)
-            elif kind == "release":
-                session.release(value, t=entry.t, recorded=recorded.get(value))
-            elif kind == "exit":
-                session.engine_exited(t=entry.t)
-            elif kind == "receipt" and isinstance(value, dict):
-                request = value.get("request")
-                recorded[request] = value
-                if request not in sent_ids:
-                    try:
-                        story.append(Receipt.from_json(value))
-                    except Exception:  # noqa: BLE001 - a bad record is not evidence
-                        pass
-            elif kind == "note" and isinstance(value, dict) and value.get("event") == "engine-start":
-                pid, generation = value.get("pid"), value.get("generation")
-                session.engine_started(
-                    pid if isinstance(pid, int) else None,
-                    generation if isinstance(generation, int) else None,
-                )
-        receipts = [_final(item, session) for item in story]
+            driver.feed(entry)
+        session = driver.session
+        receipts = [_final(item, session) for item in driver.story]
         return ReplayResult(
             path=path,
             observations=session.observations,
@@ -102,6 +141,11 @@ def _final(item: PromptState | Receipt, session: Session) -> Receipt:
         return item
     if item.receipt is not None:
         return item.receipt
+    return pending_receipt(item, session)
+
+
+def pending_receipt(item: PromptState, session: Session) -> Receipt:
+    """The ``pending`` receipt of a prompt whose story the transcript does not finish."""
     slot = session.tracker.slot
     run = slot.run_id if slot is not None and item is session.held else None
     return Receipt(
