@@ -3,9 +3,9 @@
 An :class:`Engine` owns one subprocess and three tasks in the caller's nursery:
 
 - the stdout reader: large reads into :class:`~bridge.framing.LineSplitter`,
-  each line handed to ``sink.line`` synchronously (no await between reading a
-  line and the session seeing it, so the order of observations is the order of
-  bytes on the pipe);
+  each read's lines handed to ``sink.lines`` synchronously (no await between
+  reading a line and the session seeing it, so the order of observations is
+  the order of bytes on the pipe);
 - the stderr drain: lines into a bounded ring (:attr:`Engine.stderr_tail`) and
   ``sink.stderr``; never parsed as protocol;
 - the waiter: ``Process.wait()``, then up to :data:`STDOUT_DRAIN_GRACE` for the
@@ -51,12 +51,29 @@ STDERR_RING = 200
 STDERR_LINE_MAX = 8192
 
 
+#: Linux's fcntl to resize a pipe (F_SETPIPE_SZ), and the size asked for: a
+#: 64 KiB pipe (the default) wakes the reader for every 64 KiB; 1 MiB (the
+#: default /proc/sys/fs/pipe-max-size) lets one read take ~3,500 Pi lines.
+F_SETPIPE_SZ = 1031
+PIPE_SIZE = 1 << 20
+
+
+def _widen_pipe(stream: Any) -> None:
+    """Best effort: a smaller pipe only costs wake-ups."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(stream.fileno(), F_SETPIPE_SZ, PIPE_SIZE)
+    except (OSError, AttributeError, ValueError):
+        pass
+
+
 class EngineGone(Exception):
     """The engine cannot take a command: it exited or closed its stdin."""
 
 
 class EngineSink(Protocol):
-    def line(self, engine: Engine, line: bytes | Oversize) -> None: ...
+    def lines(self, engine: Engine, lines: list[bytes | Oversize]) -> None: ...
 
     def stderr(self, engine: Engine, text: str) -> None: ...
 
@@ -110,6 +127,7 @@ class Engine:
             start_new_session=True,
         )
         engine.pid = engine.process.pid
+        _widen_pipe(engine.process.stdout)
         nursery.start_soon(engine._read_stdout)
         nursery.start_soon(engine._drain_stderr)
         nursery.start_soon(engine._wait)
@@ -141,19 +159,21 @@ class Engine:
         assert self.process is not None and self.process.stdout is not None
         stdout = self.process.stdout
         splitter = LineSplitter(self.max_line)
-        sink_line = self.sink.line
+        sink_lines = self.sink.lines
         with self._reader_scope:
             try:
                 while True:
                     data = await stdout.receive_some(READ_SIZE)
                     if not data:
                         break
-                    for line in splitter.feed(data):
-                        sink_line(self, line)
+                    lines = splitter.feed(data)
+                    if lines:
+                        sink_lines(self, lines)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass
-        for line in splitter.close():
-            sink_line(self, line)
+        tail = splitter.close()
+        if tail:
+            sink_lines(self, tail)
         self.stdout_done.set()
         self.sink.stdout_closed(self)
 

@@ -97,13 +97,18 @@ class LineSplitter:
         last = data.rfind(b"\n")
         if last > nl:
             max_line = self.max_line
-            for line in data[start:last].split(b"\n"):
-                if line[-1:] == b"\r":
-                    line = line[:-1]
-                if len(line) > max_line:
-                    out.append(Oversize(len(line), line[:OVERSIZE_HEAD]))
-                else:
-                    out.append(line)
+            middle = data[start:last]
+            if len(middle) <= max_line and b"\r" not in middle:
+                # The common case, all in C: no CR to strip, no line can be oversize.
+                out += middle.split(b"\n")
+            else:
+                for line in middle.split(b"\n"):
+                    if line[-1:] == b"\r":
+                        line = line[:-1]
+                    if len(line) > max_line:
+                        out.append(Oversize(len(line), line[:OVERSIZE_HEAD]))
+                    else:
+                        out.append(line)
             start = last + 1
         if start < len(data):
             self._hold(data[start:])

@@ -10,8 +10,10 @@ Rules:
   ``tool_execution_update`` is elided and the entry marked
   ``"elided": <bytes>`` (the tracker never reads those events, so a lean
   journal replays exactly like a full one). ``full=True`` keeps every byte.
-- Durable at each receipt: flush and fsync, so what a controller was told
-  survives a crash of the bridge. Between receipts writes are buffered.
+- Durable at each receipt: flushed to the OS before the controller is told
+  (a crash of the bridge loses nothing it was told), then fsynced by a worker
+  thread off the event loop (a crash of the machine right after may lose the
+  last receipts, never corrupt a line). Between receipts writes are buffered.
 - Closed last: once the bridge has closed it, nothing more is written (a
   prompt refused after close still gets its receipt, just not in the journal).
 - Safe: every entry is serialised by orjson (control characters escaped), or
@@ -92,6 +94,13 @@ class Journal:
             raise AssertionError("an unparsed line reached a full journal")
         self._stream.write(b'{"recv":' + line + tail)
 
+    def recv_elided_updates(self, lines: list[bytes], first: int, t: float) -> None:
+        """A run of ``message_update`` lines, indices ``first`` on, in their lean form."""
+        if self.closed:
+            return
+        template = b'{"recv":{"type":"message_update","elided":%d},"i":%d,"t":' + repr(round(t, 6)).encode() + b"}\n"
+        self._stream.write(b"".join(map(template.__mod__, zip(map(len, lines), range(first, first + len(lines))))))
+
     def recv_raw(self, idx: int, raw: RawLine, t: float) -> None:
         if not self.closed:
             self._writer.write("recv_raw", raw_text(raw), t=t, i=idx)
@@ -117,15 +126,26 @@ class Journal:
             self._writer.write("signal", value, t=t)
 
     def receipt(self, receipt: Receipt, t: float) -> None:
+        """A receipt: written and flushed to the OS at once (a crash of the bridge
+        loses nothing from here); ``unsynced`` asks for the fsync that makes it
+        survive a crash of the machine (the live bridge runs it in a thread)."""
         if not self.closed:
             self._writer.write("receipt", receipt.to_json(), t=t)
-            self.sync()
+            self._writer.flush()
+            self.unsynced = True
 
     # -- durability ------------------------------------------------------------------
 
+    unsynced = False
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
     def sync(self) -> None:
+        """Flush and fsync here and now."""
         if not self.closed:
             self._writer.sync()
+            self.unsynced = False
 
     def close(self) -> None:
         if not self.closed:

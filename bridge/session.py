@@ -274,6 +274,22 @@ class Session:
         idx, events = self.observe(value, t=t)
         return idx, value, events
 
+    def updates_skippable(self) -> bool:
+        """True while ``message_update`` lines need no parse (nobody streams the
+        slot's text, the tracker is this engine's). The trio layer uses it with
+        :meth:`skip_updates` to take runs of such lines in bulk."""
+        return self.fast_skip and not self._fresh_needed and not self._streaming()
+
+    def skip_updates(self, count: int) -> int:
+        """``count`` lines that are ``message_update`` events (they start with
+        :data:`MESSAGE_UPDATE_PREFIX`, end with ``}``, are valid UTF-8): the
+        tracker never reads them, so they only take their indices. Returns the
+        first index."""
+        first = self.tracker.idx + 1
+        self.tracker.idx += count
+        self.observations += count
+        return first
+
     def observe(self, value: Any, *, t: float | None = None) -> tuple[int, Sequence[Event]]:
         """One observation: a parsed JSON object, or a :class:`RawLine`."""
         if self._fresh_needed:
