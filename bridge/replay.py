@@ -75,6 +75,9 @@ class Driver:
         kind, value = entry.kind, entry.value
         if kind == "recv":
             return session.observe(value, t=entry.t)[1]
+        if kind == "updates":
+            session.skip_updates(value)
+            return NO_EVENTS
         if kind == "send":
             events = session.send(value, t=entry.t)
             if value.get("type") == "prompt":
@@ -121,8 +124,9 @@ def replay(path: str) -> ReplayResult:
     stream, reader = open_transcript(path)
     with stream:
         driver = Driver(Session(reader.header.clearing, collect=True))
-        for entry in reader:
-            driver.feed(entry)
+        feed = driver.feed
+        for entry in reader.skipping_updates():
+            feed(entry)
         session = driver.session
         receipts = [_final(item, session) for item in driver.story]
         return ReplayResult(

@@ -285,6 +285,8 @@ class Session:
         :data:`MESSAGE_UPDATE_PREFIX`, end with ``}``, are valid UTF-8): the
         tracker never reads them, so they only take their indices. Returns the
         first index."""
+        if self._fresh_needed:
+            self._fresh_tracker()
         first = self.tracker.idx + 1
         self.tracker.idx += count
         self.observations += count

@@ -32,6 +32,7 @@ character, so nothing inside a string can start a new journal line.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Iterator
@@ -102,6 +103,7 @@ class TranscriptReader:
         self._stream = stream
         self.path = path
         self.truncated = False
+        self._observations = 0
         self._lineno = 0
         first = stream.readline()
         self._lineno = 1
@@ -130,51 +132,109 @@ class TranscriptReader:
         self.header = Header(version, tuple(clearing), meta)
 
     def __iter__(self) -> Iterator[Entry]:
-        observations = 0
-        path = self.path
+        """Every entry, one per line."""
+        self._observations = 0
         for raw in self._stream:
             self._lineno += 1
-            lineno = self._lineno
             complete = raw.endswith(b"\n")
-            data = raw.rstrip(b"\r\n") if complete else raw
-            if not data.strip():
-                continue
-            try:
-                obj = _loads(data)
-            except (ValueError, UnicodeDecodeError) as e:
-                if not complete:
-                    self.truncated = True
-                    return
-                raise TranscriptError(path, lineno, f"not JSON ({e})") from None
-            if not isinstance(obj, dict):
-                raise TranscriptError(path, lineno, "an entry must be a JSON object")
-            kinds = [k for k in obj if k not in EXTRA_KEYS]
-            if len(kinds) != 1:
-                what = "no kind" if not kinds else "several kinds (" + ", ".join(kinds) + ")"
-                raise TranscriptError(path, lineno, f"an entry has exactly one kind; this one has {what}")
-            kind = kinds[0]
-            if kind not in KINDS:
-                raise TranscriptError(
-                    path, lineno, f"unknown entry kind {kind!r} (this reader knows: {', '.join(sorted(KINDS))})"
-                )
-            t = obj.get("t")
-            if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))):
-                raise TranscriptError(path, lineno, f'"t" must be a number of seconds, got {t!r}')
-            i = obj.get("i")
-            if kind in ("recv", "recv_raw"):
-                observations += 1
-                if i is not None and i != observations:
-                    raise TranscriptError(
-                        path, lineno, f'"i" is {i!r} but this is observation {observations}'
-                    )
-            elif i is not None:
-                raise TranscriptError(path, lineno, f'"i" belongs on recv and recv_raw only, not on {kind}')
-            value = obj[kind]
-            if kind == "send" and not isinstance(value, dict):
-                raise TranscriptError(path, lineno, "a send entry holds the command object")
-            if kind in ("recv_raw", "stderr") and not isinstance(value, str):
-                raise TranscriptError(path, lineno, f"a {kind} entry holds text")
-            yield Entry(kind, value, t, observations if kind in ("recv", "recv_raw") else None, lineno)
+            entry = self._entry(raw.rstrip(b"\r\n") if complete else raw, self._lineno, complete)
+            if entry is _TRUNCATED:
+                return
+            if entry is not None:
+                yield entry  # type: ignore[misc]
+
+    def skipping_updates(self) -> Iterator[Entry]:
+        """Every entry, except that runs of ``recv`` lines holding a
+        ``message_update`` (an event the tracker never reads) come as one
+        ``Entry("updates", count)`` without being parsed. What is skipped is still counted: the ``i`` of the next parsed
+        observation is checked against the count, so a line lost or merged
+        inside a run is still an error. Replay reads this way."""
+        self._observations = 0
+        read = self._stream.read
+        rest = b""
+        while True:
+            chunk = read(UPDATES_READ)
+            if not chunk:
+                break
+            lines = chunk.split(b"\n")
+            if rest:
+                lines[0] = rest + lines[0]  # not rest + chunk: no copy of the whole chunk
+            rest = lines.pop()
+            flags = list(map(bytes.startswith, lines, itertools.repeat(UPDATE_PREFIX)))
+            count = len(lines)
+            pos = 0
+            while pos < count:
+                if flags[pos]:
+                    try:
+                        end = flags.index(False, pos)
+                    except ValueError:
+                        end = count
+                    run = end - pos
+                    self._observations += run
+                    yield Entry("updates", run, None, self._observations, self._lineno + 1)
+                    self._lineno += run
+                    pos = end
+                    continue
+                self._lineno += 1
+                entry = self._entry(lines[pos].rstrip(b"\r"), self._lineno, True)
+                if entry is not None:
+                    yield entry  # type: ignore[misc]
+                pos += 1
+        if rest:
+            self._lineno += 1
+            entry = self._entry(rest, self._lineno, False)
+            if entry is not None and entry is not _TRUNCATED:
+                yield entry  # type: ignore[misc]
+
+    def _entry(self, data: bytes, lineno: int, complete: bool) -> Entry | object | None:
+        """One line's entry; None for a blank line; _TRUNCATED for a cut-off last line."""
+        path = self.path
+        if not data.strip():
+            return None
+        try:
+            obj = _loads(data)
+        except (ValueError, UnicodeDecodeError) as e:
+            if not complete:
+                self.truncated = True
+                return _TRUNCATED
+            raise TranscriptError(path, lineno, f"not JSON ({e})") from None
+        if not isinstance(obj, dict):
+            raise TranscriptError(path, lineno, "an entry must be a JSON object")
+        kinds = [k for k in obj if k not in EXTRA_KEYS]
+        if len(kinds) != 1:
+            what = "no kind" if not kinds else "several kinds (" + ", ".join(kinds) + ")"
+            raise TranscriptError(path, lineno, f"an entry has exactly one kind; this one has {what}")
+        kind = kinds[0]
+        if kind not in KINDS:
+            raise TranscriptError(
+                path, lineno, f"unknown entry kind {kind!r} (this reader knows: {', '.join(sorted(KINDS))})"
+            )
+        t = obj.get("t")
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))):
+            raise TranscriptError(path, lineno, f'"t" must be a number of seconds, got {t!r}')
+        i = obj.get("i")
+        if kind in ("recv", "recv_raw"):
+            self._observations += 1
+            if i is not None and i != self._observations:
+                raise TranscriptError(path, lineno, f'"i" is {i!r} but this is observation {self._observations}')
+        elif i is not None:
+            raise TranscriptError(path, lineno, f'"i" belongs on recv and recv_raw only, not on {kind}')
+        value = obj[kind]
+        if kind == "send" and not isinstance(value, dict):
+            raise TranscriptError(path, lineno, "a send entry holds the command object")
+        if kind in ("recv_raw", "stderr") and not isinstance(value, str):
+            raise TranscriptError(path, lineno, f"a {kind} entry holds text")
+        return Entry(kind, value, t, self._observations if kind in ("recv", "recv_raw") else None, lineno)
+
+
+#: Returned by ``_entry`` for a cut-off last line.
+_TRUNCATED = object()
+#: What :meth:`TranscriptReader.skipping_updates` reads at a time.
+UPDATES_READ = 4 << 20
+#: ``recv`` lines the tracker never reads: lean and full ``message_update``
+#: entries, as journals write them (``type`` first). They are nearly all the
+#: lines of a Pi journal; the rarer ``tool_execution_update`` is parsed.
+UPDATE_PREFIX = b'{"recv":{"type":"message_update",'
 
 
 def open_transcript(path: str) -> tuple[IO[bytes], TranscriptReader]:

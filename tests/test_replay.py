@@ -134,3 +134,24 @@ def test_generated_transcripts_agree_with_the_seed_tracker(tmp_path: Path):
         paths.append(str(f))
     mismatches = [p for p, want in zip(paths, reference(paths)) if tracker_part(p) != want]
     assert mismatches == [], f"{len(mismatches)} transcripts differ from the seed, e.g. {mismatches[:3]}"
+
+
+def test_replay_skipping_updates_equals_reading_every_line(tmp_path: Path):
+    """Replay skips parsing update lines; the result is what line-by-line reading gives."""
+    from bridge.replay import Driver
+    from bridge.session import Session
+    from bridge.transcript import open_transcript
+
+    paths = [*CORE, *sorted((FIXTURES / "pi-1.6.0").glob("*.jsonl"))]
+    assert len(paths) > 50
+    for path in paths:
+        stream, reader = open_transcript(str(path))
+        with stream:
+            driver = Driver(Session(reader.header.clearing, collect=True))
+            for entry in reader:
+                driver.feed(entry)
+        s = driver.session
+        got = replay(str(path))
+        assert got.observations == s.observations, path
+        assert got.overlaps == [o.to_json() for o in s.overlaps], path
+        assert got.settled == [x.to_json() for x in s.settled], path

@@ -86,3 +86,35 @@ def test_writer_round_trips_hostile_text_one_entry_per_line():
     assert r.header.clearing == ("clear_queue",) and r.header.meta == {"engine": "fake"}
     assert entries[0].value["message"] == nasty and entries[0].t == 0.25
     assert entries[2].value == nasty
+
+
+def entries_both_ways(data: bytes) -> tuple[list, list]:
+    slow = list(TranscriptReader(io.BytesIO(data), "t"))
+    fast = list(TranscriptReader(io.BytesIO(data), "t").skipping_updates())
+    return slow, fast
+
+
+UPD = b'{"recv":{"type":"message_update","elided":300},"i":%d}\n'
+
+
+def test_skipping_updates_counts_runs_and_reads_everything_else_the_same():
+    data = HEADER + b'{"send":{"type":"prompt","id":"p1"}}\n' + b"".join(UPD % i for i in range(1, 4)) \
+        + b'{"recv":{"type":"agent_settled"},"i":4}\n' + UPD % 5 + b'{"recv":{"type":"turn_end"}}'
+    slow, fast = entries_both_ways(data)
+    assert [e.kind for e in fast] == ["send", "updates", "recv", "updates", "recv"]
+    assert [e.value for e in fast if e.kind == "updates"] == [3, 1]
+    assert [e.i for e in fast if e.kind == "recv"] == [4, 6]
+    assert [e.i for e in slow if e.kind == "recv" and e.value.get("type") != "message_update"] == [4, 6]
+    assert [e.line for e in fast if e.kind != "updates"] == [e.line for e in slow if e.value.get("type") != "message_update"]
+
+
+def test_a_line_lost_inside_a_skipped_run_is_still_caught_by_the_next_index():
+    data = HEADER + UPD % 1 + UPD % 3 + b'{"recv":{"type":"agent_settled"},"i":4}\n'
+    with pytest.raises(TranscriptError, match=r":4: \"i\" is 4 but this is observation 3"):
+        list(TranscriptReader(io.BytesIO(data), "t").skipping_updates())
+
+
+def test_a_cut_off_last_line_is_dropped_in_both_modes():
+    data = HEADER + UPD % 1 + b'{"recv":{"ty'
+    reader = TranscriptReader(io.BytesIO(data), "t")
+    assert [e.kind for e in reader.skipping_updates()] == ["updates"] and reader.truncated
