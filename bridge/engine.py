@@ -51,21 +51,37 @@ STDERR_RING = 200
 STDERR_LINE_MAX = 8192
 
 
-#: Linux's fcntl to resize a pipe (F_SETPIPE_SZ), and the size asked for: a
-#: 64 KiB pipe (the default) wakes the reader for every 64 KiB; 1 MiB (the
-#: default /proc/sys/fs/pipe-max-size) lets one read take ~3,500 Pi lines.
+#: Linux's fcntl to resize a pipe (F_SETPIPE_SZ). How much engine output may
+#: wait in pipes, shared by the engines of this process: a 64 KiB pipe (the
+#: default) wakes the reader for every 64 KiB (the per-read cost shows on one
+#: busy engine: 1.5x an orjson loop with 64 KiB, 1.7x with 256 KiB); but every
+#: byte queued ahead of an ``agent_settled`` delays its receipt, and with many
+#: engines busy at once that adds up (32 engines: settle p99 15 ms with 64 KiB
+#: pipes, 31 ms with 256 KiB, 79 ms with 1 MiB; tools/bench). So each engine
+#: gets its share of PIPE_BUDGET, between the default and PIPE_MAX.
 F_SETPIPE_SZ = 1031
-PIPE_SIZE = 1 << 20
+PIPE_BUDGET = 2 << 20
+PIPE_MIN = 64 << 10
+PIPE_MAX = 1 << 20
+_live_engines: set[Engine] = set()
 
 
-def _widen_pipe(stream: Any) -> None:
-    """Best effort: a smaller pipe only costs wake-ups."""
-    try:
-        import fcntl
+def _pipe_share() -> int:
+    share = PIPE_BUDGET // max(1, len(_live_engines))
+    return max(PIPE_MIN, min(PIPE_MAX, share))
 
-        fcntl.fcntl(stream.fileno(), F_SETPIPE_SZ, PIPE_SIZE)
-    except (OSError, AttributeError, ValueError):
-        pass
+
+def _resize_pipes() -> None:
+    """Best effort (a smaller pipe only costs wake-ups; shrinking a full one is refused)."""
+    size = _pipe_share()
+    for engine in _live_engines:
+        stream = engine.process.stdout if engine.process is not None else None
+        try:
+            import fcntl
+
+            fcntl.fcntl(stream.fileno(), F_SETPIPE_SZ, size)  # type: ignore[union-attr]
+        except (OSError, AttributeError, ValueError):
+            pass
 
 
 class EngineGone(Exception):
@@ -127,7 +143,8 @@ class Engine:
             start_new_session=True,
         )
         engine.pid = engine.process.pid
-        _widen_pipe(engine.process.stdout)
+        _live_engines.add(engine)
+        _resize_pipes()
         nursery.start_soon(engine._read_stdout)
         nursery.start_soon(engine._drain_stderr)
         nursery.start_soon(engine._wait)
@@ -213,6 +230,8 @@ class Engine:
                 await self.stdout_done.wait()
         self._reader_scope.cancel()
         self._stderr_scope.cancel()
+        _live_engines.discard(self)
+        _resize_pipes()
         code = self.process.returncode
         sig = -code if code is not None and code < 0 else None
         self.sink.exited(self, code if sig is None else None, sig)
