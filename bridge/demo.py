@@ -235,6 +235,23 @@ async def _stream(handle: Any, out: _Out, on_first: Any = None) -> str:
     return "".join(pieces)
 
 
+async def _ask(bridge: Any, out: _Out, heading: str, message: str, *, stop_after_first: bool = False) -> tuple[Any, str, Any]:
+    """One showcase step: announce it, send the prompt, stream the reply (stopping it
+    after its first text when asked), show the receipt. Returns (receipt, text, stop id)."""
+    out.say(f"\n{heading}")
+    out.say(f"  prompt   {message}")
+    h = await bridge.submit(message, stream=True)
+    stop_ids: list[Any] = []
+
+    async def stop() -> None:
+        stop_ids.append(await h.stop())
+
+    text = await _stream(h, out, on_first=stop if stop_after_first else None)
+    r = await h.receipt()
+    _show(out, r)
+    return r, text, stop_ids[0] if stop_ids else None
+
+
 def _show(out: _Out, r: Any) -> None:
     from bridge.receipts import describe
 
@@ -251,13 +268,7 @@ def _verdict(out: _Out, problems: list[str], what: str, wrong: list[str]) -> Non
 
 
 async def _plain(bridge: Any, out: _Out, problems: list[str], journal: Path, tag: str) -> Any:
-    out.say(f"\n{tag} a plain reply")
-    message = "Say hello to the bridge."
-    out.say(f"  prompt   {message}")
-    h = await bridge.submit(message, stream=True)
-    text = await _stream(h, out)
-    r = await h.receipt()
-    _show(out, r)
+    r, text, _ = await _ask(bridge, out, f"{tag} a plain reply", "Say hello to the bridge.")
     wrong = []
     if (r.state, r.reason) != ("finished", None):
         wrong.append(f"{r.request} is {r.state}/{r.reason}, not finished")
@@ -268,13 +279,8 @@ async def _plain(bridge: Any, out: _Out, problems: list[str], journal: Path, tag
 
 
 async def _tool(bridge: Any, out: _Out, problems: list[str], journal: Path, tag: str) -> Any:
-    out.say(f"\n{tag} a tool-using run: the model calls Pi's bash tool with `echo …`, then answers")
-    message = "Run an echo command with your bash tool and tell me what it printed."
-    out.say(f"  prompt   {message}")
-    h = await bridge.submit(message, stream=True)
-    await _stream(h, out)
-    r = await h.receipt()
-    _show(out, r)
+    r, _, _ = await _ask(bridge, out, f"{tag} a tool-using run: the model calls Pi's bash tool with `echo …`, then answers",
+                         "Run an echo command with your bash tool and tell me what it printed.")
     events = _run_events(journal, r)
     starts = [e for e in events if e.get("type") == "tool_execution_start"]
     ends = [e for e in events if e.get("type") == "tool_execution_end"]
@@ -293,19 +299,9 @@ async def _tool(bridge: Any, out: _Out, problems: list[str], journal: Path, tag:
 
 
 async def _stopped(bridge: Any, out: _Out, problems: list[str], journal: Path, tag: str) -> Any:
-    out.say(f"\n{tag} a slow stream, stopped by the controller after its first text arrives")
-    message = "Write a very long answer."
-    out.say(f"  prompt   {message}")
-    h = await bridge.submit(message, stream=True)
-    stop_ids: list[Any] = []
-
-    async def stop() -> None:
-        stop_ids.append(await h.stop())
-
-    await _stream(h, out, on_first=stop)  # the stop goes out from inside the stream
-    r = await h.receipt()
-    _show(out, r)
-    stop_id = stop_ids[0] if stop_ids else None
+    # The stop goes out from inside the stream, after its first text.
+    r, _, stop_id = await _ask(bridge, out, f"{tag} a slow stream, stopped by the controller after its first text arrives",
+                               "Write a very long answer.", stop_after_first=True)
     out.say(f"  stop     {stop_id} sent after the first streamed text")
     wrong = []
     if (r.state, r.reason) != ("failed", "interrupted"):
@@ -317,13 +313,8 @@ async def _stopped(bridge: Any, out: _Out, problems: list[str], journal: Path, t
 
 
 async def _retry(bridge: Any, out: _Out, problems: list[str], journal: Path, tag: str) -> Any:
-    out.say(f"\n{tag} a run whose first attempt gets HTTP 500: Pi retries by itself")
-    message = "Answer even if the provider fails once."
-    out.say(f"  prompt   {message}")
-    h = await bridge.submit(message, stream=True)
-    await _stream(h, out)
-    r = await h.receipt()
-    _show(out, r)
+    r, _, _ = await _ask(bridge, out, f"{tag} a run whose first attempt gets HTTP 500: Pi retries by itself",
+                         "Answer even if the provider fails once.")
     events = _run_events(journal, r)
     for e in events:
         if e.get("type") == "auto_retry_start":

