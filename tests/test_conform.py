@@ -1,0 +1,44 @@
+"""`bridge conform`: every fixture against its expected output (issue 5)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import FIXTURES
+
+
+def conform(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bridge", "conform", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_every_fixture_in_the_repo_conforms():
+    p = conform(str(FIXTURES))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "FAIL" not in p.stdout and "pass" in p.stdout
+
+
+def test_a_difference_fails_with_its_first_place_and_update_rewrites_only_when_asked(tmp_path: Path):
+    for name in ("o1_no_slot_held", "classify_finished_stop"):
+        for suffix in (".jsonl", ".expected.json"):
+            shutil.copy(FIXTURES / "core" / (name + suffix), tmp_path / (name + suffix))
+    expected = tmp_path / "o1_no_slot_held.expected.json"
+    expected.write_text(expected.read_text().replace('"no slot held"', '"something else"'))
+    p = conform(str(tmp_path))
+    assert p.returncode == 1
+    assert "FAIL" in p.stdout and "$.overlaps[0].why" in p.stdout and '"something else"' in p.stdout
+    assert '"something else"' in expected.read_text()  # nothing written without --update
+    p = conform("--update", str(tmp_path))
+    assert p.returncode == 0 and "updated" in p.stdout and "$.overlaps[0].why" in p.stdout
+    assert conform(str(tmp_path)).returncode == 0
+
+
+def test_missing_expected_output_and_empty_folder(tmp_path: Path):
+    shutil.copy(FIXTURES / "core" / "o1_no_slot_held.jsonl", tmp_path / "x.jsonl")
+    p = conform(str(tmp_path))
+    assert p.returncode == 1 and "missing" in p.stdout
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert conform(str(empty)).returncode == 2
