@@ -127,16 +127,13 @@ class Journal:
 
     def receipt(self, receipt: Receipt, t: float) -> None:
         """A receipt: written and flushed to the OS at once (a crash of the bridge
-        loses nothing from here); ``unsynced`` asks for the fsync that makes it
-        survive a crash of the machine (the live bridge runs it in a thread)."""
+        loses nothing from here). The fsync that makes it survive a crash of the
+        machine is the caller's: the live bridge runs it in a worker thread."""
         if not self.closed:
             self._writer.write("receipt", receipt.to_json(), t=t)
             self._writer.flush()
-            self.unsynced = True
 
     # -- durability ------------------------------------------------------------------
-
-    unsynced = False
 
     def fileno(self) -> int:
         return self._stream.fileno()
@@ -145,7 +142,6 @@ class Journal:
         """Flush and fsync here and now."""
         if not self.closed:
             self._writer.sync()
-            self.unsynced = False
 
     def close(self) -> None:
         if not self.closed:

@@ -193,6 +193,10 @@ class Bridge:
         self._ids = itertools.count(1)
         self._stop_ids = itertools.count(1)
         self._crashes: collections.deque[float] = collections.deque()
+        #: Why the last engine failed (for the engine-down message).
+        self._last_crash = ""
+        #: The engine must be replaced before the next prompt (stuck, timed out).
+        self._must_recycle = False
         self.down_reason: str | None = None
         self.closing = False
         self._closed = trio.Event()
@@ -567,7 +571,6 @@ class Bridge:
             while True:
                 await self._fsync_wanted.wait()
                 self._fsync_wanted = trio.Event()
-                journal.unsynced = False
                 await trio.to_thread.run_sync(os.fsync, fd)
 
     def _record_send(self, cmd: dict[str, Any], *, stream: bool = False) -> None:
@@ -651,9 +654,6 @@ class Bridge:
             if engine is not None:
                 return engine
         return None
-
-    _must_recycle = False
-    _last_crash = ""
 
     def _go_down(self, why: str) -> None:
         self.down_reason = why
