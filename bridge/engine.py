@@ -183,7 +183,7 @@ class Engine:
                     data = await stdout.receive_some(READ_SIZE)
                     if not data:
                         break
-                    lines = splitter.feed(data)
+                    lines = splitter.feed(data)  # type: ignore[arg-type]  # FdStream reads bytes
                     if lines:
                         sink_lines(self, lines)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
@@ -204,7 +204,7 @@ class Engine:
                     data = await stderr.receive_some(64 * 1024)
                     if not data:
                         break
-                    for line in splitter.feed(data):
+                    for line in splitter.feed(data):  # type: ignore[arg-type]  # FdStream reads bytes
                         self._stderr_line(line)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass
@@ -232,9 +232,9 @@ class Engine:
         self._stderr_scope.cancel()
         _live_engines.discard(self)
         _resize_pipes()
-        code = self.process.returncode
-        sig = -code if code is not None and code < 0 else None
-        self.sink.exited(self, code if sig is None else None, sig)
+        status = self.process.returncode
+        sig = -status if status is not None and status < 0 else None
+        self.sink.exited(self, status if sig is None else None, sig)
         self.exited.set()
 
     def abandon(self) -> None:

@@ -115,8 +115,9 @@ def _make_converter() -> cattrs.Converter:
         "settle_idx": "settleIdx",
     }
     overrides = {name: override(rename=wire) for name, wire in renames.items()}
-    c.register_unstructure_hook(Receipt, make_dict_unstructure_fn(Receipt, c, **overrides))
-    c.register_structure_hook(Receipt, make_dict_structure_fn(Receipt, c, **overrides))
+    # cattrs' stubs type **overrides loosely; these are AttributeOverrides.
+    c.register_unstructure_hook(Receipt, make_dict_unstructure_fn(Receipt, c, **overrides))  # type: ignore[arg-type]
+    c.register_structure_hook(Receipt, make_dict_structure_fn(Receipt, c, **overrides))  # type: ignore[arg-type]
     return c
 
 

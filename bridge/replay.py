@@ -42,8 +42,10 @@ class ReplayResult:
 
 
 def _raw_from_text(text: str) -> RawLine:
-    why = "oversize" if text.startswith("[oversize line:") else "malformed"
-    return RawLine(why, text, len(text.encode("utf-8", "surrogatepass")))
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if text.startswith("[oversize line:"):
+        return RawLine("oversize", text, size)
+    return RawLine("malformed", text, size)
 
 
 class Driver:

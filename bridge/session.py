@@ -304,16 +304,16 @@ class Session:
                 value = RawLine("not-object", repr(value), 0)
             tracker.mark_gap(idx)
             gap = GapOpened(idx, value.why, value.length)
-            events: list[Event] = [gap]
+            gap_events: list[Event] = [gap]
             if self.held is not None:
                 _add_signal(self.held, gap.to_json())
-            self._taint("gap", idx, events)
-            self._settle_tainted(idx, t, events)
-            return idx, events
+            self._taint("gap", idx, gap_events)
+            self._settle_tainted(idx, t, gap_events)
+            return idx, gap_events
         kind = value.get("type")
         if kind == "response":
             return idx, self._response(value, idx, t)
-        events = tracker.event(value, idx)
+        events: list[Event] = tracker.event(value, idx)  # type: ignore[assignment]  # a fresh list we extend
         for out in list(events):
             if type(out) is Overlap:
                 if self.collect:

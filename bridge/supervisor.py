@@ -465,8 +465,9 @@ class Bridge:
         flags: list[bool] | None = None
         if session.updates_skippable():
             try:
-                flags = list(map(operator.and_, map(bytes.startswith, lines, itertools.repeat(MESSAGE_UPDATE_PREFIX)),
-                                 map(bytes.endswith, lines, itertools.repeat(b"}"))))
+                flags = list(map(operator.and_,
+                                 map(bytes.startswith, lines, itertools.repeat(MESSAGE_UPDATE_PREFIX)),  # type: ignore[arg-type]
+                                 map(bytes.endswith, lines, itertools.repeat(b"}"))))  # type: ignore[arg-type]
             except TypeError:  # an Oversize line in the batch: it goes the slow way
                 flags = [type(x) is bytes and x.startswith(MESSAGE_UPDATE_PREFIX) and x.endswith(b"}") for x in lines]
         pos = 0

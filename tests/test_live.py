@@ -155,7 +155,12 @@ async def test_interrupted_by_our_stop_mid_stream(tmp_path: Path):
 async def test_interrupted_during_a_retry_backoff_uses_the_settles_aborted_flag(tmp_path: Path):
     async def body(bridge: Bridge) -> list[Receipt]:
         h = await bridge.submit("retry me")
-        await trio.sleep(0.5)  # the first attempt failed; the engine sleeps in its backoff
+
+        def first_attempt_failed() -> bool:
+            run = bridge.session.tracker.current_run()
+            return run is not None and run.last_stop == "error"
+
+        await until(first_attempt_failed)  # the engine now sleeps in its backoff
         stop = await h.stop()
         r = await h.receipt()
         assert r.stop == stop
