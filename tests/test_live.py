@@ -366,8 +366,10 @@ async def test_extension_dialog_is_answered_cancelled_at_once(tmp_path: Path):
 
 async def test_a_run_the_engine_starts_by_itself_is_an_o1(tmp_path: Path):
     async def body(bridge: Bridge) -> list[Receipt]:
+        seen: list[dict[str, Any]] = []
+        bridge.listeners.append(seen.append)
         r = await bridge.prompt("a")
-        await trio.sleep(0.3)
+        await until(lambda: any(n.get("signal") == "O1" for n in seen))  # the engine's own run began
         return [r, await bridge.prompt("b")]
 
     run, rs = await session(tmp_path, fake({"prompts": [{"self_start_after": True}]}), body)
