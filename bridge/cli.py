@@ -66,7 +66,8 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--provider", help="Pi provider name (e.g. anthropic, openai, or one from --models-json)")
     g.add_argument("--model", help="Pi model id")
     g.add_argument("--api-key-env", metavar="NAME",
-                   help="environment variable holding the provider's API key (copied into the engine's private config, removed at exit)")
+                   help="environment variable holding the provider's API key (the engine's private config refers to it "
+                   "by name: the key itself is never written to disk nor put on a command line)")
     g.add_argument("--models-json", metavar="PATH", help="a Pi models.json with custom providers (copied into the private config)")
     g.add_argument("--pi-dir", metavar="DIR", help="where the pinned Pi is installed (default: $PI_BRIDGE_PI_DIR, else tools/pi)")
     g.add_argument("--allow-other-pi-version", action="store_true", help="run a Pi whose version differs from the pin (1.6.0)")
@@ -79,6 +80,20 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
                    help="for a -- engine: command types whose response closes a clear window (default: clear_queue)")
 
 
+def _positive(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value > 0 or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
 def _add_bridge_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("bridge")
     g.add_argument("--journal", metavar="PATH",
@@ -86,11 +101,11 @@ def _add_bridge_options(p: argparse.ArgumentParser) -> None:
                    "else ~/.local/state/pi-bridge/journals; files 0600 in a 0700 folder)")
     g.add_argument("--no-journal", action="store_true", help="write no journal")
     g.add_argument("--journal-full", action="store_true", help="keep message_update / tool_execution_update payloads (default: elided)")
-    g.add_argument("--queue-max", type=int, default=64, metavar="N", help="prompts waiting for the slot (default 64)")
-    g.add_argument("--ack-timeout", type=float, default=30.0, metavar="S", help="seconds from send to ack (default 30)")
-    g.add_argument("--timeout", type=float, default=None, metavar="S",
+    g.add_argument("--queue-max", type=_positive(int), default=64, metavar="N", help="prompts waiting for the slot (default 64)")
+    g.add_argument("--ack-timeout", type=_positive(float), default=30.0, metavar="S", help="seconds from send to ack (default 30)")
+    g.add_argument("--timeout", type=_positive(float), default=None, metavar="S",
                    help="default settle timeout per prompt: stop it, then give up (default: none)")
-    g.add_argument("--taint-grace", type=float, default=5.0, metavar="S",
+    g.add_argument("--taint-grace", type=_positive(float), default=5.0, metavar="S",
                    help="after an overlap/gap, seconds the held prompt's run may take to settle (default 5)")
     g.add_argument("--seal-check", choices=("refuse", "warn"), default="refuse",
                    help="an engine failing the start-up seal check is refused (default) or used with a warning")
@@ -270,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_engine_options(p)
     _add_bridge_options(p)
-    p.add_argument("--drain-timeout", type=float, default=None, metavar="S",
+    p.add_argument("--drain-timeout", type=_positive(float), default=None, metavar="S",
                    help="after EOF/shutdown, seconds outstanding prompts may still run (default: until each settles)")
     p.set_defaults(func=_cmd_serve)
 

@@ -73,41 +73,46 @@ RECENT_IDS = 65536
 SIGNALS_PER_GENERATION = 1000
 
 
+def _positive(instance: Any, attribute: Any, value: Any) -> None:
+    if not value > 0:
+        raise ValueError(f"{attribute.name} must be more than 0, got {value!r}")
+
+
 @attrs.define
 class BridgeConfig:
     """Limits and timeouts. Every wait the bridge does is bounded by one of these."""
 
     #: Prompts waiting for the slot (beyond it: ``rejected``/``queue-full``).
-    queue_max: int = 64
+    queue_max: int = attrs.field(default=64, validator=_positive)
     #: Sent prompt -> its ack. Past it: ``delivery-unknown``/``no-ack``, recycle.
-    ack_timeout: float = 30.0
+    ack_timeout: float = attrs.field(default=30.0, validator=_positive)
     #: A prompt's own settle timeout (None: wait for the engine). Per prompt too.
-    settle_timeout: float | None = None
+    settle_timeout: float | None = attrs.field(default=None, validator=attrs.validators.optional(_positive))
     #: After the stop a settle timeout sends, how long to wait before giving up.
-    stop_grace: float = 5.0
+    stop_grace: float = attrs.field(default=5.0, validator=_positive)
     #: After an overlap / gap / bad disposition, how long the held slot waits for
     #: its own run to settle before it is given up.
-    taint_grace: float = 5.0
+    taint_grace: float = attrs.field(default=5.0, validator=_positive)
     #: A write to the engine's stdin (a stuck engine stops reading).
-    write_timeout: float = 30.0
+    write_timeout: float = attrs.field(default=30.0, validator=_positive)
     #: Spawn -> the seal check's responses.
-    startup_timeout: float = 30.0
+    startup_timeout: float = attrs.field(default=30.0, validator=_positive)
     #: "refuse": an engine that fails the seal check is not used; "warn": it is,
     #: with a signal (for recording seal failures on purpose).
-    seal_check: str = "refuse"
+    seal_check: str = attrs.field(default="refuse", validator=attrs.validators.in_(("refuse", "warn")))
     #: Send the profile's clearing command before each ``abort``.
     stop_clears_queue: bool = True
     #: Waits between restarts after crashes (the last one repeats).
     restart_backoff: tuple[float, ...] = (0.0, 0.25, 1.0, 2.0, 4.0)
     #: This many unrequested engine exits within ``crash_window`` seconds: down.
-    crash_limit: int = 5
-    crash_window: float = 60.0
+    crash_limit: int = attrs.field(default=5, validator=_positive)
+    crash_window: float = attrs.field(default=60.0, validator=_positive)
     #: Closing: how long the stopped prompt may take to settle.
-    close_grace: float = 5.0
+    close_grace: float = attrs.field(default=5.0, validator=_positive)
     #: The close ladder's rungs: after closing stdin, after SIGTERM.
-    stdin_grace: float = 2.0
-    term_grace: float = 2.0
-    max_line: int = DEFAULT_MAX_LINE
+    stdin_grace: float = attrs.field(default=2.0, validator=_positive)
+    term_grace: float = attrs.field(default=2.0, validator=_positive)
+    max_line: int = attrs.field(default=DEFAULT_MAX_LINE, validator=_positive)
     journal_full: bool = False
 
 
@@ -225,7 +230,10 @@ class Bridge:
         timeout: float | None = None,
         images: list[Any] | None = None,
     ) -> PromptHandle:
-        """Accept a prompt. It always gets a receipt (maybe at once: a rejection)."""
+        """Accept a prompt. It always gets a receipt (maybe at once: a rejection).
+        Raises ValueError (and accepts nothing) for a used id or a bad timeout."""
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be more than 0 seconds, got {timeout!r}")
         if request is None:
             request = f"p{next(self._ids)}"
             while self.knows(request):
