@@ -208,6 +208,7 @@ class Bridge:
         self._dispatcher_done = trio.Event()
         self._fsync_wanted = trio.Event()
         self._fsync_scope = trio.CancelScope()
+        self._fsync_done = trio.Event()
         self._startup_waiting: dict[str, dict[str, Any] | None] = {}
         self._subscribers: list[trio.MemorySendChannel[dict[str, Any]]] = []
         self.receipts_issued = 0
@@ -365,7 +366,11 @@ class Bridge:
                 self._finish_unsent(p, "rejected", "closing")
             elif p.receipt is None:
                 self._give_up(p, "outcome-unknown", "engine-exited")
-        self._fsync_scope.cancel()  # a sync already in its thread finishes first
+        # The journal closes only after the fsync task has ended: an fsync
+        # already in its thread finishes first (never on a closed descriptor).
+        self._fsync_scope.cancel()
+        with trio.CancelScope(shield=True), trio.move_on_after(10.0):
+            await self._fsync_done.wait()
         if self.journal is not None:
             self.journal.note({"event": "bridge-closed", "receipts": self.receipts_issued}, self.now())
             self.journal.close()
@@ -573,14 +578,17 @@ class Bridge:
         """Make receipts durable off the event loop. Ends when the bridge closes
         (cancelled; an fsync running in its thread is waited for)."""
         journal = self.journal
-        if journal is None:
-            return
-        fd = journal.fileno()
-        with self._fsync_scope:
-            while True:
-                await self._fsync_wanted.wait()
-                self._fsync_wanted = trio.Event()
-                await trio.to_thread.run_sync(os.fsync, fd)
+        try:
+            if journal is None:
+                return
+            fd = journal.fileno()
+            with self._fsync_scope:
+                while True:
+                    await self._fsync_wanted.wait()
+                    self._fsync_wanted = trio.Event()
+                    await trio.to_thread.run_sync(os.fsync, fd)
+        finally:
+            self._fsync_done.set()
 
     def _record_send(self, cmd: dict[str, Any], *, stream: bool = False) -> None:
         """Journal a command and feed it to the session, before it is written:
