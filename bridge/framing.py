@@ -138,10 +138,16 @@ class LineSplitter:
         self._pending_len += len(chunk)
         # One byte of slack: a trailing CR is stripped before the length counts.
         if self._pending_len > self.max_line + 1:
-            joined = b"".join(self._pending)
-            self._head = joined[:OVERSIZE_HEAD]
-            self._dropped = len(joined)
-            self._cr = joined[-1:] == b"\r"
+            # Keep the head without joining everything (that would cost a
+            # second copy of the whole line at the worst moment).
+            head = b""
+            for piece in self._pending:
+                head += piece[: OVERSIZE_HEAD - len(head)]
+                if len(head) >= OVERSIZE_HEAD:
+                    break
+            self._head = head
+            self._dropped = self._pending_len
+            self._cr = self._pending[-1][-1:] == b"\r"
             self._pending = []
             self._pending_len = 0
             self._discarding = True

@@ -22,13 +22,19 @@ import trio
 
 from bridge.profile import CommandProfile
 from bridge.receipts import Receipt
-from bridge.supervisor import BridgeConfig, PromptHandle, open_bridge
-from tests.helpers_live import (
+from bridge.supervisor import PromptHandle, open_bridge
+from tools.soaklib import (
+    STOP_PLANS,
     SeededFakeProfile,
     SequenceProfile,
+    check_receipt,
+    collect_text,
     compare_journal,
+    controller_action,
     fake_engine_argv,
+    fast_config,
     faults_in_journal,
+    leaves,
     leftovers,
     read_journal,
     zombie_children,
@@ -58,30 +64,6 @@ SCENARIOS = [
 ]
 
 
-def fast_config(**kw: Any) -> BridgeConfig:
-    base: dict[str, Any] = dict(
-        queue_max=6,
-        ack_timeout=1.0,
-        settle_timeout=1.5,
-        stop_grace=0.5,
-        taint_grace=0.5,
-        write_timeout=2.0,
-        startup_timeout=2.0,
-        restart_backoff=(0.0,),
-        crash_limit=100_000,
-        crash_window=60.0,
-        close_grace=1.0,
-        stdin_grace=0.5,
-        term_grace=0.5,
-        max_line=64 * 1024,
-    )
-    base.update(kw)
-    return BridgeConfig(**base)
-
-
-STOP_PLANS = ["none"] * 10 + ["before-send", "during-ack", "mid-run", "mid-run", "after-settle", "twice"]
-
-
 class Stats:
     def __init__(self) -> None:
         self.runs = 0
@@ -103,58 +85,6 @@ class Stats:
             "controller stops: " + ", ".join(f"{k} {n}" for k, n in sorted(self.plans.items())),
         ]
         return "\n".join(lines)
-
-
-async def _controller_action(bridge: Any, h: PromptHandle, plan: str, rng: random.Random,
-                             stops: dict[str, list[str | None]], problems: list[str]) -> None:
-    rid = h.request
-    got: list[str | None] = stops.setdefault(rid, [])
-    if plan == "before-send":
-        got.append(await bridge.stop(rid))
-    elif plan == "during-ack":
-        await trio.sleep(rng.uniform(0, 0.01))
-        got.append(await bridge.stop(rid))
-    elif plan == "mid-run":
-        await trio.sleep(rng.uniform(0.01, 0.3))
-        got.append(await bridge.stop(rid))
-    elif plan == "after-settle":
-        await h.receipt()
-        s = await bridge.stop(rid)
-        if s is not None:
-            problems.append(f"{rid}: stop after the receipt returned {s!r}, not None")
-    elif plan == "twice":
-        await trio.sleep(rng.uniform(0, 0.2))
-        s1 = await bridge.stop(rid)
-        await trio.sleep(rng.uniform(0, 0.05))
-        s2 = await bridge.stop(rid)
-        got += [s1, s2]
-        if s1 is not None and s2 is not None and s1 != s2:
-            problems.append(f"{rid}: a second stop made a second abort ({s1!r}, {s2!r})")
-
-
-async def _collect_text(h: PromptHandle, out: dict[str, str]) -> None:
-    pieces = []
-    async for piece in h.text():
-        pieces.append(piece)
-    out[h.request] = "".join(pieces)
-
-
-def _check_receipt(r: Receipt, rid: str, stops: list[str | None], problems: list[str]) -> None:
-    if r.request != rid:
-        problems.append(f"{rid}: receipt names {r.request!r}")
-    if r.reason == "cancelled" and not any(True for _ in stops):
-        problems.append(f"{rid}: cancelled without a controller stop")
-    if r.reason == "interrupted" and r.stop is None:
-        problems.append(f"{rid}: interrupted with no stop id")
-    mine = [s for s in stops if s is not None]
-    if r.reason == "interrupted" and mine and r.stop not in mine:
-        problems.append(f"{rid}: interrupted by {r.stop!r}, but our stop returned {mine}")
-
-
-def _leaves(e: BaseException) -> list[str]:
-    if isinstance(e, BaseExceptionGroup):
-        return [x for sub in e.exceptions for x in _leaves(sub)]
-    return [f"{type(e).__name__}: {e}"]
 
 
 async def _one_bridge(k: int, tmp_path: Path, stats: Stats, total: int) -> None:
@@ -187,13 +117,13 @@ async def _one_bridge(k: int, tmp_path: Path, stats: Stats, total: int) -> None:
                             handles[h.request] = h
                             mine.append(h)
                             if stream:
-                                nursery.start_soon(_collect_text, h, streamed)
+                                nursery.start_soon(collect_text, h, streamed)
                             plan = rng.choice(STOP_PLANS)
                             stats.plans[plan] += 1
                             if plan == "before-send":
                                 stops[h.request] = [await bridge.stop(h.request)]
                             elif plan != "none":
-                                nursery.start_soon(_controller_action, bridge, h, plan, rng, stops, problems)
+                                nursery.start_soon(controller_action, bridge, h, plan, rng, stops, problems)
                         with trio.fail_after(30):
                             for h in mine:
                                 await h.receipt()
@@ -210,7 +140,7 @@ async def _one_bridge(k: int, tmp_path: Path, stats: Stats, total: int) -> None:
             problems.append(f"{rid}: no receipt after close")
             continue
         receipts[rid] = r
-        _check_receipt(r, rid, stops.get(rid, []), problems)
+        check_receipt(r, rid, stops.get(rid, []), problems)
         stats.states[f"{r.state}/{r.reason}" if r.reason else r.state] += 1
         if r.state == "finished" and rid in streamed and streamed[rid] != (r.reply or ""):
             problems.append(f"{rid}: streamed {streamed[rid]!r} != reply {r.reply!r}")
@@ -232,7 +162,7 @@ async def _one_bridge(k: int, tmp_path: Path, stats: Stats, total: int) -> None:
     stats.pids += pids
     stats.faults += faults_in_journal(read_journal(journal))
     if crash is not None:
-        problems.append(f"the bridge raised: {'; '.join(_leaves(crash))}")
+        problems.append(f"the bridge raised: {'; '.join(leaves(crash))}")
     stats.problems += [f"bridge {k} (journal {journal}): {p}" for p in problems]
 
 

@@ -488,22 +488,3 @@ def test_sigint_on_bridge_run_stops_the_prompt_and_exits_130(tmp_path: Path):
     pid = json.loads(starts[0])["note"]["pid"]
     assert pid_gone(pid)
 
-
-async def test_close_waits_for_a_receipts_fsync_before_closing_the_journal(tmp_path: Path, monkeypatch):
-    real_fsync = os.fsync
-
-    def slow_fsync(fd: int) -> None:
-        import threading
-        import time
-
-        if threading.current_thread() is not threading.main_thread():
-            time.sleep(0.3)  # the receipt's fsync is still in its thread when the bridge closes
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", slow_fsync)
-    journal = tmp_path / "j.jsonl"
-    with trio.fail_after(30):
-        async with open_bridge(fake(), journal=journal, config=BridgeConfig(**FAST)) as bridge:
-            r = await bridge.prompt("hi")
-    assert r.state == "finished"
-    assert [x.state for x in replay(str(journal)).receipts] == ["finished"]

@@ -60,6 +60,8 @@ Default behaviour (what Pi 1.6.0 does, SPEC §2)
   written: ``auto_retry_end`` {success:false, finalError:"Retry cancelled"}, ``agent_settled``
   {aborted:true}, response. ``abort`` while idle (or while a prompt waits on an extension
   dialog before its ack) -> just the response. Queues survive an abort.
+* Commands are parsed like ``JSON.parse``: a lone surrogate escape (``"\\ud800"``) is read, and
+  written back as an escape (``JSON.stringify``), e.g. in the user message and the reply.
 * Unknown command -> ``{"type":"response","command":TYPE,"success":false,"error":"Unknown
   command: TYPE"}`` with **no id** (no ``command`` key when the type is missing, and the error
   says ``undefined``, like ``JSON.stringify`` of Pi's object). A non-object JSON line (``42``,
@@ -158,6 +160,8 @@ BEHAVIOUR (missing keys = Pi's default; unknown keys are warned about on stderr)
   (after ``agent_settled``/``second_settle``/``self_start_after``).
 * ``ignore_stdin``: stop reading stdin right after this prompt's line (stdin EOF is never
   seen, so the process lingers until killed).
+* ``close_stdin``: like ``ignore_stdin``, but stdin is closed too, so the bridge's next write
+  fails at once (EPIPE) instead of filling the pipe; the process lingers until killed.
 
 Faults at a step. A prompt's steps are the lines its story writes, counted from 1: its
 dialog requests, ``before_ack`` lines, the ack, its run (retries, steering turns,
@@ -167,7 +171,8 @@ responses to other commands (nor the abort response). Values are an int or a lis
 * Inserted lines (they take step N; the line that would have been N becomes N+1):
   ``garbage_at`` (``garbage_text``, default ``"fake-engine: stray debug output (not JSON)"``),
   ``oversize_at`` (one line of exactly ``oversize_bytes`` bytes, default 64 MiB + 1 KiB,
-  shaped ``{"type":"message_update","pad":"xxxx…"}``), ``invalid_utf8_at`` (a JSON-looking
+  shaped ``{"type":"message_update","pad":"xxxx…"}``, written in 1 MiB pieces so even a
+  1 GiB line is never held in memory), ``invalid_utf8_at`` (a JSON-looking
   line with invalid UTF-8), ``array_at`` (``[1]``), ``insert_at`` (``{"N": LINE or [LINE…]}``:
   any lines, e.g. an unsolicited ``agent_start``).
 * After line N is written (N = 0: as soon as the prompt is read, before any output):
@@ -201,6 +206,7 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import collections
+import json
 import os
 import queue
 import random
@@ -268,6 +274,7 @@ BEHAVIOUR_DEFAULTS: dict[str, Any] = {
     "extension_ui": None,
     "responses_out_of_order": False,
     "ignore_stdin": False,
+    "close_stdin": False,
     "crash_at": None,
     "exit_code": 1,
     "kill_at": None,
@@ -307,6 +314,31 @@ def log(text: str) -> None:
         pass
 
 
+def js_dumps(obj: Any) -> bytes:
+    """``JSON.stringify``: orjson, and for a str with a lone surrogate (which Node keeps and
+    writes as a ``\\udXXX`` escape; orjson refuses it) the standard library's escapes."""
+    try:
+        return orjson.dumps(obj)
+    except TypeError:
+        return json.dumps(obj, separators=(",", ":")).encode("ascii")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def js_loads(text: str) -> Any:
+    """``JSON.parse``: orjson, and for what orjson refuses but Node reads (a lone surrogate
+    escape such as ``"\\ud800"``) the standard library's strict decoder (no NaN/Infinity)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        try:
+            return json.loads(text, parse_constant=_refuse_constant)
+        except (ValueError, RecursionError):
+            raise orjson.JSONDecodeError("not JSON", text, 0) from None
+
+
 def encode_line(item: Any) -> bytes:
     """A scenario LINE to bytes (without the LF)."""
     if isinstance(item, bytes):
@@ -315,7 +347,7 @@ def encode_line(item: Any) -> bytes:
         return item.encode("utf-8")
     if isinstance(item, dict) and set(item) == {"$hex"}:
         return bytes.fromhex(item["$hex"])
-    return orjson.dumps(item)
+    return js_dumps(item)
 
 
 def js_string(value: Any) -> str:
@@ -394,6 +426,30 @@ class Writer:
         except OSError:
             self.dead = True
 
+    def _write_oversize(self, nbytes: int) -> None:
+        """One oversize line (see :func:`oversize_line`) written in OVERSIZE_PIECE pieces,
+        so a 1 GiB line never sits in memory whole. Same bytes as ``oversize_line(n)``."""
+        if self.dead:
+            return
+        head, tail = OVERSIZE_HEAD, OVERSIZE_TAIL + b"\n"
+        pad = max(0, nbytes - len(head) - len(OVERSIZE_TAIL))
+        piece = b"x" * min(pad, OVERSIZE_PIECE)
+        try:
+            self._write_all(head)
+            while pad > 0:
+                n = min(pad, len(piece))
+                self._write_all(piece if n == len(piece) else piece[:n])
+                pad -= n
+            self._write_all(tail)
+        except OSError:
+            self.dead = True
+
+    def _write_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(self.fd, view)
+            view = view[n:]
+
     def _run(self) -> None:
         while True:
             item = self.q.get()
@@ -401,7 +457,9 @@ class Writer:
                 self._write(item)
                 continue
             kind, arg = item
-            if kind == "flush":
+            if kind == "oversize":
+                self._write_oversize(arg)
+            elif kind == "flush":
                 arg.set()
             elif kind == "exit":
                 code, trace = arg
@@ -471,9 +529,14 @@ class Faults:
         self.exit_code = int(beh.get("exit_code", 1))
 
 
+OVERSIZE_HEAD = b'{"type":"message_update","pad":"'
+OVERSIZE_TAIL = b'"}'
+#: Oversize lines are written in pieces of this size (never held whole in memory).
+OVERSIZE_PIECE = 1 << 20
+
+
 def oversize_line(nbytes: int) -> bytes:
-    head, tail = b'{"type":"message_update","pad":"', b'"}'
-    return head + b"x" * max(0, nbytes - len(head) - len(tail)) + tail
+    return OVERSIZE_HEAD + b"x" * max(0, nbytes - len(OVERSIZE_HEAD) - len(OVERSIZE_TAIL)) + OVERSIZE_TAIL
 
 
 # --------------------------------------------------------------------------------------------
@@ -765,6 +828,7 @@ class Engine:
         self.dying: str | bool = False
         self.dying_code = 1
         self.prompts_seen = 0  # reader thread only
+        self.close_stdin = False  # reader thread only
         self._beh_cache: dict[int, dict[str, Any]] = {}
         self._beh_lock = threading.Lock()
         known = set(BEHAVIOUR_DEFAULTS)
@@ -870,17 +934,18 @@ class Engine:
     # -- output
 
     def write(self, obj: Any, faults: Faults | None = None) -> None:
-        data = obj if isinstance(obj, bytes) else orjson.dumps(obj)
+        data = obj if isinstance(obj, bytes) else js_dumps(obj)
         if faults is None:
             self.writer.line(data)
             return
         while faults.step + 1 in faults.inserts:
             s = faults.step + 1
             for item in faults.inserts.pop(s):
-                if isinstance(item, tuple):
-                    item = oversize_line(item[1])
                 faults.step += 1
-                self.writer.line(item)
+                if isinstance(item, tuple):  # ("oversize", n): streamed by the writer
+                    self.writer.action("oversize", item[1])
+                else:
+                    self.writer.line(item)
                 self._terminal(faults, faults.step)
         faults.step += 1
         self.writer.line(data)
@@ -905,7 +970,7 @@ class Engine:
     def respond(self, resp: dict[str, Any]) -> None:
         r = self.running
         if r is not None and r.beh.get("responses_out_of_order") and resp.get("command") not in ("prompt", "abort"):
-            self.held.append(orjson.dumps(resp))
+            self.held.append(js_dumps(resp))
             return
         self.write(resp)
 
@@ -1045,7 +1110,14 @@ class Engine:
                 del buf[:i + 1]
                 scan = 0
                 if not self.feed(line):
-                    log("ignore_stdin: no longer reading stdin")
+                    if self.close_stdin:
+                        log("close_stdin: stdin closed, no longer reading it")
+                        try:
+                            os.close(0)
+                        except OSError:
+                            pass
+                    else:
+                        log("ignore_stdin: no longer reading stdin")
                     threading.Event().wait()
 
     def feed(self, line: bytes) -> bool:
@@ -1056,7 +1128,7 @@ class Engine:
         if not text.strip():
             return True
         try:
-            obj = orjson.loads(text)
+            obj = js_loads(text)
         except orjson.JSONDecodeError:
             self.inbox.put(("parse_error", text))
             return True
@@ -1067,7 +1139,9 @@ class Engine:
             n = self.prompts_seen
             beh = self.behaviour(n)
         self.inbox.put(("cmd", obj, n, beh))
-        return not (beh and beh.get("ignore_stdin"))
+        if beh and beh.get("close_stdin"):
+            self.close_stdin = True
+        return not (beh and (beh.get("ignore_stdin") or beh.get("close_stdin")))
 
     def handle(self, item: tuple) -> None:
         kind = item[0]
