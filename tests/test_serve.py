@@ -417,19 +417,27 @@ CRASH_TWICE = (
 )
 
 
-async def test_eof_during_engine_restart_still_runs_the_prompt(tmp_path: Path) -> None:
-    """Regression (fixed in 25436c7): drain() missed a prompt taken by the dispatcher
-    while its engine was starting, so EOF rejected it 'closing'."""
+async def serve_after_two_crashes(tmp_path: Path, message: str) -> ServeProc:
+    """``bridge serve`` on an engine that crashes twice: both crashes spent on
+    prompts c1 and c2, then prompt "a" sent while the dispatcher waits out the
+    restart backoff before the third engine."""
     counter = tmp_path / "starts"
     argv = ["sh", "-c", CRASH_TWICE, str(counter), *fake_engine_argv({})]
     sp = await ServeProc.start(tmp_path, argv, "--journal", str(tmp_path / "j.jsonl"))
+    assert (await sp.next(timeout=15))["type"] == "ready"  # type: ignore[index]
+    for rid in ("c1", "c2"):
+        await sp.send({"type": "prompt", "id": rid, "message": "x"})
+        await sp.until(lambda line, rid=rid: line["type"] == "receipt" and line["id"] == rid)
+    await sp.send({"type": "prompt", "id": "a", "message": message})
+    await trio.sleep(0.1)  # the dispatcher has taken "a" and waits out the backoff
+    return sp
+
+
+async def test_eof_during_engine_restart_still_runs_the_prompt(tmp_path: Path) -> None:
+    """Regression (fixed in 25436c7): drain() missed a prompt taken by the dispatcher
+    while its engine was starting, so EOF rejected it 'closing'."""
+    sp = await serve_after_two_crashes(tmp_path, "after two crashes")
     try:
-        assert (await sp.next(timeout=15))["type"] == "ready"  # type: ignore[index]
-        for rid in ("c1", "c2"):
-            await sp.send({"type": "prompt", "id": rid, "message": "x"})
-            await sp.until(lambda line, rid=rid: line["type"] == "receipt" and line["id"] == rid)
-        await sp.send({"type": "prompt", "id": "a", "message": "after two crashes"})
-        await trio.sleep(0.1)  # the dispatcher has taken "a" and waits out the backoff
         code, _ = await finish(sp, "eof")
         assert code == 0
         r = by_id(sp)["a"]
@@ -453,16 +461,8 @@ async def test_single_prompt_then_eof(tmp_path: Path) -> None:
 
 
 async def test_stop_during_engine_restart_cancels_for_real(tmp_path: Path) -> None:
-    counter = tmp_path / "starts"
-    argv = ["sh", "-c", CRASH_TWICE, str(counter), *fake_engine_argv({})]
-    sp = await ServeProc.start(tmp_path, argv, "--journal", str(tmp_path / "j.jsonl"))
+    sp = await serve_after_two_crashes(tmp_path, "cancel me")
     try:
-        assert (await sp.next(timeout=15))["type"] == "ready"  # type: ignore[index]
-        for rid in ("c1", "c2"):
-            await sp.send({"type": "prompt", "id": rid, "message": "x"})
-            await sp.until(lambda line, rid=rid: line["type"] == "receipt" and line["id"] == rid)
-        await sp.send({"type": "prompt", "id": "a", "message": "cancel me"})
-        await trio.sleep(0.1)  # the dispatcher has taken "a" and waits out the 0.25 s backoff
         await sp.send({"type": "stop", "id": "a"})
         r = await sp.until(lambda line: line["type"] == "receipt" and line["id"] == "a")
         assert (r["receipt"]["state"], r["receipt"]["reason"]) == ("rejected", "cancelled")
