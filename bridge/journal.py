@@ -39,6 +39,9 @@ from bridge.transcript import TranscriptWriter, dumps
 #: Buffered bytes between flushes (each receipt flushes and fsyncs anyway).
 JOURNAL_BUFFER = 1 << 20
 
+#: The lean form of a ``message_update`` (its byte count), in both write paths.
+LEAN_UPDATE = b'{"type":"message_update","elided":%d}'
+
 _ELIDED_TYPES = (b'{"type":"message_update",', b'{"type":"tool_execution_update",')
 
 
@@ -98,7 +101,7 @@ class Journal:
         """A run of ``message_update`` lines, indices ``first`` on, in their lean form."""
         if self.closed:
             return
-        template = b'{"recv":{"type":"message_update","elided":%d},"i":%d,"t":' + repr(round(t, 6)).encode() + b"}\n"
+        template = b'{"recv":' + LEAN_UPDATE + b',"i":%d,"t":' + repr(round(t, 6)).encode() + b"}\n"
         self._stream.write(b"".join(map(template.__mod__, zip(map(len, lines), range(first, first + len(lines))))))
 
     def recv_raw(self, idx: int, raw: RawLine, t: float) -> None:
@@ -153,7 +156,7 @@ class Journal:
 def _elided(line: bytes, parsed: dict[str, Any] | None) -> bytes:
     """The lean form of a bulky update: its type and ids, and how many bytes were dropped."""
     if line.startswith(b'{"type":"message_update",'):
-        return b'{"type":"message_update","elided":%d}' % len(line)
+        return LEAN_UPDATE % len(line)
     keep: dict[str, Any] = {"type": "tool_execution_update"}
     if parsed is not None:
         for key in ("toolCallId", "toolName"):
