@@ -190,21 +190,25 @@ def _cmd_run(args: argparse.Namespace) -> int:
     handles: list[Any] = []
     interrupted = 0
     journal_path: list[str] = []
+    failed_journal: list[str] = []
 
     async def main() -> None:
         nonlocal interrupted
         async with open_bridge(profile, journal=_journal(args), config=_config(args)) as bridge:
             if bridge.journal is not None:
                 journal_path.append(str(bridge.journal.path))
-            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
                 async with trio.open_nursery() as nursery:
 
                     async def on_signal() -> None:
                         nonlocal interrupted
                         async for signum in signals:
-                            interrupted = 128 + signum
+                            interrupted = interrupted or 128 + signum
+                            # Closing begins: the running prompt is stopped
+                            # (failed/closing), the rest rejected; the receipts
+                            # are printed below once the bridge has closed.
+                            bridge.close_on_signal(signum)
                             nursery.cancel_scope.cancel()
-                            return
 
                     nursery.start_soon(on_signal)
                     handles.extend([await bridge.submit(p, stream=True) for p in args.prompts])
@@ -218,8 +222,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
                         out.write("\n")
                         await h.receipt()
                     nursery.cancel_scope.cancel()
-            # On a signal the bridge closes here: the held prompt is stopped, the
-            # rest rejected; every handle has its receipt once the bridge is closed.
+            if bridge.journal_failed:
+                failed_journal.append(bridge.journal_failed)
+        # Every handle has its receipt once the bridge is closed.
 
     try:
         trio.run(main)
@@ -237,6 +242,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(describe(r), file=sys.stderr)
     if journal_path:
         print(f"journal: {journal_path[0]}", file=sys.stderr)
+    if failed_journal:
+        print(f"bridge run: {failed_journal[0]}; the receipts above are complete", file=sys.stderr)
+        return interrupted or 1
     if interrupted:
         return interrupted
     return 0 if receipts and all(r.state == "finished" for r in receipts) else 1

@@ -12,7 +12,14 @@ attention becomes a *finding*:
   problems, an ``engine-down`` signal, an engine that exited with an error code
   or a signal;
 - every receipt that is not certain: ``pending`` (the transcript does not finish
-  the prompt's story), ``delivery-unknown`` and ``outcome-unknown``.
+  the prompt's story), ``delivery-unknown`` and ``outcome-unknown``;
+- every run the bridge stopped itself (``failed`` / ``timeout`` and ``failed`` /
+  ``closing``, SPEC section 5, as the session decides them from the journal's
+  ``stop`` notes): which stop, why (its note), and what made the bridge close
+  (its ``closing`` note);
+- a journal the bridge could not write (a ``journal-failed`` note), and a live
+  bridge's journal (one with an ``engine-start`` note) that ends without the
+  ``bridge-closed`` note a cleanly closed bridge writes last.
 
 Each finding says what happened in plain words (specific to the signal and its
 ``why`` / ``cause``), shows the evidence -- the observations around it (3 before,
@@ -77,6 +84,22 @@ PROGRESS_EVERY: Final = 0.25
 
 #: States a controller cannot act on without doubt: each gets a finding.
 UNCERTAIN: Final = frozenset({"pending", "delivery-unknown", "outcome-unknown"})
+#: Reasons of a ``failed`` receipt whose run the bridge itself stopped (SPEC section 5):
+#: each gets a finding too. They are also the ``by`` of the bridge's ``stop`` notes.
+BRIDGE_STOPS: Final = frozenset({"timeout", "closing"})
+#: Stop notes remembered by stop id for the receipt that names them (a stop's
+#: receipt follows it within its prompt's story, so the latest few are enough).
+STOPS_KEPT: Final = 256
+#: Closing notes remembered (the first says what made the bridge close).
+CLOSING_KEPT: Final = 4
+
+#: What made the bridge close, by the ``why`` of its ``closing`` note.
+_CLOSING_WORDS: Final = {
+    "signal": "it got a signal",
+    "close": "its controller closed it (the API's close, a shutdown command or the end of its input)",
+    "drain-timeout": "the drain's bound (--drain-timeout) passed",
+    "journal": "its journal could not be written",
+}
 
 _GAP_WORDS: Final = {
     "malformed": "malformed JSON",
@@ -160,9 +183,26 @@ def describe(kind: str, value: Any) -> tuple[str, str]:
         return "receipt", f"journal receipt {_short(v.get('request'), 40)}: {v.get('state')}{reason}"
     if kind == "note":
         if isinstance(value, dict):
-            return "note", f"note {value.get('event', '')}: {_short(value, 90)}"
+            return "note", _note_summary(value)
         return "note", f"note: {_short(value, 100)}"
     return kind, f"{kind}: {_short(value)}"
+
+
+def _note_summary(value: dict[str, Any]) -> str:
+    event = value.get("event")
+    if event == "stop":
+        return (f"note: the bridge's stop {_q(value.get('stop'))} for {_q(value.get('request'))}, "
+                f"by {_q(value.get('by'))}: {_short(value.get('why') or '', 70)}")
+    if event == "closing":
+        detail = f" ({_short(value['detail'], 40)})" if value.get("detail") is not None else ""
+        why = value.get("why")
+        words = _CLOSING_WORDS.get(why, _short(why, 40)) if isinstance(why, str) else _short(why, 40)
+        return f"note: the bridge is closing: {words}{detail}"
+    if event == "journal-failed":
+        return f"note: the journal could not be written: {_short(value.get('error'), 80)}"
+    if event == "bridge-closed":
+        return f"note: the bridge closed ({_short(value.get('receipts'))} receipt(s))"
+    return f"note {value.get('event', '')}: {_short(value, 90)}"
 
 
 def _raw(kind: str, value: Any) -> str:
@@ -218,8 +258,10 @@ def classify_gap_text(text: str) -> str:
 @attrs.define
 class Finding:
     n: int
-    kind: str  # "signal" | "receipt" | "engine" | "seal"
-    signal: str  # O1..O6, aborted-without-stop, gap, disposition, seal-diagnostic, seal-check, engine-down, engine-exit, receipt
+    kind: str  # "signal" | "receipt" | "engine" | "seal" | "journal"
+    # O1..O6, aborted-without-stop, gap, disposition, seal-diagnostic, seal-check, engine-down, engine-exit,
+    # receipt, journal-failed, journal-ends-early
+    signal: str
     title: str
     explanation: str
     idx: int | None
@@ -565,6 +607,14 @@ class Diagnoser:
         self._last_exit: dict[str, Any] | None = None
         self._ext_seen = 0
         self._first_gap: int | None = None
+        #: The bridge's own stops by id (its ``stop`` notes), and its ``closing`` notes.
+        self._stops: dict[Any, dict[str, Any]] = {}
+        self._closing: list[dict[str, Any]] = []
+        self._journal_failed: Finding | None = None
+        self._journal_end: Finding | None = None
+        self.journal_error: str | None = None
+        self.closed = False
+        self._last_t: float | None = None
         self._n = 0
         self._tracker = self.driver.session.tracker
         self._pos = 0.0
@@ -584,6 +634,8 @@ class Diagnoser:
 
     def feed(self, entry: Entry) -> None:
         self.entries += 1
+        if entry.t is not None:
+            self._last_t = entry.t
         kind, value = entry.kind, entry.value
         session = self.driver.session
         if kind == "signal":
@@ -672,6 +724,7 @@ class Diagnoser:
         self.truncated = truncated
         session = self.driver.session
         self._pos = session.observations + 0.5
+        self._journal_ends()
         if self._shadowed:
             self._end_shadowed(None, None, None)
         for state in list(session.open.values()):
@@ -1097,7 +1150,7 @@ class Diagnoser:
         by = self.receipts.setdefault(r.state, {})
         reason = r.reason or "-"
         by[reason] = by.get(reason, 0) + 1
-        if r.state not in UNCERTAIN:
+        if not _explained(r):
             if self.timeline is not None:
                 self.timeline.receipt(r, self._pos, unsent=unsent)
             return
@@ -1106,45 +1159,96 @@ class Diagnoser:
         run = r.run
         tr = session.tracker
         run_obj = tr.runs.get(run) if run is not None and run in tr.runs else None
-        causes: list[dict[str, str]] = []
-        related: list[int] = []
         acked = f"acked at #{r.ack_idx}" if r.ack_idx is not None else "never acked"
         gen = r.generation if r.generation is not None else session.generation
         if r.state == "pending":
-            if at_end:
-                recorded = self.driver.recorded.get(r.request) if _hashable(r.request) else None
-                text = (f"the transcript ends while {R} is still open ({acked}"
-                        + (f", working since #{r.working_idx}" if r.working_idx is not None else ", not working")
-                        + (f", run {run}" if run else "") + ", no settle seen): "
-                        + ("the journal's last line was cut off (the bridge died mid-write)."
-                           if self.truncated else "the bridge was stopped, or the journal ends early."))
-                if recorded is not None:
-                    text += (f" The live bridge recorded a receipt for it: {recorded.get('state')}"
-                             + (f" ({recorded.get('reason')})" if recorded.get("reason") else "") + ".")
-                causes.append({"cause": "the journal ends before the prompt's story does",
-                               "check": "whether the bridge was killed (no 'bridge-closed' note at the end), the "
-                                        "engine's last stderr lines, and the disk the journal was on"})
-            else:
-                text = (f"{R} was released at {_fmt_t(entry.t if entry else None)} with no receipt recorded before "
-                        f"the release and no settlement in the evidence ({acked}"
-                        + (f", working since #{r.working_idx}" if r.working_idx is not None else "")
-                        + "): its outcome is not known from this transcript.")
-                causes.append({"cause": "the bridge gave up on the prompt (a timeout or a grace) and the journal "
-                                        "holds no receipt for it",
-                               "check": "a receipt entry for the request elsewhere in the journal; the bridge's "
-                                        "--timeout / --ack-timeout settings; an O2 'after the slot moved on' later"})
             title = f"receipt: {R} is pending"
+            text, causes, related = self._pending_words(r, R, acked, entry, at_end)
+        elif r.reason in BRIDGE_STOPS:
+            title = f"receipt: {R}: {r.state} ({r.reason}): stopped by the bridge, not the controller"
+            text, causes, related = self._bridge_stop_words(r, R)
         else:
             title = f"receipt: {R}: {r.state} ({r.reason})"
             text, causes, related = self._receipt_words(r, R, run_obj, acked, gen, entry)
-        self._add({**self._base(entry, "receipt", kind="receipt"), "title": title, "explanation": text,
-                   "request": r.request, "run": run, "generation": gen, "slot": snap,
-                   "detail": r.to_json(), "causes": causes, "related": related,
-                   "stderr": self._stderr_json()}, item, after=entry is not None)
+        f = self._add({**self._base(entry, "receipt", kind="receipt"), "title": title, "explanation": text,
+                       "request": r.request, "run": run, "generation": gen, "slot": snap,
+                       "detail": r.to_json(), "causes": causes, "related": related,
+                       "stderr": self._stderr_json()}, item, after=entry is not None)
+        if f is not None and r.reason in BRIDGE_STOPS:
+            self._show_stop_note(f, r.stop)
         if self.timeline is not None:
             f = self.findings[-1] if self.findings else None
             self.timeline.receipt(r, self._pos, unsent=unsent,
                                   finding=f.n if f is not None and f.kind == "receipt" and f.request == r.request else None)
+
+    def _show_stop_note(self, f: Finding, stop: Any) -> None:
+        """The bridge's stop note leads the evidence (it is often older than the window)."""
+        note = self._stops.get(stop) if _hashable(stop) else None
+        if note is not None and all(e["line"] != note["line"] for e in f.evidence):
+            f.evidence.insert(0, _item_json(note["item"], False))
+
+    def _pending_words(self, r: Receipt, R: str, acked: str, entry: Entry | None,
+                       at_end: bool) -> tuple[str, list[dict[str, str]], list[int]]:
+        run = r.run
+        if not at_end:
+            text = (f"{R} was released at {_fmt_t(entry.t if entry else None)} with no receipt recorded before "
+                    f"the release and no settlement in the evidence ({acked}"
+                    + (f", working since #{r.working_idx}" if r.working_idx is not None else "")
+                    + "): its outcome is not known from this transcript.")
+            return text, [{"cause": "the bridge gave up on the prompt (a timeout or a grace) and the journal "
+                                    "holds no receipt for it",
+                           "check": "a receipt entry for the request elsewhere in the journal; the bridge's "
+                                    "--timeout / --ack-timeout settings; an O2 'after the slot moved on' later"}], []
+        recorded = self.driver.recorded.get(r.request) if _hashable(r.request) else None
+        text = (f"the transcript ends while {R} is still open ({acked}"
+                + (f", working since #{r.working_idx}" if r.working_idx is not None else ", not working")
+                + (f", run {run}" if run else "") + ", no settle seen): "
+                + ("the journal's last line was cut off (the bridge died mid-write)."
+                   if self.truncated else "the bridge was stopped, or the journal ends early."))
+        if recorded is not None:
+            text += (f" The live bridge recorded a receipt for it: {recorded.get('state')}"
+                     + (f" ({recorded.get('reason')})" if recorded.get("reason") else "") + ".")
+        causes = [{"cause": "the journal ends before the prompt's story does",
+                   "check": "whether the bridge was killed (no 'bridge-closed' note at the end), the "
+                            "engine's last stderr lines, and the disk the journal was on"}]
+        related = [self._journal_end.n] if self._journal_end is not None else []
+        return text, causes, related
+
+    def _bridge_stop_words(self, r: Receipt, R: str) -> tuple[str, list[dict[str, str]], list[int]]:
+        """A run the bridge stopped itself: which stop, why, when, and what to change."""
+        note = self._stops.get(r.stop) if _hashable(r.stop) else None
+        why = _stop_why(note, r.reason)
+        stop = f" {_q(r.stop)}" if r.stop is not None else ""
+        when = (f" (journal line {note['line']}, {_fmt_t(note['t'])})" if note is not None
+                else " (the journal has no stop note for it)")
+        text = (f"the bridge itself stopped {R}'s run" + (f" ({r.run})" if r.run else "")
+                + f", not the controller: it sent its own stop{stop}{when} because {why}.")
+        text += (f" The run ended aborted and settled at #{r.settle_idx}." if r.settle_idx is not None
+                 else " The journal shows no settle of the run before the bridge gave its receipt.")
+        if r.reason == "timeout":
+            return text, [self._c_timeout(why)], []
+        text += " " + self._closing_words()
+        failed = self._journal_failed
+        related = [failed.n] if failed is not None and self._closing_why() == "journal" else []
+        return text, [self._c_closing()], related
+
+    def _closing_why(self) -> str | None:
+        return self._closing[0]["why"] if self._closing else None
+
+    def _closing_words(self) -> str:
+        """What made the bridge close, from its first ``closing`` note."""
+        if not self._closing:
+            return "The journal has no closing note saying why the bridge closed."
+        first = self._closing[0]
+        why = first["why"]
+        words = _CLOSING_WORDS.get(why) if why is not None else None
+        if words is None:
+            words = f"the note says {_short(why, 80)}" if why is not None else "of something its note does not name"
+        detail = first["detail"]
+        if detail is None and why == "journal":
+            detail = self.journal_error
+        return (f"The bridge began closing at {_fmt_t(first['t'])} (journal line {first['line']}) because {words}"
+                + (f" ({_short(detail, 120)})" if detail is not None else "") + ".")
 
     def _receipt_words(self, r: Receipt, R: str, run_obj: Any, acked: str, gen: int,
                        entry: Entry | None) -> tuple[str, list[dict[str, str]], list[int]]:
@@ -1254,30 +1358,118 @@ class Diagnoser:
 
     def _note(self, entry: Entry) -> None:
         value = entry.value
-        if not isinstance(value, dict):
+        event = value.get("event") if isinstance(value, dict) else None
+        handler = {
+            "engine-start": self._note_engine_start,
+            "seal-check": self._note_seal_check,
+            "stop": self._note_stop,
+            "closing": self._note_closing,
+            "journal-failed": self._note_journal_failed,
+            "bridge-closed": self._note_bridge_closed,
+        }.get(event) if isinstance(event, str) else None
+        if handler is not None:
+            handler(entry, value)
+
+    def _note_engine_start(self, entry: Entry, value: dict[str, Any]) -> None:
+        self.engine_starts += 1
+        if self.timeline is not None:
+            self.timeline.engine("start", self._pos, entry.t,
+                                 f"engine start pid {value.get('pid')} generation {value.get('generation')}")
+
+    def _note_seal_check(self, entry: Entry, value: dict[str, Any]) -> None:
+        gen = value.get("generation")
+        problems = value.get("problems") if isinstance(value.get("problems"), list) else []
+        self._seal_checks[gen] = problems
+        if not problems:
             return
-        event = value.get("event")
-        if event == "engine-start":
-            self.engine_starts += 1
-            if self.timeline is not None:
-                self.timeline.engine("start", self._pos, entry.t,
-                                     f"engine start pid {value.get('pid')} generation {value.get('generation')}")
-        elif event == "seal-check":
-            gen = value.get("generation")
-            problems = value.get("problems") if isinstance(value.get("problems"), list) else []
-            self._seal_checks[gen] = problems
-            if problems:
-                self._count("seal-check")
-                f = self._add({**self._base(entry, "seal-check", kind="seal"),
-                               "title": f"seal check failed for engine generation {gen}",
-                               "explanation": (f"the seal check at engine start (generation {gen}) found: "
-                                               + "; ".join(str(p) for p in problems) + "."),
-                               "detail": value, "causes": [self._c_extension(gen, "extensions or resources the seal "
-                                                                                  "should have kept out"),
-                                                           self._c_version()],
-                               "stderr": self._stderr_json()}, (entry.kind, entry.line, entry.t, None, value))
-                if f is not None:
-                    self._seal_check_finding[gen] = f
+        self._count("seal-check")
+        f = self._add({**self._base(entry, "seal-check", kind="seal"),
+                       "title": f"seal check failed for engine generation {gen}",
+                       "explanation": (f"the seal check at engine start (generation {gen}) found: "
+                                       + "; ".join(str(p) for p in problems) + "."),
+                       "detail": value, "causes": [self._c_extension(gen, "extensions or resources the seal "
+                                                                          "should have kept out"),
+                                                   self._c_version()],
+                       "stderr": self._stderr_json()}, (entry.kind, entry.line, entry.t, None, value))
+        if f is not None:
+            self._seal_check_finding[gen] = f
+
+    def _note_stop(self, entry: Entry, value: dict[str, Any]) -> None:
+        """Whose stop the bridge is about to send (its abort follows): kept for the receipt naming it."""
+        stop = value.get("stop")
+        if not _hashable(stop):
+            return
+        by = value.get("by")
+        self._stops.pop(stop, None)
+        self._stops[stop] = {"by": by if isinstance(by, str) else None, "why": value.get("why"),
+                             "request": value.get("request"), "t": entry.t, "line": entry.line,
+                             "item": (entry.kind, entry.line, entry.t, None, value)}
+        if len(self._stops) > STOPS_KEPT:
+            del self._stops[next(iter(self._stops))]
+
+    def _note_closing(self, entry: Entry, value: dict[str, Any]) -> None:
+        if len(self._closing) < CLOSING_KEPT:
+            why = value.get("why")
+            self._closing.append({"why": why if isinstance(why, str) else None, "detail": value.get("detail"),
+                                  "t": entry.t, "line": entry.line})
+
+    def _note_bridge_closed(self, entry: Entry, value: dict[str, Any]) -> None:
+        self.closed = True
+
+    def _note_journal_failed(self, entry: Entry, value: dict[str, Any]) -> None:
+        """The bridge's last, best-effort note: its journal cannot be written."""
+        error = value.get("error")
+        self.journal_error = _short(error, 300) if error is not None else "no error recorded"
+        self._count("journal-failed")
+        text = (f"the bridge could not write its journal at {_fmt_t(entry.t)}: {self.journal_error}. A journal "
+                "failure costs no receipt: the bridge told its controller at once and closed (a running prompt is "
+                "stopped: failed, closing), and every prompt still got its receipt on the controller's side; this "
+                "journal may hold nothing after this point.")
+        self._journal_failed = self._add(
+            {**self._base(entry, "journal-failed", kind="journal"),
+             "title": "journal failed: the bridge could not write its journal", "explanation": text,
+             "detail": value, "causes": [_c_journal(self.journal_error)], "stderr": self._stderr_json()},
+            (entry.kind, entry.line, entry.t, None, value))
+
+    def _journal_ends(self) -> None:
+        """A live bridge's journal (it has an engine-start note; fixtures do not) that ends
+        without the ``bridge-closed`` note a cleanly closed bridge writes last."""
+        if self.closed or not self.engine_starts:
+            return
+        self._count("journal-ends-early")
+        text = ("the journal ends before the bridge closed: the bridge was killed, or its journal could not be "
+                "written (a full disk, an I/O error); receipts after this point reached the controller only.")
+        if self.truncated:
+            text += " Its last line was cut off mid-write."
+        failed = self._journal_failed
+        if failed is not None:
+            text += f" The bridge noted why its journal failed (finding {failed.n}): {self.journal_error}."
+        unsettled = sum(1 for st in [*self.driver.session.open.values(), *self._shadowed] if st.receipt is None)
+        if unsettled:
+            text += f" {unsettled} prompt(s) sent have no receipt in it (pending, below)."
+        self._journal_end = self._add(
+            {**self._base(None, "journal-ends-early", kind="journal"), "t": self._last_t,
+             "title": "journal ends before the bridge closed (no bridge-closed note)", "explanation": text,
+             "detail": {"truncated": self.truncated, "journalError": self.journal_error},
+             "causes": self._c_journal_end(), "related": [failed.n] if failed is not None else [],
+             "stderr": self._stderr_json()}, None, after=False)
+
+    def _c_journal_end(self) -> list[dict[str, str]]:
+        created = self.header.meta.get("created")
+        when = f"{_fmt_t(self._last_t)} after the header's created time" + (
+            f" {_short(created, 40)}" if created is not None else "")
+        killed = {"cause": "the bridge was killed (SIGKILL, the OOM killer, a crash) before it could close",
+                  "check": f"the system log (journalctl, dmesg) near the journal's end ({when}) for the OOM killer "
+                           "or a kill, and whatever ran the bridge"}
+        running = {"cause": "the bridge is still running: the journal was read while being written",
+                   "check": "whether the bridge process is still alive"}
+        if self._journal_failed is not None:
+            return [_c_journal(self.journal_error), killed, running]
+        unwritten = {"cause": "the journal could not be written (a full disk, an I/O error) and not even that "
+                              "could be noted",
+                     "check": "free space on the journal's disk (df -h) and the bridge's stderr: its last line says "
+                              "why it ended"}
+        return [killed, unwritten, running]
 
     def _journal_signal(self, entry: Entry) -> None:
         value = entry.value if isinstance(entry.value, dict) else {}
@@ -1373,6 +1565,34 @@ class Diagnoser:
                 if self._ext_seen else "; no extension_ui_request / extension_error line so far")
         return {"cause": cause, "check": f"{where}; {check}{seen}"}
 
+    def _c_timeout(self, why: str) -> dict[str, str]:
+        if "drain" in why.lower() or self._closing_why() == "drain-timeout":
+            return {"cause": "the bridge was shutting down and the run outlasted the drain's bound",
+                    "check": "raise --drain-timeout so running prompts can finish when the bridge shuts down (after a "
+                             "shutdown command or the end of its input)"}
+        return {"cause": "the run took longer than the prompt's timeout",
+                "check": "raise --timeout (or the prompt's \"timeout\") if the run needs longer; otherwise the last "
+                         "observations before the stop (a slow model, a tool that did not finish)"}
+
+    def _c_closing(self) -> dict[str, str]:
+        why = self._closing_why()
+        if why == "signal":
+            return {"cause": "the bridge was sent a signal while the prompt ran",
+                    "check": "what sent it (a service manager stopping the bridge, Ctrl-C in its terminal, a parent "
+                             "process); to let running prompts finish, end the bridge with a shutdown command or the "
+                             "end of its input (a drain, bounded by --drain-timeout) instead of a signal"}
+        if why == "close":
+            return {"cause": "the controller closed the bridge while the prompt ran",
+                    "check": "the controller's close: await the receipts of running prompts before closing the bridge"}
+        if why == "drain-timeout":
+            return {"cause": "the drain's bound passed while the prompt ran",
+                    "check": "raise --drain-timeout so running prompts can finish when the bridge shuts down"}
+        if why == "journal":
+            return _c_journal(self.journal_error)
+        return {"cause": "the bridge was closing",
+                "check": "the bridge's stderr: its last line says why it ended" + (
+                    f" (the closing note says {_short(why, 80)})" if why is not None else "")}
+
     def _c_other_writer(self, what: str) -> dict[str, str]:
         return {"cause": f"someone other than the bridge sent the engine {what}",
                 "check": "whether anything else can write to the engine's stdin (the journal records only the "
@@ -1447,6 +1667,7 @@ class Diagnoser:
             "entries": self.entries,
             "observations": self.driver.session.observations,
             "truncated": self.truncated,
+            "journal": {"live": self.engine_starts > 0, "closed": self.closed, "failed": self.journal_error},
             "prompts": {"sent": self.prompts_sent, "receipts": total},
             "receipts": {state: dict(sorted(reasons.items())) for state, reasons in sorted(self.receipts.items())},
             "signals": dict(sorted(self.signals.items())),
@@ -1459,6 +1680,30 @@ class Diagnoser:
 
     def to_json(self) -> dict[str, Any]:
         return {"findings": [f.to_json() for f in self.findings], "summary": self.summary()}
+
+
+def _explained(r: Receipt) -> bool:
+    """Whether a receipt gets a finding: it is uncertain, or the bridge stopped its run itself."""
+    return r.state in UNCERTAIN or (r.state == "failed" and r.reason in BRIDGE_STOPS)
+
+
+def _stop_why(note: dict[str, Any] | None, reason: str | None) -> str:
+    """Why the bridge sent a stop: its note's words, else the receipt's reason in words."""
+    why = note.get("why") if note is not None else None
+    if isinstance(why, str) and why.strip():
+        return _short(why.strip(), 300).rstrip(".")
+    return "a timeout passed" if reason == "timeout" else "the bridge was closing"
+
+
+def _c_journal(error: str | None) -> dict[str, str]:
+    """Why a journal could not be written, from the error the bridge noted."""
+    move = "--journal PATH or $PI_BRIDGE_JOURNAL_DIR puts journals elsewhere, --no-journal writes none"
+    text = (error or "").lower()
+    if "errno 28" in text or "no space" in text or "quota" in text:
+        return {"cause": "the disk the journal is on is full",
+                "check": f"free space there (df -h on the journal's folder); {move}"}
+    return {"cause": "the journal's file could not be written (an I/O error, a full or read-only disk)",
+            "check": f"the error the bridge noted, the system log (dmesg) for disk errors, and free space; {move}"}
 
 
 def _hashable(value: Any) -> bool:
@@ -1593,6 +1838,10 @@ def format_text(diag: Diagnoser) -> str:
                                             if gaps["count"] else ""))
     out.append(f"  engine: {s['engine_starts']} start(s), {s['engine_exits']['count']} exit(s) "
                f"({s['engine_exits']['abnormal']} abnormal), down {s['engine_down']} time(s)")
+    journal = s["journal"]
+    if journal["live"] or journal["failed"]:
+        how = "the bridge closed cleanly" if journal["closed"] else "ends before the bridge closed"
+        out.append(f"  journal: {how}" + (f"; could not be written: {journal['failed']}" if journal["failed"] else ""))
     return "\n".join(out)
 
 
@@ -1649,9 +1898,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="explain every signal, gap and unknown receipt in a journal, in words",
         description="Read a transcript or journal (lean or full) and explain each signal (O1-O6, "
         "aborted-without-stop, gaps, non-started dispositions, seal diagnostics, failed seal checks, "
-        "engine exits and engine-down) and each pending / delivery-unknown / outcome-unknown receipt: "
-        "what happened, the observations around it, the slot's state, the likely causes and what to "
-        "check; then a summary. Exit 0 when the file was read, 2 when it is not a readable transcript.",
+        "engine exits and engine-down), each pending / delivery-unknown / outcome-unknown receipt, each "
+        "run the bridge stopped itself (failed: timeout or closing) and a journal that could not be written "
+        "or ends before the bridge closed: what happened, the observations around it, the slot's state, the "
+        "likely causes and what to check; then a summary. Exit 0 when the file was read, 2 when it is not a "
+        "readable transcript.",
     )
     p.add_argument("file", metavar="FILE")
     p.add_argument("--json", action="store_true", help='print one JSON object {"findings": [...], "summary": {...}}')
@@ -1772,7 +2023,8 @@ svg .label { fill: var(--muted); }
   document.getElementById("headline").textContent =
     S.observations + " observations, " + S.prompts.sent + " prompt(s) sent, " + S.findings.count + " finding(s); engine " +
     str(eng.name) + (eng.version ? " " + eng.version + " (pin " + eng.pin + ")" : "") +
-    (eng.sealed ? ", seal recorded" : ", no seal recorded") + (S.truncated ? "; the last line was cut off" : "");
+    (eng.sealed ? ", seal recorded" : ", no seal recorded") + (S.truncated ? "; the last line was cut off" : "") +
+    (S.journal.live && !S.journal.closed ? "; the journal ends before the bridge closed" : "");
   var counts = document.getElementById("counts");
   Object.keys(S.receipts).forEach(function (state) {
     var n = 0; var r = S.receipts[state]; Object.keys(r).forEach(function (k) { n += r[k]; });
@@ -1966,7 +2218,8 @@ svg .label { fill: var(--muted); }
     var where = {g: sigLane, y: sigRow.y + LANE / 2};
     if (f.kind === "receipt" && slotLaneByRequest.hasOwnProperty(str(f.request))) where = slotLaneByRequest[str(f.request)];
     var x = X(f.x), y = where.y;
-    var colour = f.kind === "receipt" ? "var(--unknown)" : (f.kind === "engine" ? "#34495e" : "var(--foreign)");
+    var colour = f.kind === "receipt" ? (f.detail.state === "failed" ? "var(--failed)" : "var(--unknown)")
+               : ((f.kind === "engine" || f.kind === "journal") ? "#34495e" : "var(--foreign)");
     var m = el("polygon", {points: x + "," + (y - 8) + " " + (x + 8) + "," + y + " " + x + "," + (y + 8) + " " + (x - 8) + "," + y,
                            fill: colour, "class": "marker finding", "data-n": f.n, "data-signal": f.signal}, where.g);
     var tt = el("title", {}, m); tt.textContent = "[" + f.n + "] " + f.title;
@@ -2001,7 +2254,8 @@ svg .label { fill: var(--muted); }
   var list = document.getElementById("findings");
   if (!D.findings.length) h("div", "sub", "No signal, gap or uncertain receipt: nothing to explain.", list);
   D.findings.forEach(function (f) {
-    var box = h("div", "f " + (f.kind === "receipt" ? "rec" : (f.kind === "engine" ? "eng" : "sig")), null, list);
+    var boxClass = f.kind === "receipt" ? "rec" : ((f.kind === "engine" || f.kind === "journal") ? "eng" : "sig");
+    var box = h("div", "f " + boxClass, null, list);
     h("div", "t", "[" + f.n + "] " + f.title, box);
     h("div", "", f.explanation, box);
     box.addEventListener("click", function () {

@@ -16,6 +16,11 @@ Rules:
   last receipts, never corrupt a line). Between receipts writes are buffered.
 - Closed last: once the bridge has closed it, nothing more is written (a
   prompt refused after close still gets its receipt, just not in the journal).
+- Failing loudly, losing nothing else: a write, flush or fsync that fails (a
+  full disk, an I/O error, a file size limit) closes the journal, tries one last
+  ``journal-failed`` note straight to the file, and reports the failure once
+  (``on_failure``); the bridge then tells the controller and closes, and every
+  accepted prompt still gets its receipt on the controller's side.
 - Safe: every entry is serialised by orjson (control characters escaped), or
   is a line the engine wrote that parsed as one JSON object, embedded as is
   (it contains no LF). Nothing the engine prints can start a journal line.
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import datetime
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,12 +82,40 @@ class Journal:
         self._stream = open_private(path)
         self._writer = TranscriptWriter(self._stream, clearing=clearing, **meta)
         self.closed = False
+        #: Why the journal could not be written, once it could not.
+        self.failed: str | None = None
+        #: Called once with :attr:`failed` when a write fails.
+        self.on_failure: Callable[[str], None] | None = None
+
+    def fail(self, error: BaseException) -> None:
+        """A write, flush or fsync failed: stop writing, say so once."""
+        if self.failed is not None:
+            return
+        why = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        self.failed = f"the journal {self.path} could not be written: {why}"
+        self.closed = True
+        try:
+            os.write(self._stream.fileno(), b"\n" + dumps({"note": {"event": "journal-failed", "error": why}}) + b"\n")
+        except (OSError, ValueError):
+            pass
+        try:
+            self._stream.close()
+        except (OSError, ValueError):
+            pass
+        if self.on_failure is not None:
+            self.on_failure(self.failed)
 
     # -- entries -------------------------------------------------------------------
 
-    def send(self, cmd: dict[str, Any], t: float) -> None:
+    def _write(self, kind: str, value: Any, t: float, i: int | None = None) -> None:
         if not self.closed:
-            self._writer.write("send", cmd, t=t)
+            try:
+                self._writer.write(kind, value, t=t, i=i)
+            except OSError as e:
+                self.fail(e)
+
+    def send(self, cmd: dict[str, Any], t: float) -> None:
+        self._write("send", cmd, t)
 
     def recv(self, idx: int, line: bytes, parsed: dict[str, Any] | None, t: float) -> None:
         """A line that is (or, for a skipped ``message_update``, starts like) a JSON object."""
@@ -89,67 +123,68 @@ class Journal:
             return
         tail = b',"i":%d,"t":%s}\n' % (idx, repr(round(t, 6)).encode())
         if not self.full and line.startswith(_ELIDED_TYPES):
-            self._stream.write(b'{"recv":' + _elided(line, parsed) + tail)
-            return
-        if parsed is None:
+            line = _elided(line, parsed)
+        elif parsed is None:
             # Unparsed lines are only ever elided message_updates; in full mode
             # the session parses everything.
             raise AssertionError("an unparsed line reached a full journal")
-        self._stream.write(b'{"recv":' + line + tail)
+        try:
+            self._stream.write(b'{"recv":' + line + tail)
+        except OSError as e:
+            self.fail(e)
 
     def recv_elided_updates(self, lines: list[bytes], first: int, t: float) -> None:
         """A run of ``message_update`` lines, indices ``first`` on, in their lean form."""
         if self.closed:
             return
         template = b'{"recv":' + LEAN_UPDATE + b',"i":%d,"t":' + repr(round(t, 6)).encode() + b"}\n"
-        self._stream.write(b"".join(map(template.__mod__, zip(map(len, lines), range(first, first + len(lines))))))
+        try:
+            self._stream.write(b"".join(map(template.__mod__, zip(map(len, lines), range(first, first + len(lines))))))
+        except OSError as e:
+            self.fail(e)
 
     def recv_raw(self, idx: int, raw: RawLine, t: float) -> None:
-        if not self.closed:
-            self._writer.write("recv_raw", raw_text(raw), t=t, i=idx)
+        self._write("recv_raw", raw_text(raw), t, idx)
 
     def release(self, request: Any, t: float) -> None:
-        if not self.closed:
-            self._writer.write("release", request, t=t)
+        self._write("release", request, t)
 
     def stderr(self, text: str, t: float) -> None:
-        if not self.closed:
-            self._writer.write("stderr", text, t=t)
+        self._write("stderr", text, t)
 
     def exit(self, code: int | None, sig: int | None, t: float) -> None:
-        if not self.closed:
-            self._writer.write("exit", {"code": code, "signal": sig}, t=t)
+        self._write("exit", {"code": code, "signal": sig}, t)
 
     def note(self, value: Any, t: float) -> None:
-        if not self.closed:
-            self._writer.write("note", value, t=t)
+        self._write("note", value, t)
 
     def signal(self, value: dict[str, Any], t: float) -> None:
-        if not self.closed:
-            self._writer.write("signal", value, t=t)
+        self._write("signal", value, t)
 
     def receipt(self, receipt: Receipt, t: float) -> None:
         """A receipt: written and flushed to the OS at once (a crash of the bridge
         loses nothing from here). The fsync that makes it survive a crash of the
         machine is the caller's: the live bridge runs it in a worker thread."""
         if not self.closed:
-            self._writer.write("receipt", receipt.to_json(), t=t)
-            self._writer.flush()
+            try:
+                self._writer.write("receipt", receipt.to_json(), t=t)
+                self._writer.flush()
+            except OSError as e:
+                self.fail(e)
 
     # -- durability ------------------------------------------------------------------
 
     def fileno(self) -> int:
         return self._stream.fileno()
 
-    def sync(self) -> None:
-        """Flush and fsync here and now."""
-        if not self.closed:
-            self._writer.sync()
-
     def close(self) -> None:
         if not self.closed:
-            self._writer.sync()
-            self._writer.close()
+            try:
+                self._writer.flush()
+                os.fsync(self._stream.fileno())
+                self._writer.close()
+            except OSError as e:
+                self.fail(e)
             self.closed = True
 
 

@@ -24,6 +24,7 @@ engine's protocol; :data:`converter` is the one place that knows it, and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 import attrs
@@ -37,7 +38,7 @@ STATES: Final = frozenset(
 #: The reasons each state admits (None: no reason).
 REASONS: Final[dict[str, frozenset[str | None]]] = {
     "finished": frozenset({None}),
-    "failed": frozenset({None, "interrupted"}),
+    "failed": frozenset({None, "interrupted", "timeout", "closing"}),
     "rejected": frozenset({"engine", "queue-full", "cancelled", "closing", "engine-down"}),
     "delivery-unknown": frozenset({"ack-without-start", "no-ack", "engine-exited"}),
     "outcome-unknown": frozenset(
@@ -104,6 +105,92 @@ class Receipt:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Receipt:
         return converter.structure(data, cls)
+
+
+# --------------------------------------------------------------------------
+# The decision table: the one place a receipt's state and reason are decided.
+#
+# The evidence half (bridge/session.py) and the lifecycle (bridge/lifecycle.py)
+# each know some of a prompt's story; whichever learns the *trigger* (the slot's
+# run settled, the engine refused or exited, a deadline passed, the prompt was
+# never written) gathers what is known into :class:`Facts` and asks
+# :func:`decide`. The rows are tried in order; the first that matches decides.
+# README "How a receipt is decided" is this table in words, row by row, with the
+# reasons for its order; tests/test_decision.py checks every row.
+
+#: Who sent the stop linked to a prompt, and the reason its aborted run gets.
+STOP_REASONS: Final[dict[str, str]] = {"controller": "interrupted", "timeout": "timeout", "closing": "closing"}
+
+#: The tracker's settlements that our own stop may have caused (Pi aborted in a
+#: retry backoff writes no aborted message; SPEC §2).
+_ABORTABLE: Final = frozenset({("failed", None), ("outcome-unknown", "no-final-assistant-message")})
+
+
+@attrs.frozen
+class Facts:
+    """What is known of one prompt when its receipt is decided: the table's columns."""
+
+    #: Never written to the engine, and why: queue-full, cancelled, closing, engine-down.
+    unsent: str | None = None
+    #: Replay only: the receipt the journal recorded before the prompt's release.
+    recorded: tuple[str, str | None] | None = None
+    #: The engine answered the prompt ``success: false`` before any ack.
+    refused: bool = False
+    #: A deadline passed: ``ack`` (no ack), ``settle`` (the stop after a timeout
+    #: was not obeyed), ``taint`` (a tainted slot's own run did not settle).
+    gave_up: str | None = None
+    #: The engine's first taint while the prompt was held: ``overlap``, ``gap``,
+    #: ``disposition`` or ``aborted-without-stop``.
+    taint: str | None = None
+    #: The engine exited before anything else decided.
+    exited: bool = False
+    #: The model had the prompt (the tracker's ``working``).
+    working: bool = False
+    #: The tracker's settlement of the slot: the seed's ``classify``.
+    tracker: tuple[str, str | None] | None = None
+    #: The slot's own run (or its loose settle) settled; with a taint this is the trigger.
+    own_settled: bool = False
+    #: Whose stop is linked to the slot: ``controller``, ``timeout`` or ``closing``.
+    stop_by: str | None = None
+    #: ``agent_settled.aborted`` of the settle that closed the slot's run.
+    aborted: bool = False
+
+
+def decide(f: Facts) -> tuple[str, str | None]:
+    """The receipt's ``(state, reason)`` for what is known. Raises ValueError
+    when nothing in ``f`` is a trigger (a bug in the caller)."""
+    if f.unsent is not None:  # 1: never written
+        return "rejected", f.unsent
+    if f.recorded is not None:  # 2: replay takes the live bridge's decision
+        return f.recorded
+    if f.refused:  # 3: the engine said no
+        return "rejected", "engine"
+    if f.gave_up == "ack":  # 4: no ack in time (whatever else came)
+        return "delivery-unknown", "no-ack"
+    if f.gave_up == "settle":  # 5: our stop was not obeyed in time
+        return "outcome-unknown", "settle-timeout"
+    if f.taint is not None and (f.own_settled or f.exited or f.gave_up == "taint" or f.tracker is not None):
+        return "outcome-unknown", f.taint  # 6: tainted evidence settles nothing
+    if f.gave_up == "taint":  # (a taint grace with the taint forgotten: still an overlap)
+        return "outcome-unknown", "overlap"
+    if f.exited:  # 7, 8: the engine died first
+        return ("outcome-unknown" if f.working else "delivery-unknown"), "engine-exited"
+    if f.tracker is None:
+        raise ValueError(f"no trigger to decide a receipt from: {f!r}")
+    state, reason = f.tracker
+    if state == "failed" and reason == "interrupted":  # 10: the seed saw our stop's abort
+        return "failed", STOP_REASONS.get(f.stop_by or "controller", "interrupted")
+    if f.tracker in _ABORTABLE and f.stop_by is not None and f.aborted:  # 11: aborted in a backoff
+        return "failed", STOP_REASONS[f.stop_by]
+    return state, reason  # 9, 12: the seed's own verdict
+
+
+def exit_words(code: int | None, signal: int | None, stderr: Sequence[str] = ()) -> str:
+    """An engine's exit in words, with its last stderr lines: what a user needs to fix it
+    (the ``nativeError`` of an ``engine-exited`` receipt and of ``engine-down``)."""
+    how = f"signal {signal}" if signal is not None else f"code {code}" if code is not None else "status unknown"
+    tail = " | ".join(line for line in stderr if line.strip())
+    return f"the engine exited ({how})" + (f": {tail}" if tail else "")
 
 
 def _make_converter() -> cattrs.Converter:

@@ -94,7 +94,14 @@ class Driver:
             recorded = self.recorded.pop(value, None) if self.bounded else self.recorded.get(value)
             return session.release(value, t=entry.t, recorded=recorded)
         if kind == "exit":
-            return session.engine_exited(t=entry.t)
+            code = value.get("code") if isinstance(value, dict) else None
+            sig = value.get("signal") if isinstance(value, dict) else None
+            return session.engine_exited(code if isinstance(code, int) else None,
+                                         sig if isinstance(sig, int) else None, t=entry.t)
+        if kind == "stderr":
+            if isinstance(value, str):
+                session.stderr(value)
+            return NO_EVENTS
         if kind == "receipt" and isinstance(value, dict):
             request = value.get("request")
             if request not in self.sent_ids:
@@ -112,12 +119,8 @@ class Driver:
                 # Its prompt's story ends with this record (and its release).
                 self.sent_ids.discard(request)
             return NO_EVENTS
-        if kind == "note" and isinstance(value, dict) and value.get("event") == "engine-start":
-            pid, generation = value.get("pid"), value.get("generation")
-            session.engine_started(
-                pid if isinstance(pid, int) else None,
-                generation if isinstance(generation, int) else None,
-            )
+        if kind == "note":
+            session.note(value)
         return NO_EVENTS
 
 

@@ -26,9 +26,17 @@ Rules:
   the whole session (a duplicate is an error and is not accepted).
 - stdin EOF or ``shutdown``: no new prompts; every outstanding prompt runs to
   its receipt (``--drain-timeout`` bounds that: past it, the running prompt is
-  stopped and the queued ones are rejected ``closing``); then the engine is
-  stopped and the bridge exits 0.
-- SIGINT / SIGTERM: the same without draining (stop, reject, close), exit 130 / 143.
+  stopped, ``failed``/``timeout``, and the queued ones are rejected
+  ``closing``); then the engine is stopped and the bridge exits 0.
+- After ``shutdown`` the bridge keeps reading until EOF or its exit: ``status``
+  is answered, ``stop`` honoured, a new ``prompt`` gets ``rejected``/``closing``,
+  a second ``shutdown`` changes nothing.
+- SIGINT / SIGTERM / SIGHUP: closing at once (nothing queued is written; the
+  running prompt is stopped, ``failed``/``closing``), exit 130 / 143 / 129.
+- The journal cannot be written (a full disk): the controller gets a
+  ``journal-failed`` signal at once, the bridge closes as for a signal (every
+  accepted prompt still gets its receipt here), and exits 1 with one line on
+  stderr.
 - Output is written by one task from an unbounded queue, so a controller that
   reads slowly never stalls the engine's stream (it costs memory instead).
 """
@@ -154,38 +162,38 @@ async def serve(
         finally:
             out.put({"type": "bye", "receipts": opened[0].receipts_issued if opened else 0})
             out.close()
+    if opened and opened[0].journal_failed:
+        print(f"bridge serve: {opened[0].journal_failed}; every receipt went to the controller", file=sys.stderr)
+        return status or 1
     return status
 
 
 async def _serve_loop(bridge: Bridge, out: _Output, stdin_fd: int, drain_timeout: float | None) -> int:
+    """Run until the bridge has closed: after EOF or ``shutdown`` has drained, or
+    at once on a signal (or a journal failure). stdin is read until then."""
     status = 0
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
-            done = trio.Event()
 
             async def watch_signals() -> None:
                 nonlocal status
                 async for signum in signals:
-                    status = 128 + signum
-                    done.set()
-                    return
+                    status = status or 128 + signum
+                    bridge.close_on_signal(signum)
 
             async def read_controller() -> None:
-                await _read_controller(bridge, out, stdin_fd, done)
-                # EOF or shutdown: drain, bounded by --drain-timeout.
-                with trio.move_on_after(drain_timeout if drain_timeout is not None else math.inf):
-                    await bridge.drain()
-                done.set()
+                await _read_controller(bridge, out, stdin_fd, drain_timeout)
+                bridge.shutdown(drain_timeout)  # EOF
 
             nursery.start_soon(watch_signals)
             nursery.start_soon(read_controller)
-            await done.wait()
+            await bridge.wait_closed()
             nursery.cancel_scope.cancel()
     return status
 
 
-async def _read_controller(bridge: Bridge, out: _Output, stdin_fd: int, done: trio.Event) -> None:
-    """Read controller lines until EOF or ``shutdown``."""
+async def _read_controller(bridge: Bridge, out: _Output, stdin_fd: int, drain_timeout: float | None) -> None:
+    """Read controller lines until EOF (also after ``shutdown``)."""
     stream = trio.lowlevel.FdStream(os.dup(stdin_fd))
     splitter = LineSplitter(DEFAULT_MAX_LINE)
     lineno = 0
@@ -200,26 +208,25 @@ async def _read_controller(bridge: Bridge, out: _Output, stdin_fd: int, done: tr
                 lineno += 1
                 if isinstance(line, bytes) and not line.strip():
                     continue
-                if await _take(bridge, out, line, lineno):
-                    return
+                await _take(bridge, out, line, lineno, drain_timeout)
             if not data:
                 return
 
 
-async def _take(bridge: Bridge, out: _Output, line: bytes | Oversize, lineno: int) -> bool:
-    """Act on one controller line; True for ``shutdown``."""
+async def _take(bridge: Bridge, out: _Output, line: bytes | Oversize, lineno: int, drain_timeout: float | None) -> None:
+    """Act on one controller line."""
     try:
         cmd = parse_command(line)
     except ControllerError as e:
         note: dict[str, Any] = {"type": "error", "error": str(e), "line": lineno}
         out.put(note)
-        return False
+        return
     kind = cmd["type"]
     if kind == "prompt":
         rid = cmd["id"]
         if bridge.knows(rid):
             out.put({"type": "error", "error": f"duplicate id {rid!r}: already used in this session", "line": lineno, "id": rid})
-            return False
+            return
         await bridge.submit(
             cmd["message"], request=rid, stream=bool(cmd.get("stream", False)),
             timeout=cmd.get("timeout"), images=cmd.get("images"),
@@ -228,14 +235,13 @@ async def _take(bridge: Bridge, out: _Output, line: bytes | Oversize, lineno: in
         rid = cmd["id"]
         if not bridge.knows(rid):
             out.put({"type": "error", "error": f"unknown id {rid!r}: no such prompt", "line": lineno, "id": rid})
-            return False
+            return
         stop = await bridge.stop(rid)
         out.put({"type": "stopping", "id": rid, "stop": stop})
     elif kind == "status":
         out.put({"type": "status", **bridge.status()})
     elif kind == "shutdown":
-        return True
-    return False
+        bridge.shutdown(drain_timeout)
 
 
 def main_serve(profile: EngineProfile, *, journal: Any, config: BridgeConfig, drain_timeout: float | None) -> int:

@@ -57,10 +57,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
+import collections
+
 import attrs
 
 from bridge.framing import Oversize, RawLine, parse_line
-from bridge.receipts import Receipt, Times
+from bridge.receipts import Facts, Receipt, Times, decide, exit_words
 from bridge.tracker import Overlap, Settled, Tracker, Working
 
 #: Pi writes ``type`` first (``JSON.stringify`` keeps insertion order), so a line
@@ -73,6 +75,9 @@ TRACKER_KEEP: Final = 256
 
 #: Signals kept on one prompt's receipt; past it they are counted, not kept.
 SIGNALS_PER_PROMPT: Final = 100
+
+#: Last stderr lines an ``engine-exited`` receipt quotes in ``nativeError``.
+STDERR_QUOTED: Final = 5
 
 #: Extension UI methods that wait for an answer (Pi's docs/rpc-extension-ui.md).
 DIALOG_METHODS: Final = frozenset({"select", "confirm", "input", "editor"})
@@ -167,6 +172,8 @@ class PromptState:
     disposition: str | None = None
     working_idx: int | None = None
     stop: Any = None
+    #: Whose stop ``stop`` is (the journal's ``stop`` note): controller, timeout, closing.
+    stop_by: str | None = None
     reply: str | None = None
     signals: list[dict[str, Any]] = attrs.field(factory=list)
     times: dict[str, float] = attrs.field(factory=dict)
@@ -210,6 +217,11 @@ class Session:
         self.working: list[Working] = []
         self.settled: list[Settled] = []
         self.receipts: list[Receipt] = []
+        #: Whose stop each stop id is, from the ``stop`` notes (a stop with no
+        #: note is the controller's: journals before the notes existed).
+        self._stop_by: dict[Any, str] = {}
+        #: The current engine's last stderr lines, for ``engine-exited`` receipts.
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_QUOTED)
 
     # -- inputs ------------------------------------------------------------
 
@@ -217,6 +229,7 @@ class Session:
         """A (new) engine process is running; lines from here on are its own."""
         if self._fresh_needed or self.exited:
             self._fresh_tracker()
+        self.stderr_tail.clear()
         self.pid = pid
         if generation is not None:
             self.generation = generation
@@ -247,8 +260,10 @@ class Session:
         elif kind == "abort":
             stop = cmd.get("id")
             self.tracker.link_stop(stop)
+            by = self._stop_by.pop(stop, "controller") if isinstance(stop, str) else "controller"
             if self.held is not None and self.held.stop is None:
                 self.held.stop = stop
+                self.held.stop_by = by
         if kind in self.clearing:
             self.tracker.clear_window += 1
             self._pending_clears.append((kind, cmd.get("id")))
@@ -356,8 +371,8 @@ class Session:
         events: list[Event] = []
         state = self.open.get(request)
         if state is not None and state.receipt is None and recorded is not None:
-            self._decide(state, recorded.get("state", "pending"), recorded.get("reason"), t, events,
-                         stop=recorded.get("stop"), native_error=recorded.get("nativeError"))
+            self._conclude(state, Facts(recorded=(recorded.get("state", "pending"), recorded.get("reason"))), t, events,
+                           stop=recorded.get("stop"), native_error=recorded.get("nativeError"))
         self.tracker.release()
         if self.held is not None and self.held.request == request:
             self.held = None
@@ -365,28 +380,54 @@ class Session:
         self.open.pop(request, None)
         return events
 
-    def give_up(self, request: Any, state: str, reason: str | None, *, t: float | None = None) -> list[Event]:
-        """The trio layer stopped waiting (ack timeout, settle timeout, grace)."""
+    def give_up(self, request: Any, why: str, *, t: float | None = None) -> list[Event]:
+        """The lifecycle stopped waiting for ``request``'s evidence: ``why`` is the
+        deadline that passed (``ack``, ``settle``, ``taint``) or ``exited``.
+
+        Always returns the prompt's receipt unless it already has one; a prompt
+        this session never saw sent (an earlier engine's) is decided from the
+        same facts with no evidence."""
         events: list[Event] = []
         prompt = self.open.get(request)
-        if prompt is not None and prompt.receipt is None:
-            if state == "outcome-unknown" and self.taint is not None and reason != "settle-timeout":
-                reason = self.taint
-            self._decide(prompt, state, reason, t, events)
+        if prompt is None:
+            prompt = PromptState(request)
+        elif prompt.receipt is not None:
+            return events
+        taint = self.taint if prompt is self.held or prompt in self._displaced else None
+        if why == "exited":
+            facts = Facts(exited=True, taint=taint, working=prompt.working_idx is not None)
+        else:
+            facts = Facts(gave_up=why, taint=taint, working=prompt.working_idx is not None)
+        self._conclude(prompt, facts, t, events)
         return events
 
-    def engine_exited(self, *, t: float | None = None) -> list[Event]:
+    def stderr(self, text: str) -> None:
+        """A line the engine wrote to stderr (kept for ``engine-exited`` receipts)."""
+        self.stderr_tail.append(text)
+
+    def note(self, value: Any) -> None:
+        """A journal ``note`` the bridge wrote: an engine start, or whose stop is coming."""
+        if not isinstance(value, dict):
+            return
+        event = value.get("event")
+        if event == "stop":
+            stop, by = value.get("stop"), value.get("by")
+            if isinstance(stop, str) and isinstance(by, str):
+                self._stop_by[stop] = by
+        elif event == "engine-start":
+            pid, generation = value.get("pid"), value.get("generation")
+            self.engine_started(pid if isinstance(pid, int) else None,
+                                generation if isinstance(generation, int) else None)
+
+    def engine_exited(self, code: int | None = None, signal: int | None = None, *, t: float | None = None) -> list[Event]:
         """The engine process is gone: the held slot gets its receipt now."""
         events: list[Event] = []
+        words = exit_words(code, signal, list(self.stderr_tail))
         for prompt in [*self._displaced, self.held]:
             if prompt is None or prompt.receipt is not None:
                 continue
-            if self.taint is not None:
-                self._decide(prompt, "outcome-unknown", self.taint, t, events)
-            elif prompt.working_idx is not None:
-                self._decide(prompt, "outcome-unknown", "engine-exited", t, events)
-            else:
-                self._decide(prompt, "delivery-unknown", "engine-exited", t, events)
+            facts = Facts(exited=True, taint=self.taint, working=prompt.working_idx is not None)
+            self._conclude(prompt, facts, t, events, native_error=words)
         self._displaced.clear()
         self.exited = True
         self._fresh_needed = True
@@ -448,7 +489,7 @@ class Session:
             if value.get("success") is False and held is not None and held.ack_idx is None and held.receipt is None:
                 events = []
                 error = value.get("error")
-                self._decide(held, "rejected", "engine", t, events, native_error=error if isinstance(error, str) else None)
+                self._conclude(held, Facts(refused=True), t, events, native_error=error if isinstance(error, str) else None)
                 return events
             return NO_EVENTS
         if self._pending_clears:
@@ -474,7 +515,7 @@ class Session:
             return
         done = slot.settle_seen or (slot.run_id is not None and self.tracker.settle_idx(slot.run_id) is not None)
         if done:
-            self._decide(held, "outcome-unknown", self.taint, t, events, settle_idx=idx)
+            self._conclude(held, Facts(taint=self.taint, own_settled=True), t, events, settle_idx=idx)
 
     def _settle_displaced(self, idx: int, t: float | None, events: list[Event]) -> None:
         for prompt in list(self._displaced):
@@ -482,28 +523,27 @@ class Session:
                 self._displaced.remove(prompt)
             elif prompt.run_id is not None and self.tracker.settle_idx(prompt.run_id) is not None:
                 self._displaced.remove(prompt)
-                self._decide(prompt, "outcome-unknown", self.taint, t, events, settle_idx=idx)
+                self._conclude(prompt, Facts(taint=self.taint, own_settled=True), t, events, settle_idx=idx)
 
     def _settle_from_tracker(self, out: Settled, settle: dict[str, Any], t: float | None, events: list[Event]) -> None:
         held = self.held
         if held is None or held.request != out.request or held.receipt is not None:
             return
-        state, reason, stop = out.state, out.reason, out.stop
-        if self.taint is not None:
-            state, reason = "outcome-unknown", self.taint
-        elif (
-            self.tracker.stop
-            and settle.get("aborted") is True
-            and ((state == "failed" and reason is None) or reason == "no-final-assistant-message")
-        ):
-            state, reason, stop = "failed", "interrupted", self.tracker.stop
-        self._decide(held, state, reason, t, events, settle_idx=out.idx, stop=stop, native_error=out.native_error)
+        stop = self.tracker.stop
+        facts = Facts(
+            tracker=(out.state, out.reason),
+            taint=self.taint,
+            own_settled=True,
+            working=held.working_idx is not None,
+            stop_by=(held.stop_by or "controller") if stop else None,
+            aborted=settle.get("aborted") is True,
+        )
+        self._conclude(held, facts, t, events, settle_idx=out.idx, stop=out.stop or stop, native_error=out.native_error)
 
-    def _decide(
+    def _conclude(
         self,
         prompt: PromptState,
-        state: str,
-        reason: str | None,
+        facts: Facts,
         t: float | None,
         events: list[Event],
         *,
@@ -511,6 +551,9 @@ class Session:
         stop: Any = None,
         native_error: str | None = None,
     ) -> None:
+        """Decide ``prompt``'s receipt by the table (:func:`bridge.receipts.decide`)
+        and add it to ``events``, with the evidence the session holds."""
+        state, reason = decide(facts)
         if t is not None:
             prompt.times["settled"] = t
         slot = self.tracker.slot
@@ -518,12 +561,14 @@ class Session:
             run = slot.run_id
         else:
             run = prompt.run_id
+        if facts.recorded is None and not (state in ("failed", "rejected") or reason == "engine-exited"):
+            native_error = None
         receipt = Receipt(
             request=prompt.request,
             state=state,
             reason=reason,
             stop=stop if stop is not None else prompt.stop,
-            native_error=native_error if state in ("failed", "rejected") else None,
+            native_error=native_error,
             run=run,
             reply=prompt.reply,
             ack_idx=prompt.ack_idx,
@@ -607,3 +652,4 @@ def message_text(message: dict[str, Any]) -> str:
         for part in content
         if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
     )
+

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import trio
 
-from bridge import supervisor
+from bridge import lifecycle, supervisor
 from bridge.profile import CommandProfile
 from bridge.session import SIGNALS_PER_PROMPT, TRACKER_KEEP, Session
 from tests.conftest import TOOLS
@@ -63,12 +63,12 @@ def test_a_signal_flood_is_bounded_per_prompt_and_in_the_tracker():
 
 
 async def test_the_supervisor_keeps_only_outstanding_prompts_and_recent_ids(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(supervisor, "RECENT_IDS", 10)
+    monkeypatch.setattr(lifecycle, "RECENT_IDS", 10)
     profile = CommandProfile([sys.executable, str(TOOLS / "fake_engine.py")])
     with trio.fail_after(60):
         async with supervisor.open_bridge(profile, journal=False) as bridge:
             for n in range(40):
                 assert (await bridge.prompt("hi", request=f"r{n}")).state == "finished"
-            assert bridge._prompts == {} and len(bridge._recent) == 10
+            assert bridge.lifecycle.state.prompts == {} and len(bridge.lifecycle.state.recent) == 10
             assert bridge.knows("r39") and not bridge.knows("r0")
             assert bridge.get_receipt("r39") is not None

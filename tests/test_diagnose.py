@@ -2,7 +2,8 @@
 
 Per fixture the tests check the key facts of the wording (the signal, the indices, the
 request, the run); synthetic journals cover what fixtures/core has no story for (dispositions,
-seal diagnostics, engine exits, recorded receipts, seal checks, engine-down). The HTML page
+seal diagnostics, engine exits, recorded receipts, seal checks, engine-down, the bridge's own
+timeout and closing stops, journal failures, a journal that ends before the bridge closed). The HTML page
 is rendered in a real headless Chromium; a ~200 MB journal checks memory stays bounded.
 """
 
@@ -451,6 +452,195 @@ def test_a_live_journals_gap_signal_names_the_kind(tmp_path: Path):
 
 
 # --------------------------------------------------------------------------
+# Whose stop: the bridge's timeouts and closing stops, journal failures (SPEC section 5)
+
+
+def _stopped(p: str, start: int, stop: str, *, by: str | None = None, why: str = "",
+             t: float = 2.0) -> list[dict[str, Any]]:
+    """p's acked run, stopped mid-answer by ``stop``: the bridge's note first when ``by`` is given."""
+    lines: list[dict[str, Any]] = [
+        _ack(p, start), {"recv": {"type": "agent_start"}, "i": start + 1},
+        {"recv": {"type": "message_start", "message": {"role": "user", "content": p}}, "i": start + 2},
+        {"recv": {"type": "message_start", "message": {"role": "assistant", "content": []}}, "i": start + 3},
+    ]
+    if by is not None:
+        lines.append({"note": {"event": "stop", "stop": stop, "request": p, "by": by, "why": why}, "t": t})
+    lines += [{"send": {"type": "clear_queue", "id": f"{stop}:clear"}, "t": t},
+              {"send": {"type": "abort", "id": stop}, "t": t}]
+    events = [{"type": "queue_update", "steering": [], "followUp": []},
+              {"type": "response", "id": f"{stop}:clear", "command": "clear_queue", "success": True},
+              {"type": "message_end", "message": {"role": "assistant", "content": [], "stopReason": "aborted"}},
+              {"type": "agent_end", "willRetry": False}, {"type": "agent_settled", "aborted": True}]
+    return lines + [{"recv": ev, "i": start + 4 + k, "t": t + 0.01} for k, ev in enumerate(events)]
+
+
+def stop_journal(tmp_path: Path, reason: str, *, by: str | None, why: str = "",
+                 before: list[dict[str, Any]] | None = None, closed: bool = True) -> Path:
+    """A live journal: one prompt p1 whose run is stopped by stop-2 (see _stopped)."""
+    entries = [
+        {"note": {"event": "engine-start", "pid": 10, "generation": 1}, "t": 0.0},
+        {"send": {"type": "prompt", "id": "p1", "message": "hi"}, "t": 0.01},
+        *(before or []), *_stopped("p1", 1, "stop-2", by=by, why=why),
+        {"receipt": {"request": "p1", "state": "failed", "reason": reason, "stop": "stop-2"}, "t": 2.1},
+        {"release": "p1", "t": 2.1},
+        {"exit": {"code": 0, "signal": None}, "t": 2.2},
+    ]
+    if closed:
+        entries.append({"note": {"event": "bridge-closed", "receipts": 1}, "t": 2.3})
+    return write(tmp_path, f"{reason}.jsonl", entries, clearing=["clear_queue"], created="2026-11-30T10:00:00+00:00")
+
+
+def test_timeout_receipt_names_the_bridges_stop(tmp_path: Path):
+    path = stop_journal(tmp_path, "timeout", by="timeout", why="the prompt's timeout (2 s) passed")
+    diag = diagnose(str(path))
+    fs = diag.to_json()["findings"]
+    assert [f["signal"] for f in fs] == ["receipt"]
+    f = one(fs, "receipt", request="p1")
+    assert (f["detail"]["state"], f["detail"]["reason"], f["detail"]["stop"]) == ("failed", "timeout", "stop-2")
+    assert "stopped by the bridge, not the controller" in f["title"]
+    says(f, "the bridge itself stopped p1's run (run-1), not the controller",
+         "its own stop stop-2 (journal line", "t=2.000", "because the prompt's timeout (2 s) passed",
+         "settled at #9")
+    assert "raise --timeout (or the prompt's \"timeout\")" in f["causes"][0]["check"]
+    assert "--drain-timeout" not in f["causes"][0]["check"]
+    assert diag.summary()["receipts"] == {"failed": {"timeout": 1}}
+    assert [(r.state, r.reason) for r in replay(str(path)).receipts] == [("failed", "timeout")]  # one decision
+    assert diag.summary()["journal"] == {"live": True, "closed": True, "failed": None}
+    lead = f["evidence"][0]  # the stop's note leads the evidence, however long ago it was
+    assert lead["summary"] == "note: the bridge's stop stop-2 for p1, by timeout: the prompt's timeout (2 s) passed"
+    assert lead["line"] < f["evidence"][1]["line"] and not lead["focus"]
+
+
+def test_drain_timeout_receipt_says_raise_drain_timeout(tmp_path: Path):
+    closing = [{"note": {"event": "closing", "why": "drain-timeout", "detail": "--drain-timeout 5 s"}, "t": 1.9}]
+    path = stop_journal(tmp_path, "timeout", by="timeout", why="the drain bound (--drain-timeout 5 s) passed",
+                        before=closing)
+    f = one(findings(path), "receipt", request="p1")
+    says(f, "because the drain bound (--drain-timeout 5 s) passed")
+    assert "raise --drain-timeout" in f["causes"][0]["check"]
+
+
+def test_closing_receipt_names_what_closed_the_bridge(tmp_path: Path):
+    closing = [{"note": {"event": "closing", "why": "signal", "detail": "SIGTERM"}, "t": 1.9}]
+    path = stop_journal(tmp_path, "closing", by="closing", why="the bridge is closing (SIGTERM)", before=closing)
+    diag = diagnose(str(path))
+    f = one(diag.to_json()["findings"], "receipt", request="p1")
+    assert (f["detail"]["state"], f["detail"]["reason"]) == ("failed", "closing")
+    says(f, "the bridge itself stopped p1's run (run-1), not the controller", "stop stop-2",
+         "because the bridge is closing (SIGTERM)", "The bridge began closing at t=1.900",
+         "because it got a signal (SIGTERM)")
+    assert "what sent it" in f["causes"][0]["check"] and "shutdown command" in f["causes"][0]["check"]
+    assert diag.summary()["receipts"] == {"failed": {"closing": 1}}
+
+
+def test_a_closing_stop_without_a_closing_note_says_so(tmp_path: Path):
+    path = stop_journal(tmp_path, "closing", by="closing", why="the bridge is closing (close)")
+    f = one(findings(path), "receipt", request="p1")
+    says(f, "because the bridge is closing (close)", "The journal has no closing note saying why the bridge closed.")
+
+
+def test_a_stop_without_a_note_is_the_controllers(tmp_path: Path):
+    for by in (None, "controller"):
+        path = stop_journal(tmp_path, "interrupted", by=by, why="the controller's stop")
+        diag = diagnose(str(path))
+        assert diag.summary()["receipts"] == {"failed": {"interrupted": 1}}, by
+        assert diag.to_json()["findings"] == [], by  # failed/interrupted: as certain as before
+
+
+NO_SPACE = "[Errno 28] No space left on device"
+
+
+def failed_journal(tmp_path: Path) -> Path:
+    """The journal fails (its note made it), the bridge closes, stops p1, and its last line is cut."""
+    failing = [{"note": {"event": "journal-failed", "error": NO_SPACE}, "t": 1.8},
+               {"note": {"event": "closing", "why": "journal"}, "t": 1.8}]
+    path = stop_journal(tmp_path, "closing", by="closing", why="the bridge is closing (its journal failed)",
+                        before=failing, closed=False)
+    with path.open("a") as fh:
+        fh.write('{"note":{"event":"bridge-clo')
+    return path
+
+
+def test_journal_failed_note_and_a_journal_cut_short(tmp_path: Path):
+    error = NO_SPACE
+    diag = diagnose(str(failed_journal(tmp_path)))
+    fs = diag.to_json()["findings"]
+    jf = one(fs, "journal-failed")
+    assert jf["kind"] == "journal" and jf["title"] == "journal failed: the bridge could not write its journal"
+    says(jf, "could not write its journal at t=1.800: [Errno 28] No space left on device", "costs no receipt")
+    assert jf["causes"][0]["cause"] == "the disk the journal is on is full"
+    rc = one(fs, "receipt", request="p1")
+    says(rc, "because its journal could not be written ([Errno 28] No space left on device)")
+    assert rc["related"] == [jf["n"]] and "df -h" in rc["causes"][0]["check"]
+    end = one(fs, "journal-ends-early")
+    assert end["kind"] == "journal" and end["related"] == [jf["n"]]
+    says(end, "the journal ends before the bridge closed: the bridge was killed, or its journal could not be "
+              "written (a full disk, an I/O error); receipts after this point reached the controller only.",
+         "Its last line was cut off mid-write.", f"(finding {jf['n']}): {error}")
+    assert [f["signal"] for f in fs] == ["journal-failed", "receipt", "journal-ends-early"]
+    s = diag.summary()
+    assert s["journal"] == {"live": True, "closed": False, "failed": error} and s["truncated"] is True
+    assert s["signals"] == {"journal-failed": 1, "journal-ends-early": 1}
+    text = format_text(diag)
+    assert "journal ends before the bridge closed (no bridge-closed note)" in text
+    assert f"  journal: ends before the bridge closed; could not be written: {error}" in text
+
+
+def test_journal_failed_with_an_io_error_names_the_disk(tmp_path: Path):
+    entries = [{"note": {"event": "engine-start", "pid": 10, "generation": 1}, "t": 0.0},
+               {"note": {"event": "journal-failed", "error": "[Errno 5] Input/output error"}, "t": 0.5}]
+    fs = findings(write(tmp_path, "eio.jsonl", entries))
+    jf = one(fs, "journal-failed")
+    says(jf, "at t=0.500: [Errno 5] Input/output error")
+    assert "an I/O error" in jf["causes"][0]["cause"] and "dmesg" in jf["causes"][0]["check"]
+    end = one(fs, "journal-ends-early")
+    assert end["related"] == [jf["n"]] and "an I/O error" in end["causes"][0]["cause"]
+
+
+def test_a_live_journal_without_bridge_closed_ends_early(tmp_path: Path):
+    entries = [
+        {"note": {"event": "engine-start", "pid": 10, "generation": 1}, "t": 0.0},
+        {"send": {"type": "prompt", "id": "p1", "message": "hi"}, "t": 0.01},
+        _ack("p1", 1), {"recv": {"type": "agent_start"}, "i": 2, "t": 0.4},
+    ]
+    fs = findings(write(tmp_path, "killed.jsonl", entries, created="2026-11-30T10:00:00+00:00"))
+    end = one(fs, "journal-ends-early")
+    says(end, "the journal ends before the bridge closed", "1 prompt(s) sent have no receipt in it")
+    assert "cut off" not in end["explanation"] and end["related"] == []
+    assert end["t"] == 0.4 and end["idx"] is None and end["evidence"]
+    assert "the bridge was killed" in end["causes"][0]["cause"]
+    assert "t=0.400 after the header's created time 2026-11-30T10:00:00+00:00" in end["causes"][0]["check"]
+    pending = one(fs, "receipt", request="p1")
+    assert pending["detail"]["state"] == "pending" and pending["related"] == [end["n"]]
+
+
+def test_fixtures_are_not_journals_and_recorded_journals_closed():
+    for path in ALL_CORE:
+        s = diagnose(str(path)).summary()
+        assert s["journal"] == {"live": False, "closed": False, "failed": None}, path.name
+        assert "journal-ends-early" not in s["signals"], path.name
+    for path in REAL:
+        s = diagnose(str(path)).summary()
+        assert s["journal"] == {"live": True, "closed": True, "failed": None}, path.name
+        assert "journal-ends-early" not in s["signals"], path.name
+
+
+def test_bridge_stops_in_json_and_text(tmp_path: Path):
+    path = stop_journal(tmp_path, "timeout", by="timeout", why="the prompt's timeout (2 s) passed")
+    p = bridge("diagnose", "--json", str(path))
+    assert p.returncode == 0, p.stderr
+    data = json.loads(p.stdout)
+    (f,) = data["findings"]
+    assert (f["kind"], f["signal"], f["request"]) == ("receipt", "receipt", "p1")
+    assert (f["detail"]["reason"], f["detail"]["stop"]) == ("timeout", "stop-2")
+    assert data["summary"]["receipts"] == {"failed": {"timeout": 1}}
+    p = bridge("diagnose", str(path))
+    assert "[1] receipt: p1: failed (timeout): stopped by the bridge, not the controller" in p.stdout
+    assert "journal: the bridge closed cleanly" in p.stdout
+    assert "note: the bridge's stop stop-2 for p1, by timeout: the prompt's timeout (2 s) passed" in p.stdout
+
+
+# --------------------------------------------------------------------------
 # The command line
 
 
@@ -478,7 +668,7 @@ def test_json_has_stable_keys():
     ]
     assert list(data["findings"][0]["evidence"][0]) == ["line", "entry", "idx", "t", "type", "summary", "focus", "raw"]
     assert list(data["summary"]) == [
-        "file", "engine", "entries", "observations", "truncated", "prompts", "receipts", "signals", "gaps",
+        "file", "engine", "entries", "observations", "truncated", "journal", "prompts", "receipts", "signals", "gaps",
         "engine_starts", "engine_exits", "engine_down", "findings",
     ]
     assert data["summary"]["gaps"] == {"count": 1, "why": {"malformed": 1}}
@@ -611,7 +801,7 @@ def hostile_journal(tmp_path: Path) -> Path:
 
 def test_html_renders_in_headless_chromium(tmp_path: Path):
     sources = [CORE / "o1_no_slot_held.jsonl", CORE / "gap_oversize_line.jsonl",
-               CORE / "two_prompts_released_between.jsonl", hostile_journal(tmp_path)]
+               CORE / "two_prompts_released_between.jsonl", failed_journal(tmp_path), hostile_journal(tmp_path)]
     pages = []
     for n, src in enumerate(sources):
         out = tmp_path / f"page-{n}.html"

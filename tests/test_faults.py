@@ -290,8 +290,8 @@ async def test_drain_waits_for_a_prompt_being_dispatched() -> None:
             first = await bridge.prompt("into the crash")
             assert first.reason == "engine-exited"
             h = await bridge.submit("hello")
-            await trio.sleep(0.1)  # the dispatcher has taken it and sleeps the backoff
-            assert bridge.status()["queued"] == [] and bridge.status()["held"] is None
+            await trio.sleep(0.1)  # it waits in the queue while the lifecycle sleeps the backoff
+            assert bridge.status()["queued"] == [h.request] and bridge.status()["held"] is None
             await bridge.drain()
             assert h.receipt_nowait is not None, "drain() returned before the prompt had its receipt"
     assert (await h.receipt()).state == "finished"

@@ -199,11 +199,12 @@ async def test_queue_full_cancelled_and_closing(tmp_path: Path):
 
     _, rs = await session(tmp_path, fake({"prompts": [{"hang": True}]}), body, queue_max=1)
     assert [(r.state, r.reason) for r in rs] == [
-        ("failed", "interrupted"),
+        ("failed", "closing"),  # the bridge's own stop, not the controller's (SPEC §5)
         ("rejected", "cancelled"),
         ("rejected", "queue-full"),
         ("rejected", "closing"),
     ]
+    assert rs[0].stop is not None
 
 
 async def test_engine_down_when_it_cannot_be_started(tmp_path: Path):
@@ -346,9 +347,12 @@ async def test_settle_timeout_stops_then_gives_up_and_recycles(tmp_path: Path):
     assert rs[1].generation == 2
 
 
-async def test_settle_timeout_honoured_by_the_engine_is_an_interruption(tmp_path: Path):
-    _, r = await one(tmp_path, {"prompts": [{"hang": True}]}, settle_timeout=0.3)
-    assert (r.state, r.reason) == ("failed", "interrupted")
+async def test_settle_timeout_honoured_by_the_engine_is_failed_timeout(tmp_path: Path):
+    run, r = await one(tmp_path, {"prompts": [{"hang": True}]}, settle_timeout=0.3)
+    assert (r.state, r.reason) == ("failed", "timeout") and r.stop is not None
+    notes = [json.loads(line)["note"] for line in run.journal.read_bytes().split(b"\n") if line.startswith(b'{"note"')]
+    assert {"event": "stop", "stop": r.stop, "request": r.request, "by": "timeout",
+            "why": "the prompt's timeout (0.3 s) passed"} in notes
 
 
 # -- seal diagnostics -------------------------------------------------------------------------------
@@ -481,9 +485,9 @@ def test_sigint_on_bridge_run_stops_the_prompt_and_exits_130(tmp_path: Path):
     finally:
         proc.kill()
     assert proc.returncode == 130, err
-    assert b"failed (interrupted)" in err
+    assert b"failed (closing)" in err  # a signal closes the bridge: its stop, not the user's (SPEC §5)
     receipts = replay(str(journal)).receipts
-    assert [(r.state, r.reason) for r in receipts] == [("failed", "interrupted")]
+    assert [(r.state, r.reason) for r in receipts] == [("failed", "closing")]
     starts = [line for line in journal.read_bytes().split(b"\n") if b'"engine-start"' in line]
     pid = json.loads(starts[0])["note"]["pid"]
     assert pid_gone(pid)

@@ -266,8 +266,8 @@ async def test_sigterm_while_running(serve_factory: Any) -> None:
     assert code == 128 + signal.SIGTERM, sp.stderr
     got = by_id(sp)
     assert set(got) == {"a", "b"}
-    # the bridge stops the held prompt (the fake engine honours abort): interrupted by our stop
-    assert (got["a"]["state"], got["a"]["reason"]) == ("failed", "interrupted"), got["a"]
+    # the bridge stops the held prompt (the fake engine honours abort): its own stop, closing
+    assert (got["a"]["state"], got["a"]["reason"]) == ("failed", "closing"), got["a"]
     assert (got["b"]["state"], got["b"]["reason"]) == ("rejected", "closing")
     assert_bye_last(sp)
     assert await wait_gone(pids[0]) == [], "the engine was not reaped"

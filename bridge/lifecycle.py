@@ -1,0 +1,879 @@
+"""The prompt lifecycle: one pure state machine for everything that is not evidence.
+
+The shape is seed ``004``'s: :meth:`Lifecycle.step` takes one input and the
+time and returns the actions the trio layer must carry out. No trio, no clock,
+no I/O; the state (:class:`LifeState`) is plain attrs data that round-trips
+through cattrs (:func:`snapshot` / :func:`restore`), and for the same state,
+input and ``now`` a step always gives the same state and actions (tested, with
+a model-based test over random interleavings: tests/test_lifecycle.py).
+
+The evidence half is :class:`bridge.session.Session`: it reads the engine's
+lines and decides a receipt when the evidence concludes (settle, refusal,
+exit). This machine owns the rest of SPEC §5 and §7:
+
+- **queue and slot**: a bounded FIFO of accepted prompts, at most one held
+  (written to the engine, no receipt yet); a prompt is written only while no
+  slot is held, on a ready, sealed engine, and never once closing has begun;
+- **the engine's life**: spawn when a prompt waits, the start-up (seal) check
+  with its deadline, recycling an unsealed or stuck engine, crash counting
+  (one count per unrequested exit or failed check, never two), backoff and
+  ``engine-down``;
+- **deadlines**: ack, settle (a stop first, then the stop's grace), taint
+  grace, close grace, start-up, backoff, drain (see :data:`DEADLINES`);
+- **stops and whose they are**: the controller's (``interrupted``), a
+  timeout's (``timeout``: a prompt's own or the drain bound), closing's
+  (``closing``). Each stop is preceded by a journal ``note`` naming its owner,
+  so replay reaches the same receipt;
+- **shutdown and closing**: shutdown refuses new prompts and works the queue
+  off; closing (a signal, the API's close, the drain bound, a journal that
+  cannot be written) rejects what is unwritten, stops the held prompt, stops
+  the engine, and ends with :class:`Closed` once every accepted prompt has its
+  receipt;
+- the signal budget per engine generation, and the window of recent ids.
+
+Receipts are decided in one place, :func:`bridge.receipts.decide`: this
+machine asks it for prompts it never wrote; for a written prompt whose
+deadline passed it emits :class:`GiveUp`, and the evidence half answers with
+the receipt (fed back as :class:`Decided`).
+
+Inputs come from the controller (:class:`Submit`, :class:`Stop`,
+:class:`Shutdown`, :class:`Close`), from the engine's process and lines
+(:class:`Spawned`, :class:`SpawnFailed`, :class:`StartupChecked`,
+:class:`Acked`, :class:`Decided`, :class:`Unsealed`, :class:`SignalSeen`,
+:class:`WriteFailed`, :class:`StdoutClosed`, :class:`EngineExited`), from the
+journal (:class:`JournalFailed`), and from time (:class:`Tick`: the trio layer
+sleeps until :meth:`Lifecycle.next_deadline` and then ticks).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any, Final
+
+import attrs
+
+from bridge.framing import DEFAULT_MAX_LINE
+from bridge.receipts import Facts, Receipt, Times, converter, decide, exit_words
+
+#: Settled prompt ids remembered for duplicate detection and ``get_receipt``.
+RECENT_IDS: Final = 65536
+#: Signals sent to the controller per engine generation; the rest are counted.
+SIGNALS_PER_GENERATION: Final = 1000
+
+#: The deadlines, and what happens when each passes:
+#:
+#: ``ack``      the held prompt was written and not acked: give up (``no-ack``), recycle
+#: ``settle``   the held prompt's own timeout: send a stop (``timeout``), arm ``stop``
+#: ``stop``     the timeout's stop was not obeyed: give up (``settle-timeout``), recycle
+#: ``taint``    an unsealed engine's held prompt did not settle: give up (the taint)
+#: ``close``    closing, the stopped prompt did not settle: stop the engine
+#: ``startup``  the start-up check was not answered: a failed check
+#: ``backoff``  the wait before respawning after crashes is over: spawn
+#: ``drain``    shutdown's bound passed: closing, the held prompt stopped (``timeout``)
+DEADLINES: Final = ("ack", "settle", "stop", "taint", "close", "startup", "backoff", "drain")
+_HELD_DEADLINES: Final = ("ack", "settle", "stop", "taint", "close")
+
+
+def _positive(instance: Any, attribute: Any, value: Any) -> None:
+    if not value > 0:
+        raise ValueError(f"{attribute.name} must be more than 0, got {value!r}")
+
+
+@attrs.define
+class BridgeConfig:
+    """Limits and timeouts. Every wait the bridge does is bounded by one of these."""
+
+    #: Prompts waiting for the slot (beyond it: ``rejected``/``queue-full``).
+    queue_max: int = attrs.field(default=64, validator=_positive)
+    #: Sent prompt -> its ack. Past it: ``delivery-unknown``/``no-ack``, recycle.
+    ack_timeout: float = attrs.field(default=30.0, validator=_positive)
+    #: A prompt's own settle timeout (None: wait for the engine). Per prompt too.
+    settle_timeout: float | None = attrs.field(default=None, validator=attrs.validators.optional(_positive))
+    #: After the stop a settle timeout sends, how long to wait before giving up.
+    stop_grace: float = attrs.field(default=5.0, validator=_positive)
+    #: After an overlap / gap / bad disposition, how long the held slot waits for
+    #: its own run to settle before it is given up.
+    taint_grace: float = attrs.field(default=5.0, validator=_positive)
+    #: A write to the engine's stdin (a stuck engine stops reading).
+    write_timeout: float = attrs.field(default=30.0, validator=_positive)
+    #: Spawn -> the seal check's responses.
+    startup_timeout: float = attrs.field(default=30.0, validator=_positive)
+    #: "refuse": an engine that fails the seal check is not used; "warn": it is,
+    #: with a signal (for recording seal failures on purpose).
+    seal_check: str = attrs.field(default="refuse", validator=attrs.validators.in_(("refuse", "warn")))
+    #: Send the profile's clearing command before each ``abort``.
+    stop_clears_queue: bool = True
+    #: Waits between restarts after crashes (the last one repeats).
+    restart_backoff: tuple[float, ...] = (0.0, 0.25, 1.0, 2.0, 4.0)
+    #: This many unrequested engine exits (or failed start-up checks) within
+    #: ``crash_window`` seconds: down.
+    crash_limit: int = attrs.field(default=5, validator=_positive)
+    crash_window: float = attrs.field(default=60.0, validator=_positive)
+    #: Closing: how long the stopped prompt may take to settle.
+    close_grace: float = attrs.field(default=5.0, validator=_positive)
+    #: The close ladder's rungs: after closing stdin, after SIGTERM.
+    stdin_grace: float = attrs.field(default=2.0, validator=_positive)
+    term_grace: float = attrs.field(default=2.0, validator=_positive)
+    max_line: int = attrs.field(default=DEFAULT_MAX_LINE, validator=_positive)
+    journal_full: bool = False
+
+
+# --------------------------------------------------------------------------
+# State
+
+
+@attrs.define
+class PromptRec:
+    """One accepted prompt without a receipt yet."""
+
+    request: str
+    message: str
+    images: list[Any] | None = None
+    stream: bool = False
+    timeout: float | None = None
+    submitted: float = 0.0
+    #: ``queued`` until written, then ``held``.
+    phase: str = "queued"
+    stop: str | None = None
+    stop_by: str | None = None
+    acked: bool = False
+    #: A GiveUp was emitted for it (its receipt is on the way).
+    gave_up: str | None = None
+
+
+@attrs.define
+class EngineRec:
+    """The current engine, as the lifecycle sees it.
+
+    ``phase``: ``none`` (no process), ``backoff`` (waiting to respawn),
+    ``spawning``, ``checking`` (start-up commands written, answers awaited),
+    ``ready``, ``stopping`` (asked to stop; its exit is awaited).
+    """
+
+    generation: int = 0
+    phase: str = "none"
+    pid: int | None = None
+    #: We asked it to stop: its exit is not a crash.
+    stop_requested: bool = False
+    sealed: bool = True
+    #: Replace it before the next prompt (stuck, timed out, unsealed).
+    recycle: bool = False
+    clearing: list[str] = attrs.field(factory=list)
+    seal: Any = None
+    signals: int = 0
+
+
+@attrs.define
+class LifeState:
+    prompts: dict[str, PromptRec] = attrs.field(factory=dict)
+    queue: list[str] = attrs.field(factory=list)
+    held: str | None = None
+    #: The last RECENT_IDS receipts, oldest first.
+    recent: dict[str, Receipt] = attrs.field(factory=dict)
+    engine: EngineRec = attrs.field(factory=EngineRec)
+    crashes: list[float] = attrs.field(factory=list)
+    last_crash: str = ""
+    #: Why the engine is down for good, or None.
+    down: str | None = None
+    #: Shutdown: no new prompts, the queue is worked off.
+    draining: bool = False
+    #: Why closing began (``close``, ``signal``, ``drain-timeout``, ``journal``), or None.
+    closing: str | None = None
+    closed: bool = False
+    deadlines: dict[str, float] = attrs.field(factory=dict)
+    stop_serial: int = 0
+    journal_failed: str | None = None
+    receipts: int = 0
+
+
+def snapshot(state: LifeState) -> dict[str, Any]:
+    """The state as plain data (JSON-able)."""
+    return converter.unstructure(state)  # type: ignore[no-any-return]
+
+
+def restore(data: dict[str, Any]) -> LifeState:
+    return converter.structure(data, LifeState)
+
+
+# --------------------------------------------------------------------------
+# Inputs
+
+
+@attrs.frozen
+class Submit:
+    request: str
+    message: str
+    images: list[Any] | None = None
+    stream: bool = False
+    #: Seconds from send to settle (None: the config's ``settle_timeout``).
+    timeout: float | None = None
+
+
+@attrs.frozen
+class Stop:
+    """The controller stops one prompt."""
+
+    request: str
+
+
+@attrs.frozen
+class Shutdown:
+    """No new prompts; the outstanding ones run to their receipts, bounded by ``drain_timeout``."""
+
+    drain_timeout: float | None = None
+
+
+@attrs.frozen
+class Close:
+    """Closing begins now: ``why`` is ``close`` (the API), ``signal`` or ``journal``."""
+
+    why: str = "close"
+    detail: str | None = None
+
+
+@attrs.frozen
+class Spawned:
+    generation: int
+    pid: int | None
+    argv: list[str] = attrs.field(factory=list)
+    #: The profile's start-up (seal check) commands, written before any prompt.
+    startup: list[dict[str, Any]] = attrs.field(factory=list)
+    clearing: list[str] = attrs.field(factory=list)
+    #: What the seal enforced (the journal header's ``seal``), for the seal-check note.
+    seal: Any = None
+
+
+@attrs.frozen
+class SpawnFailed:
+    """The engine could not be prepared or launched: the bridge goes down."""
+
+    generation: int
+    error: str
+
+
+@attrs.frozen
+class StartupChecked:
+    """Every start-up command was answered; ``problems`` are what the seal check found."""
+
+    generation: int
+    problems: list[str] = attrs.field(factory=list)
+
+
+@attrs.frozen
+class Acked:
+    generation: int
+    request: str
+
+
+@attrs.frozen
+class Decided:
+    """The evidence half decided a receipt."""
+
+    receipt: Receipt
+
+
+@attrs.frozen
+class Unsealed:
+    """The engine's first overlap, gap or bad disposition."""
+
+    generation: int
+    cause: str
+
+
+@attrs.frozen
+class SignalSeen:
+    """A signal for the controller (overlap, gap, disposition, seal diagnostic)."""
+
+    generation: int
+    payload: dict[str, Any]
+
+
+@attrs.frozen
+class WriteFailed:
+    """A write did not complete: the engine stopped reading (``stuck``: timed out) or its stdin broke."""
+
+    generation: int
+    request: str | None = None
+    stuck: bool = False
+
+
+@attrs.frozen
+class StdoutClosed:
+    generation: int
+
+
+@attrs.frozen
+class EngineExited:
+    generation: int
+    code: int | None = None
+    signal: int | None = None
+    #: The engine's last stderr lines.
+    stderr: list[str] = attrs.field(factory=list)
+
+
+@attrs.frozen
+class JournalFailed:
+    error: str
+
+
+@attrs.frozen
+class Tick:
+    """Time passed: every deadline at or before ``now`` fires."""
+
+
+Input = (
+    Submit | Stop | Shutdown | Close | Spawned | SpawnFailed | StartupChecked | Acked | Decided | Unsealed
+    | SignalSeen | WriteFailed | StdoutClosed | EngineExited | JournalFailed | Tick
+)
+
+
+# --------------------------------------------------------------------------
+# Actions
+
+
+@attrs.frozen
+class Spawn:
+    """Prepare and launch engine ``generation``; answer with Spawned or SpawnFailed."""
+
+    generation: int
+
+
+@attrs.frozen
+class Write:
+    """Journal ``cmd``, feed it to the session, then write it to engine ``generation``.
+
+    ``kind``: ``startup``, ``prompt``, ``clear`` or ``abort``."""
+
+    generation: int
+    cmd: dict[str, Any]
+    kind: str
+    request: str | None = None
+    stream: bool = False
+    submitted: float | None = None
+
+
+@attrs.frozen
+class StopEngine:
+    """Stop engine ``generation`` with the close ladder; its exit comes back as EngineExited."""
+
+    generation: int
+    #: False when the engine broke first (its exit then counts as a crash).
+    requested: bool = True
+
+
+@attrs.frozen
+class GiveUp:
+    """Ask the evidence half for ``request``'s receipt now (``why``: ack, settle, taint, exited)."""
+
+    request: str
+    why: str
+
+
+@attrs.frozen
+class Deliver:
+    """The receipt, to the controller and the journal; ``release``: the slot too."""
+
+    receipt: Receipt
+    release: bool = False
+
+
+@attrs.frozen
+class Notify:
+    """A notification for the controller (engine lifecycle)."""
+
+    payload: dict[str, Any]
+
+
+@attrs.frozen
+class Signal:
+    """A signal for the controller and the journal."""
+
+    payload: dict[str, Any]
+
+
+@attrs.frozen
+class Note:
+    """A journal note (``stop``, ``closing``, ``engine-start``, ``seal-check``, ...)."""
+
+    payload: dict[str, Any]
+
+
+@attrs.frozen
+class StopAnswer:
+    """The answer to a Stop: the stop id, or None (queued, unknown or already settled)."""
+
+    request: str
+    stop: str | None
+
+
+@attrs.frozen
+class Closed:
+    """Every accepted prompt has its receipt and no engine runs: the bridge is closed."""
+
+
+Action = Spawn | Write | StopEngine | GiveUp | Deliver | Notify | Signal | Note | StopAnswer | Closed
+
+
+# --------------------------------------------------------------------------
+# The machine
+
+
+class Lifecycle:
+    """The state machine. ``step(input, now)`` -> actions; ``now`` is seconds since start."""
+
+    def __init__(self, config: BridgeConfig | None = None, state: LifeState | None = None) -> None:
+        self.config = config or BridgeConfig()
+        self.state = state or LifeState()
+        self._out: list[Action] = []
+        self._now = 0.0
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            Submit: self._submit,
+            Stop: self._stop,
+            Shutdown: self._shutdown,
+            Close: self._close,
+            Spawned: self._spawned,
+            SpawnFailed: self._spawn_failed,
+            StartupChecked: self._startup_checked,
+            Acked: self._acked,
+            Decided: self._decided,
+            Unsealed: self._unsealed,
+            SignalSeen: self._signal_seen,
+            WriteFailed: self._write_failed,
+            StdoutClosed: self._stdout_closed,
+            EngineExited: self._exited,
+            JournalFailed: self._journal_failed,
+            Tick: self._tick,
+        }
+
+    # -- the door ------------------------------------------------------------
+
+    def step(self, event: Input, now: float) -> list[Action]:
+        """Take one input at time ``now``; return the actions, in order."""
+        self._out = out = []
+        self._now = now
+        if not self.state.closed:
+            self._handlers[type(event)](event)
+            self._pump()
+        elif type(event) is Submit:
+            self._handlers[Submit](event)
+        self._out = []
+        return out
+
+    # -- queries -------------------------------------------------------------
+
+    def knows(self, request: str) -> bool:
+        """True if ``request`` is outstanding or among the last RECENT_IDS settled."""
+        return request in self.state.prompts or request in self.state.recent
+
+    def next_deadline(self) -> float | None:
+        deadlines = self.state.deadlines
+        return min(deadlines.values()) if deadlines else None
+
+    @property
+    def outstanding(self) -> int:
+        return len(self.state.prompts)
+
+    # -- controller inputs -----------------------------------------------------
+
+    def _submit(self, ev: Submit) -> None:
+        s = self.state
+        if self.knows(ev.request):
+            raise ValueError(f"request id {ev.request!r} is already in use")
+        rec = PromptRec(
+            request=ev.request, message=ev.message, images=ev.images, stream=ev.stream,
+            timeout=ev.timeout if ev.timeout is not None else self.config.settle_timeout, submitted=self._now,
+        )
+        s.prompts[ev.request] = rec
+        if s.closing is not None or s.draining or s.closed:
+            self._reject(rec, "closing")
+        elif s.down is not None:
+            self._reject(rec, "engine-down", s.down)
+        elif len(s.queue) >= self.config.queue_max:
+            self._reject(rec, "queue-full")
+        else:
+            s.queue.append(ev.request)
+
+    def _stop(self, ev: Stop) -> None:
+        s = self.state
+        rec = s.prompts.get(ev.request)
+        if rec is None:
+            self._out.append(StopAnswer(ev.request, None))
+        elif rec.phase == "queued":
+            s.queue.remove(rec.request)
+            self._reject(rec, "cancelled")
+            self._out.append(StopAnswer(ev.request, None))
+        else:
+            if rec.stop is None and rec.gave_up is None:
+                self._send_stop(rec, "controller", "the controller asked")
+            self._out.append(StopAnswer(ev.request, rec.stop))
+
+    def _shutdown(self, ev: Shutdown) -> None:
+        s = self.state
+        if s.draining or s.closing is not None:
+            return
+        s.draining = True
+        self._note({"event": "shutdown", "drain_timeout": ev.drain_timeout})
+        if ev.drain_timeout is not None:
+            s.deadlines["drain"] = self._now + ev.drain_timeout
+
+    def _close(self, ev: Close) -> None:
+        self._begin_closing(ev.why, ev.detail)
+
+    def _journal_failed(self, ev: JournalFailed) -> None:
+        s = self.state
+        if s.journal_failed is not None:
+            return
+        s.journal_failed = ev.error
+        self._out.append(Signal({"signal": "journal-failed", "error": ev.error}))
+        self._begin_closing("journal", ev.error)
+
+    # -- engine inputs -----------------------------------------------------------
+
+    def _current(self, generation: int) -> bool:
+        return generation == self.state.engine.generation
+
+    def _spawned(self, ev: Spawned) -> None:
+        e = self.state.engine
+        if not self._current(ev.generation) or e.phase != "spawning":
+            return
+        e.pid = ev.pid
+        e.clearing = list(ev.clearing)
+        e.seal = ev.seal
+        self._note({"event": "engine-start", "pid": ev.pid, "generation": ev.generation, "argv": list(ev.argv)})
+        self._out.append(Notify({"type": "engine", "event": "started", "pid": ev.pid, "generation": ev.generation}))
+        if self.state.closing is not None:
+            self._stop_engine(requested=True)
+        elif ev.startup:
+            e.phase = "checking"
+            for cmd in ev.startup:
+                self._out.append(Write(ev.generation, dict(cmd), "startup"))
+            self.state.deadlines["startup"] = self._now + self.config.startup_timeout
+        else:
+            e.phase = "ready"
+
+    def _spawn_failed(self, ev: SpawnFailed) -> None:
+        e = self.state.engine
+        if not self._current(ev.generation) or e.phase != "spawning":
+            return
+        e.phase = "none"
+        self._go_down(ev.error)
+
+    def _startup_checked(self, ev: StartupChecked) -> None:
+        e = self.state.engine
+        if not self._current(ev.generation) or e.phase != "checking":
+            return
+        self._end_check(list(ev.problems))
+
+    def _end_check(self, problems: list[str]) -> None:
+        """The start-up check ended: ``problems`` empty means sealed."""
+        s, e = self.state, self.state.engine
+        s.deadlines.pop("startup", None)
+        self._note({"event": "seal-check", "generation": e.generation, "problems": problems, "enforced": e.seal})
+        if not problems:
+            e.phase = "ready"
+            return
+        self._out.append(Signal({"signal": "seal-check", "problems": problems, "action": self.config.seal_check}))
+        if self.config.seal_check == "warn" and e.phase == "checking":
+            e.phase = "ready"
+            return
+        if e.phase == "checking":
+            # One failed check, one crash: the engine is stopped on purpose, so
+            # its exit does not count again.
+            self._crash("seal check failed: " + "; ".join(problems))
+            self._stop_engine(requested=True)
+
+    def _acked(self, ev: Acked) -> None:
+        rec = self._held()
+        if rec is not None and rec.request == ev.request and self._current(ev.generation):
+            rec.acked = True
+            self.state.deadlines.pop("ack", None)
+
+    def _decided(self, ev: Decided) -> None:
+        s = self.state
+        request = ev.receipt.request
+        rec = s.prompts.get(request) if isinstance(request, str) else None
+        if rec is None or rec.phase != "held":
+            return  # not ours (a raw send's prompt), or already delivered
+        self._deliver(rec, ev.receipt)
+
+    def _unsealed(self, ev: Unsealed) -> None:
+        e = self.state.engine
+        if not self._current(ev.generation):
+            return
+        e.sealed = False
+        rec = self._held()
+        if rec is not None and rec.gave_up is None and "taint" not in self.state.deadlines:
+            self.state.deadlines["taint"] = self._now + self.config.taint_grace
+
+    def _signal_seen(self, ev: SignalSeen) -> None:
+        e = self.state.engine
+        if not self._current(ev.generation):
+            return
+        # An unsealed engine can flood: past SIGNALS_PER_GENERATION the rest are
+        # counted, not sent (the journal keeps every line, so replay has them all).
+        e.signals += 1
+        if e.signals > SIGNALS_PER_GENERATION + 1:
+            return
+        payload = ev.payload
+        if e.signals == SIGNALS_PER_GENERATION + 1:
+            payload = {"signal": "signals-suppressed", "after": SIGNALS_PER_GENERATION}
+        self._out.append(Signal(payload))
+
+    def _write_failed(self, ev: WriteFailed) -> None:
+        e = self.state.engine
+        if not self._current(ev.generation) or e.phase in ("none", "stopping"):
+            return
+        e.recycle = True
+        rec = self._held()
+        if rec is not None and rec.request == ev.request and not rec.acked:
+            self._give_up(rec, "ack")
+
+    def _stdout_closed(self, ev: StdoutClosed) -> None:
+        e = self.state.engine
+        if self._current(ev.generation) and e.phase in ("checking", "ready"):
+            # An engine that closed its stdout can tell us nothing more.
+            self._stop_engine(requested=False)
+
+    def _exited(self, ev: EngineExited) -> None:
+        s, e = self.state, self.state.engine
+        if not self._current(ev.generation) or e.phase in ("none", "backoff"):
+            return
+        requested = e.phase == "stopping" and e.stop_requested
+        words = exit_words(ev.code, ev.signal, ev.stderr)
+        if e.phase == "checking":
+            self._note({"event": "seal-check", "generation": e.generation, "enforced": e.seal,
+                        "problems": [f"{words} during its start-up check"]})
+            self._out.append(Signal({"signal": "seal-check", "action": self.config.seal_check,
+                                     "problems": [f"{words} during its start-up check"]}))
+            self._crash(f"{words} during its start-up check")
+        elif not requested:
+            self._crash(words)
+        self._out.append(Notify({"type": "engine", "event": "exited", "pid": e.pid, "generation": e.generation,
+                                 "code": ev.code, "signal": ev.signal, "requested": requested}))
+        s.deadlines.pop("startup", None)
+        s.deadlines.pop("close", None)
+        e.phase = "none"
+        e.pid = None
+        rec = self._held()
+        if rec is not None and rec.gave_up is None:
+            # The evidence half decides it on the exit; this asks in case it did not.
+            self._give_up(rec, "exited")
+
+    # -- time ----------------------------------------------------------------------
+
+    def _tick(self, ev: Tick) -> None:
+        s = self.state
+        due = sorted((at, DEADLINES.index(name), name) for name, at in s.deadlines.items() if at <= self._now)
+        for _, _, name in due:
+            if s.deadlines.pop(name, None) is not None:
+                getattr(self, "_deadline_" + name)()
+
+    def _deadline_ack(self) -> None:
+        rec = self._held()
+        if rec is not None and not rec.acked:
+            self.state.engine.recycle = True
+            self._give_up(rec, "ack")
+
+    def _deadline_settle(self) -> None:
+        rec = self._held()
+        if rec is None or rec.gave_up is not None:
+            return
+        if rec.stop is None:
+            self._send_stop(rec, "timeout", f"the prompt's timeout ({rec.timeout:g} s) passed")
+        self.state.deadlines["stop"] = self._now + self.config.stop_grace
+
+    def _deadline_stop(self) -> None:
+        rec = self._held()
+        if rec is not None and rec.gave_up is None:
+            self.state.engine.recycle = True
+            self._give_up(rec, "settle")
+
+    def _deadline_taint(self) -> None:
+        rec = self._held()
+        if rec is not None and rec.gave_up is None:
+            self.state.engine.recycle = True
+            self._give_up(rec, "taint")
+
+    def _deadline_close(self) -> None:
+        if self.state.engine.phase in ("checking", "ready"):
+            self._stop_engine(requested=True)
+
+    def _deadline_startup(self) -> None:
+        if self.state.engine.phase == "checking":
+            self._end_check(["the engine did not answer the seal check in time"])
+
+    def _deadline_backoff(self) -> None:
+        e = self.state.engine
+        if e.phase == "backoff":
+            e.phase = "none"
+            if self._wants_engine():
+                self._spawn()
+
+    def _deadline_drain(self) -> None:
+        self._begin_closing("drain-timeout", "the drain bound passed")
+
+    # -- the pump: what follows from the state ---------------------------------------
+
+    def _pump(self) -> None:
+        s, e = self.state, self.state.engine
+        if s.closing is not None or s.down is not None:
+            why = "closing" if s.closing is not None else "engine-down"
+            while s.queue:
+                self._reject(s.prompts[s.queue[0]], why, s.down if why == "engine-down" else None)
+        if s.draining and s.closing is None and not s.prompts:
+            self._begin_closing("close", "shutdown: every prompt has its receipt")
+        if s.held is None:
+            if e.phase in ("checking", "ready") and (s.closing is not None or e.recycle or not e.sealed):
+                self._stop_engine(requested=True)
+            elif e.phase == "ready" and s.queue:
+                self._write_prompt()
+            elif e.phase == "none" and self._wants_engine():
+                self._spawn_or_wait()
+            elif e.phase == "backoff" and s.closing is not None:
+                e.phase = "none"
+                s.deadlines.pop("backoff", None)
+        if s.closing is not None and not s.prompts and e.phase == "none" and not s.closed:
+            s.closed = True
+            s.deadlines.clear()
+            self._out.append(Closed())
+
+    def _wants_engine(self) -> bool:
+        s = self.state
+        return bool(s.queue) and s.closing is None and s.down is None
+
+    def _spawn_or_wait(self) -> None:
+        s, cfg = self.state, self.config
+        horizon = self._now - cfg.crash_window
+        s.crashes = [c for c in s.crashes if c >= horizon]
+        if len(s.crashes) >= cfg.crash_limit:
+            self._go_down(f"{len(s.crashes)} engine failures in {cfg.crash_window:g}s; last: {s.last_crash}")
+            return
+        if s.crashes:
+            backoff = cfg.restart_backoff
+            wait = backoff[min(len(s.crashes), len(backoff)) - 1] if backoff else 0.0
+            if wait > 0:
+                s.engine.phase = "backoff"
+                s.deadlines["backoff"] = self._now + wait
+                return
+        self._spawn()
+
+    def _spawn(self) -> None:
+        e = self.state.engine
+        e.generation += 1
+        e.phase = "spawning"
+        e.pid = None
+        e.stop_requested = False
+        e.sealed = True
+        e.recycle = False
+        e.signals = 0
+        self._out.append(Spawn(e.generation))
+
+    def _write_prompt(self) -> None:
+        s, e = self.state, self.state.engine
+        rec = s.prompts[s.queue.pop(0)]
+        rec.phase = "held"
+        s.held = rec.request
+        cmd: dict[str, Any] = {"type": "prompt", "id": rec.request, "message": rec.message}
+        if rec.images:
+            cmd["images"] = rec.images
+        self._out.append(Write(e.generation, cmd, "prompt", request=rec.request, stream=rec.stream,
+                               submitted=rec.submitted))
+        s.deadlines["ack"] = self._now + self.config.ack_timeout
+        if rec.timeout is not None:
+            s.deadlines["settle"] = self._now + rec.timeout
+
+    def _stop_engine(self, *, requested: bool) -> None:
+        e = self.state.engine
+        e.phase = "stopping"
+        e.stop_requested = requested
+        self.state.deadlines.pop("startup", None)
+        self._out.append(StopEngine(e.generation, requested))
+
+    def _crash(self, why: str) -> None:
+        self.state.crashes.append(self._now)
+        self.state.last_crash = why
+
+    def _go_down(self, why: str) -> None:
+        s = self.state
+        s.down = why
+        while s.queue:
+            self._reject(s.prompts[s.queue[0]], "engine-down", why)
+        self._out.append(Signal({"signal": "engine-down", "why": why}))
+        self._out.append(Notify({"type": "engine", "event": "down", "why": why}))
+
+    # -- stops and closing ---------------------------------------------------------
+
+    def _send_stop(self, rec: PromptRec, by: str, why: str) -> None:
+        s, e = self.state, self.state.engine
+        s.stop_serial += 1
+        stop = f"stop-{s.stop_serial}"
+        rec.stop, rec.stop_by = stop, by
+        self._note({"event": "stop", "stop": stop, "request": rec.request, "by": by, "why": why})
+        if e.phase not in ("checking", "ready"):
+            return  # no engine to tell: its exit settles the prompt
+        if self.config.stop_clears_queue and "clear_queue" in e.clearing:
+            self._out.append(Write(e.generation, {"type": "clear_queue", "id": f"{stop}:clear"}, "clear"))
+        self._out.append(Write(e.generation, {"type": "abort", "id": stop}, "abort"))
+
+    def _begin_closing(self, why: str, detail: str | None) -> None:
+        s = self.state
+        if s.closing is not None:
+            return
+        s.closing = why
+        self._note({"event": "closing", "why": why, "detail": detail})
+        for name in ("drain", "backoff"):
+            s.deadlines.pop(name, None)
+        rec = self._held()
+        if rec is not None and rec.gave_up is None:
+            if rec.stop is None:
+                if why == "drain-timeout":
+                    self._send_stop(rec, "timeout", "the drain bound (--drain-timeout) passed")
+                else:
+                    self._send_stop(rec, "closing", f"the bridge is closing ({detail or why})")
+            s.deadlines["close"] = self._now + self.config.close_grace
+
+    # -- receipts ----------------------------------------------------------------------
+
+    def _held(self) -> PromptRec | None:
+        held = self.state.held
+        return self.state.prompts.get(held) if held is not None else None
+
+    def _give_up(self, rec: PromptRec, why: str) -> None:
+        if rec.gave_up is None:
+            rec.gave_up = why
+            self._out.append(GiveUp(rec.request, why))
+
+    def _reject(self, rec: PromptRec, reason: str, native_error: str | None = None) -> None:
+        """A prompt never written gets its receipt here (decide's first row)."""
+        state, why = decide(Facts(unsent=reason))
+        if rec.phase == "queued" and rec.request in self.state.queue:
+            self.state.queue.remove(rec.request)
+        receipt = Receipt(request=rec.request, state=state, reason=why, native_error=native_error,
+                          times=Times(submitted=rec.submitted, settled=self._now))
+        self._deliver(rec, receipt)
+
+    def _deliver(self, rec: PromptRec, receipt: Receipt) -> None:
+        s = self.state
+        release = rec.phase == "held"
+        if release:
+            s.held = None
+            for name in _HELD_DEADLINES:
+                s.deadlines.pop(name, None)
+        del s.prompts[rec.request]
+        s.recent[rec.request] = receipt
+        if len(s.recent) > RECENT_IDS:
+            del s.recent[next(iter(s.recent))]
+        s.receipts += 1
+        self._out.append(Deliver(receipt, release))
+
+    def _note(self, payload: dict[str, Any]) -> None:
+        self._out.append(Note(payload))
+
+
+def step(state: LifeState, event: Input, now: float, config: BridgeConfig | None = None) -> tuple[LifeState, list[Action]]:
+    """The pure form: a new state and the actions; ``state`` is left as it was."""
+    machine = Lifecycle(config, copy.deepcopy(state))
+    actions = machine.step(event, now)
+    return machine.state, actions
+
