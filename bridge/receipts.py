@@ -157,32 +157,32 @@ class Facts:
 
 
 def decide(f: Facts) -> tuple[str, str | None]:
-    """The receipt's ``(state, reason)`` for what is known. Raises ValueError
-    when nothing in ``f`` is a trigger (a bug in the caller)."""
-    if f.unsent is not None:  # 1: never written
+    """The receipt's ``(state, reason)`` for what is known: README "How a receipt
+    is decided", row by row (the first row that matches decides). Raises
+    ValueError when nothing in ``f`` is a trigger (a bug in the caller)."""
+    if f.unsent is not None:  # row 1: never written
         return "rejected", f.unsent
-    if f.recorded is not None:  # 2: replay takes the live bridge's decision
+    if f.recorded is not None:  # row 2: replay takes the live bridge's decision
         return f.recorded
-    if f.refused:  # 3: the engine said no
+    if f.refused:  # row 3: the engine said no
         return "rejected", "engine"
-    if f.gave_up == "ack":  # 4: no ack in time (whatever else came)
+    if f.gave_up == "ack":  # row 4: no ack in time, whatever else came
         return "delivery-unknown", "no-ack"
-    if f.gave_up == "settle":  # 5: our stop was not obeyed in time
+    if f.gave_up == "settle":  # row 5: our stop after a timeout was not obeyed
         return "outcome-unknown", "settle-timeout"
     if f.taint is not None and (f.own_settled or f.exited or f.gave_up == "taint" or f.tracker is not None):
-        return "outcome-unknown", f.taint  # 6: tainted evidence settles nothing
-    if f.gave_up == "taint":  # (a taint grace with the taint forgotten: still an overlap)
+        return "outcome-unknown", f.taint  # row 6: tainted evidence settles nothing
+    if f.gave_up == "taint":  # row 7
         return "outcome-unknown", "overlap"
-    if f.exited:  # 7, 8: the engine died first
+    if f.exited:  # rows 8, 9: the engine died first
         return ("outcome-unknown" if f.working else "delivery-unknown"), "engine-exited"
     if f.tracker is None:
         raise ValueError(f"no trigger to decide a receipt from: {f!r}")
-    state, reason = f.tracker
-    if state == "failed" and reason == "interrupted":  # 10: the seed saw our stop's abort
+    if f.tracker == ("failed", "interrupted"):  # row 10: the seed saw our stop's abort
         return "failed", STOP_REASONS.get(f.stop_by or "controller", "interrupted")
-    if f.tracker in _ABORTABLE and f.stop_by is not None and f.aborted:  # 11: aborted in a backoff
-        return "failed", STOP_REASONS[f.stop_by]
-    return state, reason  # 9, 12: the seed's own verdict
+    if f.tracker in _ABORTABLE and f.stop_by is not None and f.aborted:  # row 11: aborted in a backoff
+        return "failed", STOP_REASONS.get(f.stop_by, "interrupted")
+    return f.tracker  # row 12: the seed's own verdict
 
 
 def exit_words(code: int | None, signal: int | None, stderr: Sequence[str] = ()) -> str:

@@ -61,10 +61,11 @@ class Run:
         assert (os.stat(self.journal).st_mode & 0o777) == 0o600
 
 
-async def session(tmp_path: Path, profile: CommandProfile, body: Any, **config: Any) -> tuple[Run, list[Receipt]]:
+async def session(tmp_path: Path, profile: CommandProfile, body: Any, *, bound: float = 30,
+                  **config: Any) -> tuple[Run, list[Receipt]]:
     run = Run(tmp_path)
     receipts: list[Receipt] = []
-    with trio.fail_after(30):
+    with trio.fail_after(bound):
         async with open_bridge(profile, journal=run.journal, config=BridgeConfig(**{**FAST, **config})) as bridge:
             bridge.listeners.append(run.notes.append)
             receipts = await body(bridge)
@@ -492,3 +493,45 @@ def test_sigint_on_bridge_run_stops_the_prompt_and_exits_130(tmp_path: Path):
     pid = json.loads(starts[0])["note"]["pid"]
     assert pid_gone(pid)
 
+
+
+# -- the lifecycle's clock ----------------------------------------------------------------------
+
+
+async def test_a_settle_timeout_fires_on_the_bridges_clock_not_the_wall(tmp_path: Path, mock_clock: Any):
+    """The 600 s timeout fires when trio's clock is jumped, not after 600 s of waiting:
+    the trio layer only sleeps until the lifecycle's next deadline."""
+    mock_clock.rate = 1.0  # time passes as usual (the engine is a real process); 600 s are jumped
+
+    async def body(bridge: Bridge) -> list[Receipt]:
+        handle = await bridge.submit("hang on", timeout=600)
+        while not (handle.request == bridge.lifecycle.state.held
+                   and bridge.lifecycle.state.prompts[handle.request].acked):
+            await bridge._wait_change()
+        assert bridge.lifecycle.next_deadline() is not None and bridge.lifecycle.next_deadline() > 500
+        mock_clock.jump(600)
+        return [await handle.receipt()]
+
+    # The bound is in the mock clock's seconds: 600 of them are jumped, 30 remain.
+    run, rs = await session(tmp_path, fake({"prompts": [{"hang": True}]}), body, bound=630)
+    assert (rs[0].state, rs[0].reason) == ("failed", "timeout")
+    assert rs[0].times.settled is not None and rs[0].times.settled >= 600
+
+
+async def test_a_controller_stop_then_its_timeout_stays_interrupted(tmp_path: Path, mock_clock: Any):
+    """The first stop sent decides the word: the controller's stop wins over a later timeout."""
+    mock_clock.rate = 1.0
+
+    async def body(bridge: Bridge) -> list[Receipt]:
+        handle = await bridge.submit("hang on", timeout=600)
+        while not (handle.request == bridge.lifecycle.state.held
+                   and bridge.lifecycle.state.prompts[handle.request].acked):
+            await bridge._wait_change()
+        stop = await handle.stop()
+        mock_clock.jump(600)
+        r = await handle.receipt()
+        assert r.stop == stop
+        return [r]
+
+    _, rs = await session(tmp_path, fake({"prompts": [{"hang": True}]}), body, bound=630)
+    assert (rs[0].state, rs[0].reason) == ("failed", "interrupted")
