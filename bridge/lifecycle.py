@@ -162,6 +162,9 @@ class EngineRec:
     clearing: list[str] = attrs.field(factory=list)
     seal: Any = None
     signals: int = 0
+    #: Its start-up check has not ended yet (an exit now is a start-up death,
+    #: even after it closed its stdout first).
+    in_startup: bool = False
 
 
 @attrs.define
@@ -450,7 +453,8 @@ class Lifecycle:
 
     def step(self, event: Input, now: float) -> list[Action]:
         """Take one input at time ``now``; return the actions, in order."""
-        self._out = out = []
+        out: list[Action] = []
+        self._out = out
         self._now = now
         if not self.state.closed:
             self._handlers[type(event)](event)
@@ -546,6 +550,7 @@ class Lifecycle:
             self._stop_engine(requested=True)
         elif ev.startup:
             e.phase = "checking"
+            e.in_startup = True
             for cmd in ev.startup:
                 self._out.append(Write(ev.generation, dict(cmd), "startup"))
             self.state.deadlines["startup"] = self._now + self.config.startup_timeout
@@ -569,6 +574,7 @@ class Lifecycle:
         """The start-up check ended: ``problems`` empty means sealed."""
         s, e = self.state, self.state.engine
         s.deadlines.pop("startup", None)
+        e.in_startup = False
         self._note({"event": "seal-check", "generation": e.generation, "problems": problems, "enforced": e.seal})
         if not problems:
             e.phase = "ready"
@@ -622,7 +628,12 @@ class Lifecycle:
 
     def _write_failed(self, ev: WriteFailed) -> None:
         e = self.state.engine
-        if not self._current(ev.generation) or e.phase in ("none", "stopping"):
+        if not self._current(ev.generation) or e.phase not in ("checking", "ready"):
+            return
+        if not ev.stuck:
+            # Its stdin is closed: it can take no command, so it is stopped like
+            # an engine that closed its stdout (a crash); its exit settles the held prompt.
+            self._stop_engine(requested=False)
             return
         e.recycle = True
         rec = self._held()
@@ -640,15 +651,14 @@ class Lifecycle:
         if not self._current(ev.generation) or e.phase in ("none", "backoff"):
             return
         requested = e.phase == "stopping" and e.stop_requested
-        words = exit_words(ev.code, ev.signal, ev.stderr)
-        if e.phase == "checking":
-            self._note({"event": "seal-check", "generation": e.generation, "enforced": e.seal,
-                        "problems": [f"{words} during its start-up check"]})
-            self._out.append(Signal({"signal": "seal-check", "action": self.config.seal_check,
-                                     "problems": [f"{words} during its start-up check"]}))
-            self._crash(f"{words} during its start-up check")
-        elif not requested:
+        if e.in_startup and not requested:
+            e.in_startup = False
+            words = exit_words(ev.code, ev.signal, ev.stderr, when=" during its start-up check")
+            self._note({"event": "seal-check", "generation": e.generation, "enforced": e.seal, "problems": [words]})
+            self._out.append(Signal({"signal": "seal-check", "action": self.config.seal_check, "problems": [words]}))
             self._crash(words)
+        elif not requested:
+            self._crash(exit_words(ev.code, ev.signal, ev.stderr))
         self._out.append(Notify({"type": "engine", "event": "exited", "pid": e.pid, "generation": e.generation,
                                  "code": ev.code, "signal": ev.signal, "requested": requested}))
         s.deadlines.pop("startup", None)
@@ -767,6 +777,7 @@ class Lifecycle:
         e.sealed = True
         e.recycle = False
         e.signals = 0
+        e.in_startup = False
         self._out.append(Spawn(e.generation))
 
     def _write_prompt(self) -> None:

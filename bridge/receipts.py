@@ -185,12 +185,12 @@ def decide(f: Facts) -> tuple[str, str | None]:
     return f.tracker  # row 12: the seed's own verdict
 
 
-def exit_words(code: int | None, signal: int | None, stderr: Sequence[str] = ()) -> str:
+def exit_words(code: int | None, signal: int | None, stderr: Sequence[str] = (), *, when: str = "") -> str:
     """An engine's exit in words, with its last stderr lines: what a user needs to fix it
     (the ``nativeError`` of an ``engine-exited`` receipt and of ``engine-down``)."""
     how = f"signal {signal}" if signal is not None else f"code {code}" if code is not None else "status unknown"
     tail = " | ".join(line for line in stderr if line.strip())
-    return f"the engine exited ({how})" + (f": {tail}" if tail else "")
+    return f"the engine exited{when} ({how})" + (f": {tail}" if tail else "")
 
 
 def _make_converter() -> cattrs.Converter:
