@@ -18,6 +18,24 @@ from typing import Any
 from bridge import __version__
 
 
+def _setup_problem(exc: BaseException) -> str | None:
+    """The message of a ProfileError / JournalError that ended a run (also inside the
+    exception group a nursery wraps it in), or None for anything else."""
+    from bridge.journal import JournalError
+    from bridge.profile import ProfileError
+
+    if isinstance(exc, (ProfileError, JournalError)):
+        return str(exc)
+    if isinstance(exc, BaseExceptionGroup):
+        matched, rest = exc.split((ProfileError, JournalError))
+        if matched is not None and rest is None:
+            first: BaseException = matched
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            return str(first)
+    return None
+
+
 def _split_engine(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
     argv = list(argv)
     if "--" in argv:
@@ -167,8 +185,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     try:
         return main_serve(_profile(args, args.engine), journal=_journal(args), config=_config(args),
                           drain_timeout=args.drain_timeout)
-    except ProfileError as e:
-        print(f"bridge serve: {e}", file=sys.stderr)
+    except (ProfileError, BaseExceptionGroup) as e:
+        problem = _setup_problem(e)
+        if problem is None:
+            raise
+        print(f"bridge serve: {problem}", file=sys.stderr)
         return 2
 
 
@@ -178,6 +199,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     import trio
 
+    from bridge.journal import JournalError
     from bridge.profile import ProfileError
     from bridge.receipts import describe
     from bridge.supervisor import open_bridge
@@ -228,8 +250,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     try:
         trio.run(main)
-    except ProfileError as e:
-        print(f"bridge run: {e}", file=sys.stderr)
+    except (ProfileError, JournalError, BaseExceptionGroup) as e:
+        problem = _setup_problem(e)
+        if problem is None:
+            raise
+        print(f"bridge run: {problem}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -51,6 +51,10 @@ LEAN_UPDATE = b'{"type":"message_update","elided":%d}'
 _ELIDED_TYPES = (b'{"type":"message_update",', b'{"type":"tool_execution_update",')
 
 
+class JournalError(Exception):
+    """The journal cannot be created where asked; the message names the file and the problem."""
+
+
 def default_journal_dir() -> Path:
     env = os.environ.get("PI_BRIDGE_JOURNAL_DIR")
     if env:
@@ -66,7 +70,18 @@ def default_journal_path() -> Path:
 
 
 def open_private(path: Path) -> Any:
-    """Create ``path`` 0600 (refusing an existing file) in a 0700 directory."""
+    """Create ``path`` 0600 (refusing an existing file) in a 0700 directory.
+    Raises :class:`JournalError` (one line: the file and the problem)."""
+    try:
+        return _open_private(path)
+    except FileExistsError:
+        raise JournalError(f"the journal {path} already exists (journals are never appended to: "
+                           "give a new path, or leave --journal out for a fresh one)") from None
+    except OSError as e:
+        raise JournalError(f"cannot create the journal {path}: {e.strerror or e}") from None
+
+
+def _open_private(path: Path) -> Any:
     parent = path.parent
     if not parent.exists():
         parent.mkdir(mode=0o700, parents=True, exist_ok=True)

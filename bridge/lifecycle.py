@@ -302,6 +302,16 @@ class WriteFailed:
 
 
 @attrs.frozen
+class NotWritten:
+    """The held prompt's Write was not carried out (no engine to take it, or the
+    journal failed first): it was never written, so it goes back to the front of
+    the queue (and is rejected there if closing has begun)."""
+
+    generation: int
+    request: str
+
+
+@attrs.frozen
 class StdoutClosed:
     generation: int
 
@@ -327,7 +337,7 @@ class Tick:
 
 Input = (
     Submit | Stop | Shutdown | Close | Spawned | SpawnFailed | StartupChecked | Acked | Decided | Unsealed
-    | SignalSeen | WriteFailed | StdoutClosed | EngineExited | JournalFailed | Tick
+    | SignalSeen | WriteFailed | NotWritten | StdoutClosed | EngineExited | JournalFailed | Tick
 )
 
 
@@ -443,6 +453,7 @@ class Lifecycle:
             Unsealed: self._unsealed,
             SignalSeen: self._signal_seen,
             WriteFailed: self._write_failed,
+            NotWritten: self._not_written,
             StdoutClosed: self._stdout_closed,
             EngineExited: self._exited,
             JournalFailed: self._journal_failed,
@@ -529,7 +540,7 @@ class Lifecycle:
         if s.journal_failed is not None:
             return
         s.journal_failed = ev.error
-        self._out.append(Signal({"signal": "journal-failed", "error": ev.error}))
+        self._signal({"signal": "journal-failed", "error": ev.error})
         self._begin_closing("journal", ev.error)
 
     # -- engine inputs -----------------------------------------------------------
@@ -579,7 +590,7 @@ class Lifecycle:
         if not problems:
             e.phase = "ready"
             return
-        self._out.append(Signal({"signal": "seal-check", "problems": problems, "action": self.config.seal_check}))
+        self._signal({"signal": "seal-check", "problems": problems, "action": self.config.seal_check})
         if self.config.seal_check == "warn" and e.phase == "checking":
             e.phase = "ready"
             return
@@ -624,7 +635,7 @@ class Lifecycle:
         payload = ev.payload
         if e.signals == SIGNALS_PER_GENERATION + 1:
             payload = {"signal": "signals-suppressed", "after": SIGNALS_PER_GENERATION}
-        self._out.append(Signal(payload))
+        self._signal(payload)
 
     def _write_failed(self, ev: WriteFailed) -> None:
         e = self.state.engine
@@ -639,6 +650,20 @@ class Lifecycle:
         rec = self._held()
         if rec is not None and rec.request == ev.request and not rec.acked:
             self._give_up(rec, "ack")
+
+    def _not_written(self, ev: NotWritten) -> None:
+        s = self.state
+        rec = self._held()
+        if rec is None or rec.request != ev.request or rec.acked or rec.stop is not None or rec.gave_up is not None:
+            return
+        s.held = None
+        for name in _HELD_DEADLINES:
+            s.deadlines.pop(name, None)
+        rec.phase = "queued"
+        s.queue.insert(0, rec.request)
+        if self._current(ev.generation) and s.engine.phase in ("checking", "ready"):
+            # Not onto this engine again: it is replaced before the prompt is sent.
+            s.engine.recycle = True
 
     def _stdout_closed(self, ev: StdoutClosed) -> None:
         e = self.state.engine
@@ -655,7 +680,7 @@ class Lifecycle:
             e.in_startup = False
             words = exit_words(ev.code, ev.signal, ev.stderr, when=" during its start-up check")
             self._note({"event": "seal-check", "generation": e.generation, "enforced": e.seal, "problems": [words]})
-            self._out.append(Signal({"signal": "seal-check", "action": self.config.seal_check, "problems": [words]}))
+            self._signal({"signal": "seal-check", "action": self.config.seal_check, "problems": [words]})
             self._crash(words)
         elif not requested:
             self._crash(exit_words(ev.code, ev.signal, ev.stderr))
@@ -810,7 +835,7 @@ class Lifecycle:
         s.down = why
         while s.queue:
             self._reject(s.prompts[s.queue[0]], "engine-down", why)
-        self._out.append(Signal({"signal": "engine-down", "why": why}))
+        self._signal({"signal": "engine-down", "why": why})
         self._out.append(Notify({"type": "engine", "event": "down", "why": why}))
 
     # -- stops and closing ---------------------------------------------------------
@@ -880,6 +905,10 @@ class Lifecycle:
 
     def _note(self, payload: dict[str, Any]) -> None:
         self._out.append(Note(payload))
+
+    def _signal(self, payload: dict[str, Any]) -> None:
+        """A signal, stamped with the generation it is about (the current one)."""
+        self._out.append(Signal({**payload, "generation": self.state.engine.generation}))
 
 
 def step(state: LifeState, event: Input, now: float, config: BridgeConfig | None = None) -> tuple[LifeState, list[Action]]:

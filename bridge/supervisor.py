@@ -64,6 +64,7 @@ from bridge.lifecycle import (
     Lifecycle,
     Note,
     Notify,
+    NotWritten,
     Shutdown,
     Signal,
     SignalSeen,
@@ -191,8 +192,10 @@ class Bridge:
         self._finished = False
         #: Observers called with every notification dict (serve uses this).
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
+        #: A journal failure seen while a step's actions run, fed once they have run.
+        self._journal_failure: str | None = None
         if journal is not None:
-            journal.on_failure = lambda why: self._feed(JournalFailed(why))
+            journal.on_failure = self._on_journal_failure
 
     # -- clock ---------------------------------------------------------------------
 
@@ -412,9 +415,20 @@ class Bridge:
             while self._inputs:
                 for action in self.lifecycle.step(self._inputs.popleft(), self.now()):
                     self._execute(action)
+                if self._journal_failure is not None:
+                    # After the step's own actions (and the NotWritten of a prompt
+                    # they held back), so closing sees the prompt as unwritten.
+                    self._inputs.append(JournalFailed(self._journal_failure))
+                    self._journal_failure = None
         finally:
             self._stepping = False
         self._poke()
+
+    def _on_journal_failure(self, why: str) -> None:
+        if self._stepping:
+            self._journal_failure = why
+        else:
+            self._feed(JournalFailed(why))
 
     def _execute(self, action: Any) -> None:
         kind = type(action)
@@ -449,8 +463,14 @@ class Bridge:
 
     def _write(self, action: Write) -> None:
         engine = self.engine
-        if engine is None or engine.generation != action.generation or not engine.alive:
-            return  # its exit is on the way and settles whatever this was for
+        unwritable = engine is None or engine.generation != action.generation or not engine.alive
+        if unwritable or (action.kind in ("prompt", "startup") and self.journal_failed):
+            # No engine to take it (its exit is on the way), or the journal failed
+            # and closing is about to begin: a prompt goes back to the lifecycle unwritten.
+            if action.kind == "prompt" and action.request is not None:
+                self._feed(NotWritten(action.generation, action.request))
+            return
+        assert engine is not None
         cmd = action.cmd
         self._record_send(cmd, stream=action.stream)
         if action.kind == "prompt" and action.submitted is not None:
@@ -495,7 +515,8 @@ class Bridge:
         self._notify({"type": "receipt", "id": receipt.request, "receipt": receipt.to_json()})
 
     def _signal(self, payload: dict[str, Any]) -> None:
-        note = {"type": "signal", **payload, "generation": self.generation}
+        note = {"type": "signal", **payload}
+        note.setdefault("generation", self.generation)
         if self.journal is not None:
             self.journal.signal({k: v for k, v in note.items() if k != "type"}, self.now())
         self._notify(note)
