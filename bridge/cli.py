@@ -130,11 +130,20 @@ def _add_bridge_options(p: argparse.ArgumentParser) -> None:
 
 
 def _profile(args: argparse.Namespace, engine_argv: list[str] | None) -> Any:
+    import os
+
     from bridge.profile import PI_CLEARING, CommandProfile
 
+    cwd = args.engine_cwd
+    if cwd is not None and not os.path.isdir(cwd):
+        what = "is not a folder" if os.path.exists(cwd) else "does not exist"
+        print(f"bridge {args.command}: --engine-cwd {cwd} {what}: give the engine's working folder", file=sys.stderr)
+        raise SystemExit(2)
     if engine_argv is not None:
         if not engine_argv:
-            raise SystemExit("bridge: no engine command after --")
+            print("bridge: no engine command after -- (give the engine's argv, e.g. -- python tools/fake_engine.py)",
+                  file=sys.stderr)
+            raise SystemExit(2)
         return CommandProfile(
             engine_argv,
             clearing=tuple(args.clearing) if args.clearing else PI_CLEARING,
@@ -214,6 +223,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
     journal_path: list[str] = []
     failed_journal: list[str] = []
 
+    stdout_gone = False
+
+    def show(text: str) -> None:
+        """Reply text: stdout (stderr with --json, which keeps stdout JSON only)."""
+        nonlocal stdout_gone
+        if stdout_gone:
+            return
+        out = sys.stderr if args.json else sys.stdout
+        try:
+            out.write(text)
+            out.flush()
+        except BrokenPipeError:
+            # `| head`: the reader is gone. No more text, no traceback; the
+            # bridge closes (the running prompt is stopped, failed/closing).
+            stdout_gone = True
+            _silence_stdout()
+
     async def main() -> None:
         nonlocal interrupted
         async with open_bridge(profile, journal=_journal(args), config=_config(args)) as bridge:
@@ -230,18 +256,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
                             # (failed/closing), the rest rejected; the receipts
                             # are printed below once the bridge has closed.
                             bridge.close_on_signal(signum)
-                            nursery.cancel_scope.cancel()
 
                     nursery.start_soon(on_signal)
-                    handles.extend([await bridge.submit(p, stream=True) for p in args.prompts])
-                    out = sys.stdout
-                    for h in handles:
-                        if len(handles) > 1:
-                            out.write(f"[{h.request}] ")
+                    # One after another: the next prompt is submitted when the
+                    # previous one has its receipt (whatever their number; the
+                    # queue bound is for controllers that submit at once).
+                    for prompt in args.prompts:
+                        h = await bridge.submit(prompt, stream=True)
+                        handles.append(h)
+                        if len(args.prompts) > 1:
+                            show(f"[{h.request}] ")
                         async for piece in h.text():
-                            out.write(piece)
-                            out.flush()
-                        out.write("\n")
+                            show(piece)
+                            if stdout_gone:
+                                bridge.close_now("close", "stdout was closed")
+                        show("\n")
                         await h.receipt()
                     nursery.cancel_scope.cancel()
             if bridge.journal_failed:
@@ -261,9 +290,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     receipts = [h.receipt_nowait for h in handles]
     print(file=sys.stderr)
     for r in receipts:
-        if args.json:
-            sys.stdout.buffer.write(dumps(r.to_json()) + b"\n")
-        else:
+        if args.json and not stdout_gone:
+            try:
+                sys.stdout.buffer.write(dumps(r.to_json()) + b"\n")
+                sys.stdout.flush()
+            except BrokenPipeError:
+                stdout_gone = True
+                _silence_stdout()
+        if not args.json or stdout_gone:
             print(describe(r), file=sys.stderr)
     if journal_path:
         print(f"journal: {journal_path[0]}", file=sys.stderr)
@@ -272,7 +306,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return interrupted or 1
     if interrupted:
         return interrupted
+    if stdout_gone:
+        return 128 + signal.SIGPIPE
     return 0 if receipts and all(r.state == "finished" for r in receipts) else 1
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so nothing more (not even the exit's flush) hits the closed pipe."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 # -- the parser ----------------------------------------------------------------------------------
@@ -326,11 +374,15 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="send prompts from the command line, stream the replies, print the receipts",
         usage="bridge run [OPTIONS] PROMPT... [-- ENGINE ARGV...]",
-        description="Send each PROMPT in turn, stream the reply text to stdout, then print the receipts "
-        "(to stderr; with --json, as JSON lines on stdout). Exit 0 when every prompt finished, 1 otherwise.",
+        description="Send each PROMPT in turn (the next when the previous has its receipt), stream the reply "
+        "text to stdout, then print the receipts to stderr. With --json, stdout has only the receipts as JSON "
+        "lines and the reply text goes to stderr. Exit 0 when every prompt finished, 1 otherwise, 2 for bad "
+        "usage or a journal or engine that cannot be set up; 129/130/143 after SIGHUP/SIGINT/SIGTERM (the "
+        "running prompt is stopped, failed/closing); 141 when stdout is closed early (e.g. | head).",
     )
     p.add_argument("prompts", nargs="*", metavar="PROMPT")
-    p.add_argument("--json", action="store_true", help="print the receipts as JSON lines on stdout")
+    p.add_argument("--json", action="store_true",
+                   help="stdout: the receipts as JSON lines, nothing else (the reply text goes to stderr)")
     _add_engine_options(p)
     _add_bridge_options(p)
     p.set_defaults(func=_cmd_run)
@@ -339,13 +391,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     diagnose.add_parser(sub)
     demo.add_parser(sub, _add_engine_options, _add_bridge_options)
+    parser.subcommands = dict(sub.choices)  # type: ignore[attr-defined]
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list, engine = _split_engine(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(args_list)
+    args, unknown = parser.parse_known_args(args_list)
+    if unknown:
+        # The subcommand's own usage, not the top-level one.
+        sub_parser = parser.subcommands.get(getattr(args, "command", None) or "", parser)  # type: ignore[attr-defined]
+        sub_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.engine = engine
     if not getattr(args, "func", None):
         parser.print_help()

@@ -49,3 +49,83 @@ def test_config_refuses_nonsense():
     for bad in (dict(queue_max=0), dict(ack_timeout=-1.0), dict(settle_timeout=0.0), dict(seal_check="x")):
         with pytest.raises(ValueError):
             BridgeConfig(**bad)  # type: ignore[arg-type]
+
+
+# -- bridge run: user paths -------------------------------------------------------------------
+
+FAKE = [sys.executable, "tools/fake_engine.py"]
+
+
+def test_run_sends_prompts_one_after_another_whatever_their_number():
+    prompts = [f"q{n}" for n in range(70)]
+    p = bridge("run", *prompts, "--no-journal", "--json", "--", *FAKE)
+    assert p.returncode == 0, p.stderr
+    import json
+
+    receipts = [json.loads(line) for line in p.stdout.splitlines()]
+    assert [r["state"] for r in receipts] == ["finished"] * 70  # no queue-full: one at a time
+
+
+def test_run_json_stdout_is_json_lines_only_and_the_text_goes_to_stderr():
+    import json
+
+    p = bridge("run", "a", "b", "--no-journal", "--json", "--", *FAKE)
+    assert p.returncode == 0, p.stderr
+    assert [json.loads(line)["state"] for line in p.stdout.splitlines()] == ["finished", "finished"]
+    assert "[p1] ok: a" in p.stderr and "[p2] ok: b" in p.stderr
+
+
+def test_run_into_a_closed_pipe_ends_quietly_with_every_receipt():
+    proc = subprocess.run(
+        f"{sys.executable} -m bridge run a b c --no-journal -- {' '.join(FAKE)} | head -c 5",
+        shell=True, capture_output=True, text=True, timeout=60, executable="/bin/bash",
+    )
+    assert proc.stdout == "[p1] "
+    assert "Traceback" not in proc.stderr and "Error" not in proc.stderr, proc.stderr
+    assert all(f"p{n}:" in proc.stderr for n in (1, 2, 3))  # every prompt's receipt, on stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (["run", "--bogus"], "usage: bridge run"),
+    (["run", "hi", "--"], "no engine command after --"),
+    (["run", "hi", "--engine-cwd", "/nonexistent-folder", "--", *FAKE], "--engine-cwd /nonexistent-folder does not exist"),
+    (["run", "hi", "--engine-cwd", "README.md", "--", *FAKE], "--engine-cwd README.md is not a folder"),
+    (["run", "hi", "--journal", "README.md", "--", *FAKE], "the journal README.md already exists"),
+    (["serve", "--journal", "README.md/j.jsonl", "--", *FAKE], "cannot create the journal README.md/j.jsonl: Not a directory"),
+])
+def test_run_and_serve_setup_mistakes_are_one_line_and_exit_2(args: list[str], says: str):
+    p = bridge(*args)
+    assert p.returncode == 2, p.stderr
+    assert says in p.stderr and "Traceback" not in p.stderr
+
+
+async def test_submit_refuses_a_message_that_is_not_text():
+    from bridge import CommandProfile, open_bridge
+
+    async with open_bridge(CommandProfile(FAKE), journal=False) as b:
+        for bad in (123, None, b"bytes"):
+            with pytest.raises(TypeError, match="message must be a str"):
+                await b.submit(bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="request id"):
+            await b.submit("hi", request="")
+        assert b.status()["queued"] == [] and b.receipts_issued == 0
+
+
+def test_a_journal_has_its_header_on_disk_before_the_first_prompt(tmp_path):
+    import json
+    import signal
+    import time
+
+    journal = tmp_path / "j.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "bridge", "serve", "--journal", str(journal), "--", *FAKE],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        assert json.loads(proc.stdout.readline())["type"] == "ready"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        proc.kill()
+    time.sleep(0.1)
+    header = json.loads(journal.read_bytes().split(b"\n")[0])
+    assert header["transcript"] == "pi-bridge"
