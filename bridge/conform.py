@@ -5,13 +5,17 @@ object ``bridge replay --json`` printed for it, pretty-printed). Conform
 replays each, compares, and prints a table of pass / FAIL with the first
 difference (a JSON path, expected and got). ``--update`` rewrites the expected
 files that differ (or are missing), showing each difference first; without it
-nothing is written. Exit 0 when all pass (or were updated), 1 on a failure, 2
-when the folder holds no fixture or a transcript cannot be read.
+nothing is written. An expected file that is not valid JSON is a FAIL row
+saying so (``--update`` rewrites it); a transcript that cannot be read is an
+``error`` row. Exit 0 when all pass (or were updated), 1 when any fixture
+failed, was missing its expected output or could not be read, 2 when nothing
+could be checked (not a folder, no fixture, or no transcript readable).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -83,7 +87,16 @@ def conform(folder: Path, *, update: bool = False, log: TextIO | None = None) ->
             else:
                 yield Outcome(name, "missing", f"no {exp.name}")
             continue
-        want = json.loads(exp.read_text())
+        try:
+            want = json.loads(exp.read_text(encoding="utf-8"))
+        except (ValueError, OSError) as e:
+            why = f"{exp.name} is not valid JSON ({e})" if isinstance(e, ValueError) else f"cannot read {exp.name}: {e.strerror}"
+            if update:
+                exp.write_text(dump_expected(got))
+                yield Outcome(name, "updated", f"{why}: rewritten")
+            else:
+                yield Outcome(name, "FAIL", why)
+            continue
         diff = first_difference(want, got)
         if diff is None:
             yield Outcome(name, "pass")
@@ -94,14 +107,15 @@ def conform(folder: Path, *, update: bool = False, log: TextIO | None = None) ->
             yield Outcome(name, "FAIL", diff)
 
 
-def run(folder: str, update: bool, out: TextIO) -> int:
+def run(folder: str, update: bool, out: TextIO, err: TextIO | None = None) -> int:
+    err = err if err is not None else sys.stderr
     root = Path(folder)
     if not root.is_dir():
-        print(f"bridge conform: {folder} is not a folder", file=out)
+        print(f"bridge conform: {folder} is not a folder", file=err)
         return 2
     outcomes = list(conform(root, update=update))
     if not outcomes:
-        print(f"bridge conform: no fixtures (*.jsonl) under {folder}", file=out)
+        print(f"bridge conform: no fixtures (*.jsonl) under {folder}", file=err)
         return 2
     width = max(len(o.name) for o in outcomes)
     for o in outcomes:
@@ -113,6 +127,6 @@ def run(folder: str, update: bool, out: TextIO) -> int:
     for o in outcomes:
         counts[o.status] = counts.get(o.status, 0) + 1
     print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())), file=out)
-    if any(o.status == "error" for o in outcomes):
+    if all(o.status == "error" for o in outcomes):
         return 2
-    return 1 if any(o.status in ("FAIL", "missing") for o in outcomes) else 0
+    return 1 if any(o.status in ("FAIL", "missing", "error") for o in outcomes) else 0

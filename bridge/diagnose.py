@@ -1910,6 +1910,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.set_defaults(func=run)
 
 
+def write_private(path: str, data: bytes) -> None:
+    """Write a report as private as the journal it comes from: 0600, written to a new
+    temporary file beside ``path`` and renamed over it (atomic; a symlink at ``path``
+    is replaced, never followed)."""
+    import os
+    import tempfile
+
+    target = os.path.abspath(path)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".diagnose-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:  # mkstemp creates it 0600
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def run(args: argparse.Namespace) -> int:
     progress = sys.stderr if sys.stderr.isatty() else None
     try:
@@ -1925,8 +1948,7 @@ def run(args: argparse.Namespace) -> int:
     out.flush()
     if getattr(args, "html", None):
         try:
-            with open(args.html, "w", encoding="utf-8", errors="surrogatepass") as fh:
-                fh.write(html_page(diag))
+            write_private(args.html, html_page(diag).encode("utf-8", "surrogatepass"))
         except OSError as e:
             print(f"bridge diagnose: cannot write {args.html}: {e.strerror or e}", file=sys.stderr)
             return 2

@@ -42,3 +42,26 @@ def test_missing_expected_output_and_empty_folder(tmp_path: Path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert conform(str(empty)).returncode == 2
+    p = conform(str(empty))
+    assert "no fixtures" in p.stderr and p.stdout == ""
+    p = conform(str(tmp_path / "x.jsonl"))
+    assert p.returncode == 2 and "is not a folder" in p.stderr and p.stdout == ""
+
+
+def test_a_broken_expected_file_is_a_fail_row_and_a_bad_transcript_an_error_row(tmp_path: Path):
+    for name in ("o1_no_slot_held", "classify_finished_stop", "classify_failed_interrupted"):
+        for suffix in (".jsonl", ".expected.json"):
+            shutil.copy(FIXTURES / "core" / (name + suffix), tmp_path / (name + suffix))
+    (tmp_path / "o1_no_slot_held.expected.json").write_text('{"observations": 7,')
+    (tmp_path / "broken.jsonl").write_text('{"transcript":"pi-bridge","version":99}\n')
+    p = conform(str(tmp_path))
+    assert p.returncode == 1, p.stdout + p.stderr  # some fixtures were checked: 1, not 2
+    assert "Traceback" not in p.stderr
+    row = next(line for line in p.stdout.splitlines() if "o1_no_slot_held" in line)
+    assert row.startswith("FAIL") and "is not valid JSON" in row
+    assert next(line for line in p.stdout.splitlines() if "broken.jsonl" in line).startswith("error")
+    assert "2 pass" in p.stdout
+    p = conform("--update", str(tmp_path))
+    assert "rewritten" in p.stdout
+    (tmp_path / "broken.jsonl").unlink()
+    assert conform(str(tmp_path)).returncode == 0

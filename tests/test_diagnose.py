@@ -1003,3 +1003,20 @@ def test_a_200_mb_journal_streams_in_bounded_memory(tmp_path: Path):
     assert s["signals"].get("O1") == info["O1"] and s["signals"].get("O2") == info["O1"]
     assert s["receipts"]["finished"]["-"] == info["prompts"] - info["O5"] - info["gap"]
     assert s["engine_starts"] == info["generations"]
+
+
+def test_html_report_is_as_private_as_its_journal_and_never_follows_a_symlink(tmp_path: Path):
+    import os
+
+    src = FIXTURES / "core" / "o1_no_slot_held.jsonl"
+    out = tmp_path / "r.html"
+    assert bridge("diagnose", "--html", str(out), str(src)).returncode == 0
+    assert (os.stat(out).st_mode & 0o777) == 0o600
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    link = tmp_path / "link.html"
+    link.symlink_to(victim)
+    assert bridge("diagnose", "--html", str(link), str(src)).returncode == 0
+    assert victim.read_text() == "keep me"  # the link was replaced, not written through
+    assert not link.is_symlink() and (os.stat(link).st_mode & 0o777) == 0o600
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".diagnose-")] == []
