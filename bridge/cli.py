@@ -150,6 +150,10 @@ def _profile(args: argparse.Namespace, engine_argv: list[str] | None) -> Any:
             cwd=args.engine_cwd,
             env_allowlist=args.env_allow,
         )
+    if args.provider and not args.model:
+        print(f"bridge {args.command}: --provider {args.provider} needs --model too (Pi refuses a provider "
+              "without a model id; see the README's custom providers)", file=sys.stderr)
+        raise SystemExit(2)
     from bridge.pi import PiProfile
 
     return PiProfile(
@@ -222,6 +226,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     interrupted = 0
     journal_path: list[str] = []
     failed_journal: list[str] = []
+    launch_failed: list[str] = []
 
     stdout_gone = False
 
@@ -275,6 +280,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                     nursery.cancel_scope.cancel()
             if bridge.journal_failed:
                 failed_journal.append(bridge.journal_failed)
+            if bridge.lifecycle.state.launch_failed:
+                launch_failed.append(bridge.down_reason or "the engine cannot be launched")
         # Every handle has its receipt once the bridge is closed.
 
     try:
@@ -304,6 +311,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if failed_journal:
         print(f"bridge run: {failed_journal[0]}; the receipts above are complete", file=sys.stderr)
         return interrupted or 1
+    if launch_failed:
+        print(f"bridge run: {launch_failed[0]}", file=sys.stderr)
+        return 2
     if interrupted:
         return interrupted
     if stdout_gone:

@@ -179,6 +179,9 @@ class LifeState:
     last_crash: str = ""
     #: Why the engine is down for good, or None.
     down: str | None = None
+    #: Down because the engine could not be prepared or launched at all (a setup
+    #: problem the user fixes, not a crash loop).
+    launch_failed: bool = False
     #: Shutdown: no new prompts, the queue is worked off.
     draining: bool = False
     #: Why closing began (``close``, ``signal``, ``drain-timeout``, ``journal``), or None.
@@ -573,6 +576,7 @@ class Lifecycle:
         if not self._current(ev.generation) or e.phase != "spawning":
             return
         e.phase = "none"
+        self.state.launch_failed = True
         self._go_down(ev.error)
 
     def _startup_checked(self, ev: StartupChecked) -> None:

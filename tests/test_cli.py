@@ -42,7 +42,7 @@ def test_no_command_prints_help_and_exits_2():
 
 def test_an_engine_that_cannot_be_launched_is_named(tmp_path):
     p = bridge("run", "hi", "--no-journal", "--", str(tmp_path / "no-such-engine"))
-    assert p.returncode == 1 and "rejected (engine-down)" in p.stderr and "no-such-engine" in p.stderr
+    assert p.returncode == 2 and "rejected (engine-down)" in p.stderr and "no-such-engine" in p.stderr
 
 
 def test_config_refuses_nonsense():
@@ -92,6 +92,8 @@ def test_run_into_a_closed_pipe_ends_quietly_with_every_receipt():
     (["run", "hi", "--engine-cwd", "README.md", "--", *FAKE], "--engine-cwd README.md is not a folder"),
     (["run", "hi", "--journal", "README.md", "--", *FAKE], "the journal README.md already exists"),
     (["serve", "--journal", "README.md/j.jsonl", "--", *FAKE], "cannot create the journal README.md/j.jsonl: Not a directory"),
+    (["run", "hi", "--no-journal", "--", "/nonexistent/engine"], "cannot start the engine '/nonexistent/engine'"),
+    (["run", "hi", "--no-journal", "--provider", "nosuch"], "--provider nosuch needs --model too"),
 ])
 def test_run_and_serve_setup_mistakes_are_one_line_and_exit_2(args: list[str], says: str):
     p = bridge(*args)
