@@ -378,7 +378,8 @@ class PiProfile:
             except (OSError, ValueError) as e:
                 raise ProfileError(f"models.json {self.models_json} is unusable: {e}") from e
 
-        config_dir = Path(tempfile.mkdtemp(prefix="pi-bridge-pi-"))
+        remove_orphans_once()
+        config_dir = Path(tempfile.mkdtemp(prefix=f"pi-bridge-pi-{os.getpid()}-"))
         own_cwd: Path | None = None
 
         def cleanup() -> None:
@@ -401,7 +402,7 @@ class PiProfile:
                 auth = {self.provider: {"type": "api_key", "key": value}}
                 _write_private(config_dir / "auth.json", json.dumps(auth).encode())
             if self.cwd is None:
-                own_cwd = Path(tempfile.mkdtemp(prefix="pi-bridge-cwd-"))
+                own_cwd = Path(tempfile.mkdtemp(prefix=f"pi-bridge-cwd-{os.getpid()}-"))
                 cwd = str(own_cwd)
             else:
                 cwd = str(Path(self.cwd).resolve())
@@ -460,6 +461,47 @@ class PiProfile:
             ),
             cleanup=cleanup,
         )
+
+
+# --------------------------------------------------------------------------- orphans
+
+#: The private folders a bridge makes, named for its pid: ``pi-bridge-pi-PID-…``
+#: (Pi's config, maybe a key) and ``pi-bridge-cwd-PID-…`` (Pi's working folder).
+_PRIVATE_DIR = re.compile(r"pi-bridge-(?:pi|cwd)-(\d+)-")
+_orphans_checked = False
+
+
+def remove_orphans(tmp: str | None = None) -> list[str]:
+    """Remove the private folders of bridges that died without cleaning up (SIGKILL,
+    a closed terminal): only ours (same uid) and only where the pid in the name
+    is gone. Returns what was removed."""
+    tmp = tmp or tempfile.gettempdir()
+    removed = []
+    try:
+        entries = list(os.scandir(tmp))
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _PRIVATE_DIR.match(entry.name)
+        if m is None:
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+        except (OSError, ValueError, OverflowError):
+            continue  # alive (maybe another user's), or unreadable: left alone
+    return removed
+
+
+def remove_orphans_once() -> None:
+    global _orphans_checked
+    if not _orphans_checked:
+        _orphans_checked = True
+        remove_orphans()
 
 
 def scripted_profile(models_json: str, **kw: Any) -> PiProfile:

@@ -389,6 +389,10 @@ class Bridge:
         self._finished = True
         for scope in self._task_scopes:
             scope.cancel()
+        if self._launch is not None:
+            # Prepared at open and never spawned (no prompt came): its private folders go too.
+            self._launch.run_cleanup()
+            self._launch = None
         # The journal closes only after the fsync task has ended: an fsync
         # already in its thread finishes first (never on a closed descriptor).
         self._fsync_scope.cancel()

@@ -50,3 +50,37 @@ async def test_credentials_are_removed_when_the_engine_crashes_and_at_close(tmp_
         assert SECRET not in (tmp_path / "j.jsonl").read_text()
     finally:
         server.close()
+
+
+def test_a_killed_bridges_private_folders_are_removed_by_the_next_bridge(tmp_path: Path):
+    """SIGKILL leaves the sealed Pi's config and working folders behind; the next bridge
+    (same user, same temp folder) removes them, and never a live bridge's."""
+    import json
+    import subprocess
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    server = start_server([{"text": "hi"}])
+    try:
+        server.write_models(str(tmp_path))
+        env = {**os.environ, "TMPDIR": str(tmp), "PI_BRIDGE_JOURNAL_DIR": str(tmp_path / "journals")}
+        argv = [sys.executable, "-m", "bridge", "serve", "--models-json", str(tmp_path / "models.json"),
+                "--provider", "scripted", "--model", "scripted-model"]
+        first = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            assert first.stdout is not None
+            assert json.loads(first.stdout.readline())["type"] == "ready"
+            left = sorted(p.name for p in tmp.iterdir())
+            assert any(n.startswith(f"pi-bridge-pi-{first.pid}-") for n in left), left
+            live = tmp / "pi-bridge-pi-1-kept"  # pid 1 is alive: never touched
+            live.mkdir()
+            first.send_signal(signal.SIGKILL)
+            first.wait(timeout=10)
+        finally:
+            first.kill()
+        assert any(p.name.startswith(f"pi-bridge-pi-{first.pid}-") for p in tmp.iterdir())
+        second = subprocess.run(argv, env=env, input=b"", capture_output=True, timeout=60)
+        assert second.returncode == 0, second.stderr
+    finally:
+        server.close()
+    assert sorted(p.name for p in tmp.iterdir()) == ["pi-bridge-pi-1-kept"]
