@@ -146,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     import trio
 
+    from bridge.journal import JournalError
     from bridge.profile import ProfileError
 
     out = _Out(args.json)
@@ -161,6 +162,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"bridge demo: {e}", file=sys.stderr)
         print("bridge demo: the demo needs the pinned Pi: run tools/setup (or use tools/demo, which does)",
               file=sys.stderr)
+        return 2
+    except (JournalError, BaseExceptionGroup) as e:
+        from bridge.cli import _setup_problem
+
+        problem = _setup_problem(e)
+        if problem is None:
+            raise
+        print(f"bridge demo: {problem}", file=sys.stderr)
         return 2
     if problems:
         out.say("\nthe showcase did NOT go as expected:")

@@ -94,6 +94,7 @@ def test_run_into_a_closed_pipe_ends_quietly_with_every_receipt():
     (["serve", "--journal", "README.md/j.jsonl", "--", *FAKE], "cannot create the journal README.md/j.jsonl: Not a directory"),
     (["run", "hi", "--no-journal", "--", "/nonexistent/engine"], "cannot start the engine '/nonexistent/engine'"),
     (["run", "hi", "--no-journal", "--provider", "nosuch"], "--provider nosuch needs --model too"),
+    (["demo", "--journal", "README.md"], "the journal README.md already exists"),
 ])
 def test_run_and_serve_setup_mistakes_are_one_line_and_exit_2(args: list[str], says: str):
     p = bridge(*args)
