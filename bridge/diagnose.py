@@ -367,7 +367,7 @@ def slot_words(s: dict[str, Any]) -> str:
     if s.get("gapAt") is not None:
         text += f"; gap since #{s['gapAt']}"
     text += f"; engine generation {s.get('generation')}, " + (
-        f"unsealed ({s['unsealed']})" if s.get("unsealed") else "sealed"
+        f"unsealed ({s['unsealed']})" if s.get("unsealed") else "no sign yet that the seal broke"
     )
     return text
 
@@ -1136,10 +1136,11 @@ class Diagnoser:
                 break
         if target is None:
             return
+        held = (f"the held prompt {_short(sb.request)} settles outcome-unknown ({sb.cause})"
+                if sb.request is not None else "no prompt was held, so no receipt is tainted")
         target.notes.append(
             f"this is the first sign on engine generation {target.generation}: the engine counts as unsealed "
-            f"({sb.cause}) from here — the held prompt settles outcome-unknown ({sb.cause}) and the live bridge "
-            "recycles the engine before the next prompt.")
+            f"({sb.cause}) from here — {held}, and the live bridge recycles the engine before the next prompt.")
         if self._taint_finding is None or self._taint_finding[0] != target.generation:
             self._taint_finding = (target.generation, target.n)
 
@@ -1787,7 +1788,8 @@ def format_text(diag: Diagnoser) -> str:
     if eng["version"] is not None or eng["pin"] is not None:
         head = f"engine {eng['name']} {eng['version']} (pin {eng['pin']})"
     else:
-        head = f"engine {_short(eng['name'])} (no version or pin recorded)"
+        name = _short(eng["name"]) if eng["name"] is not None else "not named in the header"
+        head = f"engine {name} (no version or pin recorded)"
     head += (f"; seal recorded, extensions {_short(eng['extensions'])}" if eng["sealed"] else "; no seal recorded")
     out.append("  " + head)
     out.append(f"  {s['observations']} observations, {s['prompts']['sent']} prompt(s) sent, "

@@ -117,7 +117,7 @@ class TranscriptReader:
             raise TranscriptError(path, 1, 'not a pi-bridge transcript (header lacks "transcript": "pi-bridge")')
         version = head.get("version")
         if type(version) is not int or version < 1:
-            raise TranscriptError(path, 1, f"header has no valid version (got {version!r})")
+            raise TranscriptError(path, 1, f"header has no valid version (got {_shown(version)})")
         if version > VERSION:
             raise TranscriptError(
                 path,
@@ -207,16 +207,16 @@ class TranscriptReader:
         kind = kinds[0]
         if kind not in KINDS:
             raise TranscriptError(
-                path, lineno, f"unknown entry kind {kind!r} (this reader knows: {', '.join(sorted(KINDS))})"
+                path, lineno, f"unknown entry kind {_shown(kind)} (this reader knows: {', '.join(sorted(KINDS))})"
             )
         t = obj.get("t")
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))):
-            raise TranscriptError(path, lineno, f'"t" must be a number of seconds, got {t!r}')
+            raise TranscriptError(path, lineno, f'"t" must be a number of seconds, got {_shown(t)}')
         i = obj.get("i")
         if kind in ("recv", "recv_raw"):
             self._observations += 1
             if i is not None and i != self._observations:
-                raise TranscriptError(path, lineno, f'"i" is {i!r} but this is observation {self._observations}')
+                raise TranscriptError(path, lineno, f'"i" is {_shown(i)} but this is observation {self._observations}')
         elif i is not None:
             raise TranscriptError(path, lineno, f'"i" belongs on recv and recv_raw only, not on {kind}')
         value = obj[kind]
@@ -291,3 +291,9 @@ class TranscriptWriter:
 
     def close(self) -> None:
         self._stream.close()
+
+
+def _shown(value: Any) -> str:
+    """A value from a file, as JSON (how the user wrote it), cut short: never a Python repr."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 80 else text[:79] + "…"

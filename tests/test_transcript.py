@@ -32,7 +32,7 @@ def test_not_a_transcript_is_refused():
 
 
 def test_unknown_kind_names_the_line():
-    with pytest.raises(TranscriptError, match=r"t.jsonl:3: unknown entry kind 'bogus'"):
+    with pytest.raises(TranscriptError, match=r't.jsonl:3: unknown entry kind "bogus"'):
         read(HEADER + b'{"recv":{}}\n{"bogus":1}\n')
 
 
