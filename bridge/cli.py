@@ -250,6 +250,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         async with open_bridge(profile, journal=_journal(args), config=_config(args)) as bridge:
             if bridge.journal is not None:
                 journal_path.append(str(bridge.journal.path))
+            if sys.stderr.isatty():
+                bridge.listeners.append(_progress_line)
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
                 async with trio.open_nursery() as nursery:
 
@@ -319,6 +321,29 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if stdout_gone:
         return 128 + signal.SIGPIPE
     return 0 if receipts and all(r.state == "finished" for r in receipts) else 1
+
+
+def _progress_line(note: dict[str, Any]) -> None:
+    """On a terminal, one short line on stderr while nothing else shows: the engine
+    starting or restarting, and the engine retrying a prompt by itself."""
+    kind, event = note.get("type"), note.get("event")
+    if kind == "engine" and event == "started":
+        line = f"… engine started (pid {note.get('pid')}, generation {note.get('generation')})"
+    elif kind == "engine" and event == "exited" and not note.get("requested"):
+        line = f"… engine exited by itself (code {note.get('code')}, signal {note.get('signal')}); restarting"
+    elif kind == "progress" and event == "retrying":
+        delay = note.get("delayMs")
+        wait = f" in {delay / 1000:g} s" if isinstance(delay, (int, float)) else ""
+        line = (f"… the engine retries {note.get('id')} (attempt {note.get('attempt')} of "
+                f"{note.get('maxAttempts')}{wait}): {str(note.get('error') or '')[:120]}")
+    elif kind == "signal" and note.get("signal") == "seal-check":
+        line = "… the engine failed its start-up check: " + "; ".join(map(str, note.get("problems") or []))[:160]
+    else:
+        return
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 def _silence_stdout() -> None:

@@ -14,6 +14,7 @@ Out (one JSON object per line)::
     {"type":"signal","signal":...,...}                  overlaps, gaps, seal diagnostics, as they happen
     {"type":"text","id":ID,"text":...}                  streamed reply text ("stream": true)
     {"type":"engine","event":"started"|"exited"|"down",...}
+    {"type":"progress","event":"retrying","id":ID,...}  the engine retries the running prompt itself
     {"type":"stopping","id":ID,"stop":STOP_ID|null}     answer to a stop
     {"type":"status",...}                               answer to a status
     {"type":"error","error":WHAT,"line":N,"id"?:ID}     a bad controller line (the bridge keeps running)

@@ -156,7 +156,25 @@ class ReceiptReady:
     receipt: Receipt
 
 
-Event = Overlap | Working | Settled | GapOpened | SealBroken | Acked | DispositionSignal | Diagnostic | TextDelta | ReceiptReady
+@attrs.frozen
+class Retrying:
+    """The engine retries the held prompt's run by itself (Pi's ``auto_retry_start``)."""
+
+    request: Any
+    attempt: Any
+    max_attempts: Any
+    delay_ms: Any
+    error: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "progress", "event": "retrying", "id": self.request, "attempt": self.attempt,
+                "maxAttempts": self.max_attempts, "delayMs": self.delay_ms, "error": self.error}
+
+
+Event = (
+    Overlap | Working | Settled | GapOpened | SealBroken | Acked | DispositionSignal | Diagnostic | TextDelta
+    | ReceiptReady | Retrying
+)
 
 #: Returned for the lines that cause nothing (most of them); never mutated.
 NO_EVENTS: Final[tuple[()]] = ()
@@ -355,6 +373,10 @@ class Session:
             self._capture_text(kind, value, events)
         elif kind == "extension_ui_request" or kind == "extension_error":
             events.append(self._diagnostic(kind, value, idx))
+        elif kind == "auto_retry_start" and self.held is not None and self.held.receipt is None:
+            error = value.get("errorMessage")
+            events.append(Retrying(self.held.request, value.get("attempt"), value.get("maxAttempts"),
+                                   value.get("delayMs"), error[:500] if isinstance(error, str) else None))
         if self.taint is not None and self.held is not None and self.held.receipt is None:
             self._settle_tainted(idx, t, events)
         if self._displaced and self.taint is not None:

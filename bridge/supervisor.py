@@ -91,6 +91,7 @@ from bridge.session import (
     DispositionSignal,
     GapOpened,
     ReceiptReady,
+    Retrying,
     SealBroken,
     Session,
     TextDelta,
@@ -726,6 +727,8 @@ class Bridge:
                 self._feed(Unsealed(generation, event.cause))
             elif kind is Overlap or kind is GapOpened or kind is DispositionSignal:
                 self._feed(SignalSeen(generation, event.to_json()))
+            elif kind is Retrying:
+                self._notify(event.to_json())
             elif kind is Diagnostic:
                 self._feed(SignalSeen(generation, event.to_json()))
                 engine = self.engine

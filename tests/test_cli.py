@@ -132,3 +132,35 @@ def test_a_journal_has_its_header_on_disk_before_the_first_prompt(tmp_path):
     time.sleep(0.1)
     header = json.loads(journal.read_bytes().split(b"\n")[0])
     assert header["transcript"] == "pi-bridge"
+
+
+def test_run_on_a_terminal_shows_the_engine_starting_and_retrying():
+    import json
+    import os
+    import pty
+
+    scenario = json.dumps({"prompts": [{"retries": 1, "retry_delay": 0.1, "reply": "at last"}]})
+    leader, follower = pty.openpty()
+    try:
+        p = subprocess.run([sys.executable, "-m", "bridge", "run", "hi", "--no-journal", "--", *FAKE,
+                            "--scenario-json", scenario],
+                           stdout=subprocess.PIPE, stderr=follower, timeout=60)
+        os.close(follower)
+        follower = -1
+        err = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            err += chunk
+    finally:
+        os.close(leader)
+        if follower != -1:
+            os.close(follower)
+    text = err.decode()
+    assert p.returncode == 0 and b"at last" in p.stdout
+    assert "… engine started (pid" in text
+    assert "… the engine retries p1 (attempt 1 of 3 in 0.1 s): 529 overloaded_error" in text, text
