@@ -2,9 +2,15 @@
 
 ``bridge serve``, ``bridge run`` and ``bridge demo`` take an engine: by default
 the sealed, pinned Pi (``bridge/pi.py``); any other engine speaking the same
-JSONL is given as its argv after ``--``. Exit status: 0 success; 1 a prompt did
-not finish (``run``) or a check failed; 2 bad usage, an unreadable file, or an
-engine that cannot be launched (the message says how to fix it).
+JSONL is given as its argv after ``--``.
+
+Exit status, the same for every subcommand (README "Exit codes"): 0 success;
+1 a prompt did not finish (``run``), a check failed (``conform``, ``demo``) or
+the journal could not be written (``serve``, ``run``); 2 bad usage, an
+unreadable file, or a journal or engine that cannot be set up (one line naming
+it and the fix); 128+N after signal N (129 SIGHUP, 130 SIGINT, 143 SIGTERM);
+141 when stdout was closed early (``| head``); 70 a bug in pi-bridge (the only
+case with a traceback).
 """
 
 from __future__ import annotations
@@ -16,6 +22,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from bridge import __version__
+
+#: The exit status for a bug (BSD's EX_SOFTWARE): the only one that prints a traceback.
+EXIT_BUG = 70
 
 
 def _setup_problem(exc: BaseException) -> str | None:
@@ -449,4 +458,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        return 1
+        _silence_stdout()  # `| head`: the reader is gone; end quietly
+        return 128 + signal.SIGPIPE
+    except SystemExit:
+        raise
+    except BaseException:  # a bug, not a user mistake: say so, with what to report
+        import traceback
+
+        traceback.print_exc()
+        print(f"bridge {args.command}: this is a bug in pi-bridge {__version__}, not something you did: "
+              "please report it with the traceback above", file=sys.stderr)
+        return EXIT_BUG

@@ -164,3 +164,22 @@ def test_run_on_a_terminal_shows_the_engine_starting_and_retrying():
     assert p.returncode == 0 and b"at last" in p.stdout
     assert "… engine started (pid" in text
     assert "… the engine retries p1 (attempt 1 of 3 in 0.1 s): 529 overloaded_error" in text, text
+
+
+def test_a_bug_is_the_only_traceback_and_exits_70():
+    code = ("import sys, bridge.replay, bridge.cli\n"
+            "def broken(path): raise RuntimeError('an invariant broke')\n"
+            "bridge.replay.replay = broken\n"
+            "sys.exit(bridge.cli.main(['replay', 'README.md']))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 70
+    assert "Traceback" in p.stderr and "this is a bug in pi-bridge" in p.stderr and "please report it" in p.stderr
+
+
+def test_every_reader_ends_quietly_into_a_closed_pipe():
+    for args in ("replay fixtures/core/*.jsonl", "replay --json fixtures/core/*.jsonl", "conform fixtures",
+                 "diagnose fixtures/pi-1.6.0/steer_unsealed.jsonl"):
+        p = subprocess.run(f"{sys.executable} -m bridge {args} | head -c 3; exit ${{PIPESTATUS[0]}}", shell=True,
+                           capture_output=True, text=True, timeout=120, executable="/bin/bash")
+        assert p.returncode in (0, 141), (args, p.returncode, p.stderr)
+        assert p.stderr == "", (args, p.stderr)
