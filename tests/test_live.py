@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from bridge.profile import CommandProfile
@@ -465,10 +466,13 @@ async def test_cancelling_the_bridge_mid_prompt_stops_and_reaps_the_engine(tmp_p
     assert [r.state for r in replay(str(tmp_path / "j.jsonl")).receipts] == ["outcome-unknown"]
 
 
-def test_sigint_on_bridge_run_stops_the_prompt_and_exits_130(tmp_path: Path):
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGHUP", "SIGTERM"])
+def test_a_signal_on_bridge_run_stops_the_prompt_and_exits_128_plus_n(tmp_path: Path, signame: str):
     import signal
     import subprocess
     import time
+
+    signum = getattr(signal, signame)
 
     journal = tmp_path / "j.jsonl"
     scenario = json.dumps({"prompts": [{"deltas": 1000, "delta_delay": 0.05}]})
@@ -481,11 +485,11 @@ def test_sigint_on_bridge_run_stops_the_prompt_and_exits_130(tmp_path: Path):
         assert proc.stdout is not None
         proc.stdout.read1(1)  # the reply has started streaming
         time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         out, err = proc.communicate(timeout=30)
     finally:
         proc.kill()
-    assert proc.returncode == 130, err
+    assert proc.returncode == 128 + signum, err
     assert b"failed (closing)" in err  # a signal closes the bridge: its stop, not the user's (SPEC §5)
     receipts = replay(str(journal)).receipts
     assert [(r.state, r.reason) for r in receipts] == [("failed", "closing")]
