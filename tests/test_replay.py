@@ -51,7 +51,7 @@ def test_replay_of_an_invalid_transcript_exits_2_naming_file_and_line(tmp_path: 
     bad.write_text('{"transcript":"pi-bridge","version":1}\n{"wat":1}\n')
     p = bridge("replay", "--json", str(bad))
     assert p.returncode == 2
-    assert f"{bad}:2: unknown entry kind 'wat'" in p.stderr
+    assert f'{bad}:2: unknown entry kind "wat"' in p.stderr
 
 
 def test_replay_of_a_missing_file_exits_2(tmp_path: Path):
