@@ -697,6 +697,10 @@ class Bridge:
         writer = self._writers.pop(engine, None)
         if writer is not None:
             writer.close()
+        # First the lifecycle learns the engine can take nothing more (its stdout
+        # may still be held open by a grandchild), so the receipt decided below
+        # does not let the next prompt be written to a dead engine.
+        self._feed(StdoutClosed(engine.generation))
         if engine is self.engine:
             events = self.session.engine_exited(code, sig, t=t)
             if events:

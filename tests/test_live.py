@@ -539,3 +539,36 @@ async def test_a_controller_stop_then_its_timeout_stays_interrupted(tmp_path: Pa
 
     _, rs = await session(tmp_path, fake({"prompts": [{"hang": True}]}), body, bound=630)
     assert (rs[0].state, rs[0].reason) == ("failed", "interrupted")
+
+
+async def test_an_engine_dying_while_a_grandchild_holds_its_stdout_never_gets_the_next_prompt(tmp_path: Path):
+    """The exit is seen before stdout's EOF (a grandchild holds the pipe): the receipt it
+    decides must not let the queued prompt be written to the dead engine."""
+    script = tmp_path / "engine.py"
+    script.write_text(f"""
+import json, os, subprocess, sys
+marker = {str(tmp_path / "ran")!r}
+if os.path.exists(marker):
+    os.execv(sys.executable, [sys.executable, {str(TOOLS / "fake_engine.py")!r}])
+open(marker, "w").close()
+cmd = json.loads(sys.stdin.readline())
+def emit(o):
+    sys.stdout.write(json.dumps(o) + "\\n")
+    sys.stdout.flush()
+emit({{"type": "response", "id": cmd["id"], "command": "prompt", "success": True, "data": {{"disposition": "started"}}}})
+emit({{"type": "agent_start"}})
+emit({{"type": "message_start", "message": {{"role": "user", "content": [{{"type": "text", "text": "x"}}]}}}})
+subprocess.Popen(["sleep", "5"])  # inherits stdout: the pipe stays open after this process dies
+os._exit(1)
+""")
+
+    async def body(bridge: Bridge) -> list[Receipt]:
+        h1 = await bridge.submit("first")
+        h2 = await bridge.submit("second")
+        return [await h1.receipt(), await h2.receipt()]
+
+    run, rs = await session(tmp_path, CommandProfile([sys.executable, str(script)]), body)
+    assert (rs[0].state, rs[0].reason, rs[0].generation) == ("outcome-unknown", "engine-exited", 1)
+    assert (rs[1].state, rs[1].generation) == ("finished", 2), rs[1]
+    sends = [s for s in journal_sends(run) if s.get("type") == "prompt"]
+    assert [s["id"] for s in sends] == [rs[0].request, rs[1].request]  # each written once

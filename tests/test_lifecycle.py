@@ -1,0 +1,1097 @@
+"""The pure lifecycle (bridge/lifecycle.py) against SPEC §5 and §7.
+
+Two parts:
+
+- :class:`LifecycleMachine`, a hypothesis state machine over the pure core.
+  The harness (:class:`Harness`) plays the trio layer and the engine the way
+  bridge/supervisor.py does, abstractly: it keeps the clock (a float that only
+  grows), carries out every action a step returns (a ``GiveUp`` is answered at
+  once with a ``Decided``, fed back before the next input, like the trio
+  layer's input queue), models the engine processes (spawn pending, running,
+  asked to stop, gone) and records what the controller sees. It checks the
+  contract after every input and after every rule;
+- small scripted sequences, one per contract break the spec names.
+
+``decide``'s table is tested elsewhere (tests/test_decision.py).
+
+Set ``LIFECYCLE_EXAMPLES`` (and ``LIFECYCLE_STEPS``) to search harder than CI
+does; with them set the search is randomised too.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+from collections import deque
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from bridge.lifecycle import (
+    _HELD_DEADLINES,
+    DEADLINES,
+    SIGNALS_PER_GENERATION,
+    Acked,
+    BridgeConfig,
+    Close,
+    Closed,
+    Decided,
+    Deliver,
+    EngineExited,
+    GiveUp,
+    Input,
+    JournalFailed,
+    Lifecycle,
+    LifeState,
+    Note,
+    Notify,
+    NotWritten,
+    Shutdown,
+    Signal,
+    SignalSeen,
+    Spawn,
+    Spawned,
+    SpawnFailed,
+    StartupChecked,
+    StdoutClosed,
+    Stop,
+    StopAnswer,
+    StopEngine,
+    Submit,
+    Tick,
+    Unsealed,
+    Write,
+    WriteFailed,
+    restore,
+    snapshot,
+    step,
+)
+from bridge.receipts import Facts, Receipt, decide
+
+SEAL_STATE = {"type": "get_state", "id": "seal-state"}
+LICENCE = "fatal: licence file expired"
+
+
+def small_config(**changes: Any) -> BridgeConfig:
+    """Short timeouts and limits, so every path is a few steps away."""
+    base: dict[str, Any] = {
+        "queue_max": 3, "ack_timeout": 5.0, "stop_grace": 2.0, "taint_grace": 2.0, "startup_timeout": 4.0,
+        "crash_limit": 3, "crash_window": 12.0, "close_grace": 3.0, "restart_backoff": (0.0, 1.0, 2.5),
+    }
+    return BridgeConfig(**{**base, **changes})
+
+
+def receipt(request: str, facts: Facts, stop: str | None = None) -> Receipt:
+    state, reason = decide(facts)
+    return Receipt(request=request, state=state, reason=reason, stop=stop)
+
+
+# --------------------------------------------------------------------------
+# The harness: the trio layer and the engine, abstractly
+
+
+class Harness:
+    """Feeds a :class:`Lifecycle` and carries out its actions as the supervisor does.
+
+    ``check``: after every input, step a deep copy with the module-level
+    :func:`step` and compare (determinism, purity), and round-trip the state
+    through :func:`snapshot` / :func:`restore`."""
+
+    def __init__(self, config: BridgeConfig | None = None, *, check: bool = True) -> None:
+        self.cfg = config or small_config()
+        self.lc = Lifecycle(self.cfg)
+        self.check = check
+        self.now = 0.0
+        #: Every action, in order.
+        self.log: list[Any] = []
+        #: Engine processes: generation -> "running" | "stopping"; spawns not answered yet.
+        self.procs: dict[int, str] = {}
+        self.pending_spawns: set[int] = set()
+        self.stop_requested: dict[int, bool] = {}
+        #: What each engine was given: its prompt, the stop ids it was sent, start-up commands.
+        self.engine_has: dict[int, str] = {}
+        self.aborts: dict[int, set[str]] = {}
+        self.startup_pending: set[int] = set()
+        #: (write, closing had begun when it was written)
+        self.writes: list[tuple[Write, bool]] = []
+        self.closing_noted = False
+        self.down_signalled = False
+        #: What the controller sees.
+        self.receipts: dict[str, list[Receipt]] = {}
+        self.accepted: list[str] = []
+        self.refused: list[str] = []
+        self.controller_stopped: set[str] = set()
+        self.stop_notes: dict[str, tuple[str, str]] = {}
+        self.acked: set[str] = set()
+        self.closed = 0
+        self.violations: list[str] = []
+        #: The journal: it fails at the next action journaled (``breaks``), and
+        #: from then on prompt and start-up writes are held back (``failed``).
+        self.journal_breaks: str | None = None
+        self.journal_failed: str | None = None
+
+    # -- the door -------------------------------------------------------------
+
+    def feed(self, event: Any, *, check: bool | None = None) -> list[Any]:
+        """Step with ``event`` and carry out the actions; inputs the actions cause
+        (a GiveUp's Decided) are fed next, before anything else. Returns every action."""
+        check = self.check if check is None else check
+        inputs: deque[Any] = deque([event])
+        out: list[Any] = []
+        while inputs:
+            ev = inputs.popleft()
+            data = snapshot(self.lc.state) if check else None
+            actions = self.lc.step(ev, self.now)
+            if data is not None:
+                self._check_step(data, ev, actions)
+            failure = None
+            for action in actions:
+                breaks = self.journal_breaks is not None and type(action) in (Write, Deliver, Note, Signal)
+                if breaks and type(action) is Write:
+                    self._carry_out(action, inputs)  # journaled (badly) and written all the same
+                if breaks:
+                    # The journal fails writing this action down; what the step writes
+                    # after it is held back, and JournalFailed is fed once the step's
+                    # actions have run (as the supervisor does).
+                    failure = self.journal_failed = self.journal_breaks
+                    self.journal_breaks = None
+                if not (breaks and type(action) is Write):
+                    self._carry_out(action, inputs)
+            if failure is not None:
+                inputs.append(JournalFailed(failure))
+            out.extend(actions)
+            self.log.extend(actions)
+        return out
+
+    def _check_step(self, data: dict[str, Any], ev: Any, actions: list[Any]) -> None:
+        """``data``: the state before the step, as :func:`snapshot` gave it. The
+        same input on a copy of that state (made by the round trip) gives the
+        same state and actions, and leaves the copy as it was."""
+        state = self.lc.state
+        before = restore(data)
+        again, again_actions = step(before, ev, self.now, self.cfg)
+        assert snapshot(before) == data, "step() changed the state it was given"
+        assert again == state, f"step is not deterministic for {ev!r}"
+        assert again_actions == actions, f"step is not deterministic for {ev!r}"
+        # (The state after it round-trips: LifecycleMachine.the_state_round_trips.)
+        # One crash per unrequested exit or failed check, never two.
+        assert len(state.crashes) <= len(before.crashes) + 1, f"two crashes counted for {ev!r}"
+
+    def _carry_out(self, action: Any, inputs: deque[Any]) -> None:
+        s = self.lc.state
+        kind = type(action)
+        if kind is Spawn:
+            if self.closing_noted:
+                self.violations.append(f"{action!r} after closing began")
+            if self.procs or self.pending_spawns:
+                self.violations.append(f"{action!r} while another engine lives: {self.procs} {self.pending_spawns}")
+            self.pending_spawns.add(action.generation)
+        elif kind is Write and self.journal_failed is not None and action.kind in ("prompt", "startup"):
+            # Held back: the journal failed first, so closing is about to begin.
+            if action.kind == "prompt":
+                inputs.append(NotWritten(action.generation, action.request))
+        elif kind is Write:
+            self.writes.append((action, self.closing_noted))
+            if action.kind in ("prompt", "startup") and self.closing_noted:
+                self.violations.append(f"{action.kind} written after closing began: {action!r}")
+            if self.procs.get(action.generation) != "running":
+                self.violations.append(f"{action!r} to an engine that is not running: {self.procs}")
+            if action.kind == "prompt":
+                self.engine_has[action.generation] = action.request
+                if action.request != s.held:
+                    self.violations.append(f"{action!r} is not the held prompt {s.held!r}")
+            elif action.kind == "abort":
+                self.aborts.setdefault(action.generation, set()).add(action.cmd["id"])
+            elif action.kind == "startup":
+                self.startup_pending.add(action.generation)
+        elif kind is GiveUp:
+            rec = s.prompts.get(action.request)
+            if rec is None or rec.phase != "held":
+                self.violations.append(f"{action!r} for a prompt not held")
+            # The evidence half's answer (bridge/session.py give_up), with "the model
+            # had it" approximated by "it was acked".
+            working = action.request in self.acked
+            facts = Facts(exited=True, working=working) if action.why == "exited" else Facts(gave_up=action.why, working=working)
+            inputs.append(Decided(receipt(action.request, facts)))
+        elif kind is StopEngine:
+            if self.procs.get(action.generation) == "running":
+                self.procs[action.generation] = "stopping"
+                self.stop_requested[action.generation] = action.requested
+                self.startup_pending.discard(action.generation)
+            else:  # the supervisor only stops a live engine of that generation
+                self.violations.append(f"{action!r} for an engine not running: {self.procs}")
+        elif kind is Deliver:
+            request = action.receipt.request
+            self.receipts.setdefault(request, []).append(action.receipt)
+            if len(self.receipts[request]) > 1:
+                self.violations.append(f"a second receipt for {request!r}: {self.receipts[request]}")
+            if request not in self.accepted:
+                self.violations.append(f"a receipt for {request!r}, never accepted")
+            if request in s.prompts:
+                self.violations.append(f"{request!r} delivered and still outstanding")
+        elif kind is Note:
+            payload = action.payload
+            if payload.get("event") == "closing":
+                if self.closing_noted:
+                    self.violations.append("closing noted twice")
+                self.closing_noted = True
+            elif payload.get("event") == "stop":
+                if payload["by"] not in ("controller", "timeout", "closing"):
+                    self.violations.append(f"a stop by {payload['by']!r}")
+                if payload["request"] in self.stop_notes:
+                    self.violations.append(f"a second stop for {payload['request']!r}")
+                self.stop_notes[payload["request"]] = (payload["stop"], payload["by"])
+        elif kind is Signal:
+            if action.payload.get("signal") == "engine-down":
+                self.down_signalled = True
+        elif kind is Closed:
+            self.closed += 1
+            if self.closed > 1:
+                self.violations.append("Closed twice")
+        elif kind in (Notify, StopAnswer):
+            pass
+        else:
+            self.violations.append(f"an unknown action {action!r}")
+
+    # -- the engine's side ------------------------------------------------------
+
+    def spawned(self, generation: int, *, startup: bool = False, clearing: bool = True) -> list[Any]:
+        self.pending_spawns.discard(generation)
+        self.procs[generation] = "running"
+        return self.feed(Spawned(generation, 1000 + generation, argv=["pi", "--mode", "rpc"],
+                                 startup=[dict(SEAL_STATE)] if startup else [],
+                                 clearing=["clear_queue"] if clearing else []))
+
+    def spawn_failed(self, generation: int) -> list[Any]:
+        self.pending_spawns.discard(generation)
+        return self.feed(SpawnFailed(generation, "cannot start"))
+
+    def exited(self, generation: int, code: int | None = 0, signal: int | None = None,
+               stderr: list[str] | None = None) -> list[Any]:
+        self.procs.pop(generation, None)
+        self.startup_pending.discard(generation)
+        return self.feed(EngineExited(generation, code, signal, stderr=list(stderr or [])))
+
+    def settle(self, request: str, facts: Facts, stop: str | None = None) -> list[Any]:
+        """The evidence half decided ``request``'s receipt (a settle, or the exit)."""
+        return self.feed(Decided(receipt(request, facts, stop)))
+
+    def advance(self, dt: float) -> list[Any]:
+        self.now += dt
+        return self.feed(Tick())
+
+    def submit(self, request: str, timeout: float | None = None) -> list[Any]:
+        self.accepted.append(request)
+        return self.feed(Submit(request, f"message {request}", timeout=timeout))
+
+    def stop(self, request: str) -> list[Any]:
+        if request in self.lc.state.prompts:
+            self.controller_stopped.add(request)
+        return self.feed(Stop(request))
+
+    # -- the end ----------------------------------------------------------------
+
+    def drive_to_completion(self) -> None:
+        """Close, then answer every spawn, let every engine exit and tick far
+        ahead until the lifecycle is closed (bounded)."""
+        if self.lc.state.closing is None and not self.lc.state.closed:
+            self.feed(Close("close"))
+        for _ in range(50):
+            if self.lc.state.closed:
+                break
+            if self.pending_spawns:
+                self.spawned(min(self.pending_spawns))
+            elif any(phase == "stopping" for phase in self.procs.values()):
+                for generation in [g for g, phase in self.procs.items() if phase == "stopping"]:
+                    self.exited(generation)
+            else:
+                self.advance(10_000.0)
+        s = self.lc.state
+        assert s.closed and self.closed == 1, f"not closed: {s!r}"
+        assert not s.prompts and not s.queue and s.held is None
+        assert sorted(self.receipts) == sorted(self.accepted)
+        assert all(len(r) == 1 for r in self.receipts.values())
+        assert s.deadlines == {}
+        assert s.engine.phase == "none"
+        assert not self.procs and not self.pending_spawns
+        assert self.lc.next_deadline() is None
+        assert self.violations == [], self.violations
+
+
+def of(actions: list[Any], kind: type) -> list[Any]:
+    return [a for a in actions if type(a) is kind]
+
+
+def delivered(actions: list[Any]) -> dict[str, tuple[str, str | None]]:
+    return {a.receipt.request: (a.receipt.state, a.receipt.reason) for a in of(actions, Deliver)}
+
+
+def payloads(actions: list[Any]) -> list[dict[str, Any]]:
+    """The signals' payloads, without the generation they are stamped with."""
+    return [{k: v for k, v in a.payload.items() if k != "generation"} for a in of(actions, Signal)]
+
+
+def notes(actions: list[Any], event: str) -> list[dict[str, Any]]:
+    return [a.payload for a in of(actions, Note) if a.payload.get("event") == event]
+
+
+# --------------------------------------------------------------------------
+# The model-based test
+
+
+EXAMPLES = int(os.environ.get("LIFECYCLE_EXAMPLES", "0"))
+STEPS = int(os.environ.get("LIFECYCLE_STEPS", "0"))
+
+STDERRS = st.sampled_from([[], [LICENCE], ["warning: slow disk", "panic: out of memory"]])
+
+
+class LifecycleMachine(RuleBasedStateMachine):
+    """Random interleavings of the controller, the engine, the journal and time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.h = Harness(small_config())
+        self.serial = 0
+        self.unknown = 0
+        #: Rules run so far, and how many must run before the rules that end the
+        #: bridge's life (shutdown, close, a journal failure, finish) may: without
+        #: it most runs close within a few steps and exercise little else.
+        self.rules_run = 0
+        self.patience = 0
+
+    @initialize(seal_check=st.sampled_from(["refuse", "refuse", "warn"]), queue_max=st.integers(1, 3),
+                stop_clears=st.booleans(), patience=st.integers(5, 80),
+                prompts=st.lists(st.sampled_from([None, None, 1.0, 6.0]), max_size=4))
+    def configure(self, seal_check: str, queue_max: int, stop_clears: bool, patience: int,
+                  prompts: list[float | None]) -> None:
+        self.h = Harness(small_config(seal_check=seal_check, queue_max=queue_max, stop_clears_queue=stop_clears))
+        self.patience = patience
+        for timeout in prompts:
+            self.submit(timeout)
+
+    # -- helpers for preconditions ----------------------------------------------------
+
+    @property
+    def lc(self) -> Lifecycle:
+        return self.h.lc
+
+    def _may_end(self) -> bool:
+        return self.rules_run >= self.patience
+
+    def _held_on_live_engine(self) -> tuple[str, int] | None:
+        """The held prompt and the engine that has it, if that engine still lives."""
+        held = self.lc.state.held
+        g = self.lc.state.engine.generation
+        if held is not None and self.h.engine_has.get(g) == held and g in self.h.procs:
+            return held, g
+        return None
+
+    def _abort_reached_the_engine(self) -> bool:
+        """The held prompt's stop was written to the engine that has it."""
+        found = self._held_on_live_engine()
+        return (found is not None and found[0] in self.h.stop_notes
+                and self.h.stop_notes[found[0]][0] in self.h.aborts.get(found[1], set()))
+
+    def _running(self) -> int | None:
+        g = self.lc.state.engine.generation
+        return g if self.h.procs.get(g) == "running" else None
+
+    def _unchanged_by(self, event: Any) -> None:
+        before = snapshot(self.lc.state)
+        assert self.h.feed(event) == [], event
+        assert snapshot(self.lc.state) == before, event
+
+    # -- the controller --------------------------------------------------------------
+
+    @rule(timeout=st.sampled_from([None, None, None, 1.0, 6.0, 30.0]))
+    def submit(self, timeout: float | None) -> None:
+        s = self.lc.state
+        self.serial += 1
+        request = f"p{self.serial}"
+        closing = s.closing is not None or s.draining or s.closed
+        down, full = s.down is not None, len(s.queue) >= self.h.cfg.queue_max
+        got = delivered(self.h.submit(request, timeout)).get(request)
+        if closing:
+            assert got == ("rejected", "closing"), got
+        elif down:
+            assert got == ("rejected", "engine-down"), got
+        elif full:
+            assert got == ("rejected", "queue-full"), got
+        else:  # queued; or the engine it wants finds the crash limit reached: down now
+            assert got is None or (got == ("rejected", "engine-down") and self.lc.state.down is not None), got
+        assert self.lc.knows(request)
+
+    @rule(data=st.data())
+    def stop(self, data: st.DataObject) -> None:
+        self.unknown += 1
+        request = data.draw(st.sampled_from([*self.h.accepted, f"unknown-{self.unknown}"]))
+        rec = self.lc.state.prompts.get(request)
+        was = (rec.phase, rec.stop, rec.gave_up) if rec is not None else None
+        closed = self.lc.state.closed
+        out = self.h.stop(request)
+        answers = of(out, StopAnswer)
+        if closed:  # a closed lifecycle takes only Submit; the supervisor reads no answer as None
+            assert out == []
+            return
+        assert len(answers) == 1 and answers[0].request == request
+        if was is None:
+            assert answers[0].stop is None and not of(out, Deliver)
+        elif was[0] == "queued":
+            assert delivered(out)[request] == ("rejected", "cancelled")
+            assert answers[0].stop is None
+        elif was[1] is None:
+            assert answers[0].stop == self.h.stop_notes[request][0]
+            assert self.h.stop_notes[request][1] == "controller"
+        else:
+            assert answers[0].stop == was[1]
+
+    @rule(data=st.data(), kind=st.sampled_from(["duplicate", "late-decision", "stale-generation"]))
+    def changes_nothing(self, data: st.DataObject, kind: str) -> None:
+        """A duplicate Submit (raises, accepts nothing), a receipt decided again for
+        a prompt that has one, an input from an engine generation that is gone."""
+        h, s = self.h, self.lc.state
+        if kind == "duplicate" and h.accepted:
+            request = data.draw(st.sampled_from(h.accepted))
+            before, seen = snapshot(s), len(h.log)
+            with pytest.raises(ValueError):
+                h.feed(Submit(request, "again"), check=False)
+            h.refused.append(request)
+            assert snapshot(self.lc.state) == before and len(h.log) == seen
+        elif kind == "late-decision" and h.receipts:
+            request = data.draw(st.sampled_from(sorted(h.receipts)))
+            self._unchanged_by(Decided(receipt(request, Facts(tracker=("finished", None)))))
+        elif kind == "stale-generation" and s.engine.generation > 1:
+            g = s.engine.generation - 1
+            assert g not in h.procs
+            self._unchanged_by(data.draw(st.sampled_from([
+                Spawned(g, 7, startup=[dict(SEAL_STATE)]), SpawnFailed(g, "late"), StartupChecked(g, ["late"]),
+                Acked(g, s.held or "p1"), Unsealed(g, "overlap"), SignalSeen(g, {"signal": "overlap"}),
+                WriteFailed(g, s.held, True), WriteFailed(g, s.held, False), StdoutClosed(g),
+                EngineExited(g, 1, None, [LICENCE]),
+            ])))
+
+    @precondition(lambda self: self._may_end() and not self.lc.state.draining and self.lc.state.closing is None)
+    @rule(drain=st.sampled_from([None, 0.5, 3.0, 8.0]))
+    def shutdown(self, drain: float | None) -> None:
+        out = self.h.feed(Shutdown(drain))
+        assert notes(out, "shutdown") == [{"event": "shutdown", "drain_timeout": drain}]
+
+    @precondition(lambda self: self._may_end() and self.lc.state.closing is None)
+    @rule(why=st.sampled_from(["close", "signal"]))
+    def close(self, why: str) -> None:
+        out = self.h.feed(Close(why))
+        assert [n["why"] for n in notes(out, "closing")] == [why]
+        assert not self.lc.state.queue
+
+    @precondition(lambda self: self.lc.state.draining or self.lc.state.closing is not None)
+    @rule(again=st.sampled_from(["shutdown", "close", "signal"]), drain=st.sampled_from([None, 1.0]))
+    def a_second_shutdown_or_close_changes_nothing(self, again: str, drain: float | None) -> None:
+        if again == "shutdown":
+            self._unchanged_by(Shutdown(drain))
+        elif self.lc.state.closing is not None:  # (a Close after a Shutdown is not a second one)
+            self._unchanged_by(Close(again))
+
+    @precondition(lambda self: self._may_end())
+    @rule(error=st.sampled_from(["disk full", "I/O error"]))
+    def the_journal_fails(self, error: str) -> None:
+        first = self.lc.state.journal_failed is None and not self.lc.state.closed
+        self.h.journal_failed = self.h.journal_failed or error
+        out = self.h.feed(JournalFailed(error))
+        if first:
+            assert payloads(out)[0] == {"signal": "journal-failed", "error": error}
+            assert self.lc.state.closing is not None
+
+    @precondition(lambda self: self._may_end() and self.h.journal_failed is None)
+    @rule(error=st.sampled_from(["disk full", "I/O error"]))
+    def the_journal_will_fail_mid_step(self, error: str) -> None:
+        """The next action journaled fails: writes after it in the same step are held back."""
+        self.h.journal_breaks = error
+
+    # -- the engine ----------------------------------------------------------------------
+
+    @rule(startup=st.booleans(), finished=st.sampled_from([True, True, False]))
+    def the_engine_gets_on(self, startup: bool, finished: bool) -> None:
+        """The engine's next ordinary step, whatever it is: its spawn answered, its
+        start-up check passed, its exit after a stop, the held prompt acked, its
+        run settled (or aborted by its stop). The rules below do the unusual."""
+        h, s = self.h, self.lc.state
+        found = self._held_on_live_engine()
+        if h.pending_spawns:
+            h.spawned(min(h.pending_spawns), startup=startup)
+        elif s.engine.generation in h.startup_pending and self._running() is not None:
+            h.startup_pending.discard(s.engine.generation)
+            h.feed(StartupChecked(s.engine.generation, []))
+        elif any(phase == "stopping" for phase in h.procs.values()):
+            self.a_stopped_engine_exits(0, [], True)
+        elif found is not None and found[0] not in h.acked:
+            self.engine_acks()
+        elif found is not None and found[0] in h.stop_notes:
+            if self._abort_reached_the_engine():
+                self.the_run_is_aborted_by_its_stop()
+        elif found is not None and finished:
+            self.the_run_settles(("finished", None))
+
+    @precondition(lambda self: self.h.pending_spawns)
+    @rule(ok=st.sampled_from([True] * 7 + [False]), startup=st.booleans(), clearing=st.booleans())
+    def answer_spawn(self, ok: bool, startup: bool, clearing: bool) -> None:
+        generation = min(self.h.pending_spawns)
+        if ok:
+            self.h.spawned(generation, startup=startup, clearing=clearing)
+        else:
+            out = self.h.spawn_failed(generation)
+            assert self.lc.state.down is not None
+            assert any(a.payload.get("signal") == "engine-down" for a in of(out, Signal))
+
+    @precondition(lambda self: self.lc.state.engine.generation in self.h.startup_pending
+                  and self._running() is not None)
+    @rule(problems=st.sampled_from([[], [], ["extensions were loaded"]]))
+    def startup_checked(self, problems: list[str]) -> None:
+        generation = self._running()
+        assert generation is not None
+        self.h.startup_pending.discard(generation)
+        crashes = len(self.lc.state.crashes)
+        out = self.h.feed(StartupChecked(generation, problems))
+        if problems and self.h.cfg.seal_check == "refuse":
+            assert len(self.lc.state.crashes) == crashes + 1
+            assert of(out, StopEngine) == [StopEngine(generation, True)]
+
+    @precondition(lambda self: self._held_on_live_engine() is not None
+                  and self.lc.state.held not in self.h.acked)
+    @rule()
+    def engine_acks(self) -> None:
+        found = self._held_on_live_engine()
+        assert found is not None
+        request, generation = found
+        self.h.acked.add(request)
+        self.h.feed(Acked(generation, request))
+
+    @precondition(lambda self: self._held_on_live_engine() is not None)
+    @rule(tracker=st.sampled_from([("finished", None), ("finished", None), ("failed", None),
+                                   ("outcome-unknown", "no-final-assistant-message")]))
+    def the_run_settles(self, tracker: tuple[str, str | None]) -> None:
+        found = self._held_on_live_engine()
+        assert found is not None
+        request = found[0]
+        out = self.h.settle(request, Facts(tracker=tracker))
+        assert delivered(out)[request] == tracker
+        assert self.lc.state.held != request
+
+    @precondition(lambda self: self._abort_reached_the_engine())
+    @rule()
+    def the_run_is_aborted_by_its_stop(self) -> None:
+        found = self._held_on_live_engine()
+        assert found is not None
+        request = found[0]
+        stop, by = self.h.stop_notes[request]
+        out = self.h.settle(request, Facts(tracker=("failed", "interrupted"), stop_by=by), stop=stop)
+        assert delivered(out)[request] == ("failed", {"controller": "interrupted"}.get(by, by))
+
+    @precondition(lambda self: self._running() is not None)
+    @rule(how=st.sampled_from(["unsealed", "signal", "stuck", "stdin-broken", "stdout-closed", "dies", "dies",
+                               "flood"]),
+          for_held=st.booleans(), stderr=STDERRS)
+    def the_engine_misbehaves(self, how: str, for_held: bool, stderr: list[str]) -> None:
+        h, g = self.h, self._running()
+        assert g is not None
+        held = self.lc.state.held if for_held else None
+        if how == "unsealed":
+            h.feed(Unsealed(g, "overlap"))
+            assert not self.lc.state.engine.sealed or self.lc.state.engine.phase == "stopping"
+        elif how in ("flood", "signal"):
+            count = SIGNALS_PER_GENERATION + 3 if how == "flood" else 1
+            sent = 0
+            for i in range(count):
+                out = h.feed(SignalSeen(g, {"signal": "overlap", "idx": i}), check=i < 2 or i >= count - 2)
+                sent += len([p for p in payloads(out) if p["signal"] in ("overlap", "signals-suppressed")])
+            assert sent <= SIGNALS_PER_GENERATION + 1
+        elif how == "stuck":  # it stopped reading: replaced before the next prompt
+            h.feed(WriteFailed(g, held, True))
+            assert self.lc.state.engine.recycle
+        elif how == "stdin-broken":  # stopped like an engine that closed its stdout
+            assert of(h.feed(WriteFailed(g, held, False)), StopEngine) == [StopEngine(g, False)]
+        elif how == "stdout-closed":
+            assert of(h.feed(StdoutClosed(g)), StopEngine) == [StopEngine(g, False)]
+        else:
+            h.exited(g, 1 if stderr else None, None if stderr else 9, stderr)
+            # An unrequested exit counts, now (and only once: checked on every step).
+            assert self.lc.state.crashes[-1] == h.now
+
+    @precondition(lambda self: any(phase == "stopping" for phase in self.h.procs.values()))
+    @rule(code=st.sampled_from([0, 143]), stderr=STDERRS, evidence_first=st.booleans())
+    def a_stopped_engine_exits(self, code: int, stderr: list[str], evidence_first: bool) -> None:
+        """``evidence_first``: the supervisor's order, the session deciding the held
+        prompt on the exit before EngineExited is fed (safe once the engine is stopping)."""
+        generation = next(g for g, phase in self.h.procs.items() if phase == "stopping")
+        requested = self.h.stop_requested[generation]
+        crashes = len(self.lc.state.crashes)
+        held = self._held_on_live_engine()
+        if evidence_first and held is not None:
+            self.h.procs[generation] = "gone"
+            out = self.h.settle(held[0], Facts(exited=True, working=held[0] in self.h.acked))
+            assert not of(out, Write), "a write to an engine that has exited"
+        self.h.exited(generation, code, None, stderr)
+        if requested:  # our own stop: never a crash (the list may only shrink, on a respawn)
+            assert len(self.lc.state.crashes) <= crashes
+
+    @rule(dt=st.sampled_from([0.0, 0.25, 0.5, 1.0, 1.0, 2.0, 2.0, 3.0, 4.0, 5.0, 6.0, 100.0, 10_000.0]))
+    def time_passes(self, dt: float) -> None:
+        due = {name for name, at in self.lc.state.deadlines.items() if at <= self.h.now + dt}
+        self.h.advance(dt)
+        # Every due deadline fired (one that fires may arm another, later).
+        for name in due:
+            at = self.lc.state.deadlines.get(name)
+            assert at is None or at > self.h.now, (name, at, self.h.now)
+
+    @precondition(lambda self: self._may_end())
+    @rule()
+    def finish(self) -> None:
+        self.h.drive_to_completion()
+
+    # -- invariants ---------------------------------------------------------------------
+
+    @invariant()
+    def count_the_rules(self) -> None:
+        """Not a check: invariants run after every rule, so this counts them (see patience)."""
+        self.rules_run += 1
+
+    @invariant()
+    def nothing_broke_while_carrying_out(self) -> None:
+        assert self.h.violations == [], self.h.violations
+
+    @invariant()
+    def exactly_one_receipt_per_accepted_prompt(self) -> None:
+        s, h = self.lc.state, self.h
+        assert all(len(r) == 1 for r in h.receipts.values())
+        assert set(h.receipts) <= set(h.accepted)
+        assert len(set(h.accepted)) == len(h.accepted)
+        # Every accepted prompt is outstanding or has its receipt, never both.
+        assert set(s.prompts).isdisjoint(h.receipts)
+        assert set(s.prompts) | set(h.receipts) == set(h.accepted)
+        assert s.receipts == len(h.receipts)
+        # A Submit that raised was a duplicate: it added nothing.
+        assert set(h.refused) <= set(h.accepted)
+
+    @invariant()
+    def nothing_unwritten_is_written_once_closing_begins(self) -> None:
+        assert not [w for w, closing in self.h.writes if closing and w.kind in ("prompt", "startup")]
+        if self.lc.state.closing is not None:
+            assert not self.lc.state.queue
+
+    @invariant()
+    def whose_stop_is_never_guessed(self) -> None:
+        for request, (r,) in self.h.receipts.items():
+            if r.state != "failed" or r.reason is None:
+                continue
+            stop = self.h.stop_notes.get(request)
+            assert stop is not None, r
+            assert stop[1] == {"interrupted": "controller"}.get(r.reason, r.reason), (r, stop)
+            if r.reason == "interrupted":
+                assert request in self.h.controller_stopped
+
+    @invariant()
+    def the_state_round_trips(self) -> None:
+        state = self.lc.state
+        assert restore(json.loads(json.dumps(snapshot(state)))) == state
+
+    @invariant()
+    def one_slot_and_a_bounded_queue(self) -> None:
+        s = self.lc.state
+        assert len(s.queue) <= self.h.cfg.queue_max
+        assert len(set(s.queue)) == len(s.queue)
+        assert s.held not in s.queue
+        assert all(s.prompts[r].phase == "queued" for r in s.queue)
+        if s.held is not None:
+            assert s.prompts[s.held].phase == "held"
+        # Every outstanding prompt is queued or held: none is lost.
+        assert set(s.prompts) == set(s.queue) | ({s.held} if s.held is not None else set())
+        assert set(s.deadlines) <= set(DEADLINES)
+        if s.held is None:
+            assert not set(s.deadlines) & set(_HELD_DEADLINES), s.deadlines
+
+    @invariant()
+    def the_queries_agree(self) -> None:
+        lc, h = self.lc, self.h
+        assert all(lc.knows(r) for r in h.accepted)
+        assert not lc.knows(f"unknown-{self.unknown + 1}")
+        deadlines = lc.state.deadlines
+        assert lc.next_deadline() == (min(deadlines.values()) if deadlines else None)
+        assert lc.outstanding == len(lc.state.prompts)
+
+    @invariant()
+    def the_lifecycle_knows_its_engine(self) -> None:
+        s, e, h = self.lc.state, self.lc.state.engine, self.h
+        assert len(h.procs) + len(h.pending_spawns) <= 1, (h.procs, h.pending_spawns)
+        if e.phase == "spawning":
+            assert h.pending_spawns == {e.generation}
+        elif e.phase in ("checking", "ready"):
+            assert h.procs == {e.generation: "running"}
+        elif e.phase == "stopping":
+            assert h.procs == {e.generation: "stopping"}
+        else:
+            assert e.phase in ("none", "backoff")
+            assert not h.procs and not h.pending_spawns
+        assert "gone" not in h.procs.values()
+        if s.held is not None:
+            # The held prompt was written to this engine, which still lives.
+            assert h.engine_has.get(e.generation) == s.held
+            assert e.phase in ("ready", "stopping")
+        if s.down is not None or s.closing is not None:
+            assert "backoff" not in s.deadlines and e.phase != "backoff" or s.down is not None
+        if s.closed:
+            assert not s.prompts and s.deadlines == {} and e.phase == "none"
+
+    def teardown(self) -> None:
+        if sys.exc_info()[0] is not None:
+            return  # a rule or an invariant failed: that is the report
+        self.h.drive_to_completion()
+
+
+LifecycleMachine.TestCase.settings = settings(
+    max_examples=EXAMPLES or 100,
+    stateful_step_count=STEPS or 50,
+    derandomize=not EXAMPLES,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestLifecycleMachine = LifecycleMachine.TestCase
+
+
+# --------------------------------------------------------------------------
+# The contract breaks, one scripted sequence each
+
+
+def ready_engine(h: Harness, *requests: str, startup: bool = False, ack: bool = True) -> int:
+    """Submit ``requests``; answer the spawn; ack the first prompt. Returns the generation."""
+    for request in requests:
+        h.submit(request)
+    (spawn,) = of(h.log, Spawn)
+    h.spawned(spawn.generation, startup=startup)
+    if startup:
+        h.startup_pending.discard(spawn.generation)
+        h.feed(StartupChecked(spawn.generation, []))
+    if ack and requests:
+        h.acked.add(requests[0])
+        h.feed(Acked(spawn.generation, requests[0]))
+    return spawn.generation
+
+
+def test_closing_during_the_startup_check_writes_no_prompt() -> None:
+    h = Harness()
+    assert of(h.submit("p1"), Spawn) == [Spawn(1)]
+    out = h.spawned(1, startup=True)
+    assert [(w.kind, w.cmd) for w in of(out, Write)] == [("startup", SEAL_STATE)]
+    assert h.lc.state.engine.phase == "checking"
+    h.now = 1.0
+    out = h.feed(Close("signal"))
+    assert notes(out, "closing") == [{"event": "closing", "why": "signal", "detail": None}]
+    assert delivered(out) == {"p1": ("rejected", "closing")}
+    assert of(out, StopEngine) == [StopEngine(1, True)]
+    assert "startup" not in h.lc.state.deadlines
+    # The check's answer, late: nothing is written.
+    assert h.feed(StartupChecked(1, [])) == []
+    out = h.exited(1, 0)
+    assert of(out, Closed) == [Closed()]
+    assert not [w for w in of(h.log, Write) if w.kind == "prompt"]
+    assert h.lc.state.crashes == []
+    assert h.violations == []
+    h.drive_to_completion()
+
+
+def test_after_shutdown_stop_is_honoured_and_a_new_prompt_is_rejected_closing() -> None:
+    h = Harness()
+    generation = ready_engine(h, "p1", "p2")
+    assert [w.request for w in of(h.log, Write) if w.kind == "prompt"] == ["p1"]
+    out = h.feed(Shutdown())
+    assert notes(out, "shutdown") == [{"event": "shutdown", "drain_timeout": None}]
+    assert h.lc.state.closing is None
+    # status is answered
+    assert h.lc.knows("p1") and h.lc.outstanding == 2
+    # a new prompt gets its receipt, rejected/closing
+    assert delivered(h.submit("p3")) == {"p3": ("rejected", "closing")}
+    # stop is honoured, for the held prompt and the queued one
+    out = h.stop("p1")
+    (stop,) = notes(out, "stop")
+    assert stop["by"] == "controller" and stop["request"] == "p1"
+    assert [(w.kind, w.cmd["type"]) for w in of(out, Write)] == [("clear", "clear_queue"), ("abort", "abort")]
+    assert of(out, StopAnswer) == [StopAnswer("p1", stop["stop"])]
+    out = h.stop("p2")
+    assert delivered(out) == {"p2": ("rejected", "cancelled")}
+    assert of(out, StopAnswer) == [StopAnswer("p2", None)]
+    # a second shutdown changes nothing
+    before = copy.deepcopy(h.lc.state)
+    assert h.feed(Shutdown(1.0)) == []
+    assert h.lc.state == before
+    # the stop's abort settles p1: interrupted; then the bridge closes
+    out = h.settle("p1", Facts(tracker=("failed", "interrupted"), stop_by=stop["by"]))
+    assert delivered(out) == {"p1": ("failed", "interrupted")}
+    assert notes(out, "closing")[0]["why"] == "close"
+    assert of(out, StopEngine) == [StopEngine(generation, True)]
+    assert of(h.exited(generation), Closed) == [Closed()]
+    assert h.violations == []
+    h.drive_to_completion()
+
+
+def test_a_timeout_stop_is_noted_as_the_bridges_and_decides_failed_timeout() -> None:
+    h = Harness()
+    h.submit("p1", timeout=10.0)
+    generation = ready_engine(h)
+    assert h.lc.state.deadlines["settle"] == 10.0
+    h.acked.add("p1")
+    h.feed(Acked(generation, "p1"))
+    assert h.advance(9.5) == []
+    out = h.advance(0.5)
+    # the note naming the stop's owner comes first, then clear and abort
+    assert [type(a) for a in out] == [Note, Write, Write]
+    assert out[0].payload["by"] == "timeout" and out[0].payload["request"] == "p1"
+    stop = out[0].payload["stop"]
+    assert [(w.kind, w.cmd) for w in out[1:]] == [
+        ("clear", {"type": "clear_queue", "id": f"{stop}:clear"}), ("abort", {"type": "abort", "id": stop})]
+    assert h.lc.state.deadlines["stop"] == 10.0 + h.cfg.stop_grace
+    out = h.settle("p1", Facts(tracker=("failed", "interrupted"), stop_by="timeout"))
+    assert delivered(out) == {"p1": ("failed", "timeout")}
+    assert of(out, Deliver)[0].release
+    assert h.lc.state.deadlines == {}
+    # The same timeout, its stop not obeyed: settle-timeout, and the engine is recycled.
+    h.submit("p2", timeout=3.0)
+    assert h.engine_has[generation] == "p2"
+    h.acked.add("p2")
+    h.feed(Acked(generation, "p2"))
+    h.advance(3.0)
+    out = h.advance(h.cfg.stop_grace)
+    assert of(out, GiveUp) == [GiveUp("p2", "settle")]
+    assert delivered(out) == {"p2": ("outcome-unknown", "settle-timeout")}
+    assert of(out, StopEngine) == [StopEngine(generation, True)]
+    assert h.violations == []
+    h.drive_to_completion()
+
+
+def test_drain_bound_stops_the_running_prompt_as_a_timeout() -> None:
+    h = Harness()
+    generation = ready_engine(h, "p1", "p2")
+    h.feed(Shutdown(drain_timeout=20.0))
+    assert h.lc.state.deadlines["drain"] == 20.0
+    h.now = 20.0
+    out = h.feed(Tick())
+    assert notes(out, "closing") == [{"event": "closing", "why": "drain-timeout",
+                                      "detail": "the drain bound passed"}]
+    (stop,) = notes(out, "stop")
+    assert stop["by"] == "timeout" and stop["request"] == "p1"
+    assert [w.kind for w in of(out, Write)] == ["clear", "abort"]
+    assert delivered(out) == {"p2": ("rejected", "closing")}
+    out = h.settle("p1", Facts(tracker=("failed", "interrupted"), stop_by=stop["by"]))
+    assert delivered(out) == {"p1": ("failed", "timeout")}
+    assert of(out, StopEngine) == [StopEngine(generation, True)]
+    assert of(h.exited(generation), Closed) == [Closed()]
+    assert h.violations == []
+    h.drive_to_completion()
+
+
+def test_a_drain_bound_whose_stop_is_ignored_ends_at_the_close_grace() -> None:
+    h = Harness()
+    generation = ready_engine(h, "p1")
+    h.feed(Shutdown(drain_timeout=2.0))
+    h.advance(2.0)
+    assert h.lc.state.deadlines == {"close": 2.0 + h.cfg.close_grace}
+    out = h.advance(h.cfg.close_grace)
+    assert of(out, StopEngine) == [StopEngine(generation, True)]
+    out = h.exited(generation, None, 15)
+    assert of(out, GiveUp) == [GiveUp("p1", "exited")]
+    assert delivered(out) == {"p1": ("outcome-unknown", "engine-exited")}
+    assert of(out, Closed) == [Closed()]
+    assert h.lc.state.crashes == []
+    h.drive_to_completion()
+
+
+def test_an_engine_dying_in_its_startup_check_counts_one_crash_and_names_its_stderr() -> None:
+    h = Harness()
+    h.submit("p1")
+    deaths = 0
+    while h.lc.state.down is None:
+        assert deaths < h.cfg.crash_limit, "never went down"
+        if not h.pending_spawns:
+            backoff = h.lc.next_deadline()
+            assert backoff is not None
+            h.advance(backoff - h.now)
+        (generation,) = h.pending_spawns
+        h.spawned(generation, startup=True)
+        assert h.lc.state.engine.phase == "checking"
+        out = h.exited(generation, 1, None, [LICENCE])
+        deaths += 1
+        assert len(h.lc.state.crashes) == deaths
+        (signal,) = [p for p in payloads(out) if p["signal"] == "seal-check"]
+        assert LICENCE in signal["problems"][0] and "start-up check" in signal["problems"][0]
+        assert notes(out, "seal-check")[0]["problems"] == signal["problems"]
+    assert deaths == h.cfg.crash_limit
+    (r,) = h.receipts["p1"]
+    assert (r.state, r.reason) == ("rejected", "engine-down")
+    assert r.native_error is not None and LICENCE in r.native_error
+    assert h.down_signalled
+    assert not [w for w in of(h.log, Write) if w.kind == "prompt"]
+    # down: a new prompt is rejected at once, naming the same stderr
+    (r2,) = of(h.submit("p2"), Deliver)
+    assert (r2.receipt.state, r2.receipt.reason) == ("rejected", "engine-down")
+    assert LICENCE in r2.receipt.native_error
+    assert h.violations == []
+    h.drive_to_completion()
+
+
+def test_a_journal_failure_closes_and_every_prompt_gets_its_receipt() -> None:
+    h = Harness()
+    generation = ready_engine(h, "p1", "p2", "p3")
+    out = h.feed(JournalFailed("No space left on device"))
+    assert type(out[0]) is Signal
+    assert payloads(out)[0] == {"signal": "journal-failed", "error": "No space left on device"}
+    assert notes(out, "closing") == [{"event": "closing", "why": "journal", "detail": "No space left on device"}]
+    assert delivered(out) == {"p2": ("rejected", "closing"), "p3": ("rejected", "closing")}
+    (stop,) = notes(out, "stop")
+    assert stop["by"] == "closing" and stop["request"] == "p1"
+    assert [w.kind for w in of(out, Write)] == ["clear", "abort"]
+    # a second failure changes nothing
+    before = copy.deepcopy(h.lc.state)
+    assert h.feed(JournalFailed("again")) == []
+    assert h.lc.state == before
+    out = h.settle("p1", Facts(tracker=("failed", "interrupted"), stop_by=stop["by"]))
+    assert delivered(out) == {"p1": ("failed", "closing")}
+    assert of(out, StopEngine) == [StopEngine(generation, True)]
+    assert of(h.exited(generation), Closed) == [Closed()]
+    assert {r: len(v) for r, v in h.receipts.items()} == {"p1": 1, "p2": 1, "p3": 1}
+    assert h.violations == []
+    h.drive_to_completion()
+
+
+def test_seal_check_failure_counts_once() -> None:
+    h = Harness()
+    h.submit("p1")
+    h.spawned(1, startup=True)
+    out = h.feed(StartupChecked(1, ["extensions were loaded"]))
+    assert len(h.lc.state.crashes) == 1
+    assert of(out, StopEngine) == [StopEngine(1, True)]
+    assert payloads(out) == [{"signal": "seal-check", "problems": ["extensions were loaded"], "action": "refuse"}]
+    assert not of(out, Write)
+    out = h.exited(1, 0)
+    assert len(h.lc.state.crashes) == 1
+    assert of(out, Spawn) == [Spawn(2)]  # the first crash's backoff is 0
+    h.spawned(2, startup=True)
+    out = h.feed(StartupChecked(2, []))
+    assert [w.request for w in of(out, Write)] == ["p1"]
+    assert len(h.lc.state.crashes) == 1
+    assert h.violations == []
+    h.drive_to_completion()
+
+
+def test_a_startup_check_never_answered_counts_once() -> None:
+    h = Harness()
+    h.submit("p1")
+    h.spawned(1, startup=True)
+    out = h.advance(h.cfg.startup_timeout)
+    assert len(h.lc.state.crashes) == 1
+    assert of(out, StopEngine) == [StopEngine(1, True)]
+    h.exited(1, None, 15)
+    assert len(h.lc.state.crashes) == 1
+    h.drive_to_completion()
+
+
+def test_step_is_pure_and_state_round_trips() -> None:
+    cfg = small_config()
+    state = LifeState()
+    inputs: list[tuple[Input, float]] = [
+        (Submit("p1", "hi", images=[{"type": "image", "data": "AA=="}], stream=True, timeout=4.0), 0.0),
+        (Submit("p2", "there"), 0.5),
+        (Spawned(1, 42, ["pi"], [dict(SEAL_STATE)], ["clear_queue"], seal={"extensions": False}), 1.0),
+        (StartupChecked(1, []), 1.5),
+        (Acked(1, "p1"), 2.0),
+        (Stop("p1"), 2.5),
+        (Decided(Receipt("p1", "failed", "interrupted", stop="stop-1")), 3.0),
+        (Unsealed(1, "overlap"), 3.5),
+        (SignalSeen(1, {"signal": "overlap", "idx": 9}), 3.6),
+        (Tick(), 9.0),
+    ]
+    seen: list[list[Any]] = []
+    for event, now in inputs:
+        frozen = copy.deepcopy(state)
+        new, actions = step(state, event, now, cfg)
+        assert state == frozen, f"step changed its input state on {event!r}"
+        again, again_actions = step(copy.deepcopy(state), event, now, cfg)
+        assert (again, again_actions) == (new, actions)
+        data = snapshot(new)
+        assert restore(json.loads(json.dumps(data))) == new
+        # stepping the restored state gives the same as stepping the original
+        if seen:
+            assert step(restore(snapshot(state)), event, now, cfg) == (new, actions)
+        seen.append(actions)
+        state = new
+    assert [type(a) for a in seen[0]] == [Spawn]
+    assert state.recent["p1"].reason == "interrupted"
+    assert state.prompts["p2"].phase == "held"
+    # The class form gives the same.
+    lc = Lifecycle(cfg)
+    assert [lc.step(event, now) for event, now in inputs] == seen
+    assert lc.state == state
+
+
+def test_an_engine_that_closes_stdout_in_its_startup_check_counts_one_crash() -> None:
+    h = Harness()
+    h.submit("p1")
+    h.spawned(1, startup=True)
+    out = h.feed(StdoutClosed(1))
+    assert of(out, StopEngine) == [StopEngine(1, False)]
+    assert h.lc.state.crashes == []
+    out = h.exited(1, 1, None, [LICENCE])
+    assert len(h.lc.state.crashes) == 1
+    (signal,) = [p for p in payloads(out) if p["signal"] == "seal-check"]
+    assert LICENCE in signal["problems"][0]
+    assert of(out, Spawn) == [Spawn(2)]
+    h.drive_to_completion()
+
+
+def test_an_engine_that_dies_is_stopping_before_its_exit_is_decided() -> None:
+    """The supervisor's order on a death: stdout closes (StdoutClosed), then the
+    session decides the held prompt on the exit (Decided), then EngineExited.
+    Fed so, the next prompt waits for the next engine: nothing is written to
+    the dead one, and it gets no receipt for a send that never happened."""
+    h = Harness()
+    generation = ready_engine(h, "p1", "p2")
+    assert of(h.feed(StdoutClosed(generation)), StopEngine) == [StopEngine(generation, False)]
+    h.procs[generation] = "gone"
+    out = h.settle("p1", Facts(exited=True, working=True))
+    assert delivered(out) == {"p1": ("outcome-unknown", "engine-exited")}
+    assert not of(out, Write)
+    out = h.exited(generation, None, 9, [LICENCE])
+    assert len(h.lc.state.crashes) == 1
+    assert of(out, Spawn) == [Spawn(generation + 1)]
+    assert "p2" not in h.receipts and h.lc.state.queue == ["p2"]
+    h.spawned(generation + 1)
+    assert h.engine_has[generation + 1] == "p2"
+    assert h.violations == []
+    h.drive_to_completion()
+
+
+def test_a_prompt_held_back_by_a_failed_journal_is_rejected_closing() -> None:
+    """The journal fails writing p1's receipt down; p2's Write, in the same step,
+    is held back (NotWritten), then JournalFailed: p2 was never written, so it is
+    rejected/closing, not given up on an engine that never had it."""
+    h = Harness()
+    generation = ready_engine(h, "p1", "p2")
+    h.journal_breaks = "No space left on device"
+    out = h.settle("p1", Facts(tracker=("finished", None)))
+    assert [w.request for w in of(out, Write) if w.kind == "prompt"] == ["p2"]
+    assert "p2" not in h.engine_has.values()
+    assert delivered(out) == {"p1": ("finished", None), "p2": ("rejected", "closing")}
+    assert notes(out, "closing")[0]["why"] == "journal"
+    assert not notes(out, "stop")
+    assert of(out, StopEngine) == [StopEngine(generation, True)]
+    assert of(h.exited(generation), Closed) == [Closed()]
+    assert h.violations == []
+    h.drive_to_completion()
