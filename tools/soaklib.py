@@ -15,28 +15,41 @@ Real subprocesses over real pipes:
 - :class:`ServeProc`: ``bridge serve`` as a subprocess, every read bounded.
 - :func:`fast_config`, :data:`STOP_PLANS`, :func:`controller_action`, :func:`check_receipt`: a
   controller that misbehaves through the Python API (stops at random moments), with short timeouts.
+- :class:`StartupCheckProfile`: a command engine with a start-up (seal) check, so closing can
+  land while the check is awaited; :func:`generations_profile`: the API twin of
+  :func:`generations_argv`.
+- :func:`failing_journal` / :class:`FailingFile`: a journal whose disk fills up after N bytes
+  (ENOSPC), in-process; ``bridge serve`` gets the real thing from ``RLIMIT_FSIZE``
+  (:func:`fsize_limit`). :func:`check_journal_readable` reads a failed journal back.
+- :func:`check_journal_story`: what the journal must show about sends, stops and closing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import random
 import re
+import resource
 import signal
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import attrs
 import trio
 
-from bridge.profile import Launch, filtered_env
+import bridge.journal
+from bridge.profile import CommandProfile, Launch, filtered_env
 from bridge.receipts import Receipt
 from bridge.replay import replay
 from bridge.supervisor import BridgeConfig, PromptHandle
+from bridge.transcript import TranscriptError, open_transcript
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE = ROOT / "tools" / "fake_engine.py"
@@ -118,6 +131,33 @@ def generations_argv(folder: str | Path, scenarios: list[dict[str, Any]],
         (folder / f"engine-{n}.json").write_text(json.dumps(scenario))
     (folder / "engine-default.json").write_text(json.dumps(default or {}))
     return ["/bin/sh", "-c", _GENERATIONS_SH, "fake-generations", str(folder), sys.executable, str(FAKE)]
+
+
+#: The start-up command :class:`StartupCheckProfile` sends (Pi's seal check asks the same).
+STARTUP_CHECK: list[dict[str, Any]] = [{"id": "seal-state", "type": "get_state"}]
+
+
+@attrs.define
+class StartupCheckProfile(CommandProfile):
+    """A command engine with a start-up check: ``get_state`` is written at spawn and every
+    prompt waits for its answer (the check itself finds nothing). With the fake engine's
+    ``{"on_start": {"delay": S}}`` the check stays open for S seconds: a window in which
+    closing meets prompts that are queued and an engine that is not yet ready."""
+
+    name: str = "command-checked"
+
+    def prepare(self) -> Launch:
+        launch = super().prepare()
+        launch.startup = [dict(cmd) for cmd in STARTUP_CHECK]
+        launch.check = lambda answers: []
+        return launch
+
+
+def generations_profile(folder: str | Path, scenarios: list[dict[str, Any]],
+                        default: dict[str, Any] | None = None, *, startup_check: bool = False) -> CommandProfile:
+    """:func:`generations_argv` as a profile for the Python API (with a start-up check if asked)."""
+    argv = generations_argv(folder, scenarios, default)
+    return StartupCheckProfile(argv) if startup_check else CommandProfile(argv)
 
 
 # -- /proc -----------------------------------------------------------------------------
@@ -360,6 +400,178 @@ def compare_journal(
     return problems
 
 
+def check_journal_story(path: str | Path, live_receipts: dict[str, Any]) -> list[str]:
+    """What a complete journal must show beside its receipts (SPEC §5, §7):
+
+    - nothing is written to the engine once closing has begun: no ``send`` of a prompt after
+      the ``{"note":{"event":"closing"…}}`` line;
+    - a prompt never written (no ``send``) is ``rejected`` for a reason of its own (queue-full,
+      cancelled, closing, engine-down: never ``engine``), and a written one is never rejected
+      for those reasons;
+    - whose stop ended a run is on record: a ``failed`` receipt with reason ``interrupted`` /
+      ``timeout`` / ``closing`` names a stop whose ``stop`` note says ``by`` ``controller`` /
+      ``timeout`` / ``closing``.
+    """
+    problems: list[str] = []
+    live = {k: (Receipt.from_json(v) if isinstance(v, dict) else v) for k, v in live_receipts.items()}
+    entries = read_journal(path)
+    closing_at: int | None = None
+    sent: set[Any] = set()
+    owners: dict[Any, Any] = {}
+    for n, e in enumerate(entries):
+        note = e.get("note")
+        if isinstance(note, dict):
+            if note.get("event") == "closing" and closing_at is None:
+                closing_at = n
+            elif note.get("event") == "stop":
+                owners[note.get("stop")] = note.get("by")
+        send = e.get("send")
+        if isinstance(send, dict) and send.get("type") == "prompt":
+            sent.add(send.get("id"))
+            if closing_at is not None:
+                problems.append(f"prompt {send.get('id')} was sent to the engine after closing began "
+                                f"({entries[closing_at]['note']})")
+    for rid, r in live.items():
+        if rid not in sent and (r.state != "rejected" or r.reason == "engine"):
+            problems.append(f"{rid}: never written to the engine, but its receipt is {r.state}/{r.reason}")
+        if rid in sent and r.state == "rejected" and r.reason != "engine":
+            problems.append(f"{rid}: written to the engine, but its receipt is {r.state}/{r.reason}")
+        want = {"interrupted": "controller", "timeout": "timeout", "closing": "closing"}.get(r.reason or "")
+        if r.state == "failed" and want is not None:
+            if r.stop is None:
+                problems.append(f"{rid}: failed/{r.reason} names no stop")
+            elif owners.get(r.stop) != want:
+                problems.append(f"{rid}: failed/{r.reason} by stop {r.stop!r}, whose note says by "
+                                f"{owners.get(r.stop)!r}, not {want!r}")
+    return problems
+
+
+def check_journal_readable(path: str | Path) -> tuple[list[str], int]:
+    """A journal that could not be written to its end must still read back, up to its last
+    complete line, through ``bridge.transcript``'s reader (a cut-off last line is dropped).
+    Returns (problems, entries read)."""
+    count = 0
+    with open(path, "rb") as f:
+        if b"\n" not in f.read(1 << 20):
+            return [], 0  # not even the header is complete: the one cut line is the last line
+    try:
+        stream, reader = open_transcript(str(path))
+    except TranscriptError as e:
+        return [f"the failed journal does not read back: {e}"], 0
+    try:
+        with stream:
+            for _ in reader:
+                count += 1
+    except TranscriptError as e:
+        return [f"the failed journal does not read back past entry {count}: {e}"], count
+    return [], count
+
+
+def check_failed_journal(path: str | Path, live_receipts: dict[str, Any]) -> list[str]:
+    """A journal that failed: readable up to its last complete line, and what it holds agrees
+    with the live bridge (each receipt it recorded once, as reported live)."""
+    problems, _ = check_journal_readable(path)
+    live = {k: (Receipt.from_json(v) if isinstance(v, dict) else v) for k, v in live_receipts.items()}
+    journaled = [e["receipt"] for e in read_journal(path) if isinstance(e.get("receipt"), dict)]
+    counts = Counter(r.get("request") for r in journaled)
+    for rid, n in counts.items():
+        if n > 1:
+            problems.append(f"the failed journal records {rid}'s receipt {n} times")
+        if rid not in live:
+            problems.append(f"the failed journal records a receipt for {rid!r}, which the controller never got")
+    for r in journaled:
+        got = live.get(r.get("request"))
+        if got is not None and (r.get("state"), r.get("reason")) != (got.state, got.reason):
+            problems.append(f"the failed journal's receipt {r.get('request')}: {r.get('state')}/{r.get('reason')} "
+                            f"!= live {got.state}/{got.reason}")
+    return problems
+
+
+# -- a journal that cannot be written ------------------------------------------------------------
+
+
+class FailingFile:
+    """A journal file on a disk that fills up: the first write is the header (not counted);
+    after ``limit`` more bytes a write stores what fits and raises ``OSError(ENOSPC)``, and so
+    does every write and flush after it. Once full, the descriptor it reports is a read-only
+    one, so the journal's last-ditch ``os.write`` of a ``journal-failed`` note fails too, as on
+    a full disk (the real descriptor stays open for a fsync already in flight)."""
+
+    def __init__(self, inner: Any, limit: int) -> None:
+        self._inner = inner
+        self._limit = limit
+        self._used = 0
+        self._first = True
+        self.full = False
+        self._dead: int | None = None
+
+    def _enospc(self) -> OSError:
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def write(self, data: bytes) -> int:
+        if self.full:
+            raise self._enospc()
+        if self._first:
+            self._first = False
+            return int(self._inner.write(data))
+        room = self._limit - self._used
+        if len(data) <= room:
+            self._used += len(data)
+            return int(self._inner.write(data))
+        if room > 0:
+            self._inner.write(bytes(data[:room]))
+        self._used = self._limit
+        self._inner.flush()
+        self.full = True
+        self._dead = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        raise self._enospc()
+
+    def flush(self) -> None:
+        if self.full:
+            raise self._enospc()
+        self._inner.flush()
+
+    def fileno(self) -> int:
+        return self._dead if self._dead is not None else int(self._inner.fileno())
+
+    def close(self) -> None:
+        if self._dead is not None:
+            os.close(self._dead)
+            self._dead = None
+        self._inner.close()
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._inner.closed)
+
+
+@contextlib.contextmanager
+def failing_journal(limit: int) -> Iterator[list[FailingFile]]:
+    """While open, every journal the bridge creates in this process is a :class:`FailingFile`
+    that fills up after ``limit`` bytes past its header. Yields the files made."""
+    made: list[FailingFile] = []
+    real = bridge.journal.open_private
+
+    def open_failing(path: Path) -> Any:
+        f = FailingFile(real(path), limit)
+        made.append(f)
+        return f
+
+    bridge.journal.open_private = open_failing  # type: ignore[assignment]
+    try:
+        yield made
+    finally:
+        bridge.journal.open_private = real  # type: ignore[assignment]
+
+
+def fsize_limit(limit: int) -> Callable[[], None]:
+    """A ``preexec_fn`` that caps every file the child writes at ``limit`` bytes
+    (``RLIMIT_FSIZE``: past it a write fails with EFBIG; Python ignores SIGXFSZ)."""
+    def preexec() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return preexec
+
+
 # -- bridge serve as a subprocess -----------------------------------------------------------
 
 
@@ -375,16 +587,47 @@ class ServeProc:
         self.raw: list[bytes] = []
         self.lines: list[dict[str, Any]] = []
         self._pos = 0
+        #: The ``cat`` that copies the bridge's stderr into its file, when one does.
+        self.cat: trio.Process | None = None
 
     @classmethod
-    async def start(cls, tmp_path: Path, engine_argv: list[str], *args: str) -> ServeProc:
+    async def start(cls, tmp_path: Path, engine_argv: list[str], *args: str,
+                    preexec_fn: Callable[[], None] | None = None) -> ServeProc:
         stderr_path = tmp_path / "serve.stderr"
         with open(stderr_path, "wb") as err:
-            proc = await trio.lowlevel.open_process(
-                [sys.executable, "-m", "bridge", "serve", *args, "--", *engine_argv],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=str(ROOT),
-            )
-        return cls(proc, stderr_path)
+            if preexec_fn is None:
+                proc = await trio.lowlevel.open_process(
+                    [sys.executable, "-m", "bridge", "serve", *args, "--", *engine_argv],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=str(ROOT),
+                )
+                return cls(proc, stderr_path)
+            # a preexec_fn may limit what the bridge writes to files (RLIMIT_FSIZE): its stderr
+            # goes through a pipe to a `cat` outside the limit, so it is kept whole
+            r, w = os.pipe()
+            try:
+                cat = await trio.lowlevel.open_process(["cat"], stdin=r, stdout=err)  # ends at the bridge's exit
+                proc = await trio.lowlevel.open_process(
+                    [sys.executable, "-m", "bridge", "serve", *args, "--", *engine_argv],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=w, cwd=str(ROOT),
+                    preexec_fn=preexec_fn,
+                )
+            finally:
+                os.close(r)
+                os.close(w)
+        sp = cls(proc, stderr_path)
+        sp.cat = cat
+        return sp
+
+    async def stderr_done(self, timeout: float = 5.0) -> None:
+        """Wait until everything the bridge wrote to stderr is in the file (and its ``cat``, if
+        any, is reaped); call after the bridge has exited."""
+        if self.cat is None:
+            return
+        with trio.move_on_after(timeout):
+            await self.cat.wait()
+        if self.cat.returncode is None:
+            self.cat.kill()
+            await self.cat.wait()
 
     @property
     def stderr(self) -> str:
@@ -476,6 +719,7 @@ class ServeProc:
                 pass
             with trio.move_on_after(5):
                 await self.proc.wait()
+        await self.stderr_done()
 
 
 # -- a controller that misbehaves through the Python API ----------------------------------------
@@ -544,17 +788,39 @@ async def collect_text(h: PromptHandle, out: dict[str, str]) -> None:
     out[h.request] = "".join(pieces)
 
 
+def check_stop_reason(rid: str, state: str | None, reason: str | None, stop: Any, stopped: bool,
+                      mine: list[Any], problems: list[str]) -> None:
+    """Who stopped a run is never guessed (SPEC §5). ``stopped``: the controller sent a stop for
+    ``rid``; ``mine``: the stop ids its stops were answered with (None answers left out: a queued,
+    settled or given-up prompt gets no stop of its own).
+
+    - ``cancelled`` only after a controller stop;
+    - ``failed``/``interrupted`` only for a prompt the controller stopped before its receipt,
+      by the very stop its stop was answered with;
+    - ``failed``/``timeout`` and ``failed``/``closing`` name a stop (the bridge's own). It may be
+      the id the controller's stop was answered with: a stop of a prompt that is already being
+      stopped is answered with the stop in flight, whoever sent it; whose it is, the journal's
+      ``stop`` note says (:func:`check_journal_story`).
+    """
+    if reason == "cancelled" and not stopped:
+        problems.append(f"{rid}: cancelled without a controller stop")
+    if state != "failed" or reason not in ("interrupted", "timeout", "closing"):
+        return
+    if stop is None:
+        problems.append(f"{rid}: failed/{reason} with no stop id")
+    if reason == "interrupted":
+        if not mine:
+            problems.append(f"{rid}: interrupted, but the controller's stops got no stop id "
+                            f"({'stopped' if stopped else 'never stopped'}): the bridge's own stop reported as the controller's")
+        elif stop not in mine:
+            problems.append(f"{rid}: interrupted by {stop!r}, but our stop returned {mine}")
+
+
 def check_receipt(r: Receipt, rid: str, stops: list[str | None], problems: list[str]) -> None:
     """What any receipt must satisfy given the controller's stops (``stops``: their return values)."""
     if r.request != rid:
         problems.append(f"{rid}: receipt names {r.request!r}")
-    if r.reason == "cancelled" and not any(True for _ in stops):
-        problems.append(f"{rid}: cancelled without a controller stop")
-    if r.reason == "interrupted" and r.stop is None:
-        problems.append(f"{rid}: interrupted with no stop id")
-    mine = [s for s in stops if s is not None]
-    if r.reason == "interrupted" and mine and r.stop not in mine:
-        problems.append(f"{rid}: interrupted by {r.stop!r}, but our stop returned {mine}")
+    check_stop_reason(rid, r.state, r.reason, r.stop, bool(stops), [s for s in stops if s is not None], problems)
 
 
 def leaves(e: BaseException) -> list[str]:
