@@ -95,11 +95,18 @@ class Journal:
         self.path = path
         self.full = full
         self._stream = open_private(path)
-        self._writer = TranscriptWriter(self._stream, clearing=clearing, **meta)
-        # The header is on disk before any prompt is written: a bridge killed
-        # (SIGKILL) before its first receipt leaves a readable journal, not 0 bytes.
-        self._stream.flush()
-        os.fsync(self._stream.fileno())
+        try:
+            self._writer = TranscriptWriter(self._stream, clearing=clearing, **meta)
+            # The header is on disk before any prompt is written: a bridge killed
+            # (SIGKILL) before its first receipt leaves a readable journal, not 0 bytes.
+            self._stream.flush()
+            os.fsync(self._stream.fileno())
+        except OSError as e:
+            try:
+                self._stream.close()
+            except OSError:
+                pass
+            raise JournalError(f"cannot write the journal {path}: {e.strerror or e}") from None
         self.closed = False
         #: Why the journal could not be written, once it could not.
         self.failed: str | None = None

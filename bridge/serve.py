@@ -107,6 +107,8 @@ class _Output:
         self._stream = trio.lowlevel.FdStream(os.dup(fd))
         self._send, self._recv = trio.open_memory_channel[bytes](math.inf)
         self.broken = False
+        #: Set when everything queued is written (or the controller is gone).
+        self.done = trio.Event()
 
     def put(self, note: dict[str, Any]) -> None:
         try:
@@ -119,6 +121,12 @@ class _Output:
 
     async def run(self) -> None:
         """Write queued lines. Ends when the queue is closed and written out."""
+        try:
+            await self._write_all()
+        finally:
+            self.done.set()
+
+    async def _write_all(self) -> None:
         async with self._recv:
             async for data in self._recv:
                 batch = [data]
@@ -151,46 +159,63 @@ async def serve(
     out = _Output(stdout_fd)
     status = 0
     opened: list[Bridge] = []
-    async with trio.open_nursery() as outer:
-        outer.start_soon(out.run)
-        try:
-            async with open_bridge(profile, journal=journal, config=config) as bridge:
-                opened.append(bridge)
-                bridge.listeners.append(out.put)
-                out.put({"type": "ready", "version": __version__,
-                         "journal": str(bridge.journal.path) if bridge.journal is not None else None})
-                status = await _serve_loop(bridge, out, stdin_fd, drain_timeout)
-        finally:
-            out.put({"type": "bye", "receipts": opened[0].receipts_issued if opened else 0})
-            out.close()
+    # Signals are ours from the first line to ``bye``: one that comes while the
+    # bridge is already closing (or after it closed) changes nothing, instead of
+    # killing the process before the last receipts and ``bye`` are written. The
+    # receiver restores what was there before it, so SIGTERM and SIGHUP are set
+    # to be ignored first: after ``bye`` (until the exit, and through the
+    # interpreter's own shutdown) there is nothing left for them to stop.
+    # (Engines are spawned while the receiver's handler is in place, so they
+    # start with the default dispositions.)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+        async with trio.open_nursery() as outer:
+            outer.start_soon(out.run)
+
+            async def watch_signals() -> None:
+                nonlocal status
+                async for signum in signals:
+                    bridge = opened[0] if opened else None
+                    if bridge is None or not bridge.lifecycle.state.closed:
+                        status = status or 128 + signum
+                    if bridge is not None:
+                        bridge.close_on_signal(signum)
+
+            outer.start_soon(watch_signals)
+            try:
+                async with open_bridge(profile, journal=journal, config=config) as bridge:
+                    opened.append(bridge)
+                    bridge.listeners.append(out.put)
+                    out.put({"type": "ready", "version": __version__,
+                             "journal": str(bridge.journal.path) if bridge.journal is not None else None})
+                    if status:  # a signal came while the bridge was opening
+                        bridge.close_on_signal(status - 128)
+                    await _serve_loop(bridge, out, stdin_fd, drain_timeout)
+            finally:
+                out.put({"type": "bye", "receipts": opened[0].receipts_issued if opened else 0})
+                out.close()
+            with trio.CancelScope(shield=True):
+                await out.done.wait()
+            outer.cancel_scope.cancel()
     if opened and opened[0].journal_failed:
         print(f"bridge serve: {opened[0].journal_failed}; every receipt went to the controller", file=sys.stderr)
         return status or 1
     return status
 
 
-async def _serve_loop(bridge: Bridge, out: _Output, stdin_fd: int, drain_timeout: float | None) -> int:
+async def _serve_loop(bridge: Bridge, out: _Output, stdin_fd: int, drain_timeout: float | None) -> None:
     """Run until the bridge has closed: after EOF or ``shutdown`` has drained, or
     at once on a signal (or a journal failure). stdin is read until then."""
-    status = 0
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
-        async with trio.open_nursery() as nursery:
+    async with trio.open_nursery() as nursery:
 
-            async def watch_signals() -> None:
-                nonlocal status
-                async for signum in signals:
-                    status = status or 128 + signum
-                    bridge.close_on_signal(signum)
+        async def read_controller() -> None:
+            await _read_controller(bridge, out, stdin_fd, drain_timeout)
+            bridge.shutdown(drain_timeout)  # EOF
 
-            async def read_controller() -> None:
-                await _read_controller(bridge, out, stdin_fd, drain_timeout)
-                bridge.shutdown(drain_timeout)  # EOF
-
-            nursery.start_soon(watch_signals)
-            nursery.start_soon(read_controller)
-            await bridge.wait_closed()
-            nursery.cancel_scope.cancel()
-    return status
+        nursery.start_soon(read_controller)
+        await bridge.wait_closed()
+        nursery.cancel_scope.cancel()
 
 
 async def _read_controller(bridge: Bridge, out: _Output, stdin_fd: int, drain_timeout: float | None) -> None:

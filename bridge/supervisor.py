@@ -430,7 +430,10 @@ class Bridge:
         self._poke()
 
     def _on_journal_failure(self, why: str) -> None:
-        if self._stepping:
+        if self.lifecycle.state.closed:
+            # Its last flush, after the lifecycle closed: the controller is still told.
+            self._signal({"signal": "journal-failed", "error": why})
+        elif self._stepping:
             self._journal_failure = why
         else:
             self._feed(JournalFailed(why))
@@ -615,8 +618,8 @@ class Bridge:
         (cancelled; an fsync running in its thread is waited for)."""
         journal = self.journal
         try:
-            if journal is None:
-                return
+            if journal is None or journal.closed:
+                return  # no journal, or it failed before this task first ran
             fd = journal.fileno()
             with self._fsync_scope:
                 while not journal.closed:

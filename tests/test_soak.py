@@ -225,9 +225,6 @@ async def test_close_does_not_fsync_a_closed_journal(tmp_path: Path, monkeypatch
 # -- a journal that fails before the fsync task runs -------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="bridge bug found by tools/soak: _fsync_journal reads journal.fileno() "
-                   "when it first runs; a journal that failed (and closed) before that raises ValueError "
-                   "out of open_bridge")
 async def test_a_journal_that_fails_at_once_closes_cleanly(tmp_path: Path) -> None:
     """Found by tools/soak (api schedules whose journal fills up at once): a prompt stopped while
     queued gets its receipt in the same step, before any checkpoint; its journal write fails
@@ -252,8 +249,6 @@ async def test_a_journal_that_fails_at_once_closes_cleanly(tmp_path: Path) -> No
     assert check_journal_readable(tmp_path / "j.jsonl")[0] == []
 
 
-@pytest.mark.xfail(strict=True, reason="bridge bug found by tools/soak: Journal.__init__ flushes the header "
-                   "outside the JournalError conversion; a disk full at the header is a traceback and exit 1")
 def test_a_disk_full_at_the_header_is_one_line(tmp_path: Path) -> None:
     """Found by tools/soak (serve schedules whose RLIMIT_FSIZE is below the journal header's size):
     the journal file is created, its header's flush fails (EFBIG), and the OSError escapes
@@ -276,9 +271,6 @@ def test_a_disk_full_at_the_header_is_one_line(tmp_path: Path) -> None:
     assert b'"type":"ready"' not in proc.stdout or b"journal-failed" in proc.stdout, proc.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="bridge bug found by tools/soak: a journal write that fails in the "
-                   "final flush (after the lifecycle closed) is never signalled: the controller gets bye, "
-                   "no journal-failed, and exit 1")
 def test_a_disk_full_at_the_last_flush_is_signalled(tmp_path: Path) -> None:
     """Found by tools/soak (serve schedules whose RLIMIT_FSIZE falls in the journal's last few
     hundred bytes): what follows the last receipt (the release, the closing note, the engine's
@@ -308,8 +300,6 @@ def test_a_disk_full_at_the_last_flush_is_signalled(tmp_path: Path) -> None:
     assert any(x["type"] == "signal" and x["signal"] == "journal-failed" for x in out), out
 
 
-@pytest.mark.xfail(strict=True, reason="bridge bug found by tools/soak: serve leaves its signal receiver "
-                   "(SIGTERM/SIGHUP back to the default action) before bye is written; a signal then kills it")
 def test_a_signal_while_the_bridge_closes_by_itself(tmp_path: Path) -> None:
     """Found by tools/soak (seed 822292423854: a journal that failed, then the soak's SIGTERM):
     once the bridge has closed by itself (a drain done, a failed journal), ``_serve_loop`` leaves
