@@ -18,10 +18,12 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from bridge import __version__
+
+T = TypeVar("T")
 
 #: The exit status for a bug (BSD's EX_SOFTWARE): the only one that prints a traceback.
 EXIT_BUG = 70
@@ -43,6 +45,23 @@ def _setup_problem(exc: BaseException) -> str | None:
                 first = first.exceptions[0]
             return str(first)
     return None
+
+
+def guard_setup(command: str, fn: Callable[[], T]) -> T | int:
+    """Run ``fn``; a journal or engine that cannot be set up (ProfileError,
+    JournalError, also inside a nursery's exception group) becomes one line on
+    stderr and exit status 2. Anything else propagates."""
+    from bridge.journal import JournalError
+    from bridge.profile import ProfileError
+
+    try:
+        return fn()
+    except (ProfileError, JournalError, BaseExceptionGroup) as e:
+        problem = _setup_problem(e)
+        if problem is None:
+            raise
+        print(f"bridge {command}: {problem}", file=sys.stderr)
+        return 2
 
 
 def _split_engine(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
@@ -201,18 +220,10 @@ def _journal(args: argparse.Namespace) -> Any:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from bridge.profile import ProfileError
     from bridge.serve import main_serve
 
-    try:
-        return main_serve(_profile(args, args.engine), journal=_journal(args), config=_config(args),
-                          drain_timeout=args.drain_timeout)
-    except (ProfileError, BaseExceptionGroup) as e:
-        problem = _setup_problem(e)
-        if problem is None:
-            raise
-        print(f"bridge serve: {problem}", file=sys.stderr)
-        return 2
+    return int(guard_setup("serve", lambda: main_serve(_profile(args, args.engine), journal=_journal(args),
+                                                          config=_config(args), drain_timeout=args.drain_timeout)))
 
 
 # -- run ---------------------------------------------------------------------------------------
@@ -221,8 +232,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     import trio
 
-    from bridge.journal import JournalError
-    from bridge.profile import ProfileError
     from bridge.receipts import describe
     from bridge.supervisor import open_bridge
     from bridge.transcript import dumps
@@ -296,13 +305,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # Every handle has its receipt once the bridge is closed.
 
     try:
-        trio.run(main)
-    except (ProfileError, JournalError, BaseExceptionGroup) as e:
-        problem = _setup_problem(e)
-        if problem is None:
-            raise
-        print(f"bridge run: {problem}", file=sys.stderr)
-        return 2
+        if guard_setup("run", lambda: trio.run(main)) == 2:
+            return 2
     except KeyboardInterrupt:
         return 130
     receipts = [h.receipt_nowait for h in handles]

@@ -146,7 +146,6 @@ def run(args: argparse.Namespace) -> int:
         return 2
     import trio
 
-    from bridge.journal import JournalError
     from bridge.profile import ProfileError
 
     out = _Out(args.json)
@@ -156,20 +155,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"bridge demo: {e}", file=sys.stderr)
         return 2
     problems: list[str] = []
+    from bridge.cli import guard_setup
+
     try:
-        trio.run(_showcase, args, ms, out, problems)
+        if guard_setup("demo", lambda: trio.run(_showcase, args, ms, out, problems)) == 2:
+            return 2
     except ProfileError as e:
         print(f"bridge demo: {e}", file=sys.stderr)
         print("bridge demo: the demo needs the pinned Pi: run tools/setup (or use tools/demo, which does)",
               file=sys.stderr)
-        return 2
-    except (JournalError, BaseExceptionGroup) as e:
-        from bridge.cli import _setup_problem
-
-        problem = _setup_problem(e)
-        if problem is None:
-            raise
-        print(f"bridge demo: {problem}", file=sys.stderr)
         return 2
     if problems:
         out.say("\nthe showcase did NOT go as expected:")
