@@ -214,7 +214,7 @@ class Bridge:
         timeout: float | None = None,
         images: list[Any] | None = None,
     ) -> PromptHandle:
-        """Accept a prompt. It always gets a receipt (maybe at once: a rejection).
+        """Accept a prompt; returns at once. It always gets a receipt (maybe at once: a rejection).
         Raises TypeError / ValueError (and accepts nothing) for a message that is not
         text, a used or empty id, or a bad timeout."""
         if not isinstance(message, str):
@@ -240,14 +240,16 @@ class Bridge:
         return PromptHandle(p, self)
 
     async def prompt(self, message: str, **kw: Any) -> Receipt:
-        """Submit and wait for the receipt."""
+        """Submit and wait for the receipt. Ends when it comes (it always does)."""
         handle = await self.submit(message, **kw)
         return await handle.receipt()
 
     async def stop(self, request: str) -> str | None:
-        """Stop a prompt: a queued one is rejected (``cancelled``) without touching
-        the engine; the held one gets an ``abort`` whose id is returned. A prompt
-        that already has its receipt is left alone (None)."""
+        """Stop a prompt; returns at once (the abort is queued for the engine's writer).
+        A queued one is rejected (``cancelled``) without touching the engine; the
+        held one gets an ``abort`` whose id is returned (the stop already sent, if
+        one was, whoever sent it). A prompt that already has its receipt is left
+        alone (None)."""
         self._feed(Stop(request))
         return self._stop_answers.pop(request, None)
 
@@ -257,7 +259,8 @@ class Bridge:
         For recording seal failures on purpose (a second prompt while one
         runs, ``steer``, ``follow_up``): it is journaled and fed to the
         session like any send, so the tracker sees what the engine saw. A
-        controller never needs it; using it unseals the engine.
+        controller never needs it; using it unseals the engine. Ends when the line
+        is written, or after ``write_timeout`` (an engine that stopped reading).
         """
         engine = self.engine
         if engine is None or not engine.alive:
