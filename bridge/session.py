@@ -416,10 +416,9 @@ class Session:
         elif prompt.receipt is not None:
             return events
         taint = self.taint if prompt is self.held or prompt in self._displaced else None
-        if why == "exited":
-            facts = Facts(exited=True, taint=taint, working=prompt.working_idx is not None)
-        else:
-            facts = Facts(gave_up=why, taint=taint, working=prompt.working_idx is not None)
+        exited = why == "exited"
+        facts = Facts(exited=exited, gave_up=None if exited else why, taint=taint,
+                      working=prompt.working_idx is not None)
         self._conclude(prompt, facts, t, events)
         return events
 

@@ -378,7 +378,7 @@ class Bridge:
         engine = self.engine
         if engine is not None and engine.alive:
             engine.abandon()
-            self._feed(EngineExited(engine.generation, None, None, list(engine.stderr_tail)))
+            self._feed(EngineExited(engine.generation, None, None, list(self.session.stderr_tail)))
         self._feed(Tick())
         for request in list(self.lifecycle.state.prompts):
             for event in self.session.give_up(request, "exited", t=self.now()):
@@ -713,7 +713,7 @@ class Bridge:
                 self._handle(events)
         if engine.launch is not None:
             engine.launch.run_cleanup()
-        self._feed(EngineExited(engine.generation, code, sig, list(engine.stderr_tail)[-5:]))
+        self._feed(EngineExited(engine.generation, code, sig, list(self.session.stderr_tail)))
 
     def _handle(self, events: Any) -> None:
         """The session's events: receipts and signals go to the lifecycle, text to its reader."""
