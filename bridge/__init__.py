@@ -3,23 +3,48 @@
 The Python API (see the README)::
 
     from bridge import open_bridge, PiProfile, CommandProfile, BridgeConfig
+
+The names below are loaded on first use (PEP 562), so ``import bridge.core`` stays pure: it
+pulls in neither trio nor the live layer (tests/test_layers.py).
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from bridge.pi import PiProfile, scripted_profile  # noqa: E402
-from bridge.profile import CommandProfile, ProfileError  # noqa: E402
-from bridge.receipts import Receipt  # noqa: E402
-from bridge.supervisor import Bridge, BridgeConfig, PromptHandle, open_bridge  # noqa: E402
+if TYPE_CHECKING:
+    from bridge.core.receipts import Receipt
+    from bridge.live.supervisor import Bridge, BridgeConfig, PromptHandle, open_bridge
+    from bridge.profiles.command import CommandProfile, ProfileError
+    from bridge.profiles.pi import PiProfile, scripted_profile
 
-__all__ = [
-    "Bridge",
-    "BridgeConfig",
-    "CommandProfile",
-    "PiProfile",
-    "ProfileError",
-    "PromptHandle",
-    "Receipt",
-    "open_bridge",
-    "scripted_profile",
-]
+#: Where each public name lives.
+_HOMES = {
+    "Bridge": "bridge.live.supervisor",
+    "BridgeConfig": "bridge.live.supervisor",
+    "CommandProfile": "bridge.profiles.command",
+    "PiProfile": "bridge.profiles.pi",
+    "ProfileError": "bridge.profiles.command",
+    "PromptHandle": "bridge.live.supervisor",
+    "Receipt": "bridge.core.receipts",
+    "open_bridge": "bridge.live.supervisor",
+    "scripted_profile": "bridge.profiles.pi",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'bridge' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOMES])

@@ -1,7 +1,7 @@
 """The ``bridge`` command line (SPEC §7).
 
 ``bridge serve``, ``bridge run`` and ``bridge demo`` take an engine: by default
-the sealed, pinned Pi (``bridge/pi.py``); any other engine speaking the same
+the sealed, pinned Pi (``bridge/profiles/pi.py``); any other engine speaking the same
 JSONL is given as its argv after ``--``.
 
 Exit status, the same for every subcommand (README "Exit codes"): 0 success;
@@ -32,8 +32,8 @@ EXIT_BUG = 70
 def _setup_problem(exc: BaseException) -> str | None:
     """The message of a ProfileError / JournalError that ended a run (also inside the
     exception group a nursery wraps it in), or None for anything else."""
-    from bridge.journal import JournalError
-    from bridge.profile import ProfileError
+    from bridge.live.journal import JournalError
+    from bridge.profiles.command import ProfileError
 
     if isinstance(exc, (ProfileError, JournalError)):
         return str(exc)
@@ -51,8 +51,8 @@ def guard_setup(command: str, fn: Callable[[], T]) -> T | int:
     """Run ``fn``; a journal or engine that cannot be set up (ProfileError,
     JournalError, also inside a nursery's exception group) becomes one line on
     stderr and exit status 2. Anything else propagates."""
-    from bridge.journal import JournalError
-    from bridge.profile import ProfileError
+    from bridge.live.journal import JournalError
+    from bridge.profiles.command import ProfileError
 
     try:
         return fn()
@@ -76,7 +76,7 @@ def _split_engine(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from bridge.replay import format_table, replay
+    from bridge.readers.replay import format_table, replay
     from bridge.transcript import TranscriptError, dumps
 
     status = 0
@@ -97,7 +97,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_conform(args: argparse.Namespace) -> int:
-    from bridge.conform import run
+    from bridge.readers.conform import run
 
     return run(args.folder, args.update, sys.stdout)
 
@@ -160,7 +160,7 @@ def _add_bridge_options(p: argparse.ArgumentParser) -> None:
 def _profile(args: argparse.Namespace, engine_argv: list[str] | None) -> Any:
     import os
 
-    from bridge.profile import PI_CLEARING, CommandProfile
+    from bridge.profiles.command import PI_CLEARING, CommandProfile
 
     cwd = args.engine_cwd
     if cwd is not None and not os.path.isdir(cwd):
@@ -182,7 +182,7 @@ def _profile(args: argparse.Namespace, engine_argv: list[str] | None) -> Any:
         print(f"bridge {args.command}: --provider {args.provider} needs --model too (Pi refuses a provider "
               "without a model id; see the README's custom providers)", file=sys.stderr)
         raise SystemExit(2)
-    from bridge.pi import PiProfile
+    from bridge.profiles.pi import PiProfile
 
     return PiProfile(
         pi_dir=args.pi_dir,
@@ -198,7 +198,7 @@ def _profile(args: argparse.Namespace, engine_argv: list[str] | None) -> Any:
 
 
 def _config(args: argparse.Namespace) -> Any:
-    from bridge.supervisor import BridgeConfig
+    from bridge.live.supervisor import BridgeConfig
 
     return BridgeConfig(
         queue_max=args.queue_max,
@@ -220,7 +220,7 @@ def _journal(args: argparse.Namespace) -> Any:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from bridge.serve import main_serve
+    from bridge.controller.serve import main_serve
 
     return int(guard_setup("serve", lambda: main_serve(_profile(args, args.engine), journal=_journal(args),
                                                           config=_config(args), drain_timeout=args.drain_timeout)))
@@ -232,8 +232,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     import trio
 
-    from bridge.receipts import describe
-    from bridge.supervisor import open_bridge
+    from bridge.core.receipts import describe
+    from bridge.live.supervisor import open_bridge
     from bridge.transcript import dumps
 
     if not args.prompts:
@@ -435,10 +435,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bridge_options(p)
     p.set_defaults(func=_cmd_run)
 
-    from bridge import demo, diagnose
+    from bridge import demo
+    from bridge.readers import diagnose
 
     diagnose.add_parser(sub)
-    demo.add_parser(sub, _add_engine_options, _add_bridge_options)
+    demo.add_parser(sub)
     parser.subcommands = dict(sub.choices)  # type: ignore[attr-defined]
     return parser
 

@@ -2,7 +2,7 @@
 
 It starts the scripted OpenAI-compatible model server (``tools/model_server.py``)
 in-process on 127.0.0.1, writes its ``models.json`` into a private temp folder,
-opens the live bridge on :func:`bridge.pi.scripted_profile` (the real Pi 1.6.0,
+opens the live bridge on :func:`bridge.profiles.pi.scripted_profile` (the real Pi 1.6.0,
 sealed; its working folder is the profile's private temp folder) and sends four
 prompts, one after the other, on one engine:
 
@@ -37,7 +37,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO, Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[1]  # the checkout (bridge/demo.py -> ..)
 
 PLAIN = "Hello! I am a scripted model, talking to you through the sealed Pi and pi-bridge."
 ECHO = "hello from bash inside the sealed Pi"
@@ -58,9 +58,8 @@ SCRIPT: list[dict[str, Any]] = [
 PROMPT_TIMEOUT = 30.0
 
 
-def add_parser(sub: argparse._SubParsersAction, engine_options: Any, bridge_options: Any) -> None:  # type: ignore[type-arg]
-    # engine_options / bridge_options (the helpers `bridge run` uses) are not applied:
-    # the demo's engine and settings are fixed by the showcase.
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    # The demo's engine and settings are fixed by the showcase: no engine or bridge options.
     p = sub.add_parser(
         "demo",
         help="run the showcase through the sealed, pinned Pi and the scripted model server",
@@ -146,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     import trio
 
-    from bridge.profile import ProfileError
+    from bridge.profiles.command import ProfileError
 
     out = _Out(args.json)
     try:
@@ -177,10 +176,10 @@ def run(args: argparse.Namespace) -> int:
 async def _showcase(args: argparse.Namespace, ms: ModuleType, out: _Out, problems: list[str]) -> None:
     import trio
 
-    from bridge.journal import default_journal_path
-    from bridge.pi import find_install, scripted_profile
-    from bridge.replay import replay
-    from bridge.supervisor import BridgeConfig, open_bridge
+    from bridge.live.journal import default_journal_path
+    from bridge.profiles.pi import find_install, scripted_profile
+    from bridge.readers.replay import replay
+    from bridge.live.supervisor import BridgeConfig, open_bridge
 
     install = find_install(args.pi_dir)  # ProfileError with the fix when missing
     journal = Path(args.journal) if args.journal else default_journal_path()
@@ -256,7 +255,7 @@ async def _ask(bridge: Any, out: _Out, heading: str, message: str, *, stop_after
 
 
 def _show(out: _Out, r: Any) -> None:
-    from bridge.receipts import describe
+    from bridge.core.receipts import describe
 
     out.say(f"  receipt  {describe(r)}")
     out.receipt(r)

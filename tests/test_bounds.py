@@ -8,9 +8,10 @@ from pathlib import Path
 
 import trio
 
-from bridge import lifecycle, supervisor
-from bridge.profile import CommandProfile
-from bridge.session import SIGNALS_PER_PROMPT, TRACKER_KEEP, Session
+from bridge.core import lifecycle
+from bridge.live import supervisor
+from bridge.profiles.command import CommandProfile
+from bridge.core.session import SIGNALS_PER_PROMPT, TRACKER_KEEP, Session
 from tests.conftest import TOOLS
 
 ACK = {"type": "response", "command": "prompt", "success": True, "data": {"disposition": "started"}}

@@ -167,9 +167,9 @@ def test_run_on_a_terminal_shows_the_engine_starting_and_retrying():
 
 
 def test_a_bug_is_the_only_traceback_and_exits_70():
-    code = ("import sys, bridge.replay, bridge.cli\n"
+    code = ("import sys, bridge.readers.replay, bridge.cli\n"
             "def broken(path): raise RuntimeError('an invariant broke')\n"
-            "bridge.replay.replay = broken\n"
+            "bridge.readers.replay.replay = broken\n"
             "sys.exit(bridge.cli.main(['replay', 'README.md']))\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 70

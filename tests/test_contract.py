@@ -42,11 +42,11 @@ from typing import Any
 import pytest
 import trio
 
-from bridge.pi import PI_PIN, find_install, scripted_profile
-from bridge.profile import CommandProfile, ProfileError
-from bridge.receipts import Receipt
-from bridge.replay import replay
-from bridge.supervisor import BridgeConfig, open_bridge
+from bridge.profiles.pi import PI_PIN, find_install, scripted_profile
+from bridge.profiles.command import CommandProfile, ProfileError
+from bridge.core.receipts import Receipt
+from bridge.readers.replay import replay
+from bridge.live.supervisor import BridgeConfig, open_bridge
 from tests.helpers_live import (
     ROOT,
     ServeProc,
@@ -126,9 +126,9 @@ class SlowCheck(CommandProfile):
 #: engine argv as JSON, argv[2] the journal. A real process, so it can be signalled.
 SERVE_SLOW_CHECK = """
 import json, sys
-from bridge.profile import CommandProfile
-from bridge.serve import main_serve
-from bridge.supervisor import BridgeConfig
+from bridge.profiles.command import CommandProfile
+from bridge.controller.serve import main_serve
+from bridge.live.supervisor import BridgeConfig
 
 class SlowCheck(CommandProfile):
     def prepare(self):

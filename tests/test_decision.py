@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.receipts import REASONS, Facts, decide
+from bridge.core.receipts import REASONS, Facts, decide
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from bridge.diagnose import BEFORE, diagnose, format_text
-from bridge.replay import replay
+from bridge.readers.diagnose import BEFORE, diagnose, format_text
+from bridge.readers.replay import replay
 from tests.conftest import FIXTURES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -958,7 +958,7 @@ def write_big_journal(path: Path | str, target: int) -> dict[str, int]:
 
 _MEASURE = r"""
 import gc, json, resource, sys, time
-import bridge.diagnose as d
+import bridge.readers.diagnose as d
 from bridge.cli import build_parser
 
 def rss_kb():

@@ -20,9 +20,9 @@ from typing import Any
 
 import trio
 
-from bridge.profile import CommandProfile
-from bridge.receipts import Receipt
-from bridge.supervisor import PromptHandle, open_bridge
+from bridge.profiles.command import CommandProfile
+from bridge.core.receipts import Receipt
+from bridge.live.supervisor import PromptHandle, open_bridge
 from tools.soaklib import (
     STOP_PLANS,
     SeededFakeProfile,

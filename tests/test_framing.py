@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.framing import OVERSIZE_HEAD, LineSplitter, Oversize, RawLine, parse_line, raw_text
+from bridge.core.framing import OVERSIZE_HEAD, LineSplitter, Oversize, RawLine, parse_line, raw_text
 
 
 def split(data: bytes, max_line: int = 1 << 20, chunks: list[int] | None = None) -> list[bytes | Oversize]:

@@ -12,9 +12,9 @@ import io
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.framing import LineSplitter, Oversize
-from bridge.serve import ControllerError, parse_command
-from bridge.session import Session
+from bridge.core.framing import LineSplitter, Oversize
+from bridge.controller.serve import ControllerError, parse_command
+from bridge.core.session import Session
 from bridge.transcript import TranscriptError, TranscriptReader
 
 json_ish = st.recursive(

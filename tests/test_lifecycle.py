@@ -1,10 +1,10 @@
-"""The pure lifecycle (bridge/lifecycle.py) against SPEC §5 and §7.
+"""The pure lifecycle (bridge/core/lifecycle.py) against SPEC §5 and §7.
 
 Two parts:
 
 - :class:`LifecycleMachine`, a hypothesis state machine over the pure core.
   The harness (:class:`Harness`) plays the trio layer and the engine the way
-  bridge/supervisor.py does, abstractly: it keeps the clock (a float that only
+  bridge/live/supervisor.py does, abstractly: it keeps the clock (a float that only
   grows), carries out every action a step returns (a ``GiveUp`` is answered at
   once with a ``Decided``, fed back before the next input, like the trio
   layer's input queue), models the engine processes (spawn pending, running,
@@ -38,7 +38,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from bridge.lifecycle import (
+from bridge.core.lifecycle import (
     _HELD_DEADLINES,
     DEADLINES,
     SIGNALS_PER_GENERATION,
@@ -77,7 +77,7 @@ from bridge.lifecycle import (
     snapshot,
     step,
 )
-from bridge.receipts import Facts, Receipt, decide
+from bridge.core.receipts import Facts, Receipt, decide
 
 SEAL_STATE = {"type": "get_state", "id": "seal-state"}
 LICENCE = "fatal: licence file expired"
@@ -219,7 +219,7 @@ class Harness:
             rec = s.prompts.get(action.request)
             if rec is None or rec.phase != "held":
                 self.violations.append(f"{action!r} for a prompt not held")
-            # The evidence half's answer (bridge/session.py give_up), with "the model
+            # The evidence half's answer (bridge/core/session.py give_up), with "the model
             # had it" approximated by "it was acked".
             working = action.request in self.acked
             facts = Facts(exited=True, working=working) if action.why == "exited" else Facts(gave_up=action.why, working=working)

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import trio
 
-from bridge.profile import CommandProfile
-from bridge.receipts import Receipt
-from bridge.replay import replay
-from bridge.supervisor import Bridge, BridgeConfig, open_bridge
+from bridge.profiles.command import CommandProfile
+from bridge.core.receipts import Receipt
+from bridge.readers.replay import replay
+from bridge.live.supervisor import Bridge, BridgeConfig, open_bridge
 from tests.conftest import TOOLS
 
 FAST = dict(

@@ -2,8 +2,8 @@
 
 Every scenario of ``tools/pi_scenarios.py`` (the ones ``tools/record`` records
 into ``fixtures/pi-1.6.0``) runs end to end: the scripted model server
-in-process, :func:`bridge.pi.scripted_profile` (the real sealed Pi),
-:func:`bridge.supervisor.open_bridge`. Each test asserts the receipts, the
+in-process, :func:`bridge.profiles.pi.scripted_profile` (the real sealed Pi),
+:func:`bridge.live.supervisor.open_bridge`. Each test asserts the receipts, the
 signals raised, that ``replay(journal)`` gives the tracker output, overlap
 signals and receipts the live bridge reported, and that Pi still behaves as
 recorded (the normal form of the recording; re-record with ``tools/record``
@@ -28,10 +28,10 @@ from typing import Any
 import pytest
 import trio
 
-from bridge.pi import PI_PIN, find_install
-from bridge.profile import ProfileError
-from bridge.replay import replay
-from bridge.session import ReceiptReady, Session
+from bridge.profiles.pi import PI_PIN, find_install
+from bridge.profiles.command import ProfileError
+from bridge.readers.replay import replay
+from bridge.core.session import ReceiptReady, Session
 from tests.conftest import FIXTURES, ROOT, TOOLS
 
 

@@ -1,4 +1,4 @@
-"""The sealed, pinned Pi profile (bridge/pi.py): real files, and the real pinned Pi
+"""The sealed, pinned Pi profile (bridge/profiles/pi.py): real files, and the real pinned Pi
 (tools/pi, installed by tools/setup_pi) where it is cheap.
 
 Every read from Pi has a timeout and every process is killed in a ``finally``."""
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from bridge.pi import (
+from bridge.profiles.pi import (
     PI_PACKAGE,
     PI_PIN,
     SEAL_FLAGS,
@@ -29,7 +29,7 @@ from bridge.pi import (
     find_install,
     scripted_profile,
 )
-from bridge.profile import Launch, ProfileError
+from bridge.profiles.command import Launch, ProfileError
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / "tools"

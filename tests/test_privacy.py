@@ -9,8 +9,8 @@ from pathlib import Path
 
 import trio
 
-from bridge.pi import scripted_profile
-from bridge.supervisor import BridgeConfig, open_bridge
+from bridge.profiles.pi import scripted_profile
+from bridge.live.supervisor import BridgeConfig, open_bridge
 from tests.conftest import TOOLS
 
 sys.path.insert(0, str(TOOLS))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.replay import replay
+from bridge.readers.replay import replay
 from tests.conftest import FIXTURES, SEED, TOOLS
 
 CORE = sorted((FIXTURES / "core").glob("*.jsonl"))
@@ -138,8 +138,8 @@ def test_generated_transcripts_agree_with_the_seed_tracker(tmp_path: Path):
 
 def test_replay_skipping_updates_equals_reading_every_line(tmp_path: Path):
     """Replay skips parsing update lines; the result is what line-by-line reading gives."""
-    from bridge.replay import Driver
-    from bridge.session import Session
+    from bridge.readers.replay import Driver
+    from bridge.core.session import Session
     from bridge.transcript import open_transcript
 
     paths = [*CORE, *sorted((FIXTURES / "pi-1.6.0").glob("*.jsonl"))]

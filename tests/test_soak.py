@@ -30,9 +30,9 @@ from typing import Any
 import pytest
 import trio
 
-from bridge.framing import LineSplitter, Oversize
-from bridge.profile import CommandProfile
-from bridge.supervisor import open_bridge
+from bridge.core.framing import LineSplitter, Oversize
+from bridge.profiles.command import CommandProfile
+from bridge.live.supervisor import open_bridge
 from tools.soaklib import (
     ROOT,
     ServeProc,

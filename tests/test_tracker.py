@@ -12,9 +12,9 @@ import cattrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.framing import RawLine
-from bridge.session import Session
-from bridge.tracker import LAST_ERROR_MAX, Overlap, Settled, Tracker, Working, js_slice
+from bridge.core.framing import RawLine
+from bridge.core.session import Session
+from bridge.core.tracker import LAST_ERROR_MAX, Overlap, Settled, Tracker, Working, js_slice
 
 P1 = {"type": "prompt", "id": "p1", "message": "hi"}
 ACK1 = {"type": "response", "id": "p1", "command": "prompt", "success": True, "data": {"disposition": "started"}}

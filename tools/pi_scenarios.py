@@ -3,7 +3,7 @@
 Used by ``tools/record`` (re-record ``fixtures/pi-1.6.0``; the tool for moving
 the pin) and ``tests/test_pi_live.py`` (the same scenarios as integration
 tests). Each scenario is a small async function that drives a live bridge
-(:func:`bridge.supervisor.open_bridge`) on :func:`bridge.pi.scripted_profile`
+(:func:`bridge.live.supervisor.open_bridge`) on :func:`bridge.profiles.pi.scripted_profile`
 -- the real sealed Pi -- against the scripted model server
 (``tools/model_server.py``, started in-process on 127.0.0.1), plus a check
 that asserts what the pinned Pi is expected to do and fails loudly
@@ -53,10 +53,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without the editable install
     sys.path.insert(0, str(ROOT))
 
-from bridge.pi import PI_PIN, find_install, scripted_profile  # noqa: E402
-from bridge.receipts import Receipt, describe  # noqa: E402
-from bridge.replay import ReplayResult, replay  # noqa: E402
-from bridge.supervisor import Bridge, BridgeConfig, PromptHandle, open_bridge  # noqa: E402
+from bridge.profiles.pi import PI_PIN, find_install, scripted_profile  # noqa: E402
+from bridge.core.receipts import Receipt, describe  # noqa: E402
+from bridge.readers.replay import ReplayResult, replay  # noqa: E402
+from bridge.live.supervisor import Bridge, BridgeConfig, PromptHandle, open_bridge  # noqa: E402
 from bridge.transcript import Entry, open_transcript  # noqa: E402
 
 EXTENSIONS = ROOT / "tools" / "pi" / "extensions"
@@ -260,7 +260,7 @@ def scenario(name: str, about: str, script: list[dict[str, Any]], **kw: Any) -> 
 async def run(name: str, journal: str | Path, *, check: bool = True) -> Outcome:
     """Run scenario ``name`` against the installed Pi; the journal goes to ``journal``.
 
-    Raises :class:`bridge.profile.ProfileError` when the pinned Pi is not
+    Raises :class:`bridge.profiles.command.ProfileError` when the pinned Pi is not
     installed, :class:`ScenarioError` when a check fails, ``trio.TooSlowError``
     when the scenario hangs past its timeout. The server and the engine are
     always stopped.

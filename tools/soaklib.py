@@ -44,11 +44,11 @@ from typing import Any
 import attrs
 import trio
 
-import bridge.journal
-from bridge.profile import CommandProfile, Launch, filtered_env
-from bridge.receipts import Receipt
-from bridge.replay import replay
-from bridge.supervisor import BridgeConfig, PromptHandle
+import bridge.live.journal
+from bridge.profiles.command import CommandProfile, Launch, filtered_env
+from bridge.core.receipts import Receipt
+from bridge.readers.replay import replay
+from bridge.live.supervisor import BridgeConfig, PromptHandle
 from bridge.transcript import TranscriptError, open_transcript
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -550,18 +550,18 @@ def failing_journal(limit: int) -> Iterator[list[FailingFile]]:
     """While open, every journal the bridge creates in this process is a :class:`FailingFile`
     that fills up after ``limit`` bytes past its header. Yields the files made."""
     made: list[FailingFile] = []
-    real = bridge.journal.open_private
+    real = bridge.live.journal.open_private
 
     def open_failing(path: Path) -> Any:
         f = FailingFile(real(path), limit)
         made.append(f)
         return f
 
-    bridge.journal.open_private = open_failing  # type: ignore[assignment]
+    bridge.live.journal.open_private = open_failing  # type: ignore[assignment]
     try:
         yield made
     finally:
-        bridge.journal.open_private = real  # type: ignore[assignment]
+        bridge.live.journal.open_private = real  # type: ignore[assignment]
 
 
 def fsize_limit(limit: int) -> Callable[[], None]:

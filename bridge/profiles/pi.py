@@ -2,7 +2,7 @@
 
 Pi ties no event to a prompt, so the bridge runs it *sealed*: nothing but the
 bridge's prompt in the slot may start a run. :class:`PiProfile` is that seal,
-turned into a :class:`~bridge.profile.Launch`. Its rules, and where each comes
+turned into a :class:`~bridge.profiles.command.Launch`. Its rules, and where each comes
 from (``NOTES`` = ``tools/pi/NOTES.md``, facts verified against the installed
 Pi; ``docs/…`` = the docs shipped in
 ``tools/pi/node_modules/@earendil-works/pi-coding-agent/docs/``):
@@ -85,7 +85,7 @@ from typing import Any, Final
 
 import attrs
 
-from bridge.profile import PI_CLEARING, Launch, ProfileError, filtered_env
+from bridge.profiles.command import PI_CLEARING, Launch, ProfileError, filtered_env
 
 __all__ = [
     "NODE_MIN",
@@ -169,7 +169,7 @@ class PiInstall:
 
 def default_pi_dir() -> Path:
     """The repo's ``tools/pi``."""
-    return Path(__file__).resolve().parents[1] / "tools" / "pi"
+    return Path(__file__).resolve().parents[2] / "tools" / "pi"
 
 
 def find_install(pi_dir: str | None = None, *, allow_other_version: bool = False) -> PiInstall:

@@ -53,9 +53,9 @@ from typing import Any
 import trio
 
 from bridge import __version__
-from bridge.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize, RawLine, parse_line
-from bridge.profile import EngineProfile
-from bridge.supervisor import Bridge, BridgeConfig, open_bridge
+from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize, RawLine, parse_line
+from bridge.profiles.command import EngineProfile
+from bridge.live.supervisor import Bridge, BridgeConfig, open_bridge
 from bridge.transcript import dumps
 
 

@@ -156,7 +156,7 @@ class Run:
 class Tracker:
     """The overlap tracker. Feed it in observation order; it returns outputs.
 
-    The driver (:class:`bridge.session.Session`) applies SPEC §4: it calls
+    The driver (:class:`bridge.core.session.Session`) applies SPEC §4: it calls
     :meth:`attach` when it writes a ``prompt``, :meth:`acked` when it reads that
     prompt's successful response, :meth:`link_stop` when it writes an
     ``abort``, :meth:`release` when the slot's receipt is settled, opens and

@@ -4,7 +4,7 @@ A :class:`Session` is fed what the bridge does and what it reads -- commands it
 wrote (:meth:`~Session.send`), lines it read (:meth:`~Session.receive_line` /
 :meth:`~Session.observe`), slots it released, engine exits -- and returns the
 events that follow, in order. It owns the observation index, drives the
-:class:`~bridge.tracker.Tracker` by SPEC §4's table, and decides each sent
+:class:`~bridge.core.tracker.Tracker` by SPEC §4's table, and decides each sent
 prompt's receipt (SPEC §5). It has no clock and does no I/O: times are passed
 in by the caller (``t``, seconds since the bridge started) and only copied into
 receipts. Replaying a journal through a Session gives what the live bridge
@@ -61,9 +61,9 @@ import collections
 
 import attrs
 
-from bridge.framing import Oversize, RawLine, parse_line
-from bridge.receipts import Facts, Receipt, Times, decide, exit_words
-from bridge.tracker import Overlap, Settled, Tracker, Working
+from bridge.core.framing import Oversize, RawLine, parse_line
+from bridge.core.receipts import Facts, Receipt, Times, decide, exit_words
+from bridge.core.tracker import Overlap, Settled, Tracker, Working
 
 #: Pi writes ``type`` first (``JSON.stringify`` keeps insertion order), so a line
 #: with this prefix is a ``message_update``, which the tracker never reads: it
@@ -572,7 +572,7 @@ class Session:
         stop: Any = None,
         native_error: str | None = None,
     ) -> None:
-        """Decide ``prompt``'s receipt by the table (:func:`bridge.receipts.decide`)
+        """Decide ``prompt``'s receipt by the table (:func:`bridge.core.receipts.decide`)
         and add it to ``events``, with the evidence the session holds."""
         state, reason = decide(facts)
         if t is not None:

@@ -8,9 +8,9 @@
             print(text, end="")
         receipt = await handle.receipt()
 
-Two pure objects decide everything: :class:`~bridge.lifecycle.Lifecycle` (queue,
+Two pure objects decide everything: :class:`~bridge.core.lifecycle.Lifecycle` (queue,
 slot, deadlines, stops, closing, engine restarts) and
-:class:`~bridge.session.Session` (the evidence: observation indices, the
+:class:`~bridge.core.session.Session` (the evidence: observation indices, the
 tracker, receipts decided from the engine's lines). This module only moves
 bytes and time between them and the world:
 
@@ -21,7 +21,7 @@ bytes and time between them and the world:
   notify) or in tasks where they wait (spawn an engine, stop one with the
   close ladder, write to a pipe bounded by ``write_timeout``);
 - one task (:meth:`Bridge._clock`) sleeps until the lifecycle's next deadline
-  and then feeds a :class:`~bridge.lifecycle.Tick`.
+  and then feeds a :class:`~bridge.core.lifecycle.Tick`.
 
 The clock task, the writers and the engines' own tasks are shielded from
 cancellation until the bridge has closed: cancelling the code that uses the
@@ -45,10 +45,10 @@ import attrs
 import trio
 
 from bridge import __version__
-from bridge.engine import Engine, EngineGone
-from bridge.framing import Oversize, RawLine
-from bridge.journal import Journal, default_journal_path
-from bridge.lifecycle import (
+from bridge.live.engine import Engine, EngineGone
+from bridge.core.framing import Oversize, RawLine
+from bridge.live.journal import Journal, default_journal_path
+from bridge.core.lifecycle import (
     RECENT_IDS,
     SIGNALS_PER_GENERATION,
     Acked,
@@ -82,9 +82,9 @@ from bridge.lifecycle import (
     Write,
     WriteFailed,
 )
-from bridge.profile import EngineProfile, Launch, ProfileError
-from bridge.receipts import Receipt
-from bridge.session import (
+from bridge.profiles.command import EngineProfile, Launch, ProfileError
+from bridge.core.receipts import Receipt
+from bridge.core.session import (
     MESSAGE_UPDATE_PREFIX,
     Acked as SessionAcked,
     Diagnostic,
@@ -96,7 +96,7 @@ from bridge.session import (
     Session,
     TextDelta,
 )
-from bridge.tracker import Overlap
+from bridge.core.tracker import Overlap
 from bridge.transcript import dumps
 
 __all__ = ["RECENT_IDS", "SIGNALS_PER_GENERATION", "Bridge", "BridgeConfig", "PromptHandle", "open_bridge"]
@@ -786,7 +786,7 @@ async def open_bridge(
     """Open a bridge on an engine profile; close it (every receipt settled) on exit.
 
     ``journal``: True for the default location, a path, or False/None for none.
-    Raises :class:`~bridge.profile.ProfileError` when the engine can't be prepared.
+    Raises :class:`~bridge.profiles.command.ProfileError` when the engine can't be prepared.
     """
     config = config or BridgeConfig()
     launch = profile.prepare()

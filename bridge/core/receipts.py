@@ -94,11 +94,6 @@ class Receipt:
         if self.reason not in REASONS[self.state]:
             raise ValueError(f"reason {self.reason!r} does not go with state {self.state!r}")
 
-    @property
-    def settled_cleanly(self) -> bool:
-        """True for the states a controller can act on without doubt."""
-        return self.state == "finished"
-
     def to_json(self) -> dict[str, Any]:
         return converter.unstructure(self)  # type: ignore[no-any-return]
 
@@ -110,7 +105,7 @@ class Receipt:
 # --------------------------------------------------------------------------
 # The decision table: the one place a receipt's state and reason are decided.
 #
-# The evidence half (bridge/session.py) and the lifecycle (bridge/lifecycle.py)
+# The evidence half (bridge/core/session.py) and the lifecycle (bridge/core/lifecycle.py)
 # each know some of a prompt's story; whichever learns the *trigger* (the slot's
 # run settled, the engine refused or exited, a deadline passed, the prompt was
 # never written) gathers what is known into :class:`Facts` and asks

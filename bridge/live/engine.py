@@ -2,7 +2,7 @@
 
 An :class:`Engine` owns one subprocess and three tasks in the caller's nursery:
 
-- the stdout reader: large reads into :class:`~bridge.framing.LineSplitter`,
+- the stdout reader: large reads into :class:`~bridge.core.framing.LineSplitter`,
   each read's lines handed to ``sink.lines`` synchronously (no await between
   reading a line and the session seeing it, so the order of observations is
   the order of bytes on the pipe);
@@ -34,8 +34,8 @@ from typing import Any, Protocol
 
 import trio
 
-from bridge.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
-from bridge.profile import Launch
+from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
+from bridge.profiles.command import Launch
 from bridge.transcript import dumps
 
 #: Bytes asked for per read. Pi writes many short lines; one large read takes
@@ -298,7 +298,3 @@ class Engine:
             except ProcessLookupError:
                 pass
 
-    def kill_now(self) -> None:
-        """SIGKILL without waiting (the last resort when the bridge itself is dying)."""
-        if self.process is not None and self.process.returncode is None:
-            self._signal_group(signal.SIGKILL)

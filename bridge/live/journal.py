@@ -38,8 +38,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bridge.framing import RawLine, raw_text
-from bridge.receipts import Receipt
+from bridge.core.framing import RawLine, raw_text
+from bridge.core.receipts import Receipt
 from bridge.transcript import TranscriptWriter, dumps
 
 #: Buffered bytes between flushes (each receipt flushes and fsyncs anyway).

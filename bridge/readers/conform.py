@@ -22,7 +22,7 @@ from typing import Any, TextIO
 
 import attrs
 
-from bridge.replay import replay
+from bridge.readers.replay import replay
 from bridge.transcript import TranscriptError
 
 
@@ -71,7 +71,7 @@ def dump_expected(result: dict[str, Any]) -> str:
     return json.dumps(result, indent=2, ensure_ascii=True) + "\n"
 
 
-def conform(folder: Path, *, update: bool = False, log: TextIO | None = None) -> Iterator[Outcome]:
+def conform(folder: Path, *, update: bool = False) -> Iterator[Outcome]:
     for fixture in sorted(folder.rglob("*.jsonl")):
         name = str(fixture.relative_to(folder))
         try:

@@ -1,95 +1,18 @@
-"""Transcript format v1: the journal, the fixtures and what replay reads (SPEC §6).
+"""Reading transcripts: strict where misreading would be silent, lenient where a crash leaves its mark.
 
-UTF-8 JSONL. Line 1 is the header::
-
-    {"transcript": "pi-bridge", "version": 1, "clearing": [...], ...free metadata}
-
-Every later line is one object with exactly one *kind* key, plus an optional
-``"t"`` (seconds since start) and, on ``recv`` / ``recv_raw``, an optional
-``"i"`` (the observation index; when present it must match the count):
-
-=========  =================================================================
-send       a command the bridge wrote to the engine
-recv       one engine line that parsed as a JSON object
-recv_raw   one engine line that did not (text; invalid UTF-8 replaced)
-release    the bridge released slot R
-stderr     a line the engine wrote to stderr
-exit       the engine exited: ``{"code": ..., "signal": ...}``
-note       anything for people and tools (engine starts, seal checks, ...)
-receipt    a receipt the bridge settled
-signal     a signal the bridge raised
-=========  =================================================================
-
-The reader is strict where misreading would be silent: a newer version, an
-unknown kind, two kinds on one line or a mismatched ``i`` are errors naming the
-file and line. It is lenient where a crash leaves its mark: a last line cut off
-without its LF (the bridge died mid-write) is dropped, so a journal reads back
-up to its last complete line. It streams: memory does not grow with the file.
-
-Writing goes through :func:`dumps`: orjson, which escapes every control
-character, so nothing inside a string can start a new journal line.
+The format and its rules are in :mod:`bridge.transcript.format`. The reader streams: memory does
+not grow with the file.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
-import os
 from collections.abc import Iterator
-from typing import IO, Any, Final
+from typing import IO, Any
 
-import attrs
-import orjson
-
-VERSION: Final = 1
-MAGIC: Final = "pi-bridge"
-KINDS: Final = frozenset(
-    {"send", "recv", "recv_raw", "release", "stderr", "exit", "note", "receipt", "signal"}
+from bridge.transcript.format import (
+    EXTRA_KEYS, KINDS, MAGIC, VERSION, Entry, Header, TranscriptError, loads, shown,
 )
-#: Keys an entry may carry beside its kind.
-EXTRA_KEYS: Final = frozenset({"t", "i"})
-
-
-class TranscriptError(Exception):
-    """The file is not a transcript this reader can read. The message names the line."""
-
-    def __init__(self, path: str, line: int, message: str) -> None:
-        super().__init__(f"{path}:{line}: {message}")
-        self.path = path
-        self.line = line
-
-
-@attrs.frozen
-class Header:
-    version: int
-    clearing: tuple[str, ...] = ()
-    meta: dict[str, Any] = attrs.field(factory=dict)
-
-
-@attrs.frozen
-class Entry:
-    kind: str
-    value: Any
-    t: float | None = None
-    i: int | None = None
-    line: int = 0
-
-
-def dumps(obj: Any) -> bytes:
-    """One JSON line's bytes (no LF). Lone surrogates fall back to ``\\u`` escapes."""
-    try:
-        return orjson.dumps(obj)
-    except TypeError:
-        # orjson refuses str with lone surrogates (which JSON.parse accepts and
-        # the framing's fallback parser keeps); json writes them as escapes.
-        return json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode()
-
-
-def _loads(data: bytes) -> Any:
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data.decode("utf-8"))
 
 
 class TranscriptReader:
@@ -110,14 +33,14 @@ class TranscriptReader:
         if not first.strip():
             raise TranscriptError(path, 1, "empty file: expected a pi-bridge transcript header")
         try:
-            head = _loads(first)
+            head = loads(first)
         except (ValueError, UnicodeDecodeError) as e:
             raise TranscriptError(path, 1, f"header is not JSON ({e})") from None
         if not isinstance(head, dict) or head.get("transcript") != MAGIC:
             raise TranscriptError(path, 1, 'not a pi-bridge transcript (header lacks "transcript": "pi-bridge")')
         version = head.get("version")
         if type(version) is not int or version < 1:
-            raise TranscriptError(path, 1, f"header has no valid version (got {_shown(version)})")
+            raise TranscriptError(path, 1, f"header has no valid version (got {shown(version)})")
         if version > VERSION:
             raise TranscriptError(
                 path,
@@ -192,7 +115,7 @@ class TranscriptReader:
         if not data.strip():
             return None
         try:
-            obj = _loads(data)
+            obj = loads(data)
         except (ValueError, UnicodeDecodeError) as e:
             if not complete:
                 self.truncated = True
@@ -207,16 +130,16 @@ class TranscriptReader:
         kind = kinds[0]
         if kind not in KINDS:
             raise TranscriptError(
-                path, lineno, f"unknown entry kind {_shown(kind)} (this reader knows: {', '.join(sorted(KINDS))})"
+                path, lineno, f"unknown entry kind {shown(kind)} (this reader knows: {', '.join(sorted(KINDS))})"
             )
         t = obj.get("t")
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))):
-            raise TranscriptError(path, lineno, f'"t" must be a number of seconds, got {_shown(t)}')
+            raise TranscriptError(path, lineno, f'"t" must be a number of seconds, got {shown(t)}')
         i = obj.get("i")
         if kind in ("recv", "recv_raw"):
             self._observations += 1
             if i is not None and i != self._observations:
-                raise TranscriptError(path, lineno, f'"i" is {_shown(i)} but this is observation {self._observations}')
+                raise TranscriptError(path, lineno, f'"i" is {shown(i)} but this is observation {self._observations}')
         elif i is not None:
             raise TranscriptError(path, lineno, f'"i" belongs on recv and recv_raw only, not on {kind}')
         value = obj[kind]
@@ -248,52 +171,3 @@ def open_transcript(path: str) -> tuple[IO[bytes], TranscriptReader]:
     except BaseException:
         stream.close()
         raise
-
-
-class TranscriptWriter:
-    """Write a transcript to a binary stream. Buffered; :meth:`sync` makes it durable."""
-
-    def __init__(self, stream: IO[bytes], *, clearing: tuple[str, ...] = (), **meta: Any) -> None:
-        self._stream = stream
-        reserved = {"transcript", "version", "clearing"} & meta.keys()
-        if reserved:
-            raise ValueError(f"header metadata may not set {sorted(reserved)}")
-        header: dict[str, Any] = {"transcript": MAGIC, "version": VERSION}
-        if clearing:
-            header["clearing"] = list(clearing)
-        header.update(meta)
-        stream.write(dumps(header) + b"\n")
-
-    def write(self, kind: str, value: Any, *, t: float | None = None, i: int | None = None) -> None:
-        if kind not in KINDS:
-            raise ValueError(f"unknown transcript kind {kind!r}")
-        entry: dict[str, Any] = {kind: value}
-        if t is not None:
-            entry["t"] = round(t, 6)
-        if i is not None:
-            entry["i"] = i
-        self._stream.write(dumps(entry) + b"\n")
-
-    def write_line(self, line: bytes) -> None:
-        """A pre-serialised entry (the hot path builds ``recv`` lines itself)."""
-        self._stream.write(line)
-
-    def flush(self) -> None:
-        self._stream.flush()
-
-    def sync(self) -> None:
-        """Flush and fsync: what was written survives a crash of the bridge."""
-        self._stream.flush()
-        try:
-            os.fsync(self._stream.fileno())
-        except (OSError, ValueError, AttributeError):
-            pass
-
-    def close(self) -> None:
-        self._stream.close()
-
-
-def _shown(value: Any) -> str:
-    """A value from a file, as JSON (how the user wrote it), cut short: never a Python repr."""
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= 80 else text[:79] + "…"

@@ -9,7 +9,7 @@ created (an isolated config folder, copied credentials); the bridge calls it
 when the engine is gone, also after a crash.
 
 Two profiles exist: :class:`CommandProfile` (any engine speaking Pi's JSONL,
-given as argv after ``--``) and :class:`bridge.pi.PiProfile` (the sealed,
+given as argv after ``--``) and :class:`bridge.profiles.pi.PiProfile` (the sealed,
 pinned Pi, the default).
 """
 
@@ -63,8 +63,8 @@ class CommandProfile:
     """Any engine speaking Pi's RPC JSONL, spawned from an argv (``-- ENGINE ARGV``).
 
     The environment is the bridge's own (or only the names in ``env_allowlist``),
-    plus ``extra_env``. No seal check beyond the protocol's own: the bridge still
-    asks ``get_state`` at start when ``check_state`` is set.
+    plus ``extra_env``. No start-up check: the engine is ready when spawned (the sealed
+    Pi profile, :class:`bridge.profiles.pi.PiProfile`, asks ``get_state`` first).
     """
 
     argv: Sequence[str]

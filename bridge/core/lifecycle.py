@@ -7,7 +7,7 @@ through cattrs (:func:`snapshot` / :func:`restore`), and for the same state,
 input and ``now`` a step always gives the same state and actions (tested, with
 a model-based test over random interleavings: tests/test_lifecycle.py).
 
-The evidence half is :class:`bridge.session.Session`: it reads the engine's
+The evidence half is :class:`bridge.core.session.Session`: it reads the engine's
 lines and decides a receipt when the evidence concludes (settle, refusal,
 exit). This machine owns the rest of SPEC §5 and §7:
 
@@ -31,7 +31,7 @@ exit). This machine owns the rest of SPEC §5 and §7:
   receipt;
 - the signal budget per engine generation, and the window of recent ids.
 
-Receipts are decided in one place, :func:`bridge.receipts.decide`: this
+Receipts are decided in one place, :func:`bridge.core.receipts.decide`: this
 machine asks it for prompts it never wrote; for a written prompt whose
 deadline passed it emits :class:`GiveUp`, and the evidence half answers with
 the receipt (fed back as :class:`Decided`).
@@ -53,8 +53,8 @@ from typing import Any, Final
 
 import attrs
 
-from bridge.framing import DEFAULT_MAX_LINE
-from bridge.receipts import Facts, Receipt, Times, converter, decide, exit_words
+from bridge.core.framing import DEFAULT_MAX_LINE
+from bridge.core.receipts import Facts, Receipt, Times, converter, decide, exit_words
 
 #: Settled prompt ids remembered for duplicate detection and ``get_receipt``.
 RECENT_IDS: Final = 65536

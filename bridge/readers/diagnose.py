@@ -1,8 +1,8 @@
 """``bridge diagnose FILE``: every signal, gap and unknown receipt in a journal, in words.
 
 A transcript (a fixture, or a live bridge's journal, lean or full) is driven
-through a :class:`~bridge.session.Session` exactly as ``bridge replay`` does
-(the shared :class:`~bridge.replay.Driver`), and every event worth a person's
+through a :class:`~bridge.core.session.Session` exactly as ``bridge replay`` does
+(the shared :class:`~bridge.readers.replay.Driver`), and every event worth a person's
 attention becomes a *finding*:
 
 - every overlap the tracker raises (O1-O6, ``aborted-without-stop``), every gap,
@@ -51,9 +51,9 @@ from typing import IO, Any, Final
 import attrs
 import orjson
 
-from bridge.receipts import Receipt
-from bridge.replay import Driver, pending_receipt
-from bridge.session import (
+from bridge.core.receipts import Receipt
+from bridge.readers.replay import Driver, pending_receipt
+from bridge.core.session import (
     Diagnostic,
     DispositionSignal,
     GapOpened,
@@ -62,7 +62,7 @@ from bridge.session import (
     SealBroken,
     Session,
 )
-from bridge.tracker import Overlap
+from bridge.core.tracker import Overlap
 from bridge.transcript import Entry, Header, TranscriptError, dumps, open_transcript
 
 #: Observations shown before and after the one a finding is about.
@@ -1602,7 +1602,7 @@ class Diagnoser:
 
     def _c_version(self) -> dict[str, str]:
         if self.version is None:
-            from bridge.pi import PI_PIN
+            from bridge.profiles.pi import PI_PIN
 
             check = (f"the header records no engine_version (engine {_short(self.engine)}): compare the engine that "
                      f"ran with the pinned Pi {self.pin or PI_PIN}")

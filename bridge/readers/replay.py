@@ -1,4 +1,4 @@
-"""Replay a transcript through a :class:`~bridge.session.Session` (SPEC §6).
+"""Replay a transcript through a :class:`~bridge.core.session.Session` (SPEC §6).
 
 The result is the tracker's own output (``overlaps``, ``working``, ``settled``,
 with the seed's key names) and the bridge-level receipt of every prompt in the
@@ -15,9 +15,9 @@ from typing import Any
 
 import attrs
 
-from bridge.framing import RawLine
-from bridge.receipts import Receipt
-from bridge.session import NO_EVENTS, Event, PromptState, ReceiptReady, Session
+from bridge.core.framing import RawLine
+from bridge.core.receipts import Receipt
+from bridge.core.session import NO_EVENTS, Event, PromptState, ReceiptReady, Session
 from bridge.transcript import Entry, open_transcript
 
 

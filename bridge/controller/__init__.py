@@ -1,0 +1,1 @@
+"""The controller's side: `bridge serve`, the JSONL protocol on stdin/stdout."""

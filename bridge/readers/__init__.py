@@ -1,0 +1,1 @@
+"""Readers of transcripts and journals: replay, conform and diagnose."""

@@ -1,0 +1,11 @@
+"""Transcript format v1 (SPEC §6): :mod:`.format` (the entries and :func:`dumps`), :mod:`.reader`
+(strict, streaming) and :mod:`.writer`."""
+
+from bridge.transcript.format import KINDS, MAGIC, VERSION, Entry, Header, TranscriptError, dumps
+from bridge.transcript.reader import UPDATE_PREFIX, UPDATES_READ, TranscriptReader, open_transcript
+from bridge.transcript.writer import TranscriptWriter
+
+__all__ = [
+    "KINDS", "MAGIC", "VERSION", "Entry", "Header", "TranscriptError", "TranscriptReader",
+    "TranscriptWriter", "UPDATES_READ", "UPDATE_PREFIX", "dumps", "open_transcript",
+]

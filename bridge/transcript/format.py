@@ -1,0 +1,98 @@
+"""Transcript format v1: the journal, the fixtures and what replay reads (SPEC §6).
+
+UTF-8 JSONL. Line 1 is the header::
+
+    {"transcript": "pi-bridge", "version": 1, "clearing": [...], ...free metadata}
+
+Every later line is one object with exactly one *kind* key, plus an optional
+``"t"`` (seconds since start) and, on ``recv`` / ``recv_raw``, an optional
+``"i"`` (the observation index; when present it must match the count):
+
+=========  =================================================================
+send       a command the bridge wrote to the engine
+recv       one engine line that parsed as a JSON object
+recv_raw   one engine line that did not (text; invalid UTF-8 replaced)
+release    the bridge released slot R
+stderr     a line the engine wrote to stderr
+exit       the engine exited: ``{"code": ..., "signal": ...}``
+note       anything for people and tools (engine starts, seal checks, ...)
+receipt    a receipt the bridge settled
+signal     a signal the bridge raised
+=========  =================================================================
+
+The reader is strict where misreading would be silent: a newer version, an
+unknown kind, two kinds on one line or a mismatched ``i`` are errors naming the
+file and line. It is lenient where a crash leaves its mark: a last line cut off
+without its LF (the bridge died mid-write) is dropped, so a journal reads back
+up to its last complete line. It streams: memory does not grow with the file.
+
+Writing goes through :func:`dumps`: orjson, which escapes every control
+character, so nothing inside a string can start a new journal line.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Iterator
+from typing import IO, Any, Final
+
+import attrs
+import orjson
+
+VERSION: Final = 1
+MAGIC: Final = "pi-bridge"
+KINDS: Final = frozenset(
+    {"send", "recv", "recv_raw", "release", "stderr", "exit", "note", "receipt", "signal"}
+)
+#: Keys an entry may carry beside its kind.
+EXTRA_KEYS: Final = frozenset({"t", "i"})
+
+
+class TranscriptError(Exception):
+    """The file is not a transcript this reader can read. The message names the line."""
+
+    def __init__(self, path: str, line: int, message: str) -> None:
+        super().__init__(f"{path}:{line}: {message}")
+        self.path = path
+        self.line = line
+
+
+@attrs.frozen
+class Header:
+    version: int
+    clearing: tuple[str, ...] = ()
+    meta: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class Entry:
+    kind: str
+    value: Any
+    t: float | None = None
+    i: int | None = None
+    line: int = 0
+
+
+def dumps(obj: Any) -> bytes:
+    """One JSON line's bytes (no LF). Lone surrogates fall back to ``\\u`` escapes."""
+    try:
+        return orjson.dumps(obj)
+    except TypeError:
+        # orjson refuses str with lone surrogates (which JSON.parse accepts and
+        # the framing's fallback parser keeps); json writes them as escapes.
+        return json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode()
+
+
+def loads(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data.decode("utf-8"))
+
+
+def shown(value: Any) -> str:
+    """A value from a file, as JSON (how the user wrote it), cut short: never a Python repr."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 80 else text[:79] + "…"
