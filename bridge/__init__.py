@@ -16,10 +16,15 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from bridge.core.receipts import Receipt
-    from bridge.live.supervisor import Bridge, BridgeConfig, PromptHandle, open_bridge
-    from bridge.profiles.command import CommandProfile, ProfileError
-    from bridge.profiles.pi import PiProfile, scripted_profile
+    from bridge.core.receipts import Receipt as Receipt
+    from bridge.live.supervisor import Bridge as Bridge
+    from bridge.live.supervisor import BridgeConfig as BridgeConfig
+    from bridge.live.supervisor import PromptHandle as PromptHandle
+    from bridge.live.supervisor import open_bridge as open_bridge
+    from bridge.profiles.command import CommandProfile as CommandProfile
+    from bridge.profiles.command import ProfileError as ProfileError
+    from bridge.profiles.pi import PiProfile as PiProfile
+    from bridge.profiles.pi import scripted_profile as scripted_profile
 
 #: Where each public name lives.
 _HOMES = {

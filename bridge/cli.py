@@ -106,24 +106,42 @@ def _cmd_conform(args: argparse.Namespace) -> int:
 
 
 def _add_engine_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group(
-        "engine (default: the sealed, pinned Pi; give another engine's argv after --)"
-    )
+    g = p.add_argument_group("engine (default: the sealed, pinned Pi; give another engine's argv after --)")
     g.add_argument("--provider", help="Pi provider name (e.g. anthropic, openai, or one from --models-json)")
     g.add_argument("--model", help="Pi model id")
-    g.add_argument("--api-key-env", metavar="NAME",
-                   help="environment variable holding the provider's API key (the engine's private config refers to it "
-                   "by name: the key itself is never written to disk nor put on a command line)")
-    g.add_argument("--models-json", metavar="PATH", help="a Pi models.json with custom providers (copied into the private config)")
-    g.add_argument("--pi-dir", metavar="DIR", help="where the pinned Pi is installed (default: $PI_BRIDGE_PI_DIR, else tools/pi)")
-    g.add_argument("--allow-other-pi-version", action="store_true", help="run a Pi whose version differs from the pin (1.6.0)")
-    g.add_argument("--engine-cwd", metavar="DIR",
-                   help="the engine's working folder (default for Pi: a fresh private temp folder; for -- engines: the current folder)")
+    g.add_argument(
+        "--api-key-env",
+        metavar="NAME",
+        help="environment variable holding the provider's API key (the engine's private config refers to it "
+        "by name: the key itself is never written to disk nor put on a command line)",
+    )
+    g.add_argument(
+        "--models-json", metavar="PATH", help="a Pi models.json with custom providers (copied into the private config)"
+    )
+    g.add_argument(
+        "--pi-dir", metavar="DIR", help="where the pinned Pi is installed (default: $PI_BRIDGE_PI_DIR, else tools/pi)"
+    )
+    g.add_argument(
+        "--allow-other-pi-version", action="store_true", help="run a Pi whose version differs from the pin (1.6.0)"
+    )
+    g.add_argument(
+        "--engine-cwd",
+        metavar="DIR",
+        help="the engine's working folder (default for Pi: a fresh private temp folder; for -- engines: the current folder)",
+    )
     g.add_argument("--pi-session", action="store_true", help="let Pi keep a session file (default: --no-session)")
-    g.add_argument("--env-allow", metavar="NAME", action="append",
-                   help="pass only these environment variables to the engine (plus PATH, HOME, LANG, LC_ALL, TZ, TMPDIR); repeatable")
-    g.add_argument("--clearing", metavar="TYPE", action="append",
-                   help="for a -- engine: command types whose response closes a clear window (default: clear_queue)")
+    g.add_argument(
+        "--env-allow",
+        metavar="NAME",
+        action="append",
+        help="pass only these environment variables to the engine (plus PATH, HOME, LANG, LC_ALL, TZ, TMPDIR); repeatable",
+    )
+    g.add_argument(
+        "--clearing",
+        metavar="TYPE",
+        action="append",
+        help="for a -- engine: command types whose response closes a clear window (default: clear_queue)",
+    )
 
 
 def _positive(kind: type) -> Any:
@@ -142,19 +160,44 @@ def _positive(kind: type) -> Any:
 
 def _add_bridge_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("bridge")
-    g.add_argument("--journal", metavar="PATH",
-                   help="write the journal here (default: $PI_BRIDGE_JOURNAL_DIR, else $XDG_STATE_HOME/pi-bridge/journals, "
-                   "else ~/.local/state/pi-bridge/journals; files 0600 in a 0700 folder)")
+    g.add_argument(
+        "--journal",
+        metavar="PATH",
+        help="write the journal here (default: $PI_BRIDGE_JOURNAL_DIR, else $XDG_STATE_HOME/pi-bridge/journals, "
+        "else ~/.local/state/pi-bridge/journals; files 0600 in a 0700 folder)",
+    )
     g.add_argument("--no-journal", action="store_true", help="write no journal")
-    g.add_argument("--journal-full", action="store_true", help="keep message_update / tool_execution_update payloads (default: elided)")
-    g.add_argument("--queue-max", type=_positive(int), default=64, metavar="N", help="prompts waiting for the slot (default 64)")
-    g.add_argument("--ack-timeout", type=_positive(float), default=30.0, metavar="S", help="seconds from send to ack (default 30)")
-    g.add_argument("--timeout", type=_positive(float), default=None, metavar="S",
-                   help="default settle timeout per prompt: stop it, then give up (default: none)")
-    g.add_argument("--taint-grace", type=_positive(float), default=5.0, metavar="S",
-                   help="after an overlap/gap, seconds the held prompt's run may take to settle (default 5)")
-    g.add_argument("--seal-check", choices=("refuse", "warn"), default="refuse",
-                   help="an engine failing the start-up seal check is refused (default) or used with a warning")
+    g.add_argument(
+        "--journal-full",
+        action="store_true",
+        help="keep message_update / tool_execution_update payloads (default: elided)",
+    )
+    g.add_argument(
+        "--queue-max", type=_positive(int), default=64, metavar="N", help="prompts waiting for the slot (default 64)"
+    )
+    g.add_argument(
+        "--ack-timeout", type=_positive(float), default=30.0, metavar="S", help="seconds from send to ack (default 30)"
+    )
+    g.add_argument(
+        "--timeout",
+        type=_positive(float),
+        default=None,
+        metavar="S",
+        help="default settle timeout per prompt: stop it, then give up (default: none)",
+    )
+    g.add_argument(
+        "--taint-grace",
+        type=_positive(float),
+        default=5.0,
+        metavar="S",
+        help="after an overlap/gap, seconds the held prompt's run may take to settle (default 5)",
+    )
+    g.add_argument(
+        "--seal-check",
+        choices=("refuse", "warn"),
+        default="refuse",
+        help="an engine failing the start-up seal check is refused (default) or used with a warning",
+    )
 
 
 def _profile(args: argparse.Namespace, engine_argv: list[str] | None) -> Any:
@@ -169,8 +212,10 @@ def _profile(args: argparse.Namespace, engine_argv: list[str] | None) -> Any:
         raise SystemExit(2)
     if engine_argv is not None:
         if not engine_argv:
-            print("bridge: no engine command after -- (give the engine's argv, e.g. -- python tools/fake_engine.py)",
-                  file=sys.stderr)
+            print(
+                "bridge: no engine command after -- (give the engine's argv, e.g. -- python tools/fake_engine.py)",
+                file=sys.stderr,
+            )
             raise SystemExit(2)
         return CommandProfile(
             engine_argv,
@@ -179,8 +224,11 @@ def _profile(args: argparse.Namespace, engine_argv: list[str] | None) -> Any:
             env_allowlist=args.env_allow,
         )
     if args.provider and not args.model:
-        print(f"bridge {args.command}: --provider {args.provider} needs --model too (Pi refuses a provider "
-              "without a model id; see the README's custom providers)", file=sys.stderr)
+        print(
+            f"bridge {args.command}: --provider {args.provider} needs --model too (Pi refuses a provider "
+            "without a model id; see the README's custom providers)",
+            file=sys.stderr,
+        )
         raise SystemExit(2)
     from bridge.profiles.pi import PiProfile
 
@@ -222,8 +270,17 @@ def _journal(args: argparse.Namespace) -> Any:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from bridge.controller.serve import main_serve
 
-    return int(guard_setup("serve", lambda: main_serve(_profile(args, args.engine), journal=_journal(args),
-                                                          config=_config(args), drain_timeout=args.drain_timeout)))
+    return int(
+        guard_setup(
+            "serve",
+            lambda: main_serve(
+                _profile(args, args.engine),
+                journal=_journal(args),
+                config=_config(args),
+                drain_timeout=args.drain_timeout,
+            ),
+        )
+    )
 
 
 # -- run ---------------------------------------------------------------------------------------
@@ -347,8 +404,10 @@ def _progress_line(note: dict[str, Any]) -> None:
     elif kind == "progress" and event == "retrying":
         delay = note.get("delayMs")
         wait = f" in {delay / 1000:g} s" if isinstance(delay, (int, float)) else ""
-        line = (f"… the engine retries {note.get('id')} (attempt {note.get('attempt')} of "
-                f"{note.get('maxAttempts')}{wait}): {str(note.get('error') or '')[:120]}")
+        line = (
+            f"… the engine retries {note.get('id')} (attempt {note.get('attempt')} of "
+            f"{note.get('maxAttempts')}{wait}): {str(note.get('error') or '')[:120]}"
+        )
     elif kind == "signal" and note.get("signal") == "seal-check":
         line = "… the engine failed its start-up check: " + "; ".join(map(str, note.get("problems") or []))[:160]
     else:
@@ -400,8 +459,11 @@ def build_parser() -> argparse.ArgumentParser:
         "with the first difference. Exit 0 when all pass, 1 on a failure, 2 when nothing could be checked.",
     )
     p.add_argument("folder", metavar="FOLDER")
-    p.add_argument("--update", action="store_true",
-                   help="rewrite expected outputs that differ or are missing (each difference is shown first)")
+    p.add_argument(
+        "--update",
+        action="store_true",
+        help="rewrite expected outputs that differ or are missing (each difference is shown first)",
+    )
     p.set_defaults(func=_cmd_conform)
 
     p = sub.add_parser(
@@ -414,8 +476,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_engine_options(p)
     _add_bridge_options(p)
-    p.add_argument("--drain-timeout", type=_positive(float), default=None, metavar="S",
-                   help="after EOF/shutdown, seconds outstanding prompts may still run (default: until each settles)")
+    p.add_argument(
+        "--drain-timeout",
+        type=_positive(float),
+        default=None,
+        metavar="S",
+        help="after EOF/shutdown, seconds outstanding prompts may still run (default: until each settles)",
+    )
     p.set_defaults(func=_cmd_serve)
 
     p = sub.add_parser(
@@ -429,8 +496,11 @@ def build_parser() -> argparse.ArgumentParser:
         "running prompt is stopped, failed/closing); 141 when stdout is closed early (e.g. | head).",
     )
     p.add_argument("prompts", nargs="*", metavar="PROMPT")
-    p.add_argument("--json", action="store_true",
-                   help="stdout: the receipts as JSON lines, nothing else (the reply text goes to stderr)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="stdout: the receipts as JSON lines, nothing else (the reply text goes to stderr)",
+    )
     _add_engine_options(p)
     _add_bridge_options(p)
     p.set_defaults(func=_cmd_run)
@@ -471,6 +541,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         import traceback
 
         traceback.print_exc()
-        print(f"bridge {args.command}: this is a bug in pi-bridge {__version__}, not something you did: "
-              "please report it with the traceback above", file=sys.stderr)
+        print(
+            f"bridge {args.command}: this is a bug in pi-bridge {__version__}, not something you did: "
+            "please report it with the traceback above",
+            file=sys.stderr,
+        )
         return EXIT_BUG

@@ -69,11 +69,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "was expected. Exit 0 only if every receipt is as expected (1 otherwise, 2 if Pi is not installed: "
         "run tools/setup).",
     )
-    p.add_argument("--journal", metavar="PATH",
-                   help="write the journal here (default: the bridge's default location, "
-                   "$PI_BRIDGE_JOURNAL_DIR or ~/.local/state/pi-bridge/journals)")
-    p.add_argument("--json", action="store_true",
-                   help="print the receipts as JSON lines on stdout (everything else goes to stderr)")
+    p.add_argument(
+        "--journal",
+        metavar="PATH",
+        help="write the journal here (default: the bridge's default location, "
+        "$PI_BRIDGE_JOURNAL_DIR or ~/.local/state/pi-bridge/journals)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the receipts as JSON lines on stdout (everything else goes to stderr)",
+    )
     p.add_argument("--pi-dir", metavar="DIR", help="where the pinned Pi is installed (default: tools/pi)")
     p.set_defaults(func=run)
 
@@ -140,8 +146,11 @@ def _count(events: list[dict[str, Any]], kind: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "engine", None) is not None:
-        print("bridge demo: the demo runs the sealed, pinned Pi against its scripted model server; "
-              "it takes no engine after --", file=sys.stderr)
+        print(
+            "bridge demo: the demo runs the sealed, pinned Pi against its scripted model server; "
+            "it takes no engine after --",
+            file=sys.stderr,
+        )
         return 2
     import trio
 
@@ -161,8 +170,10 @@ def run(args: argparse.Namespace) -> int:
             return 2
     except ProfileError as e:
         print(f"bridge demo: {e}", file=sys.stderr)
-        print("bridge demo: the demo needs the pinned Pi: run tools/setup (or use tools/demo, which does)",
-              file=sys.stderr)
+        print(
+            "bridge demo: the demo needs the pinned Pi: run tools/setup (or use tools/demo, which does)",
+            file=sys.stderr,
+        )
         return 2
     if problems:
         out.say("\nthe showcase did NOT go as expected:")
@@ -177,9 +188,9 @@ async def _showcase(args: argparse.Namespace, ms: ModuleType, out: _Out, problem
     import trio
 
     from bridge.live.journal import default_journal_path
+    from bridge.live.supervisor import BridgeConfig, open_bridge
     from bridge.profiles.pi import find_install, scripted_profile
     from bridge.readers.replay import replay
-    from bridge.live.supervisor import BridgeConfig, open_bridge
 
     install = find_install(args.pi_dir)  # ProfileError with the fix when missing
     journal = Path(args.journal) if args.journal else default_journal_path()
@@ -189,8 +200,10 @@ async def _showcase(args: argparse.Namespace, ms: ModuleType, out: _Out, problem
     try:
         models = server.write_models(tmp)
         profile = scripted_profile(models, pi_dir=args.pi_dir)
-        out.say(f"bridge demo: Pi {install.version} (node {install.node_version}), sealed, "
-                f"against a scripted model server at {server.base_url}")
+        out.say(
+            f"bridge demo: Pi {install.version} (node {install.node_version}), sealed, "
+            f"against a scripted model server at {server.base_url}"
+        )
         async with open_bridge(profile, journal=journal, config=BridgeConfig(ack_timeout=20.0)) as bridge:
             out.say(f"journal: {journal}")
             notes = bridge.signals()
@@ -216,8 +229,10 @@ async def _showcase(args: argparse.Namespace, ms: ModuleType, out: _Out, problem
         for r in receipts:
             again = replayed.get(r.request)
             if again is None or (again.state, again.reason, again.stop) != (r.state, r.reason, r.stop):
-                problems.append(f"the journal replays {r.request} as "
-                                f"{(again.state, again.reason) if again else 'missing'}, live said {(r.state, r.reason)}")
+                problems.append(
+                    f"the journal replays {r.request} as "
+                    f"{(again.state, again.reason) if again else 'missing'}, live said {(r.state, r.reason)}"
+                )
         out.say(f"\njournal: {journal}  (replay it: bridge replay {journal})")
     finally:
         server.close()
@@ -237,7 +252,9 @@ async def _stream(handle: Any, out: _Out, on_first: Any = None) -> str:
     return "".join(pieces)
 
 
-async def _ask(bridge: Any, out: _Out, heading: str, message: str, *, stop_after_first: bool = False) -> tuple[Any, str, Any]:
+async def _ask(
+    bridge: Any, out: _Out, heading: str, message: str, *, stop_after_first: bool = False
+) -> tuple[Any, str, Any]:
     """One showcase step: announce it, send the prompt, stream the reply (stopping it
     after its first text when asked), show the receipt. Returns (receipt, text, stop id)."""
     out.say(f"\n{heading}")
@@ -281,8 +298,12 @@ async def _plain(bridge: Any, out: _Out, problems: list[str], journal: Path, tag
 
 
 async def _tool(bridge: Any, out: _Out, problems: list[str], journal: Path, tag: str) -> Any:
-    r, _, _ = await _ask(bridge, out, f"{tag} a tool-using run: the model calls Pi's bash tool with `echo …`, then answers",
-                         "Run an echo command with your bash tool and tell me what it printed.")
+    r, _, _ = await _ask(
+        bridge,
+        out,
+        f"{tag} a tool-using run: the model calls Pi's bash tool with `echo …`, then answers",
+        "Run an echo command with your bash tool and tell me what it printed.",
+    )
     events = _run_events(journal, r)
     starts = [e for e in events if e.get("type") == "tool_execution_start"]
     ends = [e for e in events if e.get("type") == "tool_execution_end"]
@@ -302,8 +323,13 @@ async def _tool(bridge: Any, out: _Out, problems: list[str], journal: Path, tag:
 
 async def _stopped(bridge: Any, out: _Out, problems: list[str], journal: Path, tag: str) -> Any:
     # The stop goes out from inside the stream, after its first text.
-    r, _, stop_id = await _ask(bridge, out, f"{tag} a slow stream, stopped by the controller after its first text arrives",
-                               "Write a very long answer.", stop_after_first=True)
+    r, _, stop_id = await _ask(
+        bridge,
+        out,
+        f"{tag} a slow stream, stopped by the controller after its first text arrives",
+        "Write a very long answer.",
+        stop_after_first=True,
+    )
     out.say(f"  stop     {stop_id} sent after the first streamed text")
     wrong = []
     if (r.state, r.reason) != ("failed", "interrupted"):
@@ -315,23 +341,33 @@ async def _stopped(bridge: Any, out: _Out, problems: list[str], journal: Path, t
 
 
 async def _retry(bridge: Any, out: _Out, problems: list[str], journal: Path, tag: str) -> Any:
-    r, _, _ = await _ask(bridge, out, f"{tag} a run whose first attempt gets HTTP 500: Pi retries by itself",
-                         "Answer even if the provider fails once.")
+    r, _, _ = await _ask(
+        bridge,
+        out,
+        f"{tag} a run whose first attempt gets HTTP 500: Pi retries by itself",
+        "Answer even if the provider fails once.",
+    )
     events = _run_events(journal, r)
     for e in events:
         if e.get("type") == "auto_retry_start":
-            out.say(f"  retry    attempt {e.get('attempt')} failed ({str(e.get('errorMessage'))[:60]}); "
-                    f"Pi retried after {e.get('delayMs')} ms")
+            out.say(
+                f"  retry    attempt {e.get('attempt')} failed ({str(e.get('errorMessage'))[:60]}); "
+                f"Pi retried after {e.get('delayMs')} ms"
+            )
     pairs = min(_count(events, "agent_start"), _count(events, "agent_end"))
-    out.say(f"  run      {_count(events, 'agent_start')} agent_start, {_count(events, 'agent_end')} agent_end, "
-            f"{_count(events, 'agent_settled')} agent_settled")
+    out.say(
+        f"  run      {_count(events, 'agent_start')} agent_start, {_count(events, 'agent_end')} agent_end, "
+        f"{_count(events, 'agent_settled')} agent_settled"
+    )
     wrong = []
     if (r.state, r.reason) != ("finished", None):
         wrong.append(f"{r.request} is {r.state}/{r.reason}, not finished")
     if r.reply != RETRY_REPLY:
         wrong.append(f"{r.request}'s reply is {r.reply!r}")
     if pairs != 2 or _count(events, "agent_start") != 2 or _count(events, "agent_settled") != 1:
-        wrong.append(f"{r.request}'s run has {_count(events, 'agent_start')} agent_start / "
-                     f"{_count(events, 'agent_end')} agent_end, not exactly two pairs and one settle")
+        wrong.append(
+            f"{r.request}'s run has {_count(events, 'agent_start')} agent_start / "
+            f"{_count(events, 'agent_end')} agent_end, not exactly two pairs and one settle"
+        )
     _verdict(out, problems, "finished, with two agent_start…agent_end pairs (the retry) in one run", wrong)
     return r

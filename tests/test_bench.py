@@ -18,15 +18,25 @@ BENCH = ROOT / "tools" / "bench"
 def test_quick_bench_prints_the_table_and_the_targets() -> None:
     proc = subprocess.run(
         [sys.executable, str(BENCH), "--quick", "--quiet", "--json"],
-        capture_output=True, text=True, timeout=180, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout.splitlines()
     text = "\n".join(out[:-1])
     for heading in ("machine: nproc", "MB/s", "obs/s", "CPU s", "RSS MB", "wall s", "targets:"):
         assert heading in text
-    for reader in ("raw drain", "json loop", "orjson loop", "node (Pi jsonl)", "bridge API", "bridge serve",
-                   "bridge replay --json"):
+    for reader in (
+        "raw drain",
+        "json loop",
+        "orjson loop",
+        "node (Pi jsonl)",
+        "bridge API",
+        "bridge serve",
+        "bridge replay --json",
+    ):
         assert reader in text
     data = json.loads(out[-1])
     rows = {(r["section"], r["stream"], r["reader"]) for r in data["rows"]}

@@ -9,20 +9,30 @@ from pathlib import Path
 import trio
 
 from bridge.core import lifecycle
+from bridge.core.session import SIGNALS_PER_PROMPT, TRACKER_KEEP, Session
 from bridge.live import supervisor
 from bridge.profiles.command import CommandProfile
-from bridge.core.session import SIGNALS_PER_PROMPT, TRACKER_KEEP, Session
 from tests.conftest import TOOLS
 
 ACK = {"type": "response", "command": "prompt", "success": True, "data": {"disposition": "started"}}
 USER = {"type": "message_start", "message": {"role": "user", "content": "hi"}}
-DONE = {"type": "message_end", "message": {"role": "assistant", "content": [{"type": "text", "text": "ok"}], "stopReason": "stop"}}
+DONE = {
+    "type": "message_end",
+    "message": {"role": "assistant", "content": [{"type": "text", "text": "ok"}], "stopReason": "stop"},
+}
 
 
 def one_prompt(s: Session, n: int) -> None:
     rid = f"p{n}"
     s.send({"type": "prompt", "id": rid, "message": "hi"})
-    for ev in ({**ACK, "id": rid}, {"type": "agent_start"}, USER, DONE, {"type": "agent_end"}, {"type": "agent_settled"}):
+    for ev in (
+        {**ACK, "id": rid},
+        {"type": "agent_start"},
+        USER,
+        DONE,
+        {"type": "agent_end"},
+        {"type": "agent_settled"},
+    ):
         s.observe(ev)
     s.release(rid)
 

@@ -22,14 +22,17 @@ def test_help_lists_every_command_and_version_prints():
     assert bridge("--version").stdout.strip() == f"pi-bridge {__version__}"
 
 
-@pytest.mark.parametrize("args, says", [
-    (["serve", "--queue-max", "0"], "--queue-max: must be more than 0"),
-    (["run", "x", "--ack-timeout", "abc"], "--ack-timeout: 'abc' is not a number"),
-    (["run", "x", "--timeout", "-1"], "--timeout: must be more than 0"),
-    (["serve", "--seal-check", "maybe"], "invalid choice: 'maybe'"),
-    (["replay", "x.jsonl", "--", "engine"], "takes no engine after --"),
-    (["run"], "give at least one PROMPT"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["serve", "--queue-max", "0"], "--queue-max: must be more than 0"),
+        (["run", "x", "--ack-timeout", "abc"], "--ack-timeout: 'abc' is not a number"),
+        (["run", "x", "--timeout", "-1"], "--timeout: must be more than 0"),
+        (["serve", "--seal-check", "maybe"], "invalid choice: 'maybe'"),
+        (["replay", "x.jsonl", "--", "engine"], "takes no engine after --"),
+        (["run"], "give at least one PROMPT"),
+    ],
+)
 def test_bad_usage_is_named_and_exits_2(args, says):
     p = bridge(*args)
     assert p.returncode == 2 and says in p.stderr, p.stderr
@@ -78,24 +81,37 @@ def test_run_json_stdout_is_json_lines_only_and_the_text_goes_to_stderr():
 def test_run_into_a_closed_pipe_ends_quietly_with_every_receipt():
     proc = subprocess.run(
         f"{sys.executable} -m bridge run a b c --no-journal -- {' '.join(FAKE)} | head -c 5",
-        shell=True, capture_output=True, text=True, timeout=60, executable="/bin/bash",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        executable="/bin/bash",
     )
     assert proc.stdout == "[p1] "
     assert "Traceback" not in proc.stderr and "Error" not in proc.stderr, proc.stderr
     assert all(f"p{n}:" in proc.stderr for n in (1, 2, 3))  # every prompt's receipt, on stderr
 
 
-@pytest.mark.parametrize("args, says", [
-    (["run", "--bogus"], "usage: bridge run"),
-    (["run", "hi", "--"], "no engine command after --"),
-    (["run", "hi", "--engine-cwd", "/nonexistent-folder", "--", *FAKE], "--engine-cwd /nonexistent-folder does not exist"),
-    (["run", "hi", "--engine-cwd", "README.md", "--", *FAKE], "--engine-cwd README.md is not a folder"),
-    (["run", "hi", "--journal", "README.md", "--", *FAKE], "the journal README.md already exists"),
-    (["serve", "--journal", "README.md/j.jsonl", "--", *FAKE], "cannot create the journal README.md/j.jsonl: Not a directory"),
-    (["run", "hi", "--no-journal", "--", "/nonexistent/engine"], "cannot start the engine '/nonexistent/engine'"),
-    (["run", "hi", "--no-journal", "--provider", "nosuch"], "--provider nosuch needs --model too"),
-    (["demo", "--journal", "README.md"], "the journal README.md already exists"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["run", "--bogus"], "usage: bridge run"),
+        (["run", "hi", "--"], "no engine command after --"),
+        (
+            ["run", "hi", "--engine-cwd", "/nonexistent-folder", "--", *FAKE],
+            "--engine-cwd /nonexistent-folder does not exist",
+        ),
+        (["run", "hi", "--engine-cwd", "README.md", "--", *FAKE], "--engine-cwd README.md is not a folder"),
+        (["run", "hi", "--journal", "README.md", "--", *FAKE], "the journal README.md already exists"),
+        (
+            ["serve", "--journal", "README.md/j.jsonl", "--", *FAKE],
+            "cannot create the journal README.md/j.jsonl: Not a directory",
+        ),
+        (["run", "hi", "--no-journal", "--", "/nonexistent/engine"], "cannot start the engine '/nonexistent/engine'"),
+        (["run", "hi", "--no-journal", "--provider", "nosuch"], "--provider nosuch needs --model too"),
+        (["demo", "--journal", "README.md"], "the journal README.md already exists"),
+    ],
+)
 def test_run_and_serve_setup_mistakes_are_one_line_and_exit_2(args: list[str], says: str):
     p = bridge(*args)
     assert p.returncode == 2, p.stderr
@@ -120,8 +136,12 @@ def test_a_journal_has_its_header_on_disk_before_the_first_prompt(tmp_path):
     import time
 
     journal = tmp_path / "j.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "bridge", "serve", "--journal", str(journal), "--", *FAKE],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bridge", "serve", "--journal", str(journal), "--", *FAKE],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         assert proc.stdout is not None
         assert json.loads(proc.stdout.readline())["type"] == "ready"
@@ -142,9 +162,12 @@ def test_run_on_a_terminal_shows_the_engine_starting_and_retrying():
     scenario = json.dumps({"prompts": [{"retries": 1, "retry_delay": 0.1, "reply": "at last"}]})
     leader, follower = pty.openpty()
     try:
-        p = subprocess.run([sys.executable, "-m", "bridge", "run", "hi", "--no-journal", "--", *FAKE,
-                            "--scenario-json", scenario],
-                           stdout=subprocess.PIPE, stderr=follower, timeout=60)
+        p = subprocess.run(
+            [sys.executable, "-m", "bridge", "run", "hi", "--no-journal", "--", *FAKE, "--scenario-json", scenario],
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            timeout=60,
+        )
         os.close(follower)
         follower = -1
         err = b""
@@ -167,19 +190,31 @@ def test_run_on_a_terminal_shows_the_engine_starting_and_retrying():
 
 
 def test_a_bug_is_the_only_traceback_and_exits_70():
-    code = ("import sys, bridge.readers.replay, bridge.cli\n"
-            "def broken(path): raise RuntimeError('an invariant broke')\n"
-            "bridge.readers.replay.replay = broken\n"
-            "sys.exit(bridge.cli.main(['replay', 'README.md']))\n")
+    code = (
+        "import sys, bridge.readers.replay, bridge.cli\n"
+        "def broken(path): raise RuntimeError('an invariant broke')\n"
+        "bridge.readers.replay.replay = broken\n"
+        "sys.exit(bridge.cli.main(['replay', 'README.md']))\n"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 70
     assert "Traceback" in p.stderr and "this is a bug in pi-bridge" in p.stderr and "please report it" in p.stderr
 
 
 def test_every_reader_ends_quietly_into_a_closed_pipe():
-    for args in ("replay fixtures/core/*.jsonl", "replay --json fixtures/core/*.jsonl", "conform fixtures",
-                 "diagnose fixtures/pi-1.6.0/steer_unsealed.jsonl"):
-        p = subprocess.run(f"{sys.executable} -m bridge {args} | head -c 3; exit ${{PIPESTATUS[0]}}", shell=True,
-                           capture_output=True, text=True, timeout=120, executable="/bin/bash")
+    for args in (
+        "replay fixtures/core/*.jsonl",
+        "replay --json fixtures/core/*.jsonl",
+        "conform fixtures",
+        "diagnose fixtures/pi-1.6.0/steer_unsealed.jsonl",
+    ):
+        p = subprocess.run(
+            f"{sys.executable} -m bridge {args} | head -c 3; exit ${{PIPESTATUS[0]}}",
+            shell=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            executable="/bin/bash",
+        )
         assert p.returncode in (0, 141), (args, p.returncode, p.stderr)
         assert p.stderr == "", (args, p.stderr)

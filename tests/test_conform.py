@@ -11,7 +11,9 @@ from tests.conftest import FIXTURES
 
 
 def conform(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bridge", "conform", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "bridge", "conform", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_every_fixture_in_the_repo_conforms():

@@ -42,11 +42,11 @@ from typing import Any
 import pytest
 import trio
 
-from bridge.profiles.pi import PI_PIN, find_install, scripted_profile
-from bridge.profiles.command import CommandProfile, ProfileError
 from bridge.core.receipts import Receipt
-from bridge.readers.replay import replay
 from bridge.live.supervisor import BridgeConfig, open_bridge
+from bridge.profiles.command import CommandProfile, ProfileError
+from bridge.profiles.pi import PI_PIN, find_install, scripted_profile
+from bridge.readers.replay import replay
 from tests.helpers_live import (
     ROOT,
     ServeProc,
@@ -68,12 +68,20 @@ FAST: dict[str, Any] = {
 }
 
 #: An engine that says why it cannot run and exits 3 at once.
-DIES_AT_ONCE = [sys.executable, "-c",
-                "import sys; sys.stderr.write('fatal: licence file expired\\n'); sys.stderr.flush(); sys.exit(3)"]
+DIES_AT_ONCE = [
+    sys.executable,
+    "-c",
+    "import sys; sys.stderr.write('fatal: licence file expired\\n'); sys.stderr.flush(); sys.exit(3)",
+]
 #: The same, after it has read the first command (the start-up check's get_state).
-DIES_IN_CHECK = [sys.executable, "-c",
-                 ("import sys; sys.stdin.readline(); sys.stderr.write('fatal: licence file expired\\n'); "
-                  "sys.stderr.flush(); sys.exit(3)")]
+DIES_IN_CHECK = [
+    sys.executable,
+    "-c",
+    (
+        "import sys; sys.stdin.readline(); sys.stderr.write('fatal: licence file expired\\n'); "
+        "sys.stderr.flush(); sys.exit(3)"
+    ),
+]
 FATAL = "fatal: licence file expired"
 
 
@@ -142,13 +150,18 @@ sys.exit(main_serve(SlowCheck(json.loads(sys.argv[1])), journal=sys.argv[2], con
 """
 
 
-async def start_serve(tmp_path: Path, argv: list[str], *, preexec_fn: Callable[[], None] | None = None,
-                      name: str = "serve") -> ServeProc:
+async def start_serve(
+    tmp_path: Path, argv: list[str], *, preexec_fn: Callable[[], None] | None = None, name: str = "serve"
+) -> ServeProc:
     """``argv`` (a bridge serve command line) as a ServeProc, stderr to a file."""
     stderr_path = tmp_path / f"{name}.stderr"
     with open(stderr_path, "wb") as err:
         proc = await trio.lowlevel.open_process(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=str(ROOT),
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            cwd=str(ROOT),
             preexec_fn=preexec_fn,
         )
     sp = ServeProc(proc, stderr_path)
@@ -179,11 +192,17 @@ def assert_bye_last(sp: ServeProc) -> None:
 
 
 def prompt_sends(journal: Path) -> list[dict[str, Any]]:
-    return [e["send"] for e in read_journal(journal) if isinstance(e.get("send"), dict) and e["send"].get("type") == "prompt"]
+    return [
+        e["send"]
+        for e in read_journal(journal)
+        if isinstance(e.get("send"), dict) and e["send"].get("type") == "prompt"
+    ]
 
 
 def notes(journal: Path, event: str) -> list[dict[str, Any]]:
-    return [e["note"] for e in read_journal(journal) if isinstance(e.get("note"), dict) and e["note"].get("event") == event]
+    return [
+        e["note"] for e in read_journal(journal) if isinstance(e.get("note"), dict) and e["note"].get("event") == event
+    ]
 
 
 def check_answered_before_closing(journal: Path) -> bool:
@@ -192,8 +211,11 @@ def check_answered_before_closing(journal: Path) -> bool:
     for e in read_journal(journal):
         if isinstance(e.get("note"), dict) and e["note"].get("event") == "closing":
             return False
-        if isinstance(e.get("recv"), dict) and e["recv"].get("type") == "response" \
-                and str(e["recv"].get("id", "")).startswith("seal-"):
+        if (
+            isinstance(e.get("recv"), dict)
+            and e["recv"].get("type") == "response"
+            and str(e["recv"].get("id", "")).startswith("seal-")
+        ):
             return True
     return False
 
@@ -216,9 +238,18 @@ async def engines_gone(pids: list[int]) -> None:
         assert await wait_gone(pid, timeout=5) == [], f"engine {pid} left behind"
 
 
-def run_cli(*args: str, timeout: float = 60, preexec_fn: Callable[[], None] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bridge", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=str(ROOT), preexec_fn=preexec_fn, check=False)
+def run_cli(
+    *args: str, timeout: float = 60, preexec_fn: Callable[[], None] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bridge", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(ROOT),
+        preexec_fn=preexec_fn,
+        check=False,
+    )
 
 
 def json_lines(text: str) -> list[dict[str, Any]]:
@@ -279,26 +310,41 @@ async def test_closing_during_startup_check_sends_nothing_api_fake(tmp_path: Pat
     assert r is not None and (r.state, r.reason) == ("rejected", "closing"), r
     assert not check_answered_before_closing(journal)
     assert prompt_sends(journal) == []
-    assert {x.request: (x.state, x.reason) for x in replay(str(journal)).receipts} == {r.request: ("rejected", "closing")}
+    assert {x.request: (x.state, x.reason) for x in replay(str(journal)).receipts} == {
+        r.request: ("rejected", "closing")
+    }
     await engines_gone(starts.pids)
     assert zombie_children() == []
 
 
 async def test_closing_during_startup_check_sends_nothing_serve_pi(
-        pinned_pi: Any, model_server: Any, tmp_path: Path) -> None:
+    pinned_pi: Any, model_server: Any, tmp_path: Path
+) -> None:
     """The case as reported: SIGTERM right after the sealed Pi started, before it answered its check.
     Pi answers in ~0.2-1 s; an attempt where it answered first proves nothing and is repeated."""
     for attempt in range(3):
         folder = tmp_path / f"attempt-{attempt}"
         folder.mkdir()
         journal = folder / "j.jsonl"
-        sp = await start_serve(folder, serve_argv("--journal", str(journal), "--models-json", model_server.models,
-                                                  "--provider", "scripted", "--model", "scripted-model"))
+        sp = await start_serve(
+            folder,
+            serve_argv(
+                "--journal",
+                str(journal),
+                "--models-json",
+                model_server.models,
+                "--provider",
+                "scripted",
+                "--model",
+                "scripted-model",
+            ),
+        )
         try:
             with trio.fail_after(40):
                 await sp.send({"type": "prompt", "id": "a", "message": "must not be sent"})
-                started = await sp.until(lambda line: line["type"] == "engine" and line["event"] == "started",
-                                         timeout=20)
+                started = await sp.until(
+                    lambda line: line["type"] == "engine" and line["event"] == "started", timeout=20
+                )
                 sp.proc.send_signal(signal.SIGTERM)
                 await sp.read_all(timeout=30)
                 code = await sp.wait()
@@ -318,13 +364,15 @@ async def test_closing_during_startup_check_sends_nothing_serve_pi(
 
 
 async def test_closing_during_startup_check_sends_nothing_api_pi(
-        pinned_pi: Any, model_server: Any, tmp_path: Path) -> None:
+    pinned_pi: Any, model_server: Any, tmp_path: Path
+) -> None:
     for attempt in range(3):
         journal = tmp_path / f"j{attempt}.jsonl"
         starts = EngineStarts()
         with trio.fail_after(40):
-            async with open_bridge(scripted_profile(model_server.models), journal=journal,
-                                   config=BridgeConfig(**FAST)) as bridge:
+            async with open_bridge(
+                scripted_profile(model_server.models), journal=journal, config=BridgeConfig(**FAST)
+            ) as bridge:
                 bridge.listeners.append(starts)
                 handle = await bridge.submit("must not be sent")
                 await starts.first.wait()  # Pi is up; its answers to get_state/get_commands are due
@@ -345,7 +393,9 @@ async def test_signal_stops_the_running_prompt_as_closing(tmp_path: Path, signum
     """The running prompt is stopped by the bridge (``failed``/``closing``, a ``closing`` stop
     note), the queued one never written; SIGHUP closes like SIGTERM."""
     journal = tmp_path / "j.jsonl"
-    sp = await start_serve(tmp_path, serve_argv("--journal", str(journal), engine=fake_engine_argv({"prompts": [{"hang": True}]})))
+    sp = await start_serve(
+        tmp_path, serve_argv("--journal", str(journal), engine=fake_engine_argv({"prompts": [{"hang": True}]}))
+    )
     try:
         with trio.fail_after(30):
             await sp.send({"type": "prompt", "id": "a", "message": "runs"})
@@ -389,7 +439,9 @@ async def wait_held(sp: ServeProc, rid: str, timeout: float = 15.0) -> dict[str,
 
 async def test_after_shutdown_serve_still_answers(tmp_path: Path) -> None:
     journal = tmp_path / "j.jsonl"
-    sp = await start_serve(tmp_path, serve_argv("--journal", str(journal), engine=fake_engine_argv({"prompts": [{"hang": True}]})))
+    sp = await start_serve(
+        tmp_path, serve_argv("--journal", str(journal), engine=fake_engine_argv({"prompts": [{"hang": True}]}))
+    )
     try:
         with trio.fail_after(40):
             await sp.send({"type": "prompt", "id": "a", "message": "runs until stopped"})
@@ -430,7 +482,9 @@ async def test_after_shutdown_serve_still_answers(tmp_path: Path) -> None:
         stops = notes(journal, "stop")
         assert [(n["stop"], n["request"], n["by"]) for n in stops] == [(stopping["stop"], "a", "controller")]
         assert {r.request: (r.state, r.reason) for r in replay(str(journal)).receipts} == {
-            "a": ("failed", "interrupted"), "late": ("rejected", "closing")}
+            "a": ("failed", "interrupted"),
+            "late": ("rejected", "closing"),
+        }
         await engines_gone(pids)
     finally:
         await sp.kill()
@@ -438,7 +492,9 @@ async def test_after_shutdown_serve_still_answers(tmp_path: Path) -> None:
 
 async def test_after_shutdown_a_stop_cancels_a_queued_prompt(tmp_path: Path) -> None:
     journal = tmp_path / "j.jsonl"
-    sp = await start_serve(tmp_path, serve_argv("--journal", str(journal), engine=fake_engine_argv({"prompts": [{"hang": True}]})))
+    sp = await start_serve(
+        tmp_path, serve_argv("--journal", str(journal), engine=fake_engine_argv({"prompts": [{"hang": True}]}))
+    )
     try:
         with trio.fail_after(30):
             await sp.send({"type": "prompt", "id": "a", "message": "runs until stopped"})
@@ -447,7 +503,9 @@ async def test_after_shutdown_a_stop_cancels_a_queued_prompt(tmp_path: Path) -> 
             await sp.send({"type": "shutdown"})
             await sp.send({"type": "stop", "id": "q"})
             rq = await sp.until(lambda line: line["type"] == "receipt")
-            assert rq["id"] == "q" and (rq["receipt"]["state"], rq["receipt"]["reason"]) == ("rejected", "cancelled"), rq
+            assert rq["id"] == "q" and (rq["receipt"]["state"], rq["receipt"]["reason"]) == ("rejected", "cancelled"), (
+                rq
+            )
             await sp.send({"type": "stop", "id": "a"})
             await sp.read_all(timeout=20)
             code = await sp.wait()
@@ -463,8 +521,12 @@ async def test_after_shutdown_a_stop_cancels_a_queued_prompt(tmp_path: Path) -> 
 async def test_drain_timeout_stops_the_running_prompt_as_a_timeout(tmp_path: Path) -> None:
     """--drain-timeout 1, an engine that honours aborts but never ends a run on its own."""
     journal = tmp_path / "j.jsonl"
-    sp = await start_serve(tmp_path, serve_argv("--journal", str(journal), "--drain-timeout", "1",
-                                                engine=fake_engine_argv({"prompts": [{"hang": True}]})))
+    sp = await start_serve(
+        tmp_path,
+        serve_argv(
+            "--journal", str(journal), "--drain-timeout", "1", engine=fake_engine_argv({"prompts": [{"hang": True}]})
+        ),
+    )
     try:
         with trio.fail_after(40):
             await sp.send({"type": "prompt", "id": "a", "message": "never ends by itself"})
@@ -510,7 +572,8 @@ def check_timeout_journal(journal: Path, live: dict[str, Any]) -> None:
     assert out.returncode == 0, out.stderr
     receipts = json.loads(out.stdout)["receipts"]
     assert [(r["request"], r["state"], r["reason"], r["stop"]) for r in receipts] == [
-        (live["request"], "failed", "timeout", live["stop"])]
+        (live["request"], "failed", "timeout", live["stop"])
+    ]
     diag = run_cli("diagnose", str(journal), timeout=30)
     assert diag.returncode in (0, 1), diag.stderr
     text = diag.stdout.lower()
@@ -599,9 +662,12 @@ def test_engine_dying_at_start_says_why_run(tmp_path: Path) -> None:
 
 # (`--provider nosuch` alone never reaches Pi any more: the bridge refuses it
 # first, one line and exit 2, tests/test_cli.py.)
-@pytest.mark.parametrize("engine_args, pi_says", [
-    (["--provider", "nosuch", "--model", "nosuch-model"], 'Unknown provider "nosuch"'),
-])
+@pytest.mark.parametrize(
+    "engine_args, pi_says",
+    [
+        (["--provider", "nosuch", "--model", "nosuch-model"], 'Unknown provider "nosuch"'),
+    ],
+)
 def test_pi_dying_at_start_says_why(pinned_pi: Any, tmp_path: Path, engine_args: list[str], pi_says: str) -> None:
     """Pi 1.6.0 prints its complaint on stderr and exits 1 about 1 s after start, before it
     answers the seal check: the receipt must quote Pi, not the unanswered check."""
@@ -679,8 +745,11 @@ async def test_startup_failure_signals_name_the_engine_they_are_about(tmp_path: 
     checks = [n["generation"] for n in notes(journal, "seal-check")]
     assert checks == [1, 2, 3]
     live = [n["generation"] for n in seen if n.get("type") == "signal" and n.get("signal") == "seal-check"]
-    journaled = [e["signal"]["generation"] for e in read_journal(journal)
-                 if isinstance(e.get("signal"), dict) and e["signal"].get("signal") == "seal-check"]
+    journaled = [
+        e["signal"]["generation"]
+        for e in read_journal(journal)
+        if isinstance(e.get("signal"), dict) and e["signal"].get("signal") == "seal-check"
+    ]
     assert live == journaled == checks, f"seal-check signals labelled {live} (journal {journaled}), notes {checks}"
 
 
@@ -704,8 +773,9 @@ def check_failed_journal_stderr(stderr: str, journal: Path) -> None:
 
 async def test_full_disk_loses_no_receipt_serve(tmp_path: Path) -> None:
     journal = tmp_path / "j.jsonl"
-    sp = await start_serve(tmp_path, serve_argv("--journal", str(journal), engine=fake_engine_argv({})),
-                           preexec_fn=small_files)
+    sp = await start_serve(
+        tmp_path, serve_argv("--journal", str(journal), engine=fake_engine_argv({})), preexec_fn=small_files
+    )
     try:
         ids = [f"big{n}" for n in range(5)]
         with trio.fail_after(60):
@@ -729,8 +799,17 @@ async def test_full_disk_loses_no_receipt_serve(tmp_path: Path) -> None:
 def test_full_disk_loses_no_receipt_run(tmp_path: Path) -> None:
     journal = tmp_path / "j.jsonl"
     prompts = [str(n) * (100 * 1024) for n in range(5)]
-    out = run_cli("run", *prompts, "--json", "--journal", str(journal), "--", *fake_engine_argv({}),
-                  preexec_fn=small_files, timeout=60)
+    out = run_cli(
+        "run",
+        *prompts,
+        "--json",
+        "--journal",
+        str(journal),
+        "--",
+        *fake_engine_argv({}),
+        preexec_fn=small_files,
+        timeout=60,
+    )
     assert out.returncode != 0
     receipts = [json.loads(line) for line in out.stdout.splitlines() if line.startswith('{"request"')]
     assert [r["request"] for r in receipts] == ["p1", "p2", "p3", "p4", "p5"], out.stdout[-2000:]
@@ -762,7 +841,8 @@ async def test_full_disk_writes_nothing_queued_after_the_failure(tmp_path: Path)
         assert [line["signal"] for line in sp.lines if line["type"] == "signal"] == ["journal-failed"]
         assert got["a"]["state"] == "finished", got["a"]
         assert (got["b"]["state"], got["b"]["reason"]) == ("rejected", "closing"), (
-            f"b was queued when the journal failed, yet it was written to the engine: {got['b']}")
+            f"b was queued when the journal failed, yet it was written to the engine: {got['b']}"
+        )
         assert_bye_last(sp)
         check_failed_journal_stderr(sp.stderr, journal)
     finally:
@@ -779,9 +859,15 @@ def test_journal_that_cannot_be_created_is_one_clear_line(tmp_path: Path, comman
     blocker.write_text("someone else's file\n")
     journal = blocker if where == "existing-file" else blocker / "j.jsonl"
     args = ["serve", "--journal", str(journal)] if command == "serve" else ["run", "hi", "--journal", str(journal)]
-    out = subprocess.run([sys.executable, "-m", "bridge", *args, "--", *fake_engine_argv({})],
-                         input='{"type":"prompt","id":"a","message":"x"}\n', capture_output=True, text=True,
-                         timeout=30, cwd=str(ROOT), check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "bridge", *args, "--", *fake_engine_argv({})],
+        input='{"type":"prompt","id":"a","message":"x"}\n',
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=str(ROOT),
+        check=False,
+    )
     assert out.returncode != 0
     assert blocker.read_text() == "someone else's file\n"
     assert "Traceback" not in out.stderr, out.stderr[-3000:]

@@ -55,15 +55,21 @@ EXAMPLES: list[tuple[int, Facts, tuple[str, str | None]]] = [
     (10, Facts(tracker=("failed", "interrupted"), stop_by="closing"), ("failed", "closing")),
     (10, Facts(tracker=("failed", "interrupted")), ("failed", "interrupted")),
     (11, Facts(tracker=("failed", None), stop_by="timeout", aborted=True), ("failed", "timeout")),
-    (11, Facts(tracker=("outcome-unknown", "no-final-assistant-message"), stop_by="controller", aborted=True),
-     ("failed", "interrupted")),
+    (
+        11,
+        Facts(tracker=("outcome-unknown", "no-final-assistant-message"), stop_by="controller", aborted=True),
+        ("failed", "interrupted"),
+    ),
     (11, Facts(tracker=("failed", None), stop_by="closing", aborted=True), ("failed", "closing")),
     (12, Facts(tracker=("failed", None), stop_by="timeout", aborted=False), ("failed", None)),
     (12, Facts(tracker=("failed", None), aborted=True), ("failed", None)),
     (12, Facts(tracker=("finished", None), stop_by="controller"), ("finished", None)),
     (12, Facts(tracker=("delivery-unknown", "ack-without-start")), ("delivery-unknown", "ack-without-start")),
-    (12, Facts(tracker=("outcome-unknown", "unrecognised-stop-reason"), stop_by="timeout", aborted=True),
-     ("outcome-unknown", "unrecognised-stop-reason")),
+    (
+        12,
+        Facts(tracker=("outcome-unknown", "unrecognised-stop-reason"), stop_by="timeout", aborted=True),
+        ("outcome-unknown", "unrecognised-stop-reason"),
+    ),
 ]
 
 
@@ -72,7 +78,9 @@ def test_the_readme_table_has_every_row_and_only_those() -> None:
     assert {row for row, _, _ in EXAMPLES} == set(range(1, 13))
 
 
-@pytest.mark.parametrize(("row", "facts", "expected"), EXAMPLES, ids=[f"row{r}-{i}" for i, (r, _, _) in enumerate(EXAMPLES)])
+@pytest.mark.parametrize(
+    ("row", "facts", "expected"), EXAMPLES, ids=[f"row{r}-{i}" for i, (r, _, _) in enumerate(EXAMPLES)]
+)
 def test_decide_follows_the_table_row_by_row(row: int, facts: Facts, expected: tuple[str, str | None]) -> None:
     assert decide(facts) == expected
     state, reason = expected
@@ -94,6 +102,8 @@ def test_a_fact_set_with_no_trigger_is_a_bug_not_a_receipt() -> None:
 
 def test_interrupted_only_for_the_controllers_stop() -> None:
     for by in ("timeout", "closing"):
-        for facts in (Facts(tracker=("failed", "interrupted"), stop_by=by),
-                      Facts(tracker=("failed", None), stop_by=by, aborted=True)):
+        for facts in (
+            Facts(tracker=("failed", "interrupted"), stop_by=by),
+            Facts(tracker=("failed", None), stop_by=by, aborted=True),
+        ):
             assert decide(facts) != ("failed", "interrupted")

@@ -34,8 +34,9 @@ UNCERTAIN = {"pending", "delivery-unknown", "outcome-unknown"}
 
 
 def bridge(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bridge", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "bridge", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
 
 
 def findings(path: Path | str) -> list[dict[str, Any]]:
@@ -93,8 +94,21 @@ def test_every_signal_and_uncertain_receipt_gets_a_finding(path: Path):
 
 def test_diagnose_agrees_with_replay_on_generated_transcripts(tmp_path: Path):
     """The chaotic transcripts of tools/reference/gen.py: reused ids, early releases, noise."""
-    subprocess.run([sys.executable, str(ROOT / "tools" / "reference" / "gen.py"), "--seed", "11", "--count", "150",
-                    "--out", str(tmp_path)], check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tools" / "reference" / "gen.py"),
+            "--seed",
+            "11",
+            "--count",
+            "150",
+            "--out",
+            str(tmp_path),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     paths = sorted(tmp_path.glob("*.jsonl"))
     assert len(paths) == 150
     for path in paths:
@@ -103,9 +117,11 @@ def test_diagnose_agrees_with_replay_on_generated_transcripts(tmp_path: Path):
         data = diag.to_json()
         fs = data["findings"]
         assert sorted((o["signal"], o["idx"]) for o in rep.overlaps) == sorted(
-            (f["signal"], f["idx"]) for f in fs if f["signal"] in OVERLAP_SIGNALS), path.name
+            (f["signal"], f["idx"]) for f in fs if f["signal"] in OVERLAP_SIGNALS
+        ), path.name
         assert sorted(str(r.request) for r in rep.receipts if r.state in UNCERTAIN) == sorted(
-            str(f["request"]) for f in fs if f["kind"] == "receipt"), path.name
+            str(f["request"]) for f in fs if f["kind"] == "receipt"
+        ), path.name
         assert sum(sum(v.values()) for v in data["summary"]["receipts"].values()) == len(rep.receipts), path.name
         assert all(f["explanation"] and f["evidence"] for f in fs), path.name
         format_text(diag)
@@ -137,8 +153,12 @@ def test_evidence_names_responses_and_message_ends():
 def test_o1_no_slot_held():
     fs = findings(CORE / "o1_no_slot_held.jsonl")
     f = one(fs, "O1", idx=14, request="p1", run="run-2")
-    says(f, "a run (run-2) started at observation 14 while no prompt was held", "p1",
-         "something other than the bridge started it")
+    says(
+        f,
+        "a run (run-2) started at observation 14 while no prompt was held",
+        "p1",
+        "something other than the bridge started it",
+    )
     assert f["slot"]["held"] is False and f["slot"]["lastRequest"] == "p1" and f["slot"]["currentRun"] == "run-2"
     assert "seal.extensions" in f["causes"][0]["check"] or "records no seal" in f["causes"][0]["check"]
     assert any("unsealed" in n for n in f["notes"])
@@ -161,8 +181,7 @@ def test_o1_before_ack_and_a_stale_ack():
 
 def test_o1_after_the_slots_run():
     f = one(findings(CORE / "o1_after_slot_run.jsonl"), "O1", idx=14, request="p1", run="run-2")
-    says(f, "a second run (run-2) started at observation 14 while p1 was still held",
-         "own run (run-1, settled at #13)")
+    says(f, "a second run (run-2) started at observation 14 while p1 was still held", "own run (run-1, settled at #13)")
     assert f["slot"]["run"] == "run-1" and f["slot"]["working"] is True
 
 
@@ -171,13 +190,18 @@ def test_o1_after_the_slots_run():
     [
         ("o2_no_slot_held", 14, ["an agent_settled at observation 14 settled nothing of ours", "no prompt was held"]),
         ("o2_before_ack", 1, ["observation 1 arrived after p1 was sent but before its ack"]),
-        ("o2_second_settle_loose", 14, ["a second agent_settled at observation 14 for p1's single ack",
-                                        "already settled at #13"]),
+        (
+            "o2_second_settle_loose",
+            14,
+            ["a second agent_settled at observation 14 for p1's single ack", "already settled at #13"],
+        ),
         ("o2_second_settle_run", 16, ["a second agent_settled at observation 16", "already settled at #4"]),
-        ("o2_settle_not_slots_run", 12, ["run run-1 (started at #1", "settled at observation 12",
-                                         "never p1's run"]),
-        ("o2_slot_moved_on", 17, ["p1's run (run-1) settled at observation 17",
-                                  "after the bridge had already released p1"]),
+        ("o2_settle_not_slots_run", 12, ["run run-1 (started at #1", "settled at observation 12", "never p1's run"]),
+        (
+            "o2_slot_moved_on",
+            17,
+            ["p1's run (run-1) settled at observation 17", "after the bridge had already released p1"],
+        ),
     ],
 )
 def test_o2_each_why_has_its_own_words(name: str, idx: int, phrases: list[str]):
@@ -197,8 +221,12 @@ def test_o3_o4_o6():
 
 def test_o5_items_and_uncaused():
     f = one(findings(CORE / "o5_queue_update_items.jsonl"), "O5", idx=11, request="p1")
-    says(f, "a queue_update with 2 queued item(s) at observation 11", "(steering 1, followUp 1)",
-         "someone sent steer/follow_up or a queued prompt")
+    says(
+        f,
+        "a queue_update with 2 queued item(s) at observation 11",
+        "(steering 1, followUp 1)",
+        "someone sent steer/follow_up or a queued prompt",
+    )
     f = one(findings(CORE / "o5_uncaused_empty_queue_update.jsonl"), "O5", idx=8, request="p1")
     says(f, "an empty queue_update at observation 8 outside any clear window", "clearing list: clear_queue")
     assert findings(CORE / "o5_caused_empty_queue_update.jsonl") == []
@@ -212,8 +240,13 @@ def test_aborted_without_stop_signal_and_classify():
     says(r, "tainted by aborted-without-stop at #10")
     assert r["related"] == [f["n"]]
     r = one(findings(CORE / "classify_aborted_without_stop_link_cleared.jsonl"), "receipt", request="p1")
-    says(r, "p1's run (run-1) settled at #13", "ended 'aborted'", "the bridge had sent stop s1",
-         "An abort with no id (journal line 17) cleared the link")
+    says(
+        r,
+        "p1's run (run-1) settled at #13",
+        "ended 'aborted'",
+        "the bridge had sent stop s1",
+        "An abort with no id (journal line 17) cleared the link",
+    )
 
 
 @pytest.mark.parametrize(
@@ -240,16 +273,36 @@ def test_each_gap_kind(name: str, idx: int, words: str):
 @pytest.mark.parametrize(
     "name, state, reason, phrases",
     [
-        ("classify_ack_without_start", "delivery-unknown", "ack-without-start",
-         ["p1 was acked at #1 and its run (run-1) settled at #11", "without ever showing p1's user message"]),
-        ("classify_failure_no_run", "delivery-unknown", "ack-without-start",
-         ["failure message with no run and settled at #4"]),
-        ("classify_no_final_assistant_message", "outcome-unknown", "no-final-assistant-message",
-         ["p1's run (run-1) settled at #8", "working at #4", "no assistant message ended"]),
-        ("classify_unrecognised_stop_reason", "outcome-unknown", "unrecognised-stop-reason",
-         ["stopReason 'deferred'", "run (run-1)"]),
-        ("ends_mid_run", "pending", None,
-         ["the transcript ends while p1 is still open", "acked at #1", "working since #4", "run run-1"]),
+        (
+            "classify_ack_without_start",
+            "delivery-unknown",
+            "ack-without-start",
+            ["p1 was acked at #1 and its run (run-1) settled at #11", "without ever showing p1's user message"],
+        ),
+        (
+            "classify_failure_no_run",
+            "delivery-unknown",
+            "ack-without-start",
+            ["failure message with no run and settled at #4"],
+        ),
+        (
+            "classify_no_final_assistant_message",
+            "outcome-unknown",
+            "no-final-assistant-message",
+            ["p1's run (run-1) settled at #8", "working at #4", "no assistant message ended"],
+        ),
+        (
+            "classify_unrecognised_stop_reason",
+            "outcome-unknown",
+            "unrecognised-stop-reason",
+            ["stopReason 'deferred'", "run (run-1)"],
+        ),
+        (
+            "ends_mid_run",
+            "pending",
+            None,
+            ["the transcript ends while p1 is still open", "acked at #1", "working since #4", "run run-1"],
+        ),
         ("o2_slot_moved_on", "pending", None, ["p1 was released at t=0.058", "working since #4"]),
         ("o4_settle_without_start", "outcome-unknown", "overlap", ["tainted by O4 at #2"]),
         ("o2_settle_not_slots_run", "outcome-unknown", "overlap", ["tainted by O1 at #1, O2 at #12", "run (run-2)"]),
@@ -309,8 +362,10 @@ def _run(p: str, start: int, *, user: bool = True, stop: str = "stop") -> list[d
     if user:
         lines.append({"type": "message_start", "message": {"role": "user", "content": [{"type": "text", "text": p}]}})
     lines += [
-        {"type": "message_end", "message": {"role": "assistant", "content": [{"type": "text", "text": "ok"}],
-                                            "stopReason": stop}},
+        {
+            "type": "message_end",
+            "message": {"role": "assistant", "content": [{"type": "text", "text": "ok"}], "stopReason": stop},
+        },
         {"type": "agent_end", "willRetry": False},
         {"type": "agent_settled", "aborted": False},
     ]
@@ -318,15 +373,24 @@ def _run(p: str, start: int, *, user: bool = True, stop: str = "stop") -> list[d
 
 
 def _ack(p: str, i: int, disposition: str = "started") -> dict[str, Any]:
-    return {"recv": {"type": "response", "id": p, "command": "prompt", "success": True,
-                     "data": {"disposition": disposition}}, "i": i}
+    return {
+        "recv": {
+            "type": "response",
+            "id": p,
+            "command": "prompt",
+            "success": True,
+            "data": {"disposition": disposition},
+        },
+        "i": i,
+    }
 
 
 def test_disposition_queued_and_handled(tmp_path: Path):
     entries = [
         {"note": {"event": "engine-start", "pid": 10, "generation": 1}},
         {"send": {"type": "prompt", "id": "p1", "message": "hi"}},
-        _ack("p1", 1, "queued"), *_run("hi", 2),
+        _ack("p1", 1, "queued"),
+        *_run("hi", 2),
         {"release": "p1"},
         {"exit": {"code": 0, "signal": None}},
         {"note": {"event": "engine-start", "pid": 11, "generation": 2}},
@@ -348,19 +412,36 @@ def test_disposition_queued_and_handled(tmp_path: Path):
 
 
 def test_seal_diagnostics_and_a_failed_seal_check(tmp_path: Path):
-    header = {"engine": "pi", "pin": "1.6.0", "engine_version": "1.5.2",
-              "seal": {"extensions": ["./ext.ts"], "flags": ["--no-extensions"]}}
+    header = {
+        "engine": "pi",
+        "pin": "1.6.0",
+        "engine_version": "1.5.2",
+        "seal": {"extensions": ["./ext.ts"], "flags": ["--no-extensions"]},
+    }
     entries = [
         {"note": {"event": "engine-start", "pid": 10, "generation": 1}},
-        {"note": {"event": "seal-check", "generation": 1, "problems": ["get_commands lists extension command /x"],
-                  "enforced": {}}},
-        {"signal": {"signal": "seal-check", "problems": ["get_commands lists extension command /x"],
-                    "action": "warn", "generation": 1}},
+        {
+            "note": {
+                "event": "seal-check",
+                "generation": 1,
+                "problems": ["get_commands lists extension command /x"],
+                "enforced": {},
+            }
+        },
+        {
+            "signal": {
+                "signal": "seal-check",
+                "problems": ["get_commands lists extension command /x"],
+                "action": "warn",
+                "generation": 1,
+            }
+        },
         {"send": {"type": "prompt", "id": "p1", "message": "hi"}},
         {"recv": {"type": "extension_error", "extensionPath": "./ext.ts", "error": "boom"}, "i": 1},
         {"recv": {"type": "extension_ui_request", "id": "ui-1", "method": "confirm", "title": "ok?"}, "i": 2},
         {"send": {"type": "extension_ui_response", "id": "ui-1", "cancelled": True}},
-        _ack("p1", 3), *_run("hi", 4),
+        _ack("p1", 3),
+        *_run("hi", 4),
         {"release": "p1"},
     ]
     fs = findings(write(tmp_path, "seal.jsonl", entries, **header))
@@ -391,8 +472,13 @@ def test_engine_exits_and_engine_exited_receipts(tmp_path: Path):
         {"send": {"type": "prompt", "id": "p2", "message": "hi"}},
         {"exit": {"code": None, "signal": 9}, "t": 2.0},
         {"note": {"event": "engine-start", "pid": 12, "generation": 3}},
-        {"signal": {"signal": "engine-down", "why": "3 engine failures in 60s; last: engine exited (code 1)",
-                    "generation": 3}},
+        {
+            "signal": {
+                "signal": "engine-down",
+                "why": "3 engine failures in 60s; last: engine exited (code 1)",
+                "generation": 3,
+            }
+        },
     ]
     fs = findings(write(tmp_path, "exit.jsonl", entries))
     e1 = one(fs, "engine-exit", generation=1)
@@ -421,7 +507,8 @@ def test_recorded_receipts_no_ack_and_settle_timeout(tmp_path: Path):
         {"receipt": {"request": "p1", "state": "delivery-unknown", "reason": "no-ack"}, "t": 30.0},
         {"release": "p1", "t": 30.0},
         {"send": {"type": "prompt", "id": "p2", "message": "hi"}},
-        _ack("p2", 1), {"recv": {"type": "agent_start"}, "i": 2},
+        _ack("p2", 1),
+        {"recv": {"type": "agent_start"}, "i": 2},
         {"recv": {"type": "message_start", "message": {"role": "user", "content": "hi"}}, "i": 3},
         {"send": {"type": "abort", "id": "stop-1"}},
         {"receipt": {"request": "p2", "state": "outcome-unknown", "reason": "settle-timeout", "stop": "stop-1"}},
@@ -433,8 +520,11 @@ def test_recorded_receipts_no_ack_and_settle_timeout(tmp_path: Path):
     says(one(fs, "receipt", request="p2"), "stopped waiting for p2's run", "acked at #1", "working since #3")
     assert len([f for f in fs if f["kind"] == "receipt"]) == 2  # rejected is certain: no finding
     s = diagnose(str(tmp_path / "timeouts.jsonl")).summary()
-    assert s["receipts"] == {"delivery-unknown": {"no-ack": 1}, "outcome-unknown": {"settle-timeout": 1},
-                             "rejected": {"queue-full": 1}}
+    assert s["receipts"] == {
+        "delivery-unknown": {"no-ack": 1},
+        "outcome-unknown": {"settle-timeout": 1},
+        "rejected": {"queue-full": 1},
+    }
     assert s["prompts"] == {"sent": 2, "receipts": 3}
 
 
@@ -442,7 +532,7 @@ def test_a_live_journals_gap_signal_names_the_kind(tmp_path: Path):
     entries = [
         {"send": {"type": "prompt", "id": "p1", "message": "hi"}},
         _ack("p1", 1),
-        {"recv_raw": "{\"type\":\"message_update\",\"delta\":\"caf\"}", "i": 2},
+        {"recv_raw": '{"type":"message_update","delta":"caf"}', "i": 2},
         {"signal": {"signal": "gap", "idx": 2, "why": "invalid-utf8", "bytes": 40, "generation": 1}},
     ]
     fs = findings(write(tmp_path, "gap.jsonl", entries))
@@ -456,32 +546,47 @@ def test_a_live_journals_gap_signal_names_the_kind(tmp_path: Path):
 # Whose stop: the bridge's timeouts and closing stops, journal failures (SPEC section 5)
 
 
-def _stopped(p: str, start: int, stop: str, *, by: str | None = None, why: str = "",
-             t: float = 2.0) -> list[dict[str, Any]]:
+def _stopped(
+    p: str, start: int, stop: str, *, by: str | None = None, why: str = "", t: float = 2.0
+) -> list[dict[str, Any]]:
     """p's acked run, stopped mid-answer by ``stop``: the bridge's note first when ``by`` is given."""
     lines: list[dict[str, Any]] = [
-        _ack(p, start), {"recv": {"type": "agent_start"}, "i": start + 1},
+        _ack(p, start),
+        {"recv": {"type": "agent_start"}, "i": start + 1},
         {"recv": {"type": "message_start", "message": {"role": "user", "content": p}}, "i": start + 2},
         {"recv": {"type": "message_start", "message": {"role": "assistant", "content": []}}, "i": start + 3},
     ]
     if by is not None:
         lines.append({"note": {"event": "stop", "stop": stop, "request": p, "by": by, "why": why}, "t": t})
-    lines += [{"send": {"type": "clear_queue", "id": f"{stop}:clear"}, "t": t},
-              {"send": {"type": "abort", "id": stop}, "t": t}]
-    events = [{"type": "queue_update", "steering": [], "followUp": []},
-              {"type": "response", "id": f"{stop}:clear", "command": "clear_queue", "success": True},
-              {"type": "message_end", "message": {"role": "assistant", "content": [], "stopReason": "aborted"}},
-              {"type": "agent_end", "willRetry": False}, {"type": "agent_settled", "aborted": True}]
+    lines += [
+        {"send": {"type": "clear_queue", "id": f"{stop}:clear"}, "t": t},
+        {"send": {"type": "abort", "id": stop}, "t": t},
+    ]
+    events = [
+        {"type": "queue_update", "steering": [], "followUp": []},
+        {"type": "response", "id": f"{stop}:clear", "command": "clear_queue", "success": True},
+        {"type": "message_end", "message": {"role": "assistant", "content": [], "stopReason": "aborted"}},
+        {"type": "agent_end", "willRetry": False},
+        {"type": "agent_settled", "aborted": True},
+    ]
     return lines + [{"recv": ev, "i": start + 4 + k, "t": t + 0.01} for k, ev in enumerate(events)]
 
 
-def stop_journal(tmp_path: Path, reason: str, *, by: str | None, why: str = "",
-                 before: list[dict[str, Any]] | None = None, closed: bool = True) -> Path:
+def stop_journal(
+    tmp_path: Path,
+    reason: str,
+    *,
+    by: str | None,
+    why: str = "",
+    before: list[dict[str, Any]] | None = None,
+    closed: bool = True,
+) -> Path:
     """A live journal: one prompt p1 whose run is stopped by stop-2 (see _stopped)."""
     entries = [
         {"note": {"event": "engine-start", "pid": 10, "generation": 1}, "t": 0.0},
         {"send": {"type": "prompt", "id": "p1", "message": "hi"}, "t": 0.01},
-        *(before or []), *_stopped("p1", 1, "stop-2", by=by, why=why),
+        *(before or []),
+        *_stopped("p1", 1, "stop-2", by=by, why=why),
         {"receipt": {"request": "p1", "state": "failed", "reason": reason, "stop": "stop-2"}, "t": 2.1},
         {"release": "p1", "t": 2.1},
         {"exit": {"code": 0, "signal": None}, "t": 2.2},
@@ -499,10 +604,15 @@ def test_timeout_receipt_names_the_bridges_stop(tmp_path: Path):
     f = one(fs, "receipt", request="p1")
     assert (f["detail"]["state"], f["detail"]["reason"], f["detail"]["stop"]) == ("failed", "timeout", "stop-2")
     assert "stopped by the bridge, not the controller" in f["title"]
-    says(f, "the bridge itself stopped p1's run (run-1), not the controller",
-         "its own stop stop-2 (journal line", "t=2.000", "because the prompt's timeout (2 s) passed",
-         "settled at #9")
-    assert "raise --timeout (or the prompt's \"timeout\")" in f["causes"][0]["check"]
+    says(
+        f,
+        "the bridge itself stopped p1's run (run-1), not the controller",
+        "its own stop stop-2 (journal line",
+        "t=2.000",
+        "because the prompt's timeout (2 s) passed",
+        "settled at #9",
+    )
+    assert 'raise --timeout (or the prompt\'s "timeout")' in f["causes"][0]["check"]
     assert "--drain-timeout" not in f["causes"][0]["check"]
     assert diag.summary()["receipts"] == {"failed": {"timeout": 1}}
     assert [(r.state, r.reason) for r in replay(str(path)).receipts] == [("failed", "timeout")]  # one decision
@@ -514,8 +624,9 @@ def test_timeout_receipt_names_the_bridges_stop(tmp_path: Path):
 
 def test_drain_timeout_receipt_says_raise_drain_timeout(tmp_path: Path):
     closing = [{"note": {"event": "closing", "why": "drain-timeout", "detail": "--drain-timeout 5 s"}, "t": 1.9}]
-    path = stop_journal(tmp_path, "timeout", by="timeout", why="the drain bound (--drain-timeout 5 s) passed",
-                        before=closing)
+    path = stop_journal(
+        tmp_path, "timeout", by="timeout", why="the drain bound (--drain-timeout 5 s) passed", before=closing
+    )
     f = one(findings(path), "receipt", request="p1")
     says(f, "because the drain bound (--drain-timeout 5 s) passed")
     assert "raise --drain-timeout" in f["causes"][0]["check"]
@@ -527,9 +638,14 @@ def test_closing_receipt_names_what_closed_the_bridge(tmp_path: Path):
     diag = diagnose(str(path))
     f = one(diag.to_json()["findings"], "receipt", request="p1")
     assert (f["detail"]["state"], f["detail"]["reason"]) == ("failed", "closing")
-    says(f, "the bridge itself stopped p1's run (run-1), not the controller", "stop stop-2",
-         "because the bridge is closing (SIGTERM)", "The bridge began closing at t=1.900",
-         "because it got a signal (SIGTERM)")
+    says(
+        f,
+        "the bridge itself stopped p1's run (run-1), not the controller",
+        "stop stop-2",
+        "because the bridge is closing (SIGTERM)",
+        "The bridge began closing at t=1.900",
+        "because it got a signal (SIGTERM)",
+    )
     assert "what sent it" in f["causes"][0]["check"] and "shutdown command" in f["causes"][0]["check"]
     assert diag.summary()["receipts"] == {"failed": {"closing": 1}}
 
@@ -553,10 +669,18 @@ NO_SPACE = "[Errno 28] No space left on device"
 
 def failed_journal(tmp_path: Path) -> Path:
     """The journal fails (its note made it), the bridge closes, stops p1, and its last line is cut."""
-    failing = [{"note": {"event": "journal-failed", "error": NO_SPACE}, "t": 1.8},
-               {"note": {"event": "closing", "why": "journal"}, "t": 1.8}]
-    path = stop_journal(tmp_path, "closing", by="closing", why="the bridge is closing (its journal failed)",
-                        before=failing, closed=False)
+    failing = [
+        {"note": {"event": "journal-failed", "error": NO_SPACE}, "t": 1.8},
+        {"note": {"event": "closing", "why": "journal"}, "t": 1.8},
+    ]
+    path = stop_journal(
+        tmp_path,
+        "closing",
+        by="closing",
+        why="the bridge is closing (its journal failed)",
+        before=failing,
+        closed=False,
+    )
     with path.open("a") as fh:
         fh.write('{"note":{"event":"bridge-clo')
     return path
@@ -575,9 +699,13 @@ def test_journal_failed_note_and_a_journal_cut_short(tmp_path: Path):
     assert rc["related"] == [jf["n"]] and "df -h" in rc["causes"][0]["check"]
     end = one(fs, "journal-ends-early")
     assert end["kind"] == "journal" and end["related"] == [jf["n"]]
-    says(end, "the journal ends before the bridge closed: the bridge was killed, or its journal could not be "
-              "written (a full disk, an I/O error); receipts after this point reached the controller only.",
-         "Its last line was cut off mid-write.", f"(finding {jf['n']}): {error}")
+    says(
+        end,
+        "the journal ends before the bridge closed: the bridge was killed, or its journal could not be "
+        "written (a full disk, an I/O error); receipts after this point reached the controller only.",
+        "Its last line was cut off mid-write.",
+        f"(finding {jf['n']}): {error}",
+    )
     assert [f["signal"] for f in fs] == ["journal-failed", "receipt", "journal-ends-early"]
     s = diag.summary()
     assert s["journal"] == {"live": True, "closed": False, "failed": error} and s["truncated"] is True
@@ -588,8 +716,10 @@ def test_journal_failed_note_and_a_journal_cut_short(tmp_path: Path):
 
 
 def test_journal_failed_with_an_io_error_names_the_disk(tmp_path: Path):
-    entries = [{"note": {"event": "engine-start", "pid": 10, "generation": 1}, "t": 0.0},
-               {"note": {"event": "journal-failed", "error": "[Errno 5] Input/output error"}, "t": 0.5}]
+    entries = [
+        {"note": {"event": "engine-start", "pid": 10, "generation": 1}, "t": 0.0},
+        {"note": {"event": "journal-failed", "error": "[Errno 5] Input/output error"}, "t": 0.5},
+    ]
     fs = findings(write(tmp_path, "eio.jsonl", entries))
     jf = one(fs, "journal-failed")
     says(jf, "at t=0.500: [Errno 5] Input/output error")
@@ -602,7 +732,8 @@ def test_a_live_journal_without_bridge_closed_ends_early(tmp_path: Path):
     entries = [
         {"note": {"event": "engine-start", "pid": 10, "generation": 1}, "t": 0.0},
         {"send": {"type": "prompt", "id": "p1", "message": "hi"}, "t": 0.01},
-        _ack("p1", 1), {"recv": {"type": "agent_start"}, "i": 2, "t": 0.4},
+        _ack("p1", 1),
+        {"recv": {"type": "agent_start"}, "i": 2, "t": 0.4},
     ]
     fs = findings(write(tmp_path, "killed.jsonl", entries, created="2026-11-30T10:00:00+00:00"))
     end = one(fs, "journal-ends-early")
@@ -664,13 +795,42 @@ def test_json_has_stable_keys():
     data = json.loads(p.stdout)
     assert list(data) == ["findings", "summary"]
     assert list(data["findings"][0]) == [
-        "n", "kind", "signal", "title", "explanation", "idx", "t", "line", "request", "run", "generation",
-        "detail", "slot", "slotWords", "evidence", "causes", "stderr", "notes", "related",
+        "n",
+        "kind",
+        "signal",
+        "title",
+        "explanation",
+        "idx",
+        "t",
+        "line",
+        "request",
+        "run",
+        "generation",
+        "detail",
+        "slot",
+        "slotWords",
+        "evidence",
+        "causes",
+        "stderr",
+        "notes",
+        "related",
     ]
     assert list(data["findings"][0]["evidence"][0]) == ["line", "entry", "idx", "t", "type", "summary", "focus", "raw"]
     assert list(data["summary"]) == [
-        "file", "engine", "entries", "observations", "truncated", "journal", "prompts", "receipts", "signals", "gaps",
-        "engine_starts", "engine_exits", "engine_down", "findings",
+        "file",
+        "engine",
+        "entries",
+        "observations",
+        "truncated",
+        "journal",
+        "prompts",
+        "receipts",
+        "signals",
+        "gaps",
+        "engine_starts",
+        "engine_exits",
+        "engine_down",
+        "findings",
     ]
     assert data["summary"]["gaps"] == {"count": 1, "why": {"malformed": 1}}
     assert data["summary"]["signals"] == {"gap": 1}
@@ -687,7 +847,7 @@ def test_an_invalid_transcript_exits_2_naming_file_and_line(tmp_path: Path):
     bad.write_text('{"transcript":"pi-bridge","version":1}\n{"wat":1}\n')
     p = bridge("diagnose", str(bad))
     assert p.returncode == 2
-    assert f"bridge diagnose: {bad}:2: unknown entry kind \"wat\"" in p.stderr
+    assert f'bridge diagnose: {bad}:2: unknown entry kind "wat"' in p.stderr
     p = bridge("diagnose", str(tmp_path / "missing.jsonl"))
     assert p.returncode == 2 and "cannot open" in p.stderr
     newer = tmp_path / "newer.jsonl"
@@ -712,8 +872,9 @@ def test_progress_is_shown_on_a_terminal_only(tmp_path: Path):
 
     path = CORE / "o1_no_slot_held.jsonl"
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "bridge", "diagnose", str(path)], stdout=subprocess.DEVNULL,
-                            stderr=slave, cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bridge", "diagnose", str(path)], stdout=subprocess.DEVNULL, stderr=slave, cwd=ROOT
+    )
     os.close(slave)
     chunks = []
     while True:
@@ -738,17 +899,26 @@ def test_progress_is_shown_on_a_terminal_only(tmp_path: Path):
 # The HTML page, in a real headless browser
 
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-dev-shm-usage", "--virtual-time-budget=2000",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--virtual-time-budget=2000",
 ]
 
 
 def chromium() -> str:
     exe = shutil.which("chromium")
     if exe is None:
-        pytest.fail("chromium is not installed: run tools/setup_chromium (apt-get install chromium) "
-                    "to test `bridge diagnose --html` in a real browser")
+        pytest.fail(
+            "chromium is not installed: run tools/setup_chromium (apt-get install chromium) "
+            "to test `bridge diagnose --html` in a real browser"
+        )
     return exe
 
 
@@ -758,9 +928,14 @@ def render(pages: list[Path], tmp_path: Path, fragment: str = "") -> list[str]:
     procs = []
     for n, page in enumerate(pages):
         profile = tmp_path / f"profile-{n}"
-        procs.append(subprocess.Popen(
-            [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri() + fragment],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri() + fragment],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     doms = []
     for proc in procs:
         out, err = proc.communicate(timeout=120)
@@ -792,7 +967,8 @@ def hostile_journal(tmp_path: Path) -> Path:
         {"exit": {"code": 1, "signal": None}},
         {"note": {"event": "engine-start", "pid": 11, "generation": 2}},
         {"send": {"type": "prompt", "id": "p2", "message": "hi"}},
-        _ack("p2", 6), *_run("hi", 7),
+        _ack("p2", 6),
+        *_run("hi", 7),
         {"release": "p2"},
         {"recv": {"type": "agent_start"}, "i": 13},
         {"recv": {"type": "agent_settled", "aborted": False}, "i": 14},
@@ -801,8 +977,13 @@ def hostile_journal(tmp_path: Path) -> Path:
 
 
 def test_html_renders_in_headless_chromium(tmp_path: Path):
-    sources = [CORE / "o1_no_slot_held.jsonl", CORE / "gap_oversize_line.jsonl",
-               CORE / "two_prompts_released_between.jsonl", failed_journal(tmp_path), hostile_journal(tmp_path)]
+    sources = [
+        CORE / "o1_no_slot_held.jsonl",
+        CORE / "gap_oversize_line.jsonl",
+        CORE / "two_prompts_released_between.jsonl",
+        failed_journal(tmp_path),
+        hostile_journal(tmp_path),
+    ]
     pages = []
     for n, src in enumerate(sources):
         out = tmp_path / f"page-{n}.html"
@@ -856,19 +1037,35 @@ _REPLY = ("The section explains how the bridge settles each prompt. " * 16).stri
 
 
 def _run_template() -> bytes:
-    usage = {"input": 412, "output": 96, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 508,
-             "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}}
+    usage = {
+        "input": 412,
+        "output": 96,
+        "cacheRead": 0,
+        "cacheWrite": 0,
+        "totalTokens": 508,
+        "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0},
+    }
     user = {"role": "user", "content": [{"type": "text", "text": "please summarise section %d"}], "timestamp": 1}
-    assistant = {"role": "assistant", "content": [{"type": "text", "text": _REPLY}], "api": "openai-completions",
-                 "provider": "scripted", "model": "scripted-1", "usage": usage, "stopReason": "stop", "timestamp": 2}
+    assistant = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": _REPLY}],
+        "api": "openai-completions",
+        "provider": "scripted",
+        "model": "scripted-1",
+        "usage": usage,
+        "stopReason": "stop",
+        "timestamp": 2,
+    }
     events: list[Any] = [
         {"id": "p%d", "type": "response", "command": "prompt", "success": True, "data": {"disposition": "started"}},
-        {"type": "agent_start"}, {"type": "turn_start"},
-        {"type": "message_start", "message": user}, {"type": "message_end", "message": user},
+        {"type": "agent_start"},
+        {"type": "turn_start"},
+        {"type": "message_start", "message": user},
+        {"type": "message_end", "message": user},
         {"type": "message_start", "message": {**assistant, "content": []}},
         *[{"type": "message_update", "elided": 251} for _ in range(8)],
-        {"type": "message_end", "message": assistant}, {"type": "turn_end", "message": assistant,
-                                                        "toolResults": []},
+        {"type": "message_end", "message": assistant},
+        {"type": "turn_end", "message": assistant, "toolResults": []},
         {"type": "agent_end", "messages": [user, assistant], "willRetry": False},
         {"type": "agent_settled", "aborted": False},
     ]
@@ -876,8 +1073,7 @@ def _run_template() -> bytes:
     for ev in events:
         line = json.dumps({"recv": ev}, separators=(",", ":"))
         out.append(line[:-1] + ',"i":%d,"t":%d.2}\n')
-    receipt = {"request": "p%d", "state": "finished", "reason": None, "run": "run-%d", "ackIdx": "ACK",
-               "signals": []}
+    receipt = {"request": "p%d", "state": "finished", "reason": None, "run": "run-%d", "ackIdx": "ACK", "signals": []}
     out.append(json.dumps({"receipt": receipt}, separators=(",", ":")).replace('"ACK"', "%d") + "\n")
     out.append('{"release":"p%d","t":%d.3}\n')
     return "".join(out).replace("%d", "\x00").replace("%", "%%").replace("\x00", "%d").encode()
@@ -915,6 +1111,7 @@ def write_big_journal(path: Path | str, target: int) -> dict[str, int]:
     prompts = obs = gen = run_no = written = 0
     signals = {"O5": 0, "gap": 0, "O1": 0}
     with open(path, "wb", buffering=1 << 22) as fh:
+
         def put(data: bytes) -> None:
             nonlocal written
             fh.write(data)
@@ -939,15 +1136,20 @@ def write_big_journal(path: Path | str, target: int) -> dict[str, int]:
             obs += n_obs
             kind = special.get(prompts)
             if kind in ("O5", "gap"):
-                extra = (b'{"recv":{"type":"queue_update","steering":["x"],"followUp":[]},"i":%d}\n' % obs
-                         if kind == "O5" else b'{"recv_raw":"debug: not json","i":%d}\n' % obs)
+                extra = (
+                    b'{"recv":{"type":"queue_update","steering":["x"],"followUp":[]},"i":%d}\n' % obs
+                    if kind == "O5"
+                    else b'{"recv_raw":"debug: not json","i":%d}\n' % obs
+                )
                 cut = data.index(b'{"recv":{"type":"agent_settled"')
                 tail = data[cut:].replace(b'"i":%d,' % obs, b'"i":%d,' % (obs + 1), 1)
                 data = data[:cut] + extra + tail
                 obs += 1
             elif kind == "O1":
-                data += (b'{"recv":{"type":"agent_start"},"i":%d}\n{"recv":{"type":"agent_end"},"i":%d}\n'
-                         b'{"recv":{"type":"agent_settled","aborted":false},"i":%d}\n' % (obs + 1, obs + 2, obs + 3))
+                data += (
+                    b'{"recv":{"type":"agent_start"},"i":%d}\n{"recv":{"type":"agent_end"},"i":%d}\n'
+                    b'{"recv":{"type":"agent_settled","aborted":false},"i":%d}\n' % (obs + 1, obs + 2, obs + 3)
+                )
                 obs += 3
             put(data)
             if kind is not None:
@@ -989,14 +1191,17 @@ def test_a_200_mb_journal_streams_in_bounded_memory(tmp_path: Path):
     made = time.monotonic() - t0
     size = path.stat().st_size
     assert size >= 200_000_000
-    p = subprocess.run([sys.executable, "-c", _MEASURE, str(path)], capture_output=True, text=True, timeout=300,
-                       cwd=ROOT)
+    p = subprocess.run(
+        [sys.executable, "-c", _MEASURE, str(path)], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     got = json.loads(p.stdout)
     growth_mb = (got["peak_kb"] - got["base_kb"]) / 1024
     s = got["summary"]
-    print(f"\n{size / 1e6:.0f} MB, {info['prompts']} prompts, {s['observations']} observations: written in "
-          f"{made:.1f} s, diagnosed in {got['seconds']:.1f} s, peak RSS growth {growth_mb:.1f} MB")
+    print(
+        f"\n{size / 1e6:.0f} MB, {info['prompts']} prompts, {s['observations']} observations: written in "
+        f"{made:.1f} s, diagnosed in {got['seconds']:.1f} s, peak RSS growth {growth_mb:.1f} MB"
+    )
     assert growth_mb < 64, got
     assert s["observations"] == info["observations"]
     assert s["prompts"]["sent"] == info["prompts"]

@@ -13,8 +13,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -24,9 +25,20 @@ FAKE = ROOT / "tools" / "fake_engine.py"
 READ_TIMEOUT = 5.0
 
 PLAIN_RUN = [
-    "response", "agent_start", "turn_start", "message_start", "message_end", "message_start",
-    "message_update", "message_update", "message_update", "message_update",
-    "message_end", "turn_end", "agent_end", "agent_settled",
+    "response",
+    "agent_start",
+    "turn_start",
+    "message_start",
+    "message_end",
+    "message_start",
+    "message_update",
+    "message_update",
+    "message_update",
+    "message_update",
+    "message_end",
+    "turn_end",
+    "agent_end",
+    "agent_settled",
 ]
 
 
@@ -37,12 +49,15 @@ class Engine:
         argv = [sys.executable, str(FAKE), *args]
         if scenario is not None:
             argv += ["--scenario-json", json.dumps(scenario)]
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, bufsize=0)
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0
+        )
         self.lines: queue.Queue[bytes | None] = queue.Queue()
         self.stderr_chunks: list[bytes] = []
-        self.pumps = [threading.Thread(target=self._pump_stdout, daemon=True),
-                      threading.Thread(target=self._pump_stderr, daemon=True)]
+        self.pumps = [
+            threading.Thread(target=self._pump_stdout, daemon=True),
+            threading.Thread(target=self._pump_stderr, daemon=True),
+        ]
         for t in self.pumps:
             t.start()
 
@@ -178,8 +193,13 @@ def test_plain_run_has_pi_sequence_and_ack_right_before_agent_start(spawn):
     got = e.read_until(settled)
     assert types(got) == PLAIN_RUN
     ack = got[0]
-    assert ack == {"id": "p1", "type": "response", "command": "prompt", "success": True,
-                   "data": {"disposition": "started"}}
+    assert ack == {
+        "id": "p1",
+        "type": "response",
+        "command": "prompt",
+        "success": True,
+        "data": {"disposition": "started"},
+    }
     assert got[3]["message"]["role"] == "user"
     assert got[3]["message"]["content"] == [{"type": "text", "text": "hello there, general kenobi"}]
     assert got[5]["message"]["role"] == "assistant" and got[5]["message"]["content"] == []
@@ -204,8 +224,13 @@ def test_get_state_and_get_commands(spawn):
     assert data["steeringMode"] == "all" and data["followUpMode"] == "all"
     assert data["model"] == {"provider": "fake", "id": "fake-model"} and data["sessionId"] == "fake"
     e.send({"id": 2, "type": "get_commands"})
-    assert e.read() == {"id": 2, "type": "response", "command": "get_commands", "success": True,
-                        "data": {"commands": []}}
+    assert e.read() == {
+        "id": 2,
+        "type": "response",
+        "command": "get_commands",
+        "success": True,
+        "data": {"commands": []},
+    }
     prompt(e, "p1")
     e.read_until(lambda o: o["type"] == "message_update")
     e.send({"id": 3, "type": "get_state"})
@@ -303,23 +328,34 @@ def test_steer_is_delivered_at_the_next_turn_and_clear_queue_empties(spawn):
     run = e.read_until(settled)
     t = types(run)
     i = t.index("turn_end")
-    assert t[i + 1:i + 4] == ["turn_start", "queue_update", "message_start"]
+    assert t[i + 1 : i + 4] == ["turn_start", "queue_update", "message_start"]
     assert run[i + 3]["message"]["content"][0]["text"] == "go left"
     # clear_queue with something queued while idle
     e.send({"id": "f", "type": "follow_up", "message": "later"})
     e.read_until(lambda o: o.get("id") == "f")
     e.send({"id": "c", "type": "clear_queue"})
     got = e.read_until(lambda o: o.get("id") == "c")
-    assert got == [{"type": "queue_update", "steering": [], "followUp": []},
-                   {"id": "c", "type": "response", "command": "clear_queue", "success": True,
-                    "data": {"cleared": {"steering": [], "followUp": ["later"]}}}]
+    assert got == [
+        {"type": "queue_update", "steering": [], "followUp": []},
+        {
+            "id": "c",
+            "type": "response",
+            "command": "clear_queue",
+            "success": True,
+            "data": {"cleared": {"steering": [], "followUp": ["later"]}},
+        },
+    ]
 
 
 def test_unknown_command_and_parse_error_have_no_id(spawn):
     e = spawn()
     e.send({"id": "x1", "type": "frobnicate"})
-    assert e.read() == {"type": "response", "command": "frobnicate", "success": False,
-                        "error": "Unknown command: frobnicate"}
+    assert e.read() == {
+        "type": "response",
+        "command": "frobnicate",
+        "success": False,
+        "error": "Unknown command: frobnicate",
+    }
     e.send(b"this is not json")
     r = e.read()
     assert "id" not in r and r["command"] == "parse" and r["success"] is False
@@ -393,11 +429,14 @@ def test_hang_at_stops_all_output_but_still_reads_stdin(spawn):
     assert e.wait() == 0
 
 
-@pytest.mark.parametrize("fault,check", [
-    ("garbage_at", lambda raw: not raw.startswith(b"{")),
-    ("invalid_utf8_at", lambda raw: pytest.raises(UnicodeDecodeError, raw.decode, "utf-8") is not None),
-    ("array_at", lambda raw: raw == b"[1]"),
-])
+@pytest.mark.parametrize(
+    "fault,check",
+    [
+        ("garbage_at", lambda raw: not raw.startswith(b"{")),
+        ("invalid_utf8_at", lambda raw: pytest.raises(UnicodeDecodeError, raw.decode, "utf-8") is not None),
+        ("array_at", lambda raw: raw == b"[1]"),
+    ],
+)
 def test_inserted_bad_line_takes_its_step(spawn, fault, check):
     e = spawn(scenario={"prompts": [{fault: 3}]})
     prompt(e, "p1")
@@ -427,8 +466,15 @@ def test_self_start_after_runs_a_second_run_by_itself(spawn):
 
 
 def test_second_settle_ack_without_start_failure_no_run(spawn):
-    e = spawn(scenario={"prompts": [{"second_settle": True}, {"ack_without_start": True},
-                                    {"failure_no_run": True, "errorMessage": "no key"}]})
+    e = spawn(
+        scenario={
+            "prompts": [
+                {"second_settle": True},
+                {"ack_without_start": True},
+                {"failure_no_run": True, "errorMessage": "no key"},
+            ]
+        }
+    )
     prompt(e, "p1")
     got = e.read_until(settled)
     assert e.read() == {"type": "agent_settled", "aborted": False}
@@ -452,12 +498,16 @@ def test_reject_handled_and_no_ack(spawn):
 
 
 def test_extension_ui_waits_for_the_matching_response(spawn):
-    e = spawn(scenario={"prompts": [{"extension_ui": {"method": "select", "title": "Pick",
-                                                      "options": ["a", "b"]}}]})
+    e = spawn(scenario={"prompts": [{"extension_ui": {"method": "select", "title": "Pick", "options": ["a", "b"]}}]})
     prompt(e, "p1")
     req = e.read()
-    assert req == {"type": "extension_ui_request", "id": "ui-1", "method": "select",
-                   "title": "Pick", "options": ["a", "b"]}
+    assert req == {
+        "type": "extension_ui_request",
+        "id": "ui-1",
+        "method": "select",
+        "title": "Pick",
+        "options": ["a", "b"],
+    }
     assert e.nothing_for(0.3)
     e.send({"type": "extension_ui_response", "id": "ui-other", "cancelled": True})
     assert e.nothing_for(0.1)
@@ -608,13 +658,28 @@ def test_ack_delay_lets_later_responses_overtake_the_ack(spawn):
 
 
 def test_tools_and_update_shapes(spawn):
-    e = spawn(scenario={"prompts": [{"tools": 1, "deltas": 1, "update_shape": "delta"},
-                                    {"deltas": 2, "update_shape": "full", "reply": "abcd"}]})
+    e = spawn(
+        scenario={
+            "prompts": [
+                {"tools": 1, "deltas": 1, "update_shape": "delta"},
+                {"deltas": 2, "update_shape": "full", "reply": "abcd"},
+            ]
+        }
+    )
     prompt(e, "p1")
     t = types(e.read_until(settled))
-    assert t[5:15] == ["message_start", "message_end", "tool_execution_start", "tool_execution_update",
-                       "tool_execution_update", "tool_execution_end", "message_start", "message_end",
-                       "turn_end", "turn_start"]
+    assert t[5:15] == [
+        "message_start",
+        "message_end",
+        "tool_execution_start",
+        "tool_execution_update",
+        "tool_execution_update",
+        "tool_execution_end",
+        "message_start",
+        "message_end",
+        "turn_end",
+        "turn_start",
+    ]
     prompt(e, "p2")
     got = e.read_until(settled)
     ups = [o for o in got if o["type"] == "message_update"]

@@ -20,9 +20,9 @@ from typing import Any
 
 import trio
 
-from bridge.profiles.command import CommandProfile
 from bridge.core.receipts import Receipt
 from bridge.live.supervisor import PromptHandle, open_bridge
+from bridge.profiles.command import CommandProfile
 from tools.soaklib import (
     STOP_PLANS,
     SeededFakeProfile,
@@ -45,13 +45,28 @@ BRIDGES = 6
 RUNS_PER_BRIDGE = 50  # 300 prompts in all
 
 FAULT_KINDS = [
-    "crash", "kill", "close_stdout", "hang", "garbage", "oversize", "invalid_utf8", "array",
-    "self_start_after", "second_settle", "no_ack", "ack_without_start", "failure_no_run",
-    "reject", "hang_run",
+    "crash",
+    "kill",
+    "close_stdout",
+    "hang",
+    "garbage",
+    "oversize",
+    "invalid_utf8",
+    "array",
+    "self_start_after",
+    "second_settle",
+    "no_ack",
+    "ack_without_start",
+    "failure_no_run",
+    "reject",
+    "hang_run",
 ]
 
-_RANDOM = {"deltas": 3, "oversize_bytes": 100_000,  # past the bridge's max_line below
-           "random_faults": {"p": 0.4, "kinds": FAULT_KINDS}}
+_RANDOM = {
+    "deltas": 3,
+    "oversize_bytes": 100_000,  # past the bridge's max_line below
+    "random_faults": {"p": 0.4, "kinds": FAULT_KINDS},
+}
 
 #: Bridge k runs SCENARIOS[k % len(SCENARIOS)]: plain runs; automatic retries (a stop can
 #: land in the retry backoff) with an engine that ignores SIGTERM; tool calls, responses out
@@ -59,8 +74,15 @@ _RANDOM = {"deltas": 3, "oversize_bytes": 100_000,  # past the bridge's max_line
 SCENARIOS = [
     {"defaults": dict(_RANDOM)},
     {"defaults": {**_RANDOM, "retries": 1, "retry_delay": 0.05}, "on_start": {"ignore_sigterm": True}},
-    {"defaults": {**_RANDOM, "tools": 1, "tool_updates": 2, "responses_out_of_order": True,
-                  "extension_ui": {"method": "notify", "message": "hello from an extension"}}},
+    {
+        "defaults": {
+            **_RANDOM,
+            "tools": 1,
+            "tool_updates": 2,
+            "responses_out_of_order": True,
+            "extension_ui": {"method": "notify", "message": "hello from an extension"},
+        }
+    },
 ]
 
 
@@ -112,8 +134,12 @@ async def _one_bridge(k: int, tmp_path: Path, stats: Stats, total: int) -> None:
                             n += 1
                             timeout = rng.choice([None, None, None, 0.3, 0.8, 1.2])
                             stream = rng.random() < 0.3
-                            h = await bridge.submit(f"k{k} n{n} " + "x" * rng.randrange(60), request=f"b{k}-{n}",
-                                                    timeout=timeout, stream=stream)
+                            h = await bridge.submit(
+                                f"k{k} n{n} " + "x" * rng.randrange(60),
+                                request=f"b{k}-{n}",
+                                timeout=timeout,
+                                stream=stream,
+                            )
                             handles[h.request] = h
                             mine.append(h)
                             if stream:
@@ -127,7 +153,7 @@ async def _one_bridge(k: int, tmp_path: Path, stats: Stats, total: int) -> None:
                         with trio.fail_after(30):
                             for h in mine:
                                 await h.receipt()
-    except Exception as e:  # noqa: BLE001 - a bridge that raises is a finding, checked below
+    except Exception as e:
         crash = e
     if not opened:
         raise AssertionError(f"bridge {k} did not open") from crash
@@ -189,16 +215,17 @@ async def test_random_faults(tmp_path: Path) -> None:
 
 
 async def test_overlap_recycles_engine(tmp_path: Path) -> None:
-    profile = SequenceProfile([
-        {"prompts": [{"self_start_after": True}]},  # generation 1: O1 after the first prompt settles
-        {"prompts": [{}, {"insert_at": {"3": {"type": "agent_start"}}}]},  # generation 2: O-signal mid-run
-        {},
-    ])
+    profile = SequenceProfile(
+        [
+            {"prompts": [{"self_start_after": True}]},  # generation 1: O1 after the first prompt settles
+            {"prompts": [{}, {"insert_at": {"3": {"type": "agent_start"}}}]},  # generation 2: O-signal mid-run
+            {},
+        ]
+    )
     notes: list[dict[str, Any]] = []
     journal = tmp_path / "j.jsonl"
     with trio.fail_after(30):
-        async with open_bridge(profile, journal=journal,
-                               config=fast_config()) as bridge:
+        async with open_bridge(profile, journal=journal, config=fast_config()) as bridge:
             bridge.listeners.append(notes.append)
             r1 = await bridge.prompt("one", request="r1")
             assert r1.state == "finished" and r1.generation == 1
@@ -229,8 +256,10 @@ async def test_overlap_recycles_engine(tmp_path: Path) -> None:
 
 
 async def test_repeated_crashes_take_the_bridge_down(tmp_path: Path) -> None:
-    scenario = {"on_start": {"stderr": ["config error: models.json is broken (line 3)"]},
-                "defaults": {"crash_at": 0, "exit_code": 7}}
+    scenario = {
+        "on_start": {"stderr": ["config error: models.json is broken (line 3)"]},
+        "defaults": {"crash_at": 0, "exit_code": 7},
+    }
     notes: list[dict[str, Any]] = []
     journal = tmp_path / "j.jsonl"
     config = fast_config(crash_limit=3, crash_window=60.0)

@@ -12,8 +12,8 @@ import io
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.core.framing import LineSplitter, Oversize
 from bridge.controller.serve import ControllerError, parse_command
+from bridge.core.framing import LineSplitter, Oversize
 from bridge.core.session import Session
 from bridge.transcript import TranscriptError, TranscriptReader
 
@@ -71,18 +71,44 @@ def test_controller_oversize_line_is_a_named_error():
 
 
 event_types = st.sampled_from(
-    ["agent_start", "agent_end", "agent_settled", "message_start", "message_end", "message_update",
-     "queue_update", "response", "extension_ui_request", "extension_error", "turn_end", None, 7]
+    [
+        "agent_start",
+        "agent_end",
+        "agent_settled",
+        "message_start",
+        "message_end",
+        "message_update",
+        "queue_update",
+        "response",
+        "extension_ui_request",
+        "extension_error",
+        "turn_end",
+        None,
+        7,
+    ]
 )
-events = st.fixed_dictionaries({"type": event_types}, optional={
-    "message": json_ish, "id": json_ish, "command": json_ish, "success": json_ish, "data": json_ish,
-    "steering": json_ish, "followUp": json_ish, "aborted": json_ish, "method": json_ish,
-    "assistantMessageEvent": json_ish, "error": json_ish,
-})
+events = st.fixed_dictionaries(
+    {"type": event_types},
+    optional={
+        "message": json_ish,
+        "id": json_ish,
+        "command": json_ish,
+        "success": json_ish,
+        "data": json_ish,
+        "steering": json_ish,
+        "followUp": json_ish,
+        "aborted": json_ish,
+        "method": json_ish,
+        "assistantMessageEvent": json_ish,
+        "error": json_ish,
+    },
+)
 
 
-@given(st.lists(events.map(lambda e: __import__("json").dumps(e).encode()) | st.binary(max_size=60), max_size=40),
-       st.lists(st.booleans(), max_size=40))
+@given(
+    st.lists(events.map(lambda e: __import__("json").dumps(e).encode()) | st.binary(max_size=60), max_size=40),
+    st.lists(st.booleans(), max_size=40),
+)
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
 def test_the_session_takes_any_engine_lines(lines, stream_flags):
     s = Session(("clear_queue",))
@@ -90,7 +116,10 @@ def test_the_session_takes_any_engine_lines(lines, stream_flags):
     fed = 0
     for n, data in enumerate(lines):
         if n % 7 == 0:
-            s.send({"type": "prompt", "id": f"p{n}", "message": "x"}, stream=bool(stream_flags[n % len(stream_flags)]) if stream_flags else False)
+            s.send(
+                {"type": "prompt", "id": f"p{n}", "message": "x"},
+                stream=bool(stream_flags[n % len(stream_flags)]) if stream_flags else False,
+            )
         for line in splitter.feed(data + b"\n"):
             s.receive_line(line)
             fed += 1

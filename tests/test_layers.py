@@ -26,15 +26,35 @@ PACKAGE = ROOT / "bridge"
 
 #: The standard library the core may use: data structures and typing, nothing that touches the world.
 PURE_STDLIB = frozenset(
-    {"__future__", "collections", "copy", "dataclasses", "enum", "functools", "itertools", "json", "math",
-     "operator", "re", "typing", "abc"}
+    {
+        "__future__",
+        "collections",
+        "copy",
+        "dataclasses",
+        "enum",
+        "functools",
+        "itertools",
+        "json",
+        "math",
+        "operator",
+        "re",
+        "typing",
+        "abc",
+    }
 )
 THIRD_PARTY_PURE = frozenset({"attrs", "cattrs", "orjson"})
 
 #: For each layer: the bridge packages it must never import.
 FORBIDDEN = {
-    "core": ("bridge.live", "bridge.controller", "bridge.readers", "bridge.profiles", "bridge.transcript",
-             "bridge.cli", "bridge.demo"),
+    "core": (
+        "bridge.live",
+        "bridge.controller",
+        "bridge.readers",
+        "bridge.profiles",
+        "bridge.transcript",
+        "bridge.cli",
+        "bridge.demo",
+    ),
     "transcript": ("bridge.live", "bridge.controller", "bridge.readers", "bridge.profiles", "bridge.cli"),
     "readers": ("bridge.live", "bridge.controller", "bridge.cli"),
     "profiles": ("bridge.live", "bridge.controller", "bridge.readers", "bridge.cli"),
@@ -55,8 +75,9 @@ def imports_of(path: Path) -> list[tuple[int, str]]:
             assert node.module is not None
             found.append((node.lineno, node.module))
             # "from bridge.live import journal" imports bridge.live.journal
-            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names
-                      if node.module.startswith("bridge")]
+            found += [
+                (node.lineno, f"{node.module}.{alias.name}") for alias in node.names if node.module.startswith("bridge")
+            ]
     return found
 
 
@@ -68,9 +89,12 @@ def modules_in(layer: str) -> list[Path]:
 def test_no_layer_imports_one_above_it(layer: str) -> None:
     files = modules_in(layer)
     assert files, f"bridge/{layer}/ is empty or gone: update FORBIDDEN"
-    wrong = [f"{p.relative_to(ROOT)}:{line}: imports {name}"
-             for p in files for line, name in imports_of(p)
-             if name.startswith(FORBIDDEN[layer])]
+    wrong = [
+        f"{p.relative_to(ROOT)}:{line}: imports {name}"
+        for p in files
+        for line, name in imports_of(p)
+        if name.startswith(FORBIDDEN[layer])
+    ]
     assert not wrong, "\n".join(wrong)
 
 
@@ -90,9 +114,11 @@ def test_the_core_imports_only_pure_things() -> None:
 def test_importing_the_core_loads_no_trio_and_no_other_layer() -> None:
     names = sorted(f"bridge.core.{p.stem}" for p in modules_in("core") if p.stem != "__init__")
     assert "bridge.core.tracker" in names and "bridge.core.lifecycle" in names
-    code = (f"import sys\nimport {', '.join(names)}\n"
-            "print(sorted(m for m in sys.modules if m == 'trio' or m.startswith('trio.') "
-            "or (m.startswith('bridge.') and not m.startswith('bridge.core'))))")
+    code = (
+        f"import sys\nimport {', '.join(names)}\n"
+        "print(sorted(m for m in sys.modules if m == 'trio' or m.startswith('trio.') "
+        "or (m.startswith('bridge.') and not m.startswith('bridge.core'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
 
@@ -103,5 +129,4 @@ def test_the_checker_catches_a_forbidden_import(tmp_path: Path) -> None:
     bad.write_text("import trio\nfrom bridge.live import journal\n\ndef f():\n    import os\n")
     names = [name for _, name in imports_of(bad)]
     assert names == ["trio", "bridge.live", "bridge.live.journal", "os"]
-    assert all(n.startswith(FORBIDDEN["core"]) or n.split(".")[0] not in PURE_STDLIB | THIRD_PARTY_PURE
-               for n in names)
+    assert all(n.startswith(FORBIDDEN["core"]) or n.split(".")[0] not in PURE_STDLIB | THIRD_PARTY_PURE for n in names)

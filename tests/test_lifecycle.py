@@ -86,8 +86,15 @@ LICENCE = "fatal: licence file expired"
 def small_config(**changes: Any) -> BridgeConfig:
     """Short timeouts and limits, so every path is a few steps away."""
     base: dict[str, Any] = {
-        "queue_max": 3, "ack_timeout": 5.0, "stop_grace": 2.0, "taint_grace": 2.0, "startup_timeout": 4.0,
-        "crash_limit": 3, "crash_window": 12.0, "close_grace": 3.0, "restart_backoff": (0.0, 1.0, 2.5),
+        "queue_max": 3,
+        "ack_timeout": 5.0,
+        "stop_grace": 2.0,
+        "taint_grace": 2.0,
+        "startup_timeout": 4.0,
+        "crash_limit": 3,
+        "crash_window": 12.0,
+        "close_grace": 3.0,
+        "restart_backoff": (0.0, 1.0, 2.5),
     }
     return BridgeConfig(**{**base, **changes})
 
@@ -222,7 +229,11 @@ class Harness:
             # The evidence half's answer (bridge/core/session.py give_up), with "the model
             # had it" approximated by "it was acked".
             working = action.request in self.acked
-            facts = Facts(exited=True, working=working) if action.why == "exited" else Facts(gave_up=action.why, working=working)
+            facts = (
+                Facts(exited=True, working=working)
+                if action.why == "exited"
+                else Facts(gave_up=action.why, working=working)
+            )
             inputs.append(Decided(receipt(action.request, facts)))
         elif kind is StopEngine:
             if self.procs.get(action.generation) == "running":
@@ -269,16 +280,23 @@ class Harness:
     def spawned(self, generation: int, *, startup: bool = False, clearing: bool = True) -> list[Any]:
         self.pending_spawns.discard(generation)
         self.procs[generation] = "running"
-        return self.feed(Spawned(generation, 1000 + generation, argv=["pi", "--mode", "rpc"],
-                                 startup=[dict(SEAL_STATE)] if startup else [],
-                                 clearing=["clear_queue"] if clearing else []))
+        return self.feed(
+            Spawned(
+                generation,
+                1000 + generation,
+                argv=["pi", "--mode", "rpc"],
+                startup=[dict(SEAL_STATE)] if startup else [],
+                clearing=["clear_queue"] if clearing else [],
+            )
+        )
 
     def spawn_failed(self, generation: int) -> list[Any]:
         self.pending_spawns.discard(generation)
         return self.feed(SpawnFailed(generation, "cannot start"))
 
-    def exited(self, generation: int, code: int | None = 0, signal: int | None = None,
-               stderr: list[str] | None = None) -> list[Any]:
+    def exited(
+        self, generation: int, code: int | None = 0, signal: int | None = None, stderr: list[str] | None = None
+    ) -> list[Any]:
         self.procs.pop(generation, None)
         self.startup_pending.discard(generation)
         return self.feed(EngineExited(generation, code, signal, stderr=list(stderr or [])))
@@ -370,11 +388,16 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.rules_run = 0
         self.patience = 0
 
-    @initialize(seal_check=st.sampled_from(["refuse", "refuse", "warn"]), queue_max=st.integers(1, 3),
-                stop_clears=st.booleans(), patience=st.integers(5, 80),
-                prompts=st.lists(st.sampled_from([None, None, 1.0, 6.0]), max_size=4))
-    def configure(self, seal_check: str, queue_max: int, stop_clears: bool, patience: int,
-                  prompts: list[float | None]) -> None:
+    @initialize(
+        seal_check=st.sampled_from(["refuse", "refuse", "warn"]),
+        queue_max=st.integers(1, 3),
+        stop_clears=st.booleans(),
+        patience=st.integers(5, 80),
+        prompts=st.lists(st.sampled_from([None, None, 1.0, 6.0]), max_size=4),
+    )
+    def configure(
+        self, seal_check: str, queue_max: int, stop_clears: bool, patience: int, prompts: list[float | None]
+    ) -> None:
         self.h = Harness(small_config(seal_check=seal_check, queue_max=queue_max, stop_clears_queue=stop_clears))
         self.patience = patience
         for timeout in prompts:
@@ -400,8 +423,11 @@ class LifecycleMachine(RuleBasedStateMachine):
     def _abort_reached_the_engine(self) -> bool:
         """The held prompt's stop was written to the engine that has it."""
         found = self._held_on_live_engine()
-        return (found is not None and found[0] in self.h.stop_notes
-                and self.h.stop_notes[found[0]][0] in self.h.aborts.get(found[1], set()))
+        return (
+            found is not None
+            and found[0] in self.h.stop_notes
+            and self.h.stop_notes[found[0]][0] in self.h.aborts.get(found[1], set())
+        )
 
     def _running(self) -> int | None:
         g = self.lc.state.engine.generation
@@ -474,12 +500,24 @@ class LifecycleMachine(RuleBasedStateMachine):
         elif kind == "stale-generation" and s.engine.generation > 1:
             g = s.engine.generation - 1
             assert g not in h.procs
-            self._unchanged_by(data.draw(st.sampled_from([
-                Spawned(g, 7, startup=[dict(SEAL_STATE)]), SpawnFailed(g, "late"), StartupChecked(g, ["late"]),
-                Acked(g, s.held or "p1"), Unsealed(g, "overlap"), SignalSeen(g, {"signal": "overlap"}),
-                WriteFailed(g, s.held, True), WriteFailed(g, s.held, False), StdoutClosed(g),
-                EngineExited(g, 1, None, [LICENCE]),
-            ])))
+            self._unchanged_by(
+                data.draw(
+                    st.sampled_from(
+                        [
+                            Spawned(g, 7, startup=[dict(SEAL_STATE)]),
+                            SpawnFailed(g, "late"),
+                            StartupChecked(g, ["late"]),
+                            Acked(g, s.held or "p1"),
+                            Unsealed(g, "overlap"),
+                            SignalSeen(g, {"signal": "overlap"}),
+                            WriteFailed(g, s.held, True),
+                            WriteFailed(g, s.held, False),
+                            StdoutClosed(g),
+                            EngineExited(g, 1, None, [LICENCE]),
+                        ]
+                    )
+                )
+            )
 
     @precondition(lambda self: self._may_end() and not self.lc.state.draining and self.lc.state.closing is None)
     @rule(drain=st.sampled_from([None, 0.5, 3.0, 8.0]))
@@ -553,8 +591,9 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert self.lc.state.down is not None
             assert any(a.payload.get("signal") == "engine-down" for a in of(out, Signal))
 
-    @precondition(lambda self: self.lc.state.engine.generation in self.h.startup_pending
-                  and self._running() is not None)
+    @precondition(
+        lambda self: self.lc.state.engine.generation in self.h.startup_pending and self._running() is not None
+    )
     @rule(problems=st.sampled_from([[], [], ["extensions were loaded"]]))
     def startup_checked(self, problems: list[str]) -> None:
         generation = self._running()
@@ -566,8 +605,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert len(self.lc.state.crashes) == crashes + 1
             assert of(out, StopEngine) == [StopEngine(generation, True)]
 
-    @precondition(lambda self: self._held_on_live_engine() is not None
-                  and self.lc.state.held not in self.h.acked)
+    @precondition(lambda self: self._held_on_live_engine() is not None and self.lc.state.held not in self.h.acked)
     @rule()
     def engine_acks(self) -> None:
         found = self._held_on_live_engine()
@@ -577,8 +615,16 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.h.feed(Acked(generation, request))
 
     @precondition(lambda self: self._held_on_live_engine() is not None)
-    @rule(tracker=st.sampled_from([("finished", None), ("finished", None), ("failed", None),
-                                   ("outcome-unknown", "no-final-assistant-message")]))
+    @rule(
+        tracker=st.sampled_from(
+            [
+                ("finished", None),
+                ("finished", None),
+                ("failed", None),
+                ("outcome-unknown", "no-final-assistant-message"),
+            ]
+        )
+    )
     def the_run_settles(self, tracker: tuple[str, str | None]) -> None:
         found = self._held_on_live_engine()
         assert found is not None
@@ -598,9 +644,11 @@ class LifecycleMachine(RuleBasedStateMachine):
         assert delivered(out)[request] == ("failed", {"controller": "interrupted"}.get(by, by))
 
     @precondition(lambda self: self._running() is not None)
-    @rule(how=st.sampled_from(["unsealed", "signal", "stuck", "stdin-broken", "stdout-closed", "dies", "dies",
-                               "flood"]),
-          for_held=st.booleans(), stderr=STDERRS)
+    @rule(
+        how=st.sampled_from(["unsealed", "signal", "stuck", "stdin-broken", "stdout-closed", "dies", "dies", "flood"]),
+        for_held=st.booleans(),
+        stderr=STDERRS,
+    )
     def the_engine_misbehaves(self, how: str, for_held: bool, stderr: list[str]) -> None:
         h, g = self.h, self._running()
         assert g is not None
@@ -747,7 +795,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert h.engine_has.get(e.generation) == s.held
             assert e.phase in ("ready", "stopping")
         if s.down is not None or s.closing is not None:
-            assert "backoff" not in s.deadlines and e.phase != "backoff" or s.down is not None
+            assert ("backoff" not in s.deadlines and e.phase != "backoff") or s.down is not None
         if s.closed:
             assert not s.prompts and s.deadlines == {} and e.phase == "none"
 
@@ -857,7 +905,9 @@ def test_a_timeout_stop_is_noted_as_the_bridges_and_decides_failed_timeout() -> 
     assert out[0].payload["by"] == "timeout" and out[0].payload["request"] == "p1"
     stop = out[0].payload["stop"]
     assert [(w.kind, w.cmd) for w in out[1:]] == [
-        ("clear", {"type": "clear_queue", "id": f"{stop}:clear"}), ("abort", {"type": "abort", "id": stop})]
+        ("clear", {"type": "clear_queue", "id": f"{stop}:clear"}),
+        ("abort", {"type": "abort", "id": stop}),
+    ]
     assert h.lc.state.deadlines["stop"] == 10.0 + h.cfg.stop_grace
     out = h.settle("p1", Facts(tracker=("failed", "interrupted"), stop_by="timeout"))
     assert delivered(out) == {"p1": ("failed", "timeout")}
@@ -884,8 +934,7 @@ def test_drain_bound_stops_the_running_prompt_as_a_timeout() -> None:
     assert h.lc.state.deadlines["drain"] == 20.0
     h.now = 20.0
     out = h.feed(Tick())
-    assert notes(out, "closing") == [{"event": "closing", "why": "drain-timeout",
-                                      "detail": "the drain bound passed"}]
+    assert notes(out, "closing") == [{"event": "closing", "why": "drain-timeout", "detail": "the drain bound passed"}]
     (stop,) = notes(out, "stop")
     assert stop["by"] == "timeout" and stop["request"] == "p1"
     assert [w.kind for w in of(out, Write)] == ["clear", "abort"]

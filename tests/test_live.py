@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import trio
 
-from bridge.profiles.command import CommandProfile
 from bridge.core.receipts import Receipt
-from bridge.readers.replay import replay
 from bridge.live.supervisor import Bridge, BridgeConfig, open_bridge
+from bridge.profiles.command import CommandProfile
+from bridge.readers.replay import replay
 from tests.conftest import TOOLS
 
 FAST = dict(
@@ -62,8 +62,9 @@ class Run:
         assert (os.stat(self.journal).st_mode & 0o777) == 0o600
 
 
-async def session(tmp_path: Path, profile: CommandProfile, body: Any, *, bound: float = 30,
-                  **config: Any) -> tuple[Run, list[Receipt]]:
+async def session(
+    tmp_path: Path, profile: CommandProfile, body: Any, *, bound: float = 30, **config: Any
+) -> tuple[Run, list[Receipt]]:
     run = Run(tmp_path)
     receipts: list[Receipt] = []
     with trio.fail_after(bound):
@@ -75,7 +76,9 @@ async def session(tmp_path: Path, profile: CommandProfile, body: Any, *, bound: 
     return run, receipts
 
 
-async def one(tmp_path: Path, scenario: dict[str, Any] | None, message: str = "hi", **config: Any) -> tuple[Run, Receipt]:
+async def one(
+    tmp_path: Path, scenario: dict[str, Any] | None, message: str = "hi", **config: Any
+) -> tuple[Run, Receipt]:
     async def body(bridge: Bridge) -> list[Receipt]:
         return [await bridge.prompt(message)]
 
@@ -272,7 +275,15 @@ async def test_no_final_assistant_message(tmp_path: Path):
     lines = [
         {"transcript": "pi-bridge", "version": 1},
         {"send": {"type": "prompt", "id": "p1", "message": "hi"}},
-        {"recv": {"type": "response", "id": "p1", "command": "prompt", "success": True, "data": {"disposition": "started"}}},
+        {
+            "recv": {
+                "type": "response",
+                "id": "p1",
+                "command": "prompt",
+                "success": True,
+                "data": {"disposition": "started"},
+            }
+        },
         {"recv": {"type": "agent_start"}},
         {"recv": {"type": "message_start", "message": {"role": "user", "content": "hi"}}},
         {"recv": {"type": "agent_end", "willRetry": False}},
@@ -353,8 +364,13 @@ async def test_settle_timeout_honoured_by_the_engine_is_failed_timeout(tmp_path:
     run, r = await one(tmp_path, {"prompts": [{"hang": True}]}, settle_timeout=0.3)
     assert (r.state, r.reason) == ("failed", "timeout") and r.stop is not None
     notes = [json.loads(line)["note"] for line in run.journal.read_bytes().split(b"\n") if line.startswith(b'{"note"')]
-    assert {"event": "stop", "stop": r.stop, "request": r.request, "by": "timeout",
-            "why": "the prompt's timeout (0.3 s) passed"} in notes
+    assert {
+        "event": "stop",
+        "stop": r.stop,
+        "request": r.request,
+        "by": "timeout",
+        "why": "the prompt's timeout (0.3 s) passed",
+    } in notes
 
 
 # -- seal diagnostics -------------------------------------------------------------------------------
@@ -427,8 +443,9 @@ async def test_drain_waits_for_a_prompt_whose_engine_is_still_starting(tmp_path:
             launch.check = lambda answers: []
             return launch
 
-    profile = SlowSealCheck([sys.executable, str(TOOLS / "fake_engine.py"), "--scenario-json",
-                             json.dumps({"on_start": {"delay": 0.5}})])
+    profile = SlowSealCheck(
+        [sys.executable, str(TOOLS / "fake_engine.py"), "--scenario-json", json.dumps({"on_start": {"delay": 0.5}})]
+    )
 
     async def body(bridge: Bridge) -> list[Receipt]:
         handle = await bridge.submit("hi")
@@ -453,8 +470,9 @@ async def test_cancelling_the_bridge_mid_prompt_stops_and_reaps_the_engine(tmp_p
     notes: list[dict[str, Any]] = []
     handle = None
     with trio.move_on_after(1.0):
-        async with open_bridge(fake({"prompts": [{"hang": "forever"}]}), journal=tmp_path / "j.jsonl",
-                               config=BridgeConfig(**FAST)) as bridge:
+        async with open_bridge(
+            fake({"prompts": [{"hang": "forever"}]}), journal=tmp_path / "j.jsonl", config=BridgeConfig(**FAST)
+        ) as bridge:
             bridge.listeners.append(notes.append)
             handle = await bridge.submit("never settles")
             await handle.receipt()
@@ -477,9 +495,22 @@ def test_a_signal_on_bridge_run_stops_the_prompt_and_exits_128_plus_n(tmp_path: 
     journal = tmp_path / "j.jsonl"
     scenario = json.dumps({"prompts": [{"deltas": 1000, "delta_delay": 0.05}]})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bridge", "run", "long", "--journal", str(journal), "--",
-         sys.executable, str(TOOLS / "fake_engine.py"), "--scenario-json", scenario],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "bridge",
+            "run",
+            "long",
+            "--journal",
+            str(journal),
+            "--",
+            sys.executable,
+            str(TOOLS / "fake_engine.py"),
+            "--scenario-json",
+            scenario,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
         assert proc.stdout is not None
@@ -498,7 +529,6 @@ def test_a_signal_on_bridge_run_stops_the_prompt_and_exits_128_plus_n(tmp_path: 
     assert pid_gone(pid)
 
 
-
 # -- the lifecycle's clock ----------------------------------------------------------------------
 
 
@@ -509,8 +539,9 @@ async def test_a_settle_timeout_fires_on_the_bridges_clock_not_the_wall(tmp_path
 
     async def body(bridge: Bridge) -> list[Receipt]:
         handle = await bridge.submit("hang on", timeout=600)
-        while not (handle.request == bridge.lifecycle.state.held
-                   and bridge.lifecycle.state.prompts[handle.request].acked):
+        while not (
+            handle.request == bridge.lifecycle.state.held and bridge.lifecycle.state.prompts[handle.request].acked
+        ):
             await bridge._wait_change()
         assert bridge.lifecycle.next_deadline() is not None and bridge.lifecycle.next_deadline() > 500
         mock_clock.jump(600)
@@ -528,8 +559,9 @@ async def test_a_controller_stop_then_its_timeout_stays_interrupted(tmp_path: Pa
 
     async def body(bridge: Bridge) -> list[Receipt]:
         handle = await bridge.submit("hang on", timeout=600)
-        while not (handle.request == bridge.lifecycle.state.held
-                   and bridge.lifecycle.state.prompts[handle.request].acked):
+        while not (
+            handle.request == bridge.lifecycle.state.held and bridge.lifecycle.state.prompts[handle.request].acked
+        ):
             await bridge._wait_change()
         stop = await handle.stop()
         mock_clock.jump(600)

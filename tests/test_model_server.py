@@ -9,8 +9,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -41,17 +42,21 @@ class Server:
     def conn(self, timeout: float = 5.0) -> http.client.HTTPConnection:
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
 
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> "Resp":
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Resp:
         c = self.conn()
         try:
-            c.request(method, path, body=None if body is None else json.dumps(body),
-                      headers={"Content-Type": "application/json"})
+            c.request(
+                method,
+                path,
+                body=None if body is None else json.dumps(body),
+                headers={"Content-Type": "application/json"},
+            )
             r = c.getresponse()
             return Resp(r.status, {k.lower(): v for k, v in r.getheaders()}, r.read())
         finally:
             c.close()
 
-    def post(self, body: dict[str, Any]) -> "Resp":
+    def post(self, body: dict[str, Any]) -> Resp:
         return self.request("POST", "/v1/chat/completions", body)
 
     def recorded(self) -> list[dict[str, Any]]:
@@ -68,7 +73,9 @@ def start(tmp_path: Path) -> Iterator[Any]:
         record = tmp_path / f"record{len(procs)}.jsonl"
         proc = subprocess.Popen(
             [sys.executable, str(SERVER), "--script", str(script), "--record", str(record), *extra],
-            stdout=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         procs.append(proc)
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -94,14 +101,17 @@ def sse_events(resp: Resp) -> list[Any]:
         if not record.strip():
             continue
         assert record.startswith("data: "), record
-        payload = record[len("data: "):]
+        payload = record[len("data: ") :]
         out.append(payload if payload == "[DONE]" else json.loads(payload))
     return out
 
 
 def chat(stream: bool = True, usage: bool = True) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": "scripted-model", "stream": stream,
-                            "messages": [{"role": "user", "content": "hi"}]}
+    body: dict[str, Any] = {
+        "model": "scripted-model",
+        "stream": stream,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
     if stream and usage:
         body["stream_options"] = {"include_usage": True}
     return body
@@ -171,8 +181,9 @@ def test_requests_recorded_and_default_after_exhaustion(start: Any) -> None:
     texts = []
     for _ in range(3):
         evs = sse_events(srv.post(chat()))
-        texts.append("".join(c["choices"][0]["delta"].get("content") or ""
-                             for c in evs if c != "[DONE]" and c["choices"]))
+        texts.append(
+            "".join(c["choices"][0]["delta"].get("content") or "" for c in evs if c != "[DONE]" and c["choices"])
+        )
     assert texts == ["first", "fallback", "fallback"]
     models = json.loads(srv.request("GET", "/v1/models").read())
     assert models["data"][0]["id"] == "scripted-model"

@@ -28,10 +28,10 @@ from typing import Any
 import pytest
 import trio
 
-from bridge.profiles.pi import PI_PIN, find_install
-from bridge.profiles.command import ProfileError
-from bridge.readers.replay import replay
 from bridge.core.session import ReceiptReady, Session
+from bridge.profiles.command import ProfileError
+from bridge.profiles.pi import PI_PIN, find_install
+from bridge.readers.replay import replay
 from tests.conftest import FIXTURES, ROOT, TOOLS
 
 
@@ -56,8 +56,10 @@ def pinned_pi() -> Any:
     try:
         return find_install()
     except ProfileError as e:
-        pytest.fail(f"these tests need the pinned Pi {PI_PIN}: {e}. Run tools/setup "
-                    "(tools/test runs it before the suite).", pytrace=False)
+        pytest.fail(
+            f"these tests need the pinned Pi {PI_PIN}: {e}. Run tools/setup (tools/test runs it before the suite).",
+            pytrace=False,
+        )
 
 
 async def run_scenario(name: str, tmp_path: Path) -> Any:
@@ -71,15 +73,21 @@ def assert_replay_matches_live(o: Any) -> None:
     assert again == live, "replay(journal) differs from what the live bridge reported"
     # Not only the receipts of our own prompts: replay has nothing the live tracker lacked.
     rep = o.replay.to_json()
-    assert (rep["overlaps"], rep["working"], rep["settled"]) == (o.live["overlaps"], o.live["working"], o.live["settled"])
+    assert (rep["overlaps"], rep["working"], rep["settled"]) == (
+        o.live["overlaps"],
+        o.live["working"],
+        o.live["settled"],
+    )
 
 
 def assert_as_recorded(o: Any) -> None:
     recorded = PI_FIXTURES_DIR / f"{o.name}.jsonl"
     assert recorded.exists(), f"no recording {recorded}: run tools/record --only {o.name}"
     diff = sc.diff_forms(sc.normal_form(recorded, o.name), sc.normal_form(o.journal, o.name))
-    assert not diff, (f"Pi (or the bridge) no longer behaves as recorded in {recorded.relative_to(ROOT)}; "
-                      f"if that is intended, re-record: tools/record --only {o.name}\n" + "\n".join(diff))
+    assert not diff, (
+        f"Pi (or the bridge) no longer behaves as recorded in {recorded.relative_to(ROOT)}; "
+        f"if that is intended, re-record: tools/record --only {o.name}\n" + "\n".join(diff)
+    )
 
 
 def states(o: Any) -> dict[str, tuple[Any, ...]]:
@@ -134,8 +142,16 @@ async def test_stopped_mid_stream(pinned_pi: Any, tmp_path: Path) -> None:
     stop = o.facts["stop"]
     assert stop and states(o) == {"p1": ("failed", "interrupted", stop)}
     assert o.receipts["p1"].reply  # the partial text of the aborted message
-    assert o.live["settled"] == [{"request": "p1", "idx": o.receipts["p1"].settle_idx, "state": "failed",
-                                  "reason": "interrupted", "stop": stop, "nativeError": None}]
+    assert o.live["settled"] == [
+        {
+            "request": "p1",
+            "idx": o.receipts["p1"].settle_idx,
+            "state": "failed",
+            "reason": "interrupted",
+            "stop": stop,
+            "nativeError": None,
+        }
+    ]
     assert signal_names(o) == []  # the bridge's own clear_queue before the abort raises nothing
     assert_replay_matches_live(o)
     assert_as_recorded(o)
@@ -147,7 +163,12 @@ async def test_retry_after_500(pinned_pi: Any, tmp_path: Path) -> None:
     assert o.receipts["p1"].reply == "recovered after a 500"
     events = o.run_events("p1")
     assert [e["type"] for e in events if e["type"] in ("agent_start", "agent_end", "agent_settled")] == [
-        "agent_start", "agent_end", "agent_start", "agent_end", "agent_settled"]
+        "agent_start",
+        "agent_end",
+        "agent_start",
+        "agent_end",
+        "agent_settled",
+    ]
     assert len(o.live["working"]) == len(o.live["settled"]) == 1
     assert signal_names(o) == []
     assert_replay_matches_live(o)
@@ -171,7 +192,9 @@ async def test_refused_while_streaming(pinned_pi: Any, tmp_path: Path) -> None:
     assert overlap_whys(o) == [("O2", "the slot's run settled after the slot moved on")]
     assert signal_names(o) == ["unsealed", "O2"]  # the seal breaks when the second prompt is written
     assert [(r.request, r.state, r.reason) for r in o.replay.receipts] == [
-        ("p1", "outcome-unknown", "overlap"), ("raw-2", "rejected", "engine")]
+        ("p1", "outcome-unknown", "overlap"),
+        ("raw-2", "rejected", "engine"),
+    ]
     assert_replay_matches_live(o)
     assert_as_recorded(o)
 
@@ -209,8 +232,15 @@ async def test_extension_dialog(pinned_pi: Any, tmp_path: Path) -> None:
     assert states(o) == {"p1": ("finished", None, None), "p2": ("outcome-unknown", "disposition", None)}
     assert o.receipts["p1"].reply == "hello despite the dialog"
     assert o.receipts["p2"].disposition == "handled"
-    assert signal_names(o) == ["seal-check", "seal-diagnostic", "seal-diagnostic", "seal-diagnostic",
-                               "seal-diagnostic", "disposition", "unsealed"]
+    assert signal_names(o) == [
+        "seal-check",
+        "seal-diagnostic",
+        "seal-diagnostic",
+        "seal-diagnostic",
+        "seal-diagnostic",
+        "disposition",
+        "unsealed",
+    ]
     assert "/pick" in o.signals[0]["problems"][0] and o.signals[0]["action"] == "warn"
     assert [a.get("cancelled") for a in o.sends("extension_ui_response")] == [True, True]
     assert o.overlaps == []
@@ -234,9 +264,20 @@ async def test_extension_autorun(pinned_pi: Any, tmp_path: Path) -> None:
 
 
 def test_every_scenario_has_a_test() -> None:
-    tested = {"plain", "tool_use", "two_prompts", "stopped_mid_stream", "retry_after_500", "retries_exhausted",
-              "refused_while_streaming", "steer_unsealed", "follow_up_unsealed", "clear_queue_unsealed",
-              "extension_dialog", "extension_autorun"}
+    tested = {
+        "plain",
+        "tool_use",
+        "two_prompts",
+        "stopped_mid_stream",
+        "retry_after_500",
+        "retries_exhausted",
+        "refused_while_streaming",
+        "steer_unsealed",
+        "follow_up_unsealed",
+        "clear_queue_unsealed",
+        "extension_dialog",
+        "extension_autorun",
+    }
     assert set(sc.SCENARIOS) == tested
 
 
@@ -277,8 +318,9 @@ def test_record_check_reports_same_and_changed(pinned_pi: Any, tmp_path: Path) -
     other.mkdir()
     shutil.copy(PI_FIXTURES_DIR / "two_prompts.jsonl", other / "plain.jsonl")
     before = (other / "plain.jsonl").read_bytes()
-    p = subprocess.run([*record, "--check", "--only", "plain", "--out", str(other)],
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [*record, "--check", "--only", "plain", "--out", str(other)], capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 1, p.stdout + p.stderr
     assert "changed" in p.stdout and "second reply" in p.stdout
     assert (other / "plain.jsonl").read_bytes() == before and not (other / "plain.expected.json").exists()
@@ -286,8 +328,12 @@ def test_record_check_reports_same_and_changed(pinned_pi: Any, tmp_path: Path) -
 
 def test_record_writes_a_recording(pinned_pi: Any, tmp_path: Path) -> None:
     out = tmp_path / "rec"
-    p = subprocess.run([sys.executable, str(TOOLS / "record"), "--only", "retry_after_500", "--out", str(out)],
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, str(TOOLS / "record"), "--only", "retry_after_500", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     assert "new" in p.stdout
     journal, expected = out / "retry_after_500.jsonl", out / "retry_after_500.expected.json"
@@ -297,20 +343,42 @@ def test_record_writes_a_recording(pinned_pi: Any, tmp_path: Path) -> None:
 
 def test_demo(pinned_pi: Any, tmp_path: Path) -> None:
     journal = tmp_path / "demo.jsonl"
-    p = subprocess.run([sys.executable, "-m", "bridge", "demo", "--json", "--journal", str(journal)],
-                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    p = subprocess.run(
+        [sys.executable, "-m", "bridge", "demo", "--json", "--journal", str(journal)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     receipts = [json.loads(line) for line in p.stdout.splitlines()]
     assert [(r["request"], r["state"], r["reason"]) for r in receipts] == [
-        ("p1", "finished", None), ("p2", "finished", None), ("p3", "failed", "interrupted"), ("p4", "finished", None)]
+        ("p1", "finished", None),
+        ("p2", "finished", None),
+        ("p3", "failed", "interrupted"),
+        ("p4", "finished", None),
+    ]
     assert receipts[2]["stop"] == "stop-1"
     assert "every receipt is what the showcase expects" in p.stderr and str(journal) in p.stderr
     assert [r.state for r in replay(str(journal)).receipts] == [r["state"] for r in receipts]
 
 
 def test_demo_without_pi_names_the_fix(tmp_path: Path) -> None:
-    p = subprocess.run([sys.executable, "-m", "bridge", "demo", "--pi-dir", str(tmp_path / "no-pi"),
-                        "--journal", str(tmp_path / "j.jsonl")], capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bridge",
+            "demo",
+            "--pi-dir",
+            str(tmp_path / "no-pi"),
+            "--journal",
+            str(tmp_path / "j.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2
     assert "not installed" in p.stderr and "tools/setup" in p.stderr
 
@@ -329,18 +397,30 @@ def test_refused_raw_prompt_leaves_the_held_prompt_its_evidence() -> None:
     assistant = {"role": "assistant", "content": [{"type": "text", "text": "slow"}], "stopReason": "stop"}
     s = Session(("clear_queue",))
     s.send({"type": "prompt", "id": "p1", "message": "slow"})
-    _feed(s,
-          {"id": "p1", "type": "response", "command": "prompt", "success": True, "data": {"disposition": "started"}},
-          {"type": "agent_start"},
-          {"type": "message_start", "message": {"role": "user", "content": [{"type": "text", "text": "slow"}]}},
-          {"type": "message_start", "message": {"role": "assistant", "content": []}})
+    _feed(
+        s,
+        {"id": "p1", "type": "response", "command": "prompt", "success": True, "data": {"disposition": "started"}},
+        {"type": "agent_start"},
+        {"type": "message_start", "message": {"role": "user", "content": [{"type": "text", "text": "slow"}]}},
+        {"type": "message_start", "message": {"role": "assistant", "content": []}},
+    )
     s.send({"type": "prompt", "id": "raw-2", "message": "second"})  # what Bridge.send_raw does
-    _feed(s, {"id": "raw-2", "type": "response", "command": "prompt", "success": False,
-              "error": "Agent is already processing."})
-    events = _feed(s,
-                   {"type": "message_end", "message": assistant},
-                   {"type": "agent_end", "messages": [], "willRetry": False},
-                   {"type": "agent_settled", "aborted": False})
+    _feed(
+        s,
+        {
+            "id": "raw-2",
+            "type": "response",
+            "command": "prompt",
+            "success": False,
+            "error": "Agent is already processing.",
+        },
+    )
+    events = _feed(
+        s,
+        {"type": "message_end", "message": assistant},
+        {"type": "agent_end", "messages": [], "willRetry": False},
+        {"type": "agent_settled", "aborted": False},
+    )
     decided = [e.receipt for e in events if isinstance(e, ReceiptReady) and e.receipt.request == "p1"]
     assert decided, "p1's own run settled but no receipt was decided for it"
     r = decided[0]

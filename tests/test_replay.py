@@ -98,7 +98,10 @@ needs_seed = pytest.mark.skipif(
 def reference(paths: list[str]) -> list[dict]:
     p = subprocess.run(
         ["node", str(TOOLS / "reference" / "replay.mjs"), "--seed", str(SEED), "--batch"],
-        input=json.dumps(paths), capture_output=True, text=True, timeout=300,
+        input=json.dumps(paths),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert p.returncode == 0, p.stderr
     return [json.loads(line) for line in p.stdout.splitlines()]
@@ -138,8 +141,8 @@ def test_generated_transcripts_agree_with_the_seed_tracker(tmp_path: Path):
 
 def test_replay_skipping_updates_equals_reading_every_line(tmp_path: Path):
     """Replay skips parsing update lines; the result is what line-by-line reading gives."""
-    from bridge.readers.replay import Driver
     from bridge.core.session import Session
+    from bridge.readers.replay import Driver
     from bridge.transcript import open_transcript
 
     paths = [*CORE, *sorted((FIXTURES / "pi-1.6.0").glob("*.jsonl"))]

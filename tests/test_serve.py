@@ -13,8 +13,9 @@ import stat
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import pytest
 import trio
@@ -27,7 +28,9 @@ async def serve_factory(tmp_path: Path) -> AsyncIterator[Any]:
     procs: list[ServeProc] = []
 
     async def start(scenario: dict[str, Any] | None = None, *args: str, journal: str = "j.jsonl") -> ServeProc:
-        sp = await ServeProc.start(tmp_path, fake_engine_argv(scenario or {}), "--journal", str(tmp_path / journal), *args)
+        sp = await ServeProc.start(
+            tmp_path, fake_engine_argv(scenario or {}), "--journal", str(tmp_path / journal), *args
+        )
         procs.append(sp)
         ready = await sp.next(timeout=15)
         assert ready is not None and ready["type"] == "ready", (ready, sp.stderr)
@@ -352,8 +355,15 @@ async def test_engine_output_cannot_forge_controller_lines(serve_factory: Any) -
 
 
 async def test_journal_private_and_replays(serve_factory: Any, tmp_path: Path) -> None:
-    scenario = {"prompts": [{}, {"hang": True}, {"stopReason": "error", "errorMessage": "boom"},
-                            {"stopReason": "length"}, {"self_start_after": True}]}
+    scenario = {
+        "prompts": [
+            {},
+            {"hang": True},
+            {"stopReason": "error", "errorMessage": "boom"},
+            {"stopReason": "length"},
+            {"self_start_after": True},
+        ]
+    }
     sp: ServeProc = await serve_factory(scenario, "--queue-max", "2")
     await sp.send({"type": "prompt", "id": "fin", "message": "a"})
     await sp.until(lambda line: line["type"] == "receipt")
@@ -381,15 +391,19 @@ async def test_journal_private_and_replays(serve_factory: Any, tmp_path: Path) -
 
     path = tmp_path / "j.jsonl"
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    out = subprocess.run([sys.executable, "-m", "bridge", "replay", "--json", str(path)],
-                         capture_output=True, timeout=30, cwd=str(ROOT))
+    out = subprocess.run(
+        [sys.executable, "-m", "bridge", "replay", "--json", str(path)], capture_output=True, timeout=30, cwd=str(ROOT)
+    )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     replayed = {r["request"]: (r["state"], r["reason"]) for r in result["receipts"]}
     assert replayed == seen
     assert len(result["receipts"]) == len(seen)
-    live_overlaps = [{k: v for k, v in line.items() if k not in ("type", "generation")}
-                     for line in sp.lines if line["type"] == "signal" and str(line.get("signal", "")).startswith("O")]
+    live_overlaps = [
+        {k: v for k, v in line.items() if k not in ("type", "generation")}
+        for line in sp.lines
+        if line["type"] == "signal" and str(line.get("signal", "")).startswith("O")
+    ]
     assert live_overlaps and live_overlaps[0]["signal"] == "O1"
     assert result["overlaps"] == live_overlaps
 
@@ -451,8 +465,11 @@ async def test_single_prompt_then_eof(tmp_path: Path) -> None:
     with trio.fail_after(30):
         out = await trio.run_process(
             [sys.executable, "-m", "bridge", "serve", "--no-journal", "--", *fake_engine_argv({})],
-            stdin=b'{"type":"prompt","id":"a","message":"hi"}\n', capture_stdout=True, capture_stderr=True,
-            check=False, cwd=str(ROOT),
+            stdin=b'{"type":"prompt","id":"a","message":"hi"}\n',
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            cwd=str(ROOT),
         )
     assert out.returncode == 0
     receipts = [json.loads(x) for x in out.stdout.splitlines() if b'"receipt"' in x]
@@ -518,8 +535,9 @@ async def test_sigint_exits_130(serve_factory: Any) -> None:
 
 async def test_controller_that_goes_away(tmp_path: Path) -> None:
     """The controller stops reading stdout: receipts still reach the journal, exit 0."""
-    sp = await ServeProc.start(tmp_path, fake_engine_argv({"defaults": {"delta_delay": 0.02}}),
-                               "--journal", str(tmp_path / "j.jsonl"))
+    sp = await ServeProc.start(
+        tmp_path, fake_engine_argv({"defaults": {"delta_delay": 0.02}}), "--journal", str(tmp_path / "j.jsonl")
+    )
     try:
         assert (await sp.next(timeout=15))["type"] == "ready"  # type: ignore[index]
         assert sp.proc.stdout is not None

@@ -31,14 +31,14 @@ import pytest
 import trio
 
 from bridge.core.framing import LineSplitter, Oversize
-from bridge.profiles.command import CommandProfile
 from bridge.live.supervisor import open_bridge
+from bridge.profiles.command import CommandProfile
 from tools.soaklib import (
     ROOT,
     ServeProc,
     check_journal_readable,
-    fake_engine_argv,
     failing_journal,
+    fake_engine_argv,
     fast_config,
     generations_argv,
     read_journal,
@@ -67,9 +67,22 @@ def _row(table: str, name: str) -> list[str]:
 def test_soak_ci(tmp_path: Path) -> None:
     t0 = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, str(SOAK), "--schedules", str(CI_SCHEDULES), "--seed", str(SEED),
-         "--jobs", str(CI_JOBS), "--dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=300, cwd=str(ROOT),
+        [
+            sys.executable,
+            str(SOAK),
+            "--schedules",
+            str(CI_SCHEDULES),
+            "--seed",
+            str(SEED),
+            "--jobs",
+            str(CI_JOBS),
+            "--dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(ROOT),
     )
     elapsed = time.monotonic() - t0
     out = proc.stdout
@@ -102,8 +115,13 @@ def test_soak_ci(tmp_path: Path) -> None:
 def test_soak_json_and_only_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``--json`` gives the same numbers as one object; ``--only-seed`` reruns one schedule."""
     monkeypatch.setenv("PI_BRIDGE_SOAK_REEXEC", "1")  # loading the tool below must never re-exec pytest
-    run = subprocess.run([sys.executable, str(SOAK), "--schedules", "3", "--seed", "5", "--json",
-                          "--dir", str(tmp_path / "a")], capture_output=True, text=True, timeout=120, cwd=str(ROOT))
+    run = subprocess.run(
+        [sys.executable, str(SOAK), "--schedules", "3", "--seed", "5", "--json", "--dir", str(tmp_path / "a")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(ROOT),
+    )
     data = json.loads(run.stdout.splitlines()[-1])
     total = data["rows"]["total"]
     assert total["schedules"] == 3 and total["lost"] == 0 and total["hangs"] == 0, data
@@ -120,8 +138,13 @@ def test_soak_json_and_only_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     seed = soak.schedule_seed(5, 1)
     plan = soak.make_plan(seed)
     assert soak.make_plan(seed) == plan, "a schedule's plan must depend on its seed only"
-    again = subprocess.run([sys.executable, str(SOAK), "--only-seed", str(seed), "--json",
-                            "--dir", str(tmp_path / "b")], capture_output=True, text=True, timeout=120, cwd=str(ROOT))
+    again = subprocess.run(
+        [sys.executable, str(SOAK), "--only-seed", str(seed), "--json", "--dir", str(tmp_path / "b")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(ROOT),
+    )
     one = json.loads(again.stdout.splitlines()[-1])
     assert one["rows"]["total"]["schedules"] == 1
     assert one["rows"][plan.mode]["schedules"] == 1
@@ -234,8 +257,9 @@ async def test_a_journal_that_fails_at_once_closes_cleanly(tmp_path: Path) -> No
     flush is where it fails. Wanted: the bridge closes as for any journal failure."""
     notes: list[dict[str, Any]] = []
     with trio.fail_after(20), failing_journal(0):
-        async with open_bridge(CommandProfile(fake_engine_argv({})), journal=tmp_path / "j.jsonl",
-                               config=fast_config()) as bridge:
+        async with open_bridge(
+            CommandProfile(fake_engine_argv({})), journal=tmp_path / "j.jsonl", config=fast_config()
+        ) as bridge:
             bridge.listeners.append(notes.append)
             h = await bridge.submit("hello", request="a")
             assert await bridge.stop("a") is None  # queued: rejected at once, its receipt is journaled
@@ -262,8 +286,12 @@ def test_a_disk_full_at_the_header_is_one_line(tmp_path: Path) -> None:
     journal = tmp_path / "j.jsonl"
     proc = subprocess.run(
         [sys.executable, "-m", "bridge", "serve", "--journal", str(journal), "--", *fake_engine_argv({})],
-        input=b'{"type":"prompt","id":"a","message":"hi"}\n', capture_output=True, timeout=60, cwd=str(ROOT),
-        preexec_fn=limit, check=False,
+        input=b'{"type":"prompt","id":"a","message":"hi"}\n',
+        capture_output=True,
+        timeout=60,
+        cwd=str(ROOT),
+        preexec_fn=limit,
+        check=False,
     )
     err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
     assert proc.returncode in (1, 2), (proc.returncode, err)
@@ -288,7 +316,13 @@ def test_a_disk_full_at_the_last_flush_is_signalled(tmp_path: Path) -> None:
 
         return subprocess.run(
             [sys.executable, "-m", "bridge", "serve", "--journal", str(journal), "--", *fake_engine_argv({})],
-            input=lines, capture_output=True, timeout=60, cwd=str(ROOT), preexec_fn=preexec, check=False)
+            input=lines,
+            capture_output=True,
+            timeout=60,
+            cwd=str(ROOT),
+            preexec_fn=preexec,
+            check=False,
+        )
 
     full = run(tmp_path / "full.jsonl", 1 << 30)
     assert full.returncode == 0, full.stderr
@@ -311,8 +345,13 @@ def test_a_signal_while_the_bridge_closes_by_itself(tmp_path: Path) -> None:
 
     outcomes = []
     for _ in range(3):
-        p = subprocess.Popen([sys.executable, "-m", "bridge", "serve", "--no-journal", "--", *fake_engine_argv({})],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(ROOT))
+        p = subprocess.Popen(
+            [sys.executable, "-m", "bridge", "serve", "--no-journal", "--", *fake_engine_argv({})],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=str(ROOT),
+        )
         assert p.stdin is not None and p.stdout is not None
         try:
             p.stdin.write(b'{"type":"prompt","id":"a","message":"hi"}\n{"type":"shutdown"}\n')
@@ -343,8 +382,12 @@ def test_a_signal_while_the_bridge_closes_by_itself(tmp_path: Path) -> None:
 
 
 def _fake(scenario: dict[str, Any], stdin: bytes, timeout: float = 10) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, str(ROOT / "tools" / "fake_engine.py"), "--scenario-json",
-                           json.dumps(scenario)], input=stdin, capture_output=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "fake_engine.py"), "--scenario-json", json.dumps(scenario)],
+        input=stdin,
+        capture_output=True,
+        timeout=timeout,
+    )
 
 
 def test_fake_engine_reads_lone_surrogates_like_json_parse() -> None:
@@ -358,9 +401,17 @@ def test_fake_engine_reads_lone_surrogates_like_json_parse() -> None:
 
 
 def test_fake_engine_close_stdin_makes_the_next_write_fail() -> None:
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tools" / "fake_engine.py"), "--scenario-json",
-                             json.dumps({"prompts": [{"close_stdin": True}]})],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "tools" / "fake_engine.py"),
+            "--scenario-json",
+            json.dumps({"prompts": [{"close_stdin": True}]}),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(b'{"type":"prompt","id":"a","message":"hi"}\n')

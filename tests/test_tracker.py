@@ -101,9 +101,14 @@ def test_last_error_cap_counts_utf16_units_like_javascript():
 
 def test_aborted_with_our_stop_is_failed_interrupted():
     s = run(
-        ("send", P1), ("recv", ACK1), ("recv", START), ("recv", USER),
+        ("send", P1),
+        ("recv", ACK1),
+        ("recv", START),
+        ("recv", USER),
         ("send", {"type": "abort", "id": "s1"}),
-        ("recv", assistant("aborted")), ("recv", END), ("recv", {"type": "agent_settled", "aborted": True}),
+        ("recv", assistant("aborted")),
+        ("recv", END),
+        ("recv", {"type": "agent_settled", "aborted": True}),
     )
     assert s.settled == [Settled("p1", 6, "failed", "interrupted", "s1", None)]
     assert s.overlaps == []
@@ -117,7 +122,8 @@ def test_aborted_without_stop_is_an_overlap_and_nothing_settles():
 
 def test_stop_link_clears_at_release():
     s = run(
-        ("send", {"type": "abort", "id": "s0"}), ("release", "none"),
+        ("send", {"type": "abort", "id": "s0"}),
+        ("release", "none"),
         *prompt_story(("recv", assistant("aborted")), ("recv", END), ("recv", SETTLE)),
     )
     assert signals(s) == [("aborted-without-stop", None)]
@@ -152,7 +158,10 @@ def test_failure_message_with_no_run_then_settle_is_ack_without_start():
 def test_retried_run_is_one_run_and_settles_on_its_last_attempt():
     s = run(
         *prompt_story(("recv", assistant("error", "500")), ("recv", {"type": "agent_end", "willRetry": True})),
-        ("recv", START), ("recv", assistant("stop")), ("recv", END), ("recv", SETTLE),
+        ("recv", START),
+        ("recv", assistant("stop")),
+        ("recv", END),
+        ("recv", SETTLE),
     )
     assert outcome(s) == [("finished", None)]
     assert list(s.tracker.runs) == ["run-1"]
@@ -205,8 +214,14 @@ def test_o2_settle_of_a_run_that_is_not_the_slots():
 
 
 def test_o2_the_slots_run_settled_after_the_slot_moved_on():
-    s = run(*prompt_story(), ("release", "p1"), ("send", {**P1, "id": "p2"}),
-            ("recv", {**ACK1, "id": "p2"}), ("recv", END), ("recv", SETTLE))
+    s = run(
+        *prompt_story(),
+        ("release", "p1"),
+        ("send", {**P1, "id": "p2"}),
+        ("recv", {**ACK1, "id": "p2"}),
+        ("recv", END),
+        ("recv", SETTLE),
+    )
     assert signals(s) == [("O2", "the slot's run settled after the slot moved on")]
 
 
@@ -244,7 +259,10 @@ def test_empty_queue_update_inside_our_clear_window_is_caused():
 
 
 def test_a_clear_command_outside_the_profiles_list_opens_no_window():
-    s = run(("send", {"type": "clear_queue", "id": "c1"}), ("recv", {"type": "queue_update", "steering": [], "followUp": []}))
+    s = run(
+        ("send", {"type": "clear_queue", "id": "c1"}),
+        ("recv", {"type": "queue_update", "steering": [], "followUp": []}),
+    )
     assert signals(s) == [("O5", "uncaused-queue-update")]
 
 
@@ -254,8 +272,10 @@ def test_o6_second_user_message_in_one_run():
 
 
 def test_nothing_settles_after_an_overlap():
-    s = run(("recv", {"type": "queue_update", "steering": ["x"], "followUp": []}),
-            *prompt_story(("recv", assistant()), ("recv", END), ("recv", SETTLE)))
+    s = run(
+        ("recv", {"type": "queue_update", "steering": ["x"], "followUp": []}),
+        *prompt_story(("recv", assistant()), ("recv", END), ("recv", SETTLE)),
+    )
     assert s.settled == [] and s.working == []
 
 
@@ -280,20 +300,35 @@ def test_started_after_settled_after_and_slot_run():
 # -- properties ----------------------------------------------------------------------
 
 EVENTS = [
-    START, END, {"type": "agent_end", "willRetry": True}, USER, SETTLE,
-    {"type": "agent_settled", "aborted": True}, assistant("stop"), assistant("error", "e"),
-    assistant("aborted"), assistant("length"), assistant(None), assistant("weird"),
+    START,
+    END,
+    {"type": "agent_end", "willRetry": True},
+    USER,
+    SETTLE,
+    {"type": "agent_settled", "aborted": True},
+    assistant("stop"),
+    assistant("error", "e"),
+    assistant("aborted"),
+    assistant("length"),
+    assistant(None),
+    assistant("weird"),
     {"type": "queue_update", "steering": [], "followUp": []},
     {"type": "queue_update", "steering": ["s"], "followUp": []},
-    {"type": "message_start", "message": {"role": "assistant"}}, {"type": "turn_end"},
-    {"type": "message_start", "message": "not a dict"}, {"type": "message_end", "message": None},
-    {"type": 5}, {},
+    {"type": "message_start", "message": {"role": "assistant"}},
+    {"type": "turn_end"},
+    {"type": "message_start", "message": "not a dict"},
+    {"type": "message_end", "message": None},
+    {"type": 5},
+    {},
 ]
 ACTIONS = st.one_of(
     st.sampled_from(EVENTS).map(lambda e: ("recv", e)),
     st.sampled_from(["p1", "p2"]).map(lambda r: ("send", {"type": "prompt", "id": r})),
     st.sampled_from(["p1", "p2"]).map(
-        lambda r: ("recv", {"type": "response", "id": r, "command": "prompt", "success": True, "data": {"disposition": "started"}})
+        lambda r: (
+            "recv",
+            {"type": "response", "id": r, "command": "prompt", "success": True, "data": {"disposition": "started"}},
+        )
     ),
     st.sampled_from(["s1", None]).map(lambda s: ("send", {"type": "abort", "id": s})),
     st.just(("send", {"type": "clear_queue", "id": "c1"})),

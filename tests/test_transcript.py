@@ -16,7 +16,9 @@ def read(data: bytes) -> list:
 
 
 def test_header_is_read_with_clearing_and_meta():
-    r = TranscriptReader(io.BytesIO(b'{"transcript":"pi-bridge","version":1,"clearing":["clear_queue"],"engine":"pi"}\n'))
+    r = TranscriptReader(
+        io.BytesIO(b'{"transcript":"pi-bridge","version":1,"clearing":["clear_queue"],"engine":"pi"}\n')
+    )
     assert r.header.clearing == ("clear_queue",) and r.header.meta == {"engine": "pi"}
 
 
@@ -98,14 +100,22 @@ UPD = b'{"recv":{"type":"message_update","elided":300},"i":%d}\n'
 
 
 def test_skipping_updates_counts_runs_and_reads_everything_else_the_same():
-    data = HEADER + b'{"send":{"type":"prompt","id":"p1"}}\n' + b"".join(UPD % i for i in range(1, 4)) \
-        + b'{"recv":{"type":"agent_settled"},"i":4}\n' + UPD % 5 + b'{"recv":{"type":"turn_end"}}'
+    data = (
+        HEADER
+        + b'{"send":{"type":"prompt","id":"p1"}}\n'
+        + b"".join(UPD % i for i in range(1, 4))
+        + b'{"recv":{"type":"agent_settled"},"i":4}\n'
+        + UPD % 5
+        + b'{"recv":{"type":"turn_end"}}'
+    )
     slow, fast = entries_both_ways(data)
     assert [e.kind for e in fast] == ["send", "updates", "recv", "updates", "recv"]
     assert [e.value for e in fast if e.kind == "updates"] == [3, 1]
     assert [e.i for e in fast if e.kind == "recv"] == [4, 6]
     assert [e.i for e in slow if e.kind == "recv" and e.value.get("type") != "message_update"] == [4, 6]
-    assert [e.line for e in fast if e.kind != "updates"] == [e.line for e in slow if e.value.get("type") != "message_update"]
+    assert [e.line for e in fast if e.kind != "updates"] == [
+        e.line for e in slow if e.value.get("type") != "message_update"
+    ]
 
 
 def test_a_line_lost_inside_a_skipped_run_is_still_caught_by_the_next_index():

@@ -53,15 +53,26 @@ CAPTURE = ROOT / "tools" / "pi" / "captures" / "tool_call.jsonl"
 
 # -- line shapes (Pi 1.6.0, from the captures) -------------------------------------------------
 
-USAGE_ZERO = {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 0,
-              "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}}
+USAGE_ZERO = {
+    "input": 0,
+    "output": 0,
+    "cacheRead": 0,
+    "cacheWrite": 0,
+    "totalTokens": 0,
+    "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0},
+}
 
 
 def usage(inp: int, out: int) -> dict[str, Any]:
-    return {"input": inp, "output": out, "cacheRead": 0, "cacheWrite": 0, "reasoning": 0,
-            "totalTokens": inp + out,
-            "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0,
-                     "totalFromProvider": False}}
+    return {
+        "input": inp,
+        "output": out,
+        "cacheRead": 0,
+        "cacheWrite": 0,
+        "reasoning": 0,
+        "totalTokens": inp + out,
+        "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0, "totalFromProvider": False},
+    }
 
 
 def _capture_objects() -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -82,20 +93,32 @@ def _capture_objects() -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
 
 SYSTEM, STATE = _capture_objects()
 if SYSTEM is None:
-    SYSTEM = {"role": "system", "content": "", "sections": {"preamble": "You are a coding assistant."},
-              "timestamp": 1795976470400}
+    SYSTEM = {
+        "role": "system",
+        "content": "",
+        "sections": {"preamble": "You are a coding assistant."},
+        "timestamp": 1795976470400,
+    }
 if STATE is None:
-    STATE = {"thinkingLevel": "off", "isStreaming": False, "isCompacting": False,
-             "steeringMode": "one-at-a-time", "followUpMode": "one-at-a-time", "sessionId": "bench",
-             "autoCompactionEnabled": True, "messageCount": 0, "pendingMessageCount": 0}
+    STATE = {
+        "thinkingLevel": "off",
+        "isStreaming": False,
+        "isCompacting": False,
+        "steeringMode": "one-at-a-time",
+        "followUpMode": "one-at-a-time",
+        "sessionId": "bench",
+        "autoCompactionEnabled": True,
+        "messageCount": 0,
+        "pendingMessageCount": 0,
+    }
 
 #: Reply text the deltas are cut from: prose, code, a newline now and then, quotes, and a
 #: little non-ASCII (as real replies have; it exercises the UTF-8 checks of a reader).
 CORPUS = (
     "The function reads the whole file into memory before it splits the lines, so a large "
     "journal costs as much memory as it has bytes. Here is a version that streams instead:\n\n"
-    "```python\ndef read_lines(path):\n    with open(path, \"rb\") as f:\n        for line in f:\n"
-    "            yield line.rstrip(b\"\\n\")\n```\n\nIt keeps one line at a time — the résumé of "
+    '```python\ndef read_lines(path):\n    with open(path, "rb") as f:\n        for line in f:\n'
+    '            yield line.rstrip(b"\\n")\n```\n\nIt keeps one line at a time — the résumé of '
     "the change is in the commit message. Tests pass (42 passed, 0 failed) and the naïve "
     "benchmark shows a 3× speed-up on the 2 GB file. "
 )
@@ -129,7 +152,7 @@ class Builder:
         """The next ``n`` characters of the corpus (wrapping)."""
         c = CORPUS
         p = self.corpus_pos % len(c)
-        out = c[p:p + n]
+        out = c[p : p + n]
         while len(out) < n:
             out += c[: n - len(out)]
         self.corpus_pos = p + n
@@ -142,16 +165,37 @@ class Builder:
 
     def assistant(self, content: list[Any], stop: str, out_tokens: int) -> dict[str, Any]:
         self.resp += 1
-        return {"role": "assistant", "content": content, "api": "openai-completions",
-                "provider": "scripted", "model": "scripted-model", "usage": usage(604, out_tokens),
-                "stopReason": stop, "timestamp": self.tick(), "responseId": f"chatcmpl-scripted-{self.resp}",
-                "rawStopReason": "tool_calls" if stop == "toolUse" else "stop", "durationMs": 23,
-                "thinkingLevel": "off"}
+        return {
+            "role": "assistant",
+            "content": content,
+            "api": "openai-completions",
+            "provider": "scripted",
+            "model": "scripted-model",
+            "usage": usage(604, out_tokens),
+            "stopReason": stop,
+            "timestamp": self.tick(),
+            "responseId": f"chatcmpl-scripted-{self.resp}",
+            "rawStopReason": "tool_calls" if stop == "toolUse" else "stop",
+            "durationMs": 23,
+            "thinkingLevel": "off",
+        }
 
     def assistant_start(self) -> None:
-        self.emit({"type": "message_start", "message": {
-            "role": "assistant", "content": [], "api": "openai-completions", "provider": "scripted",
-            "model": "scripted-model", "usage": USAGE_ZERO, "stopReason": "pending", "timestamp": self.tick()}})
+        self.emit(
+            {
+                "type": "message_start",
+                "message": {
+                    "role": "assistant",
+                    "content": [],
+                    "api": "openai-completions",
+                    "provider": "scripted",
+                    "model": "scripted-model",
+                    "usage": USAGE_ZERO,
+                    "stopReason": "pending",
+                    "timestamp": self.tick(),
+                },
+            }
+        )
 
     def run_start(self, prompt: str) -> list[dict[str, Any]]:
         self.emit({"type": "agent_start"})
@@ -165,27 +209,58 @@ class Builder:
 
     def text_deltas(self, n: int, shape: str, step: int = 8) -> str:
         """``text_start``, ``n`` deltas, ``text_end``; returns the message text."""
-        self.emit({"type": "message_update", "usage": USAGE_ZERO,
-                   "assistantMessageEvent": {"type": "text_start", "contentIndex": 0}})
+        self.emit(
+            {
+                "type": "message_update",
+                "usage": USAGE_ZERO,
+                "assistantMessageEvent": {"type": "text_start", "contentIndex": 0},
+            }
+        )
         text = ""
         u = usage(604, 7)
         for k in range(n):
             piece = self.text(step)
             text += piece
             if shape == "legacy":
-                partial = {"role": "assistant", "content": [{"type": "text", "text": text}],
-                           "api": "openai-completions", "provider": "scripted", "model": "scripted-model",
-                           "usage": usage(604, k + 1), "stopReason": "stop", "timestamp": self.ts}
-                self.emit({"type": "message_update", "message": partial,
-                           "assistantMessageEvent": {"type": "text_delta", "contentIndex": 0,
-                                                     "delta": piece, "partial": partial}})
+                partial = {
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": text}],
+                    "api": "openai-completions",
+                    "provider": "scripted",
+                    "model": "scripted-model",
+                    "usage": usage(604, k + 1),
+                    "stopReason": "stop",
+                    "timestamp": self.ts,
+                }
+                self.emit(
+                    {
+                        "type": "message_update",
+                        "message": partial,
+                        "assistantMessageEvent": {
+                            "type": "text_delta",
+                            "contentIndex": 0,
+                            "delta": piece,
+                            "partial": partial,
+                        },
+                    }
+                )
             else:
                 if k % 4 == 0:
                     u = usage(604, 7 + k // 4)
-                self.emit({"type": "message_update", "usage": u,
-                           "assistantMessageEvent": {"type": "text_delta", "contentIndex": 0, "delta": piece}})
-        self.emit({"type": "message_update", "usage": usage(604, 7 + n // 4),
-                   "assistantMessageEvent": {"type": "text_end", "contentIndex": 0, "content": text}})
+                self.emit(
+                    {
+                        "type": "message_update",
+                        "usage": u,
+                        "assistantMessageEvent": {"type": "text_delta", "contentIndex": 0, "delta": piece},
+                    }
+                )
+        self.emit(
+            {
+                "type": "message_update",
+                "usage": usage(604, 7 + n // 4),
+                "assistantMessageEvent": {"type": "text_end", "contentIndex": 0, "content": text},
+            }
+        )
         return text
 
     def tool_call(self, heavy: bool) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -195,15 +270,30 @@ class Builder:
         cid = f"call_scripted_{self.call}_0"
         args = {"command": f"pytest -x tests/test_{self.call}.py" if heavy else "echo hi"}
         u = usage(607, 5)
-        self.emit({"type": "message_update", "usage": USAGE_ZERO, "assistantMessageEvent": {
-            "type": "toolcall_start", "contentIndex": 1, "id": cid, "toolName": "bash"}})
+        self.emit(
+            {
+                "type": "message_update",
+                "usage": USAGE_ZERO,
+                "assistantMessageEvent": {"type": "toolcall_start", "contentIndex": 1, "id": cid, "toolName": "bash"},
+            }
+        )
         js = orjson.dumps(args).decode()
         for k in range(0, len(js), 8):
-            self.emit({"type": "message_update", "usage": u, "assistantMessageEvent": {
-                "type": "toolcall_delta", "contentIndex": 1, "delta": js[k:k + 8]}})
+            self.emit(
+                {
+                    "type": "message_update",
+                    "usage": u,
+                    "assistantMessageEvent": {"type": "toolcall_delta", "contentIndex": 1, "delta": js[k : k + 8]},
+                }
+            )
         call = {"type": "toolCall", "id": cid, "name": "bash", "arguments": args}
-        self.emit({"type": "message_update", "usage": u, "assistantMessageEvent": {
-            "type": "toolcall_end", "contentIndex": 1, "toolCall": call}})
+        self.emit(
+            {
+                "type": "message_update",
+                "usage": u,
+                "assistantMessageEvent": {"type": "toolcall_end", "contentIndex": 1, "toolCall": call},
+            }
+        )
         return call, args
 
     def tool_exec(self, call: dict[str, Any], updates: int, grow: int) -> dict[str, Any]:
@@ -211,8 +301,15 @@ class Builder:
         the toolResult message; returns the toolResult message."""
         cid, args = call["id"], call["arguments"]
         self.emit({"type": "tool_execution_start", "toolCallId": cid, "toolName": "bash", "args": args})
-        self.emit({"type": "tool_execution_update", "toolCallId": cid, "toolName": "bash", "args": args,
-                   "partialResult": {"content": []}})
+        self.emit(
+            {
+                "type": "tool_execution_update",
+                "toolCallId": cid,
+                "toolName": "bash",
+                "args": args,
+                "partialResult": {"content": []},
+            }
+        )
         lines: list[str] = []
         total = 0
         text = "hi\n"
@@ -235,31 +332,82 @@ class Builder:
             keep.reverse()
             text = "\n".join(keep) + "\n"
             if len(keep) < len(lines):
-                details = {"truncation": {"truncated": True, "truncatedBy": "bytes", "totalLines": len(lines),
-                                          "totalBytes": total, "outputLines": len(keep), "outputBytes": size,
-                                          "lastLinePartial": False, "firstLineExceedsLimit": False,
-                                          "maxLines": 2000, "maxBytes": 51200},
-                           "fullOutputPath": f"/tmp/pi-bash-{self.call:08x}.log"}
-            self.emit({"type": "tool_execution_update", "toolCallId": cid, "toolName": "bash", "args": args,
-                       "partialResult": {"content": [{"type": "text", "text": text}], "details": details}})
+                details = {
+                    "truncation": {
+                        "truncated": True,
+                        "truncatedBy": "bytes",
+                        "totalLines": len(lines),
+                        "totalBytes": total,
+                        "outputLines": len(keep),
+                        "outputBytes": size,
+                        "lastLinePartial": False,
+                        "firstLineExceedsLimit": False,
+                        "maxLines": 2000,
+                        "maxBytes": 51200,
+                    },
+                    "fullOutputPath": f"/tmp/pi-bash-{self.call:08x}.log",
+                }
+            self.emit(
+                {
+                    "type": "tool_execution_update",
+                    "toolCallId": cid,
+                    "toolName": "bash",
+                    "args": args,
+                    "partialResult": {"content": [{"type": "text", "text": text}], "details": details},
+                }
+            )
         if not updates:
-            self.emit({"type": "tool_execution_update", "toolCallId": cid, "toolName": "bash", "args": args,
-                       "partialResult": {"content": [{"type": "text", "text": text}], "details": {}}})
-        self.emit({"type": "tool_execution_end", "toolCallId": cid, "toolName": "bash",
-                   "result": {"content": [{"type": "text", "text": text}],
-                              "structuredContent": {"output": text, "truncated": bool(details),
-                                                    "exit_code": 0, "wall_time_seconds": 0}},
-                   "isError": False, "durationMs": 7})
-        tr = {"role": "toolResult", "toolCallId": cid, "toolName": "bash",
-              "content": [{"type": "text", "text": text}], "isError": False, "durationMs": 7,
-              "timestamp": self.tick()}
+            self.emit(
+                {
+                    "type": "tool_execution_update",
+                    "toolCallId": cid,
+                    "toolName": "bash",
+                    "args": args,
+                    "partialResult": {"content": [{"type": "text", "text": text}], "details": {}},
+                }
+            )
+        self.emit(
+            {
+                "type": "tool_execution_end",
+                "toolCallId": cid,
+                "toolName": "bash",
+                "result": {
+                    "content": [{"type": "text", "text": text}],
+                    "structuredContent": {
+                        "output": text,
+                        "truncated": bool(details),
+                        "exit_code": 0,
+                        "wall_time_seconds": 0,
+                    },
+                },
+                "isError": False,
+                "durationMs": 7,
+            }
+        )
+        tr = {
+            "role": "toolResult",
+            "toolCallId": cid,
+            "toolName": "bash",
+            "content": [{"type": "text", "text": text}],
+            "isError": False,
+            "durationMs": 7,
+            "timestamp": self.tick(),
+        }
         self.emit({"type": "message_start", "message": tr})
         self.emit({"type": "message_end", "message": tr})
         return tr
 
 
-def build(kind: str, *, lines: int = 500_000, mb: float = 150.0, deltas_per_turn: int = 5000,
-          legacy_deltas: int = 1500, tool_updates: int = 120, tool_grow: int = 1024) -> bytes:
+def build(
+    kind: str,
+    *,
+    lines: int = 500_000,
+    mb: float = 150.0,
+    deltas_per_turn: int = 5000,
+    legacy_deltas: int = 1500,
+    tool_updates: int = 120,
+    tool_grow: int = 1024,
+) -> bytes:
     """One run's lines after the ack (everything but ``agent_settled``)."""
     b = Builder()
     messages = b.run_start("bench: stream a long answer")
@@ -344,24 +492,36 @@ def serve(body: bytes) -> None:
         try:
             cmd = orjson.loads(raw)
         except orjson.JSONDecodeError as e:
-            write_all(out, orjson.dumps({"type": "response", "command": "parse", "success": False,
-                                         "error": f"Failed to parse command: {e}"}) + b"\n")
+            write_all(
+                out,
+                orjson.dumps(
+                    {"type": "response", "command": "parse", "success": False, "error": f"Failed to parse command: {e}"}
+                )
+                + b"\n",
+            )
             continue
         kind = cmd.get("type") if isinstance(cmd, dict) else None
         cid = cmd.get("id") if isinstance(cmd, dict) else None
         head: dict[str, Any] = {"id": cid} if cid is not None else {}
         if kind == "prompt":
-            ack = {**head, "type": "response", "command": "prompt", "success": True,
-                   "data": {"disposition": "started"}}
+            ack = {**head, "type": "response", "command": "prompt", "success": True, "data": {"disposition": "started"}}
             write_all(out, orjson.dumps(ack) + b"\n")
             write_all(out, warm if cmd.get("message") == "warmup" else body)
             write_all(out, settled_line())
         elif kind == "get_state":
-            write_all(out, orjson.dumps({**head, "type": "response", "command": "get_state", "success": True,
-                                         "data": STATE}) + b"\n")
+            write_all(
+                out,
+                orjson.dumps({**head, "type": "response", "command": "get_state", "success": True, "data": STATE})
+                + b"\n",
+            )
         elif kind == "get_commands":
-            write_all(out, orjson.dumps({**head, "type": "response", "command": "get_commands",
-                                         "success": True, "data": {"commands": []}}) + b"\n")
+            write_all(
+                out,
+                orjson.dumps(
+                    {**head, "type": "response", "command": "get_commands", "success": True, "data": {"commands": []}}
+                )
+                + b"\n",
+            )
         elif kind in ("abort", "clear_queue"):
             resp: dict[str, Any] = {**head, "type": "response", "command": kind, "success": True}
             if kind == "clear_queue":
@@ -369,8 +529,13 @@ def serve(body: bytes) -> None:
                 resp["data"] = {"cleared": {"steering": [], "followUp": []}}
             write_all(out, orjson.dumps(resp) + b"\n")
         else:
-            write_all(out, orjson.dumps({"type": "response", "command": kind, "success": False,
-                                         "error": f"Unknown command: {kind}"}) + b"\n")
+            write_all(
+                out,
+                orjson.dumps(
+                    {"type": "response", "command": kind, "success": False, "error": f"Unknown command: {kind}"}
+                )
+                + b"\n",
+            )
     os.close(out)
     os._exit(0)
 
@@ -389,8 +554,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(a.load, "rb") as f:
             body = f.read()
     elif a.gen:
-        body = build(a.gen, lines=a.lines, mb=a.mb, deltas_per_turn=a.deltas_per_turn,
-                     legacy_deltas=a.legacy_deltas)
+        body = build(a.gen, lines=a.lines, mb=a.mb, deltas_per_turn=a.deltas_per_turn, legacy_deltas=a.legacy_deltas)
     else:
         p.error("give --gen KIND or --load FILE")
     if a.write:

@@ -204,8 +204,8 @@ a newer version or an unknown kind exits 2 with a message naming the line.
 from __future__ import annotations
 
 import argparse
-import faulthandler
 import collections
+import faulthandler
 import json
 import os
 import queue
@@ -214,7 +214,8 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import orjson
 
@@ -485,8 +486,7 @@ class Writer:
                 self.dead = True
 
 
-def crash_trace(what: str, code: int, error: str = "TypeError",
-                source: str = "const id = command.id;") -> str:
+def crash_trace(what: str, code: int, error: str = "TypeError", source: str = "const id = command.id;") -> str:
     """A Node-like uncaught-exception report for stderr."""
     return (
         "/fake/pi-coding-agent/dist/modes/rpc/rpc-mode.js:412\n"
@@ -546,8 +546,15 @@ def oversize_line(nbytes: int) -> bytes:
 
 
 class Story:
-    def __init__(self, engine: "Engine", n: int, message: str | None, cmd: dict | None,
-                 beh: dict[str, Any], unsolicited: bool = False) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        n: int,
+        message: str | None,
+        cmd: dict | None,
+        beh: dict[str, Any],
+        unsolicited: bool = False,
+    ) -> None:
         self.engine = engine
         self.n = n
         self.message = message
@@ -605,8 +612,10 @@ class Story:
             if wait:
                 timeout = spec.get("timeout")
                 answer = yield ("ui", ui_id, (timeout / 1000.0) if timeout else None)
-                log(f"extension_ui {ui_id} answered: "
-                    + (orjson.dumps(answer).decode() if answer is not None else "timed out"))
+                log(
+                    f"extension_ui {ui_id} answered: "
+                    + (orjson.dumps(answer).decode() if answer is not None else "timed out")
+                )
         if b.get("ack_delay"):
             yield ("sleep", float(b["ack_delay"]))
         if b.get("reject"):
@@ -650,8 +659,7 @@ class Story:
                 yield ("sleep", float(b["self_start_delay"]))
             plain = dict(BEHAVIOUR_DEFAULTS)
             plain["deltas"] = b.get("deltas", 4)
-            yield from self.run(str(b.get("self_start_text") or "extension says hi"), plain,
-                                deliver_queue=False)
+            yield from self.run(str(b.get("self_start_text") or "extension says hi"), plain, deliver_queue=False)
 
     def run(self, text: str, b: dict[str, Any], deliver_queue: bool) -> Iterator[tuple]:
         """One prompt's run, from its first agent_start to its agent_settled."""
@@ -689,9 +697,15 @@ class Story:
                 self.emit({"type": "agent_end", "messages": self.run_messages, "willRetry": True})
                 self.retry_attempt = attempt + 1
                 delay = float(b.get("retry_delay") or 0)
-                self.emit({"type": "auto_retry_start", "attempt": attempt + 1,
-                           "maxAttempts": max_attempts, "delayMs": int(delay * 1000),
-                           "errorMessage": err})
+                self.emit(
+                    {
+                        "type": "auto_retry_start",
+                        "attempt": attempt + 1,
+                        "maxAttempts": max_attempts,
+                        "delayMs": int(delay * 1000),
+                        "errorMessage": err,
+                    }
+                )
                 self.phase = "backoff"
                 if delay:
                     yield ("sleep", delay)
@@ -723,14 +737,12 @@ class Story:
                 self.emit({"type": "turn_end", "message": sub, "toolResults": []})
             self.emit({"type": "agent_end", "messages": self.run_messages, "willRetry": False})
             if retries and stop == "error":
-                self.emit({"type": "auto_retry_end", "success": False, "attempt": retries,
-                           "finalError": err})
+                self.emit({"type": "auto_retry_end", "success": False, "attempt": retries, "finalError": err})
             self.in_run = False
             self.phase = "idle"
             self.emit({"type": "agent_settled", "aborted": False})
 
-    def stream_assistant(self, reply: str, stop: Any, err: str | None,
-                         b: dict[str, Any]) -> Iterator[tuple]:
+    def stream_assistant(self, reply: str, stop: Any, err: str | None, b: dict[str, Any]) -> Iterator[tuple]:
         e = self.engine
         n = max(0, int(b.get("deltas", 4)))
         shape = b.get("update_shape", "lean")
@@ -743,7 +755,7 @@ class Story:
         for i in range(n):
             if delay:
                 yield ("sleep", delay)
-            chunk = reply[i * size:(i + 1) * size]
+            chunk = reply[i * size : (i + 1) * size]
             self.partial += chunk
             self.emit(e.update_line(chunk, self.partial, i + 1, shape))
         if n == 0:
@@ -769,14 +781,36 @@ class Story:
         out = ""
         for _ in range(int(b.get("tool_updates", 2))):
             out += "y" * int(b.get("tool_output_bytes", 64)) + "\n"
-            self.emit({"type": "tool_execution_update", "toolCallId": call_id, "toolName": "bash",
-                       "args": args, "partialResult": {"content": [{"type": "text", "text": out}],
-                                                       "details": {"truncation": None, "fullOutputPath": None}}})
+            self.emit(
+                {
+                    "type": "tool_execution_update",
+                    "toolCallId": call_id,
+                    "toolName": "bash",
+                    "args": args,
+                    "partialResult": {
+                        "content": [{"type": "text", "text": out}],
+                        "details": {"truncation": None, "fullOutputPath": None},
+                    },
+                }
+            )
         result = {"content": [{"type": "text", "text": out}], "details": {}}
-        self.emit({"type": "tool_execution_end", "toolCallId": call_id, "toolName": "bash",
-                   "result": result, "isError": False})
-        tr = {"role": "toolResult", "toolCallId": call_id, "toolName": "bash",
-              "content": result["content"], "isError": False, "timestamp": e.tick()}
+        self.emit(
+            {
+                "type": "tool_execution_end",
+                "toolCallId": call_id,
+                "toolName": "bash",
+                "result": result,
+                "isError": False,
+            }
+        )
+        tr = {
+            "role": "toolResult",
+            "toolCallId": call_id,
+            "toolName": "bash",
+            "content": result["content"],
+            "isError": False,
+            "timestamp": e.tick(),
+        }
         self.emit({"type": "message_start", "message": tr})
         self.emit({"type": "message_end", "message": tr})
         self.run_messages.append(tr)
@@ -789,12 +823,19 @@ class Story:
         """What Pi writes when ``abort`` stops this story's run (before the abort response)."""
         e = self.engine
         if self.phase == "backoff":
-            self.emit({"type": "auto_retry_end", "success": False, "attempt": self.retry_attempt,
-                       "finalError": "Retry cancelled"})
+            self.emit(
+                {
+                    "type": "auto_retry_end",
+                    "success": False,
+                    "attempt": self.retry_attempt,
+                    "finalError": "Retry cancelled",
+                }
+            )
         else:
             if self.phase == "user":
-                self.emit({"type": "message_start",
-                           "message": e.assistant_message([], "aborted", None, 0, partial=True)})
+                self.emit(
+                    {"type": "message_start", "message": e.assistant_message([], "aborted", None, 0, partial=True)}
+                )
             content = [{"type": "text", "text": self.partial}] if self.partial else []
             am = e.assistant_message(content, "aborted", "Request was aborted", 0)
             self.emit({"type": "message_end", "message": am})
@@ -833,7 +874,8 @@ class Engine:
         self._beh_lock = threading.Lock()
         known = set(BEHAVIOUR_DEFAULTS)
         for where, beh in [("defaults", scenario.get("defaults") or {})] + [
-                (f"prompts[{i}]", p) for i, p in enumerate(scenario.get("prompts") or [])]:
+            (f"prompts[{i}]", p) for i, p in enumerate(scenario.get("prompts") or [])
+        ]:
             for key in beh:
                 if key not in known:
                     log(f"warning: unknown behaviour key {key!r} in {where}")
@@ -876,18 +918,32 @@ class Engine:
         return FAKE_CLOCK_START_MS + self.clock * 1000
 
     def usage(self, out: int) -> dict[str, Any]:
-        return {"input": 12, "output": out, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 12 + out,
-                "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}}
+        return {
+            "input": 12,
+            "output": out,
+            "cacheRead": 0,
+            "cacheWrite": 0,
+            "totalTokens": 12 + out,
+            "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0},
+        }
 
     def user_message(self, text: str) -> dict[str, Any]:
         self.message_count += 1
         return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": self.tick()}
 
-    def assistant_message(self, content: list, stop: Any, err: str | None, out: int,
-                          partial: bool = False) -> dict[str, Any]:
-        msg = {"role": "assistant", "content": content, "api": "openai-completions",
-               "provider": "fake", "model": "fake-model", "usage": self.usage(out),
-               "stopReason": stop, "timestamp": self.tick()}
+    def assistant_message(
+        self, content: list, stop: Any, err: str | None, out: int, partial: bool = False
+    ) -> dict[str, Any]:
+        msg = {
+            "role": "assistant",
+            "content": content,
+            "api": "openai-completions",
+            "provider": "fake",
+            "model": "fake-model",
+            "usage": self.usage(out),
+            "stopReason": stop,
+            "timestamp": self.tick(),
+        }
         if err is not None:
             msg["errorMessage"] = err
         if not partial:
@@ -902,23 +958,43 @@ class Engine:
         if shape == "delta":
             return {"type": "message_update", "usage": self.usage(k), "assistantMessageEvent": ame}
         if shape == "full":
-            msg = {"role": "assistant", "content": [{"type": "text", "text": partial}],
-                   "api": "openai-completions", "provider": "fake", "model": "fake-model",
-                   "usage": self.usage(k), "stopReason": "stop", "timestamp": FAKE_CLOCK_START_MS}
-            return {"type": "message_update", "message": msg,
-                    "assistantMessageEvent": {**ame, "partial": msg}}
+            msg = {
+                "role": "assistant",
+                "content": [{"type": "text", "text": partial}],
+                "api": "openai-completions",
+                "provider": "fake",
+                "model": "fake-model",
+                "usage": self.usage(k),
+                "stopReason": "stop",
+                "timestamp": FAKE_CLOCK_START_MS,
+            }
+            return {"type": "message_update", "message": msg, "assistantMessageEvent": {**ame, "partial": msg}}
         small = {"input": 12, "output": k, "totalTokens": 12 + k}
-        return {"type": "message_update",
-                "message": {"role": "assistant", "api": "openai-completions", "provider": "fake",
-                            "model": "fake-model", "usage": small},
-                "assistantMessageEvent": ame}
+        return {
+            "type": "message_update",
+            "message": {
+                "role": "assistant",
+                "api": "openai-completions",
+                "provider": "fake",
+                "model": "fake-model",
+                "usage": small,
+            },
+            "assistantMessageEvent": ame,
+        }
 
     def queue_update(self) -> dict[str, Any]:
         follow = list(self.follow_up) + [s.message or "" for s in self.run_queue if not s.unsolicited]
         return {"type": "queue_update", "steering": list(self.steering), "followUp": follow}
 
-    def response(self, cmd: dict | None, command: str, success: bool, data: Any = None,
-                 error: str | None = None, with_data: bool = False) -> dict[str, Any]:
+    def response(
+        self,
+        cmd: dict | None,
+        command: str,
+        success: bool,
+        data: Any = None,
+        error: str | None = None,
+        with_data: bool = False,
+    ) -> dict[str, Any]:
         resp: dict[str, Any] = {}
         if cmd is not None and "id" in cmd:
             resp["id"] = cmd["id"]
@@ -956,9 +1032,16 @@ class Engine:
             if kind == "crash":
                 self.dying = "crash"
                 code = self.dying_code = faults.exit_code
-                self.writer.action("exit", (code, f"fake-engine: fault crash_at {step}\n"
-                                            + crash_trace("fake engine crashed (fault injection)", code,
-                                                          "Error", "throw new Error(reason);")))
+                self.writer.action(
+                    "exit",
+                    (
+                        code,
+                        f"fake-engine: fault crash_at {step}\n"
+                        + crash_trace(
+                            "fake engine crashed (fault injection)", code, "Error", "throw new Error(reason);"
+                        ),
+                    ),
+                )
             elif kind == "kill":
                 self.dying = "kill"
                 self.writer.action("kill")
@@ -1066,8 +1149,7 @@ class Engine:
             beh = dict(BEHAVIOUR_DEFAULTS)
             if isinstance(run, dict):
                 beh.update(run)
-            self.start_story(Story(self, 0, str(beh.get("text") or "extension says hi"), None, beh,
-                                   unsolicited=True))
+            self.start_story(Story(self, 0, str(beh.get("text") or "extension says hi"), None, beh, unsolicited=True))
         while True:
             if self.dying:
                 # The writer thread exits the process once the lines before the fault are out;
@@ -1107,7 +1189,7 @@ class Engine:
                     scan = len(buf)
                     break
                 line = bytes(buf[:i])
-                del buf[:i + 1]
+                del buf[: i + 1]
                 scan = 0
                 if not self.feed(line):
                     if self.close_stdin:
@@ -1148,8 +1230,14 @@ class Engine:
         if kind == "eof":
             self.exit(0)
         if kind == "parse_error":
-            self.write({"type": "response", "command": "parse", "success": False,
-                        "error": f"Failed to parse command: {v8_parse_error(item[1])}"})
+            self.write(
+                {
+                    "type": "response",
+                    "command": "parse",
+                    "success": False,
+                    "error": f"Failed to parse command: {v8_parse_error(item[1])}",
+                }
+            )
             return
         _, obj, n, beh = item
         if obj is None:
@@ -1194,8 +1282,10 @@ class Engine:
 
     def cmd_clear_queue(self, cmd: dict, n: int, beh: Any) -> None:
         dropped = [s for s in self.run_queue if not s.unsolicited]
-        cleared = {"steering": list(self.steering),
-                   "followUp": list(self.follow_up) + [s.message or "" for s in dropped]}
+        cleared = {
+            "steering": list(self.steering),
+            "followUp": list(self.follow_up) + [s.message or "" for s in dropped],
+        }
         self.steering.clear()
         self.follow_up.clear()
         for s in dropped:
@@ -1218,16 +1308,25 @@ class Engine:
     def cmd_get_state(self, cmd: dict, n: int, beh: Any) -> None:
         streaming = self.running is not None and self.running.in_run
         pending = len(self.steering) + len(self.follow_up) + sum(1 for s in self.run_queue if not s.unsolicited)
-        data = {"model": {"provider": "fake", "id": "fake-model"}, "thinkingLevel": "off",
-                "isStreaming": streaming, "isCompacting": False, "steeringMode": "all",
-                "followUpMode": "all", "sessionId": "fake", "autoCompactionEnabled": False,
-                "messageCount": self.message_count, "pendingMessageCount": pending}
+        data = {
+            "model": {"provider": "fake", "id": "fake-model"},
+            "thinkingLevel": "off",
+            "isStreaming": streaming,
+            "isCompacting": False,
+            "steeringMode": "all",
+            "followUpMode": "all",
+            "sessionId": "fake",
+            "autoCompactionEnabled": False,
+            "messageCount": self.message_count,
+            "pendingMessageCount": pending,
+        }
         data.update(self.scenario.get("state") or {})
         self.respond(self.response(cmd, "get_state", True, data=data))
 
     def cmd_get_commands(self, cmd: dict, n: int, beh: Any) -> None:
-        self.respond(self.response(cmd, "get_commands", True,
-                                   data={"commands": list(self.scenario.get("commands") or [])}))
+        self.respond(
+            self.response(cmd, "get_commands", True, data={"commands": list(self.scenario.get("commands") or [])})
+        )
 
     def cmd_extension_ui_response(self, cmd: dict, n: int, beh: Any) -> None:
         for story in self.stories:
@@ -1246,10 +1345,16 @@ class Engine:
         elif ctype == "get_last_assistant_text":
             data = {"text": self.last_assistant_text}
         elif ctype == "get_session_stats":
-            data = {"sessionId": "fake", "userMessages": 0, "assistantMessages": 0, "toolCalls": 0,
-                    "toolResults": 0, "totalMessages": self.message_count,
-                    "tokens": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0},
-                    "cost": 0}
+            data = {
+                "sessionId": "fake",
+                "userMessages": 0,
+                "assistantMessages": 0,
+                "toolCalls": 0,
+                "toolResults": 0,
+                "totalMessages": self.message_count,
+                "tokens": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0},
+                "cost": 0,
+            }
         self.respond(self.response(cmd, ctype, True, data=data))
 
 
@@ -1262,8 +1367,10 @@ COMMANDS = {
     "get_state": Engine.cmd_get_state,
     "get_commands": Engine.cmd_get_commands,
     "extension_ui_response": Engine.cmd_extension_ui_response,
-    **{name: Engine.cmd_simple for name in list(SIMPLE_COMMANDS)
-       + ["get_messages", "get_last_assistant_text", "get_session_stats"]},
+    **{
+        name: Engine.cmd_simple
+        for name in list(SIMPLE_COMMANDS) + ["get_messages", "get_last_assistant_text", "get_session_stats"]
+    },
 }
 
 
@@ -1286,8 +1393,7 @@ def load_transcript(path: str) -> tuple[list[list[bytes]], list[Any]]:
     if not isinstance(header, dict) or header.get("transcript") != "pi-bridge":
         die(f"{path}:1: not a pi-bridge transcript header")
     if header.get("version") != 1:
-        die(f"{path}:1: transcript version {header.get('version')!r} "
-                         "is not supported (this replayer reads version 1)")
+        die(f"{path}:1: transcript version {header.get('version')!r} is not supported (this replayer reads version 1)")
     chunks: list[list[bytes]] = [[]]
     sends: list[Any] = []
     for lineno, line in enumerate(lines[1:], start=2):
@@ -1400,7 +1506,7 @@ def main(argv: list[str] | None = None) -> None:
     except (OSError, orjson.JSONDecodeError) as exc:
         die(f"bad scenario: {exc}")
     if not isinstance(scenario, dict):
-        die(f"bad scenario: not a JSON object")
+        die("bad scenario: not a JSON object")
     log(f"scenario {source}, seed {args.seed}; ready for commands on stdin")
     Engine(scenario, args.seed).serve()
 

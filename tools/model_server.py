@@ -99,8 +99,9 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterable
+from typing import Any
 
 __all__ = [
     "DEFAULT_STEP",
@@ -117,16 +118,52 @@ DEFAULT_MODEL_ID = "scripted-model"
 DUMMY_API_KEY = "scripted-dummy-key"
 
 _STEP_KEYS = {
-    "text", "words", "tool_call", "tool_calls", "chunk", "delay", "latency",
-    "finish_reason", "usage", "status", "body", "headers", "hang", "hang_after",
-    "cut_after", "comment",
+    "text",
+    "words",
+    "tool_call",
+    "tool_calls",
+    "chunk",
+    "delay",
+    "latency",
+    "finish_reason",
+    "usage",
+    "status",
+    "body",
+    "headers",
+    "hang",
+    "hang_after",
+    "cut_after",
+    "comment",
 }
 
-_VOCAB = (
-    "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima "
-    "mike november oscar papa quebec romeo sierra tango uniform victor whiskey "
-    "xray yankee zulu"
-).split()
+_VOCAB = [
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+    "november",
+    "oscar",
+    "papa",
+    "quebec",
+    "romeo",
+    "sierra",
+    "tango",
+    "uniform",
+    "victor",
+    "whiskey",
+    "xray",
+    "yankee",
+    "zulu",
+]
 
 
 def make_words(n: int) -> str:
@@ -249,14 +286,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- plumbing -----------------------------------------------------------
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         if self.server.verbose:
             sys.stderr.write("model_server: " + (format % args) + "\n")
 
     def handle(self) -> None:
         try:
             super().handle()
-        except (ConnectionError, _ClientGone, socket.timeout, OSError):
+        except (TimeoutError, ConnectionError, _ClientGone, OSError):
             self.close_connection = True
 
     def _record(self, body: Any, step_index: int | None, raw: str | None = None) -> None:
@@ -333,11 +370,13 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._record(None, None)
         if self.path.rstrip("/") in ("/v1/models", "/models"):
-            self._send_json(200, {
-                "object": "list",
-                "data": [{"id": self.server.model_id, "object": "model", "created": 0,
-                          "owned_by": "scripted"}],
-            })
+            self._send_json(
+                200,
+                {
+                    "object": "list",
+                    "data": [{"id": self.server.model_id, "object": "model", "created": 0, "owned_by": "scripted"}],
+                },
+            )
         else:
             self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
 
@@ -356,8 +395,7 @@ class _Handler(BaseHTTPRequestHandler):
         index, step = self.server.script.take()
         self._record(body, index, raw_text)
         if not isinstance(body, dict):
-            self._send_json(400, {"error": {"message": "body must be a JSON object",
-                                            "type": "invalid_request_error"}})
+            self._send_json(400, {"error": {"message": "body must be a JSON object", "type": "invalid_request_error"}})
             return
         try:
             self._answer(body, step)
@@ -389,11 +427,13 @@ class _Handler(BaseHTTPRequestHandler):
         calls_norm = []
         for j, c in enumerate(calls):
             args = c.get("arguments", {})
-            calls_norm.append({
-                "id": c.get("id") or f"call_scripted_{n}_{j}",
-                "name": c["name"],
-                "arguments": args if isinstance(args, str) else json.dumps(args),
-            })
+            calls_norm.append(
+                {
+                    "id": c.get("id") or f"call_scripted_{n}_{j}",
+                    "name": c["name"],
+                    "arguments": args if isinstance(args, str) else json.dumps(args),
+                }
+            )
         finish = step.get("finish_reason") or ("tool_calls" if calls_norm else "stop")
         usage = self._usage(req, text, calls_norm, step.get("usage"))
 
@@ -401,29 +441,33 @@ class _Handler(BaseHTTPRequestHandler):
             message: dict[str, Any] = {"role": "assistant", "content": text or None}
             if calls_norm:
                 message["tool_calls"] = [
-                    {"id": c["id"], "type": "function",
-                     "function": {"name": c["name"], "arguments": c["arguments"]}}
+                    {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
                     for c in calls_norm
                 ]
-            self._send_json(200, {
-                "id": cid, "object": "chat.completion", "created": created, "model": model,
-                "choices": [{"index": 0, "message": message, "finish_reason": finish,
-                             "logprobs": None}],
-                "usage": usage,
-            })
+            self._send_json(
+                200,
+                {
+                    "id": cid,
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+                    "usage": usage,
+                },
+            )
             return
 
         self._stream(req, step, cid, created, model, text, calls_norm, finish, usage)
 
-    def _usage(self, req: dict[str, Any], text: str, calls: list[dict[str, Any]],
-               override: dict[str, Any] | None) -> dict[str, Any]:
+    def _usage(
+        self, req: dict[str, Any], text: str, calls: list[dict[str, Any]], override: dict[str, Any] | None
+    ) -> dict[str, Any]:
         prompt = max(1, len(json.dumps(req.get("messages", []))) // 4)
         completion = max(1, (len(text) + sum(len(c["arguments"]) for c in calls)) // 4)
         if override:
             prompt = int(override.get("prompt_tokens", prompt))
             completion = int(override.get("completion_tokens", completion))
-        return {"prompt_tokens": prompt, "completion_tokens": completion,
-                "total_tokens": prompt + completion}
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
     def _send_error_step(self, step: dict[str, Any]) -> None:
         status = int(step["status"])
@@ -431,8 +475,7 @@ class _Handler(BaseHTTPRequestHandler):
         headers = dict(step.get("headers") or {})
         if body is None:
             etype = {429: "rate_limit_error", 529: "overloaded_error"}.get(status, "server_error")
-            body = {"error": {"message": f"scripted error {status}", "type": etype,
-                              "param": None, "code": None}}
+            body = {"error": {"message": f"scripted error {status}", "type": etype, "param": None, "code": None}}
         if isinstance(body, str):
             try:
                 json.loads(body)
@@ -443,9 +486,18 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send_json(status, body, headers)
 
-    def _stream(self, req: dict[str, Any], step: dict[str, Any], cid: str, created: int,
-                model: str, text: str, calls: list[dict[str, Any]], finish: str,
-                usage: dict[str, Any]) -> None:
+    def _stream(
+        self,
+        req: dict[str, Any],
+        step: dict[str, Any],
+        cid: str,
+        created: int,
+        model: str,
+        text: str,
+        calls: list[dict[str, Any]],
+        finish: str,
+        usage: dict[str, Any],
+    ) -> None:
         size = max(1, int(step.get("chunk", 8)))
         delay = float(step.get("delay", 0.0))
         hang_after = step.get("hang_after")
@@ -462,27 +514,49 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
         def chunk_obj(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-            return {"id": cid, "object": "chat.completion.chunk", "created": created,
-                    "model": model, "system_fingerprint": None,
-                    "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                 "finish_reason": finish_reason}]}
+            return {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "system_fingerprint": None,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+            }
 
         events: list[dict[str, Any]] = [chunk_obj({"role": "assistant", "content": ""})]
         for i in range(0, len(text), size):
-            events.append(chunk_obj({"content": text[i:i + size]}))
+            events.append(chunk_obj({"content": text[i : i + size]}))
         for j, c in enumerate(calls):
-            events.append(chunk_obj({"tool_calls": [{
-                "index": j, "id": c["id"], "type": "function",
-                "function": {"name": c["name"], "arguments": ""}}]}))
+            events.append(
+                chunk_obj(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": j,
+                                "id": c["id"],
+                                "type": "function",
+                                "function": {"name": c["name"], "arguments": ""},
+                            }
+                        ]
+                    }
+                )
+            )
             a = c["arguments"]
             for i in range(0, len(a), size):
-                events.append(chunk_obj({"tool_calls": [{
-                    "index": j, "function": {"arguments": a[i:i + size]}}]}))
+                events.append(chunk_obj({"tool_calls": [{"index": j, "function": {"arguments": a[i : i + size]}}]}))
         events.append(chunk_obj({}, finish))
         if include_usage:
-            events.append({"id": cid, "object": "chat.completion.chunk", "created": created,
-                           "model": model, "system_fingerprint": None, "choices": [],
-                           "usage": usage})
+            events.append(
+                {
+                    "id": cid,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "system_fingerprint": None,
+                    "choices": [],
+                    "usage": usage,
+                }
+            )
 
         sent = 0
         for k, ev in enumerate(events):
@@ -535,8 +609,7 @@ class ServerHandle:
         """Script steps not yet consumed."""
         return self._server.script.remaining
 
-    def write_models(self, directory: str, provider: str = DEFAULT_PROVIDER,
-                     model_id: str | None = None) -> str:
+    def write_models(self, directory: str, provider: str = DEFAULT_PROVIDER, model_id: str | None = None) -> str:
         return write_models(directory, self.base_url, provider, model_id or self._server.model_id)
 
     def close(self) -> None:
@@ -550,7 +623,7 @@ class ServerHandle:
         if self._server.record_file is not None:
             self._server.record_file.close()
 
-    def __enter__(self) -> "ServerHandle":
+    def __enter__(self) -> ServerHandle:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -576,8 +649,7 @@ def start_server(
     srv.model_id = model_id
     srv.verbose = verbose
     srv.counter = 0
-    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
-                         name="model-server", daemon=True)
+    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, name="model-server", daemon=True)
     t.start()
     return ServerHandle(srv, t, host)
 
@@ -594,13 +666,13 @@ def _load_script(path: str | None, steps: str | None) -> tuple[list[dict[str, An
         default = data.get("default")
         data = data.get("steps", [])
     if not isinstance(data, list):
-        raise ValueError("script must be a JSON list of steps (or {\"steps\": [...]})")
+        raise ValueError('script must be a JSON list of steps (or {"steps": [...]})')
     return data, default
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Scripted OpenAI-compatible model server (see module docstring).")
-    p.add_argument("--script", help="JSON file: a list of steps, or {\"steps\": [...], \"default\": {...}}")
+    p.add_argument("--script", help='JSON file: a list of steps, or {"steps": [...], "default": {...}}')
     p.add_argument("--steps", help="the script inline, as JSON (instead of --script)")
     p.add_argument("--default", help='JSON step used once the script is exhausted (default {"text": "ok"})')
     p.add_argument("--host", default="127.0.0.1")
@@ -627,8 +699,9 @@ def main(argv: list[str] | None = None) -> int:
         steps, default = _load_script(a.script, a.steps)
         if a.default is not None:
             default = json.loads(a.default)
-        handle = start_server(steps, default, host=a.host, port=a.port, record=a.record,
-                              model_id=a.model_id, verbose=a.verbose)
+        handle = start_server(
+            steps, default, host=a.host, port=a.port, record=a.record, model_id=a.model_id, verbose=a.verbose
+        )
     except (OSError, ValueError) as e:
         print(f"model_server: {e}", file=sys.stderr)
         return 2

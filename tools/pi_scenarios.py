@@ -53,10 +53,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without the editable install
     sys.path.insert(0, str(ROOT))
 
-from bridge.profiles.pi import PI_PIN, find_install, scripted_profile  # noqa: E402
 from bridge.core.receipts import Receipt, describe  # noqa: E402
-from bridge.readers.replay import ReplayResult, replay  # noqa: E402
 from bridge.live.supervisor import Bridge, BridgeConfig, PromptHandle, open_bridge  # noqa: E402
+from bridge.profiles.pi import PI_PIN, find_install, scripted_profile  # noqa: E402
+from bridge.readers.replay import ReplayResult, replay  # noqa: E402
 from bridge.transcript import Entry, open_transcript  # noqa: E402
 
 EXTENSIONS = ROOT / "tools" / "pi" / "extensions"
@@ -381,14 +381,18 @@ def check_common(o: Outcome, submitted: Iterable[str]) -> None:
     mode = stat.S_IMODE(os.stat(o.journal).st_mode)
     expect(mode == 0o600, f"{o.name}: journal mode {oct(mode)}, not 0600")
     live, again = live_vs_replay(o)
-    expect(live == again, f"{o.name}: replay of the journal differs from the live bridge:\n"
-           f"live:   {json.dumps(live, sort_keys=True)}\nreplay: {json.dumps(again, sort_keys=True)}")
+    expect(
+        live == again,
+        f"{o.name}: replay of the journal differs from the live bridge:\n"
+        f"live:   {json.dumps(live, sort_keys=True)}\nreplay: {json.dumps(again, sort_keys=True)}",
+    )
     for r in o.receipts.values():
         expect(r.times.settled is not None and r.times.submitted is not None, f"{o.name}: {r.request} lacks times")
 
 
-def expect_receipt(o: Outcome, request: str, state: str, reason: str | None = None, *,
-                   stop: Any = None, reply: str | None = None) -> Receipt:
+def expect_receipt(
+    o: Outcome, request: str, state: str, reason: str | None = None, *, stop: Any = None, reply: str | None = None
+) -> Receipt:
     r = o.receipt(request)
     got = (r.state, r.reason, r.stop)
     want = (state, reason, stop)
@@ -427,8 +431,7 @@ FOLLOW_TEXT = "a follow-up from someone else"
 AUTORUN_TEXT = "autorun: a message the extension sent by itself"
 
 
-@scenario("plain", "one prompt, one streamed text reply",
-          script=[{"text": PLAIN_REPLY, "chunk": 8}])
+@scenario("plain", "one prompt, one streamed text reply", script=[{"text": PLAIN_REPLY, "chunk": 8}])
 async def plain(ctx: Ctx) -> None:
     await ctx.prompt("Say hello.")
 
@@ -450,9 +453,11 @@ def _check_plain(o: Outcome) -> None:
     expect(len(o.requests) == 1, f"plain: {len(o.requests)} model requests")
 
 
-@scenario("tool_use", "the model calls Pi's bash tool (echo), then replies with text",
-          script=[{"tool_call": {"name": "bash", "arguments": {"command": TOOL_COMMAND}}},
-                  {"text": TOOL_REPLY}])
+@scenario(
+    "tool_use",
+    "the model calls Pi's bash tool (echo), then replies with text",
+    script=[{"tool_call": {"name": "bash", "arguments": {"command": TOOL_COMMAND}}}, {"text": TOOL_REPLY}],
+)
 async def tool_use(ctx: Ctx) -> None:
     await ctx.prompt("Run the echo command and tell me what it printed.")
 
@@ -466,21 +471,27 @@ def _check_tool_use(o: Outcome) -> None:
     expect(count_types(events, "turn_start") == 2, "tool_use: two turns")
     starts = [e for e in events if e.get("type") == "tool_execution_start"]
     ends = [e for e in events if e.get("type") == "tool_execution_end"]
-    expect(len(starts) == 1 and starts[0].get("toolName") == "bash"
-           and starts[0].get("args") == {"command": TOOL_COMMAND}, f"tool_use: tool start {starts}")
+    expect(
+        len(starts) == 1 and starts[0].get("toolName") == "bash" and starts[0].get("args") == {"command": TOOL_COMMAND},
+        f"tool_use: tool start {starts}",
+    )
     expect(len(ends) == 1 and ends[0].get("isError") is False, f"tool_use: tool end {ends}")
     output = ((ends[0].get("result") or {}).get("structuredContent") or {}).get("output")
     expect(output == "tool says hi\n", f"tool_use: bash output {output!r}")
-    stops = [e["message"].get("stopReason") for e in events
-             if e.get("type") == "message_end" and e["message"].get("role") == "assistant"]
+    stops = [
+        e["message"].get("stopReason")
+        for e in events
+        if e.get("type") == "message_end" and e["message"].get("role") == "assistant"
+    ]
     expect(stops == ["toolUse", "stop"], f"tool_use: assistant stop reasons {stops}")
     expect(len(o.requests) == 2, f"tool_use: {len(o.requests)} model requests")
     tool_msgs = [m for m in o.requests[1]["body"]["messages"] if m.get("role") == "tool"]
     expect(tool_msgs and "tool says hi" in json.dumps(tool_msgs), "tool_use: the tool result went back to the model")
 
 
-@scenario("two_prompts", "two prompts in a row on one engine",
-          script=[{"text": "first reply"}, {"text": "second reply"}])
+@scenario(
+    "two_prompts", "two prompts in a row on one engine", script=[{"text": "first reply"}, {"text": "second reply"}]
+)
 async def two_prompts(ctx: Ctx) -> None:
     h1 = await ctx.submit("first prompt")
     h2 = await ctx.submit("second prompt")  # waits in the FIFO while p1 holds the slot
@@ -501,8 +512,11 @@ def _check_two_prompts(o: Outcome) -> None:
     expect(o.signal_names() == [], f"two_prompts: signals {o.signal_names()}")
 
 
-@scenario("stopped_mid_stream", "a slow stream stopped after its first text",
-          script=[{"words": 200, "delay": 0.02, "chunk": 8}])
+@scenario(
+    "stopped_mid_stream",
+    "a slow stream stopped after its first text",
+    script=[{"words": 200, "delay": 0.02, "chunk": 8}],
+)
 async def stopped_mid_stream(ctx: Ctx) -> None:
     handle = await ctx.submit("Write a long answer.")
 
@@ -520,15 +534,23 @@ def _check_stopped(o: Outcome) -> None:
     stop = o.facts.get("stop")
     expect(stop, "stopped_mid_stream: stop() returned no stop id")
     r = expect_receipt(o, "p1", "failed", "interrupted", stop=stop)
-    expect(o.facts["settled_after_stop_s"] < 2.0, f"stopped_mid_stream: settled {o.facts['settled_after_stop_s']:.2f}s after the stop")
+    expect(
+        o.facts["settled_after_stop_s"] < 2.0,
+        f"stopped_mid_stream: settled {o.facts['settled_after_stop_s']:.2f}s after the stop",
+    )
     expect_overlaps(o)  # the bridge's clear_queue before the abort: its empty queue_update is caused
     sends = [c.get("type") for c in o.sends("clear_queue", "abort")]
     expect(sends == ["clear_queue", "abort"], f"stopped_mid_stream: stop commands {sends}")
     events = o.run_events("p1")
     last_asst = [e for e in events if e.get("type") == "message_end" and e["message"].get("role") == "assistant"][-1]
-    expect(last_asst["message"].get("stopReason") == "aborted", f"stopped_mid_stream: {last_asst['message'].get('stopReason')}")
+    expect(
+        last_asst["message"].get("stopReason") == "aborted",
+        f"stopped_mid_stream: {last_asst['message'].get('stopReason')}",
+    )
     settled = first_index(o, lambda v: v.get("type") == "agent_settled", "agent_settled")
-    expect(o.recv(start=settled - 1, end=settled)[0][1].get("aborted") is True, "stopped_mid_stream: agent_settled.aborted")
+    expect(
+        o.recv(start=settled - 1, end=settled)[0][1].get("aborted") is True, "stopped_mid_stream: agent_settled.aborted"
+    )
     # SPEC §2: the abort response comes after agent_settled(aborted:true).
     abort_resp = first_index(o, lambda v: v.get("type") == "response" and v.get("id") == stop, "abort response")
     expect(abort_resp > settled, f"stopped_mid_stream: abort response at {abort_resp}, settled at {settled}")
@@ -536,8 +558,11 @@ def _check_stopped(o: Outcome) -> None:
     expect(len(o.texts["p1"]) < len(load_model_server().make_words(200)), "stopped_mid_stream: the whole text streamed")
 
 
-@scenario("retry_after_500", "HTTP 500, then success: one run, two attempts, one settle",
-          script=[{"status": 500}, {"text": "recovered after a 500"}])
+@scenario(
+    "retry_after_500",
+    "HTTP 500, then success: one run, two attempts, one settle",
+    script=[{"status": 500}, {"text": "recovered after a 500"}],
+)
 async def retry_after_500(ctx: Ctx) -> None:
     await ctx.prompt("Try again if it fails.")
 
@@ -547,14 +572,18 @@ def _check_retry(o: Outcome) -> None:
     r = expect_receipt(o, "p1", "finished", reply="recovered after a 500")
     expect(r.run == "run-1", f"retry_after_500: run {r.run}")
     events = o.run_events("p1")
-    expect(count_types(events, "agent_start") == 2 and count_types(events, "agent_end") == 2,
-           "retry_after_500: two agent_start…agent_end pairs")
+    expect(
+        count_types(events, "agent_start") == 2 and count_types(events, "agent_end") == 2,
+        "retry_after_500: two agent_start…agent_end pairs",
+    )
     expect(count_types(events, "agent_settled") == 1, "retry_after_500: one agent_settled")
     will = [e.get("willRetry") for e in events if e.get("type") == "agent_end"]
     expect(will == [True, False], f"retry_after_500: willRetry {will}")
     retry = [e for e in events if e.get("type", "").startswith("auto_retry")]
-    expect([(e["type"], e.get("success")) for e in retry] == [("auto_retry_start", None), ("auto_retry_end", True)],
-           f"retry_after_500: {retry}")
+    expect(
+        [(e["type"], e.get("success")) for e in retry] == [("auto_retry_start", None), ("auto_retry_end", True)],
+        f"retry_after_500: {retry}",
+    )
     users = [e for e in events if e.get("type") == "message_start" and e["message"].get("role") == "user"]
     expect(len(users) == 1, "retry_after_500: the retried attempt has no user message")
     expect_overlaps(o)
@@ -562,8 +591,11 @@ def _check_retry(o: Outcome) -> None:
     expect(len(o.requests) == 2, f"retry_after_500: {len(o.requests)} model requests")
 
 
-@scenario("retries_exhausted", "HTTP 500 until Pi gives up (maxRetries 2)",
-          script=[{"status": 500}, {"status": 500}, {"status": 500}])
+@scenario(
+    "retries_exhausted",
+    "HTTP 500 until Pi gives up (maxRetries 2)",
+    script=[{"status": 500}, {"status": 500}, {"status": 500}],
+)
 async def retries_exhausted(ctx: Ctx) -> None:
     await ctx.prompt("This will keep failing.")
 
@@ -571,12 +603,16 @@ async def retries_exhausted(ctx: Ctx) -> None:
 @retries_exhausted.check
 def _check_exhausted(o: Outcome) -> None:
     r = expect_receipt(o, "p1", "failed", None)
-    expect(r.native_error and "500" in r.native_error and "scripted error 500" in r.native_error,
-           f"retries_exhausted: nativeError {r.native_error!r}")
+    expect(
+        r.native_error and "500" in r.native_error and "scripted error 500" in r.native_error,
+        f"retries_exhausted: nativeError {r.native_error!r}",
+    )
     events = o.run_events("p1")
     will = [e.get("willRetry") for e in events if e.get("type") == "agent_end"]
-    expect(count_types(events, "agent_start") == 3 and will == [True, True, False],
-           f"retries_exhausted: attempts {count_types(events, 'agent_start')}, willRetry {will}")
+    expect(
+        count_types(events, "agent_start") == 3 and will == [True, True, False],
+        f"retries_exhausted: attempts {count_types(events, 'agent_start')}, willRetry {will}",
+    )
     end = [e for e in events if e.get("type") == "auto_retry_end"]
     expect(len(end) == 1 and end[0].get("success") is False, f"retries_exhausted: {end}")
     expect(events[-1] == {"type": "agent_settled", "aborted": False}, f"retries_exhausted: {events[-1]}")
@@ -584,9 +620,12 @@ def _check_exhausted(o: Outcome) -> None:
     expect(len(o.requests) == 3, f"retries_exhausted: {len(o.requests)} model requests")
 
 
-@scenario("refused_while_streaming",
-          "send_raw a second prompt (no streamingBehavior) while the slot's run streams: Pi refuses it",
-          script=[SLOW], config={"taint_grace": 1.0})
+@scenario(
+    "refused_while_streaming",
+    "send_raw a second prompt (no streamingBehavior) while the slot's run streams: Pi refuses it",
+    script=[SLOW],
+    config={"taint_grace": 1.0},
+)
 async def refused_while_streaming(ctx: Ctx) -> None:
     handle = await ctx.submit("Write something slowly.")
 
@@ -600,17 +639,24 @@ async def refused_while_streaming(ctx: Ctx) -> None:
 @refused_while_streaming.check
 def _check_refused(o: Outcome) -> None:
     resp = o.response("raw-2")
-    expect(resp.get("success") is False and "Agent is already processing" in str(resp.get("error")),
-           f"refused_while_streaming: Pi's answer {resp}")
-    expect(count_types([v for _, v in o.recv()], "agent_start") == 1, "refused_while_streaming: Pi started a second run")
+    expect(
+        resp.get("success") is False and "Agent is already processing" in str(resp.get("error")),
+        f"refused_while_streaming: Pi's answer {resp}",
+    )
+    expect(
+        count_types([v for _, v in o.recv()], "agent_start") == 1, "refused_while_streaming: Pi started a second run"
+    )
     expect(len(o.requests) == 1, f"refused_while_streaming: {len(o.requests)} model requests")
     # What the bridge makes of it: the raw prompt took the tracker's slot (SPEC §4: a
     # prompt written attaches a slot), so p1's own run settles "after the slot moved on".
     expect_receipt(o, "p1", "outcome-unknown", "overlap")
     expect_overlaps(o, ("O2", "the slot's run settled after the slot moved on"))
     replayed = {r.request: r for r in o.replay.receipts}
-    expect(replayed.get("raw-2") is not None and (replayed["raw-2"].state, replayed["raw-2"].reason)
-           == ("rejected", "engine"), "refused_while_streaming: replay of raw-2")
+    expect(
+        replayed.get("raw-2") is not None
+        and (replayed["raw-2"].state, replayed["raw-2"].reason) == ("rejected", "engine"),
+        "refused_while_streaming: replay of raw-2",
+    )
 
 
 def _queue_body(kind: str, text: str, *, clear: bool = False, then: str | None = None) -> ScenarioBody:
@@ -646,21 +692,28 @@ def _check_delivered(o: Outcome, kind: str, text: str, reply: str) -> None:
     resp_i = first_index(o, lambda v: v.get("type") == "response" and v.get("id") == f"raw-{kind}", "response")
     before = o.recv(start=resp_i - 2, end=resp_i - 1)[0][1]
     key = "steering" if kind == "steer" else "followUp"
-    expect(before.get("type") == "queue_update" and before.get(key) == [text],
-           f"{name}: before the {kind} response: {before}")
+    expect(
+        before.get("type") == "queue_update" and before.get(key) == [text],
+        f"{name}: before the {kind} response: {before}",
+    )
     expect(o.response(f"raw-{kind}").get("data") == {"disposition": "queued"}, f"{name}: {kind} response")
     events = o.run_events("p1")
     expect(count_types(events, "agent_start") == 1, f"{name}: the queued message was not delivered inside the run")
     users = [i for i, e in enumerate(events) if e.get("type") == "message_start" and e["message"].get("role") == "user"]
     expect(len(users) == 2, f"{name}: {len(users)} user messages")
-    expect(events[users[1] - 1] == {"type": "queue_update", "steering": [], "followUp": []},
-           f"{name}: delivery is not preceded by an empty queue_update: {events[users[1] - 1]}")
+    expect(
+        events[users[1] - 1] == {"type": "queue_update", "steering": [], "followUp": []},
+        f"{name}: delivery is not preceded by an empty queue_update: {events[users[1] - 1]}",
+    )
     expect(events[users[1]]["message"]["content"][0]["text"] == text, f"{name}: delivered text")
     expect(len(o.requests) >= 2, f"{name}: the queued message never reached the model")
 
 
-@scenario("steer_unsealed", "send_raw steer during a run: O5, then O6 when Pi delivers it; the next prompt gets a fresh engine",
-          script=[SLOW, {"text": "reply to the steer"}, {"text": "a fresh engine answers"}])
+@scenario(
+    "steer_unsealed",
+    "send_raw steer during a run: O5, then O6 when Pi delivers it; the next prompt gets a fresh engine",
+    script=[SLOW, {"text": "reply to the steer"}, {"text": "a fresh engine answers"}],
+)
 async def steer_unsealed(ctx: Ctx) -> None:
     await _queue_body("steer", STEER_TEXT, then="after the overlap")(ctx)
 
@@ -670,13 +723,21 @@ def _check_steer(o: Outcome) -> None:
     _check_delivered(o, "steer", STEER_TEXT, "reply to the steer")
     r1 = o.receipt("p1")
     r2 = expect_receipt(o, "p2", "finished", reply="a fresh engine answers")
-    expect(r2.generation == 2 and r2.pid != r1.pid and r2.run == "run-1", f"steer_unsealed: p2 not on a fresh engine: {r2}")
+    expect(
+        r2.generation == 2 and r2.pid != r1.pid and r2.run == "run-1", f"steer_unsealed: p2 not on a fresh engine: {r2}"
+    )
     exits = [n for n in o.notes if n.get("type") == "engine" and n.get("event") == "exited"]
-    expect(exits and exits[0]["pid"] == r1.pid and exits[0]["requested"], "steer_unsealed: the tainted engine was not retired")
+    expect(
+        exits and exits[0]["pid"] == r1.pid and exits[0]["requested"],
+        "steer_unsealed: the tainted engine was not retired",
+    )
 
 
-@scenario("follow_up_unsealed", "send_raw follow_up during a run: O5, then O6 when Pi delivers it",
-          script=[SLOW, {"text": "reply to the follow-up"}])
+@scenario(
+    "follow_up_unsealed",
+    "send_raw follow_up during a run: O5, then O6 when Pi delivers it",
+    script=[SLOW, {"text": "reply to the follow-up"}],
+)
 async def follow_up_unsealed(ctx: Ctx) -> None:
     await _queue_body("follow_up", FOLLOW_TEXT)(ctx)
 
@@ -686,9 +747,11 @@ def _check_follow_up(o: Outcome) -> None:
     _check_delivered(o, "follow_up", FOLLOW_TEXT, "reply to the follow-up")
 
 
-@scenario("clear_queue_unsealed",
-          "send_raw follow_up then clear_queue during a run: O5 once; the clear's empty queue_update is caused; never delivered",
-          script=[SLOW])
+@scenario(
+    "clear_queue_unsealed",
+    "send_raw follow_up then clear_queue during a run: O5 once; the clear's empty queue_update is caused; never delivered",
+    script=[SLOW],
+)
 async def clear_queue_unsealed(ctx: Ctx) -> None:
     await _queue_body("follow_up", FOLLOW_TEXT, clear=True)(ctx)
 
@@ -700,11 +763,16 @@ def _check_clear(o: Outcome) -> None:
     expect_overlaps(o, ("O5", "queue-update"))
     expect([s["signal"] for s in r.signals] == ["O5"], f"{name}: receipt signals {r.signals}")
     resp = o.response("raw-clear")
-    expect(resp.get("success") is True and resp.get("data") == {"steering": [], "followUp": [FOLLOW_TEXT]},
-           f"{name}: clear_queue response {resp}")
+    expect(
+        resp.get("success") is True and resp.get("data") == {"steering": [], "followUp": [FOLLOW_TEXT]},
+        f"{name}: clear_queue response {resp}",
+    )
     clear_i = first_index(o, lambda v: v.get("id") == "raw-clear", "clear_queue response")
     before = o.recv(start=clear_i - 2, end=clear_i - 1)[0][1]
-    expect(before == {"type": "queue_update", "steering": [], "followUp": []}, f"{name}: before the clear response: {before}")
+    expect(
+        before == {"type": "queue_update", "steering": [], "followUp": []},
+        f"{name}: before the clear response: {before}",
+    )
     users = [e for e in o.run_events("p1") if e.get("type") == "message_start" and e["message"].get("role") == "user"]
     expect(len(users) == 1, f"{name}: the cleared follow-up was delivered")
     expect(len(o.requests) == 1, f"{name}: {len(o.requests)} model requests")
@@ -714,11 +782,14 @@ def make_slow_text() -> str:
     return load_model_server().make_words(SLOW["words"])
 
 
-@scenario("extension_dialog",
-          "select_dialog.ts (seal_check=warn): the start-up check flags /pick; the bridge cancels each dialog; "
-          "a /pick prompt is handled by the extension (disposition handled)",
-          script=[{"text": "hello despite the dialog"}],
-          extensions=("select_dialog.ts",), config={"seal_check": "warn", "taint_grace": 1.0})
+@scenario(
+    "extension_dialog",
+    "select_dialog.ts (seal_check=warn): the start-up check flags /pick; the bridge cancels each dialog; "
+    "a /pick prompt is handled by the extension (disposition handled)",
+    script=[{"text": "hello despite the dialog"}],
+    extensions=("select_dialog.ts",),
+    config={"seal_check": "warn", "taint_grace": 1.0},
+)
 async def extension_dialog(ctx: Ctx) -> None:
     await ctx.prompt("Hello with an extension loaded.")
     await ctx.prompt("/pick")
@@ -728,9 +799,12 @@ async def extension_dialog(ctx: Ctx) -> None:
 def _check_dialog(o: Outcome) -> None:
     name = o.name
     checks = [n for n in o.signals if n["signal"] == "seal-check"]
-    expect(len(checks) == 1 and checks[0]["action"] == "warn"
-           and any("/pick" in p and "extension" in p for p in checks[0]["problems"]),
-           f"{name}: start-up seal check {checks}")
+    expect(
+        len(checks) == 1
+        and checks[0]["action"] == "warn"
+        and any("/pick" in p and "extension" in p for p in checks[0]["problems"]),
+        f"{name}: start-up seal check {checks}",
+    )
     r1 = expect_receipt(o, "p1", "finished", reply="hello despite the dialog")
     diag = [(s["signal"], s.get("method")) for s in r1.signals]
     expect(diag == [("seal-diagnostic", "select"), ("seal-diagnostic", "notify")], f"{name}: p1 signals {r1.signals}")
@@ -738,24 +812,35 @@ def _check_dialog(o: Outcome) -> None:
     ui = [v for _, v in o.recv("extension_ui_request")]
     expect([u.get("method") for u in ui] == ["select", "notify", "select", "notify"], f"{name}: ui requests {ui}")
     answers = o.sends("extension_ui_response")
-    expect(answers == [{"type": "extension_ui_response", "id": ui[0]["id"], "cancelled": True},
-                       {"type": "extension_ui_response", "id": ui[2]["id"], "cancelled": True}],
-           f"{name}: the bridge's answers {answers}")
-    expect([u.get("message") for u in (ui[1], ui[3])] == ["picked nothing", "command picked nothing"],
-           f"{name}: notifications {ui[1]}, {ui[3]}")
+    expect(
+        answers
+        == [
+            {"type": "extension_ui_response", "id": ui[0]["id"], "cancelled": True},
+            {"type": "extension_ui_response", "id": ui[2]["id"], "cancelled": True},
+        ],
+        f"{name}: the bridge's answers {answers}",
+    )
+    expect(
+        [u.get("message") for u in (ui[1], ui[3])] == ["picked nothing", "command picked nothing"],
+        f"{name}: notifications {ui[1]}, {ui[3]}",
+    )
     r2 = expect_receipt(o, "p2", "outcome-unknown", "disposition")
     expect(r2.disposition == "handled" and r2.run is None and r2.working_idx is None, f"{name}: p2 {r2}")
-    expect([s["signal"] for s in r2.signals] == ["seal-diagnostic", "seal-diagnostic", "disposition"],
-           f"{name}: p2 signals {r2.signals}")
+    expect(
+        [s["signal"] for s in r2.signals] == ["seal-diagnostic", "seal-diagnostic", "disposition"],
+        f"{name}: p2 signals {r2.signals}",
+    )
     expect_overlaps(o)
     expect(len(o.requests) == 1, f"{name}: {len(o.requests)} model requests")
 
 
-@scenario("extension_autorun",
-          "autorun.ts: after the first prompt settles the extension starts a run by itself (O1); the bridge "
-          "either watches it settle (O2) or retires the tainted engine first",
-          script=[{"text": "reply to the bridge's prompt"}, {"text": "reply to the extension"}],
-          extensions=("autorun.ts",))
+@scenario(
+    "extension_autorun",
+    "autorun.ts: after the first prompt settles the extension starts a run by itself (O1); the bridge "
+    "either watches it settle (O2) or retires the tainted engine first",
+    script=[{"text": "reply to the bridge's prompt"}, {"text": "reply to the extension"}],
+    extensions=("autorun.ts",),
+)
 async def extension_autorun(ctx: Ctx) -> None:
     await ctx.prompt("The only prompt the bridge sends.")
     await ctx.wait_signal("O1")
@@ -765,8 +850,9 @@ async def extension_autorun(ctx: Ctx) -> None:
     # the engine stays up, idle and unsealed, until the next prompt, and the
     # extension's run settles (O2). Wait for whichever comes.
     with trio.fail_after(10):
-        while not any(n.get("signal") == "O2" or (n.get("type") == "engine" and n.get("event") == "exited")
-                      for n in ctx.notes):
+        while not any(
+            n.get("signal") == "O2" or (n.get("type") == "engine" and n.get("event") == "exited") for n in ctx.notes
+        ):
             await ctx._changed.wait()
     ctx.facts["ending"] = "O2" if any(n.get("signal") == "O2" for n in ctx.notes) else "retired"
 
@@ -779,8 +865,12 @@ def _check_autorun(o: Outcome) -> None:
     expect(r.signals == (), f"{name}: p1 signals {r.signals}")
     overlaps = o.overlaps
     o1 = overlaps[0] if overlaps else {}
-    expect(o1.get("signal") == "O1" and o1.get("why") in ("no slot held", "after the slot's run")
-           and o1.get("run") == "run-2", f"{name}: first overlap {o1}")
+    expect(
+        o1.get("signal") == "O1"
+        and o1.get("why") in ("no slot held", "after the slot's run")
+        and o1.get("run") == "run-2",
+        f"{name}: first overlap {o1}",
+    )
     if o1["why"] == "no slot held":
         expect(o1["idx"] > r.settle_idx, f"{name}: O1 'no slot held' before p1's settle")
     if o.facts["ending"] == "O2":
@@ -805,7 +895,7 @@ def _autorun_form(form: dict[str, Any]) -> dict[str, Any]:
     events = form["events"]
     starts = [i for i, e in enumerate(events) if e == "agent_start"]
     if len(starts) >= 2:
-        tail = [e for e in events[starts[1] + 1:] if e.startswith("[engine exit")]
+        tail = [e for e in events[starts[1] + 1 :] if e.startswith("[engine exit")]
         form["events"] = events[: starts[1] + 1] + ["…"] + tail
     form["signals"] = [s for s in form["signals"] if s.get("signal") != "O2"]
     form["tracker"]["overlaps"] = [o for o in form["tracker"]["overlaps"] if o.get("signal") != "O2"]
@@ -877,7 +967,9 @@ def _strip(d: dict[str, Any], *drop: str) -> dict[str, Any]:
 
 
 def _receipt_form(r: dict[str, Any]) -> dict[str, Any]:
-    out = {k: r.get(k) for k in ("request", "state", "reason", "stop", "run", "disposition", "nativeError", "generation")}
+    out = {
+        k: r.get(k) for k in ("request", "state", "reason", "stop", "run", "disposition", "nativeError", "generation")
+    }
     if (r.get("state"), r.get("reason")) != ("failed", "interrupted"):
         out["reply"] = r.get("reply")  # an interrupted reply depends on when the stop landed
     out["signals"] = [_strip(s, "idx", "id", "generation") for s in r.get("signals") or []]

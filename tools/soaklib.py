@@ -45,10 +45,10 @@ import attrs
 import trio
 
 import bridge.live.journal
-from bridge.profiles.command import CommandProfile, Launch, filtered_env
 from bridge.core.receipts import Receipt
-from bridge.readers.replay import replay
 from bridge.live.supervisor import BridgeConfig, PromptHandle
+from bridge.profiles.command import CommandProfile, Launch, filtered_env
+from bridge.readers.replay import replay
 from bridge.transcript import TranscriptError, open_transcript
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,8 +80,9 @@ class SeededFakeProfile:
         seed = self.rng.randrange(1 << 30)
         self.seeds.append(seed)
         argv = fake_engine_argv(self.scenario, seed)
-        return Launch(argv=argv, env=filtered_env(None), clearing=("clear_queue",),
-                      header={"engine": "command", "argv": argv})
+        return Launch(
+            argv=argv, env=filtered_env(None), clearing=("clear_queue",), header={"engine": "command", "argv": argv}
+        )
 
 
 @attrs.define
@@ -102,8 +103,9 @@ class SequenceProfile:
         scenario = self.scenarios[min(self.launches, len(self.scenarios) - 1)]
         self.launches += 1
         argv = fake_engine_argv(scenario, self.launches if self.seed_by_generation else None)
-        return Launch(argv=argv, env=filtered_env(None), clearing=("clear_queue",),
-                      header={"engine": "command", "argv": argv})
+        return Launch(
+            argv=argv, env=filtered_env(None), clearing=("clear_queue",), header={"engine": "command", "argv": argv}
+        )
 
 
 #: The ``sh`` shim behind :func:`generations_argv`: the n-th start runs ``engine-N.json`` (else
@@ -120,8 +122,9 @@ exec "$py" "$fake" --scenario "$f" --seed "$n"
 """
 
 
-def generations_argv(folder: str | Path, scenarios: list[dict[str, Any]],
-                     default: dict[str, Any] | None = None) -> list[str]:
+def generations_argv(
+    folder: str | Path, scenarios: list[dict[str, Any]], default: dict[str, Any] | None = None
+) -> list[str]:
     """One engine argv for a whole ``bridge serve`` session whose n-th engine process (its
     generation n, counted from 1) runs ``scenarios[n-1]`` and, past the list, ``default``
     (a well-behaved fake engine unless given). Written into ``folder``."""
@@ -153,8 +156,13 @@ class StartupCheckProfile(CommandProfile):
         return launch
 
 
-def generations_profile(folder: str | Path, scenarios: list[dict[str, Any]],
-                        default: dict[str, Any] | None = None, *, startup_check: bool = False) -> CommandProfile:
+def generations_profile(
+    folder: str | Path,
+    scenarios: list[dict[str, Any]],
+    default: dict[str, Any] | None = None,
+    *,
+    startup_check: bool = False,
+) -> CommandProfile:
     """:func:`generations_argv` as a profile for the Python API (with a start-up check if asked)."""
     argv = generations_argv(folder, scenarios, default)
     return StartupCheckProfile(argv) if startup_check else CommandProfile(argv)
@@ -202,6 +210,7 @@ def same_process(pid: int, started: int | None) -> str | None:
 
 async def wait_same_gone(procs: list[tuple[int, int | None]], timeout: float = 3.0) -> list[str]:
     """Poll until none of ``(pid, start time)`` is alive (or a zombie); what is left after ``timeout``."""
+
     def left() -> list[str]:
         out = []
         for pid, started in procs:
@@ -368,12 +377,15 @@ def compare_journal(
     for r in journaled:
         live = live_receipts.get(r.get("request"))
         if live is not None and (r.get("state"), r.get("reason")) != (live.state, live.reason):
-            problems.append(f"journal receipt {r.get('request')}: {r.get('state')}/{r.get('reason')} "
-                            f"!= live {live.state}/{live.reason}")
+            problems.append(
+                f"journal receipt {r.get('request')}: {r.get('state')}/{r.get('reason')} "
+                f"!= live {live.state}/{live.reason}"
+            )
     for rid, what in sent_after_receipt(entries).items():
         problems.append(f"prompt {rid} was sent to the engine after its receipt ({what})")
-    sends = Counter(e["send"].get("id") for e in entries
-                    if isinstance(e.get("send"), dict) and e["send"].get("type") == "prompt")
+    sends = Counter(
+        e["send"].get("id") for e in entries if isinstance(e.get("send"), dict) and e["send"].get("type") == "prompt"
+    )
     releases = Counter(e["release"] for e in entries if "release" in e)
     for rid in sends:
         if releases.get(rid) != 1:
@@ -429,8 +441,10 @@ def check_journal_story(path: str | Path, live_receipts: dict[str, Any]) -> list
         if isinstance(send, dict) and send.get("type") == "prompt":
             sent.add(send.get("id"))
             if closing_at is not None:
-                problems.append(f"prompt {send.get('id')} was sent to the engine after closing began "
-                                f"({entries[closing_at]['note']})")
+                problems.append(
+                    f"prompt {send.get('id')} was sent to the engine after closing began "
+                    f"({entries[closing_at]['note']})"
+                )
     for rid, r in live.items():
         if rid not in sent and (r.state != "rejected" or r.reason == "engine"):
             problems.append(f"{rid}: never written to the engine, but its receipt is {r.state}/{r.reason}")
@@ -441,8 +455,10 @@ def check_journal_story(path: str | Path, live_receipts: dict[str, Any]) -> list
             if r.stop is None:
                 problems.append(f"{rid}: failed/{r.reason} names no stop")
             elif owners.get(r.stop) != want:
-                problems.append(f"{rid}: failed/{r.reason} by stop {r.stop!r}, whose note says by "
-                                f"{owners.get(r.stop)!r}, not {want!r}")
+                problems.append(
+                    f"{rid}: failed/{r.reason} by stop {r.stop!r}, whose note says by "
+                    f"{owners.get(r.stop)!r}, not {want!r}"
+                )
     return problems
 
 
@@ -482,8 +498,10 @@ def check_failed_journal(path: str | Path, live_receipts: dict[str, Any]) -> lis
     for r in journaled:
         got = live.get(r.get("request"))
         if got is not None and (r.get("state"), r.get("reason")) != (got.state, got.reason):
-            problems.append(f"the failed journal's receipt {r.get('request')}: {r.get('state')}/{r.get('reason')} "
-                            f"!= live {got.state}/{got.reason}")
+            problems.append(
+                f"the failed journal's receipt {r.get('request')}: {r.get('state')}/{r.get('reason')} "
+                f"!= live {got.state}/{got.reason}"
+            )
     return problems
 
 
@@ -567,8 +585,10 @@ def failing_journal(limit: int) -> Iterator[list[FailingFile]]:
 def fsize_limit(limit: int) -> Callable[[], None]:
     """A ``preexec_fn`` that caps every file the child writes at ``limit`` bytes
     (``RLIMIT_FSIZE``: past it a write fails with EFBIG; Python ignores SIGXFSZ)."""
+
     def preexec() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
     return preexec
 
 
@@ -591,14 +611,18 @@ class ServeProc:
         self.cat: trio.Process | None = None
 
     @classmethod
-    async def start(cls, tmp_path: Path, engine_argv: list[str], *args: str,
-                    preexec_fn: Callable[[], None] | None = None) -> ServeProc:
+    async def start(
+        cls, tmp_path: Path, engine_argv: list[str], *args: str, preexec_fn: Callable[[], None] | None = None
+    ) -> ServeProc:
         stderr_path = tmp_path / "serve.stderr"
         with open(stderr_path, "wb") as err:
             if preexec_fn is None:
                 proc = await trio.lowlevel.open_process(
                     [sys.executable, "-m", "bridge", "serve", *args, "--", *engine_argv],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=str(ROOT),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    cwd=str(ROOT),
                 )
                 return cls(proc, stderr_path)
             # a preexec_fn may limit what the bridge writes to files (RLIMIT_FSIZE): its stderr
@@ -608,7 +632,10 @@ class ServeProc:
                 cat = await trio.lowlevel.open_process(["cat"], stdin=r, stdout=err)  # ends at the bridge's exit
                 proc = await trio.lowlevel.open_process(
                     [sys.executable, "-m", "bridge", "serve", *args, "--", *engine_argv],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=w, cwd=str(ROOT),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=w,
+                    cwd=str(ROOT),
                     preexec_fn=preexec_fn,
                 )
             finally:
@@ -751,8 +778,9 @@ def fast_config(**kw: Any) -> BridgeConfig:
 STOP_PLANS = ["none"] * 10 + ["before-send", "during-ack", "mid-run", "mid-run", "after-settle", "twice"]
 
 
-async def controller_action(bridge: Any, h: PromptHandle, plan: str, rng: random.Random,
-                            stops: dict[str, list[str | None]], problems: list[str]) -> None:
+async def controller_action(
+    bridge: Any, h: PromptHandle, plan: str, rng: random.Random, stops: dict[str, list[str | None]], problems: list[str]
+) -> None:
     """Stop ``h`` as ``plan`` says; the stop ids returned go into ``stops[request]``."""
     rid = h.request
     got: list[str | None] = stops.setdefault(rid, [])
@@ -788,8 +816,9 @@ async def collect_text(h: PromptHandle, out: dict[str, str]) -> None:
     out[h.request] = "".join(pieces)
 
 
-def check_stop_reason(rid: str, state: str | None, reason: str | None, stop: Any, stopped: bool,
-                      mine: list[Any], problems: list[str]) -> None:
+def check_stop_reason(
+    rid: str, state: str | None, reason: str | None, stop: Any, stopped: bool, mine: list[Any], problems: list[str]
+) -> None:
     """Who stopped a run is never guessed (SPEC §5). ``stopped``: the controller sent a stop for
     ``rid``; ``mine``: the stop ids its stops were answered with (None answers left out: a queued,
     settled or given-up prompt gets no stop of its own).
@@ -810,8 +839,10 @@ def check_stop_reason(rid: str, state: str | None, reason: str | None, stop: Any
         problems.append(f"{rid}: failed/{reason} with no stop id")
     if reason == "interrupted":
         if not mine:
-            problems.append(f"{rid}: interrupted, but the controller's stops got no stop id "
-                            f"({'stopped' if stopped else 'never stopped'}): the bridge's own stop reported as the controller's")
+            problems.append(
+                f"{rid}: interrupted, but the controller's stops got no stop id "
+                f"({'stopped' if stopped else 'never stopped'}): the bridge's own stop reported as the controller's"
+            )
         elif stop not in mine:
             problems.append(f"{rid}: interrupted by {stop!r}, but our stop returned {mine}")
 

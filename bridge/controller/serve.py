@@ -54,8 +54,8 @@ import trio
 
 from bridge import __version__
 from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize, RawLine, parse_line
-from bridge.profiles.command import EngineProfile
 from bridge.live.supervisor import Bridge, BridgeConfig, open_bridge
+from bridge.profiles.command import EngineProfile
 from bridge.transcript import dumps
 
 
@@ -92,7 +92,9 @@ def parse_command(line: bytes | Oversize) -> dict[str, Any]:
         if "stream" in value and not isinstance(value["stream"], bool):
             raise ControllerError('"stream" must be true or false')
         timeout = value.get("timeout")
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0 or timeout == math.inf):
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0 or timeout == math.inf
+        ):
             raise ControllerError('"timeout" must be a positive number of seconds')
         images = value.get("images")
         if images is not None and not isinstance(images, list):
@@ -187,8 +189,13 @@ async def serve(
                 async with open_bridge(profile, journal=journal, config=config) as bridge:
                     opened.append(bridge)
                     bridge.listeners.append(out.put)
-                    out.put({"type": "ready", "version": __version__,
-                             "journal": str(bridge.journal.path) if bridge.journal is not None else None})
+                    out.put(
+                        {
+                            "type": "ready",
+                            "version": __version__,
+                            "journal": str(bridge.journal.path) if bridge.journal is not None else None,
+                        }
+                    )
                     if status:  # a signal came while the bridge was opening
                         bridge.close_on_signal(status - 128)
                     await _serve_loop(bridge, out, stdin_fd, drain_timeout)
@@ -251,11 +258,21 @@ async def _take(bridge: Bridge, out: _Output, line: bytes | Oversize, lineno: in
     if kind == "prompt":
         rid = cmd["id"]
         if bridge.knows(rid):
-            out.put({"type": "error", "error": f"duplicate id {rid!r}: already used in this session", "line": lineno, "id": rid})
+            out.put(
+                {
+                    "type": "error",
+                    "error": f"duplicate id {rid!r}: already used in this session",
+                    "line": lineno,
+                    "id": rid,
+                }
+            )
             return
         await bridge.submit(
-            cmd["message"], request=rid, stream=bool(cmd.get("stream", False)),
-            timeout=cmd.get("timeout"), images=cmd.get("images"),
+            cmd["message"],
+            request=rid,
+            stream=bool(cmd.get("stream", False)),
+            timeout=cmd.get("timeout"),
+            images=cmd.get("images"),
         )
     elif kind == "stop":
         rid = cmd["id"]

@@ -161,10 +161,7 @@ class LineSplitter:
             self._head = b""
             self._dropped = 0
             return line
-        if len(self._pending) == 1:
-            data = self._pending[0]
-        else:
-            data = b"".join(self._pending)
+        data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
         self._pending = []
         self._pending_len = 0
         if data[-1:] == b"\r":

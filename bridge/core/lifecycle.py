@@ -339,8 +339,23 @@ class Tick:
 
 
 Input = (
-    Submit | Stop | Shutdown | Close | Spawned | SpawnFailed | StartupChecked | Acked | Decided | Unsealed
-    | SignalSeen | WriteFailed | NotWritten | StdoutClosed | EngineExited | JournalFailed | Tick
+    Submit
+    | Stop
+    | Shutdown
+    | Close
+    | Spawned
+    | SpawnFailed
+    | StartupChecked
+    | Acked
+    | Decided
+    | Unsealed
+    | SignalSeen
+    | WriteFailed
+    | NotWritten
+    | StdoutClosed
+    | EngineExited
+    | JournalFailed
+    | Tick
 )
 
 
@@ -499,8 +514,12 @@ class Lifecycle:
         if self.knows(ev.request):
             raise ValueError(f"request id {ev.request!r} is already in use")
         rec = PromptRec(
-            request=ev.request, message=ev.message, images=ev.images, stream=ev.stream,
-            timeout=ev.timeout if ev.timeout is not None else self.config.settle_timeout, submitted=self._now,
+            request=ev.request,
+            message=ev.message,
+            images=ev.images,
+            stream=ev.stream,
+            timeout=ev.timeout if ev.timeout is not None else self.config.settle_timeout,
+            submitted=self._now,
         )
         s.prompts[ev.request] = rec
         if s.closing is not None or s.draining or s.closed:
@@ -688,8 +707,19 @@ class Lifecycle:
             self._crash(words)
         elif not requested:
             self._crash(exit_words(ev.code, ev.signal, ev.stderr))
-        self._out.append(Notify({"type": "engine", "event": "exited", "pid": e.pid, "generation": e.generation,
-                                 "code": ev.code, "signal": ev.signal, "requested": requested}))
+        self._out.append(
+            Notify(
+                {
+                    "type": "engine",
+                    "event": "exited",
+                    "pid": e.pid,
+                    "generation": e.generation,
+                    "code": ev.code,
+                    "signal": ev.signal,
+                    "requested": requested,
+                }
+            )
+        )
         s.deadlines.pop("startup", None)
         s.deadlines.pop("close", None)
         e.phase = "none"
@@ -817,8 +847,9 @@ class Lifecycle:
         cmd: dict[str, Any] = {"type": "prompt", "id": rec.request, "message": rec.message}
         if rec.images:
             cmd["images"] = rec.images
-        self._out.append(Write(e.generation, cmd, "prompt", request=rec.request, stream=rec.stream,
-                               submitted=rec.submitted))
+        self._out.append(
+            Write(e.generation, cmd, "prompt", request=rec.request, stream=rec.stream, submitted=rec.submitted)
+        )
         s.deadlines["ack"] = self._now + self.config.ack_timeout
         if rec.timeout is not None:
             s.deadlines["settle"] = self._now + rec.timeout
@@ -889,8 +920,13 @@ class Lifecycle:
         state, why = decide(Facts(unsent=reason))
         if rec.phase == "queued" and rec.request in self.state.queue:
             self.state.queue.remove(rec.request)
-        receipt = Receipt(request=rec.request, state=state, reason=why, native_error=native_error,
-                          times=Times(submitted=rec.submitted, settled=self._now))
+        receipt = Receipt(
+            request=rec.request,
+            state=state,
+            reason=why,
+            native_error=native_error,
+            times=Times(submitted=rec.submitted, settled=self._now),
+        )
         self._deliver(rec, receipt)
 
     def _deliver(self, rec: PromptRec, receipt: Receipt) -> None:
@@ -915,9 +951,10 @@ class Lifecycle:
         self._out.append(Signal({**payload, "generation": self.state.engine.generation}))
 
 
-def step(state: LifeState, event: Input, now: float, config: BridgeConfig | None = None) -> tuple[LifeState, list[Action]]:
+def step(
+    state: LifeState, event: Input, now: float, config: BridgeConfig | None = None
+) -> tuple[LifeState, list[Action]]:
     """The pure form: a new state and the actions; ``state`` is left as it was."""
     machine = Lifecycle(config, copy.deepcopy(state))
     actions = machine.step(event, now)
     return machine.state, actions
-

@@ -31,9 +31,7 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
-STATES: Final = frozenset(
-    {"finished", "failed", "rejected", "delivery-unknown", "outcome-unknown", "pending"}
-)
+STATES: Final = frozenset({"finished", "failed", "rejected", "delivery-unknown", "outcome-unknown", "pending"})
 
 #: The reasons each state admits (None: no reason).
 REASONS: Final[dict[str, frozenset[str | None]]] = {

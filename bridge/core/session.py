@@ -54,10 +54,9 @@ The bridge's own rules on top (SPEC §5):
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Sequence
 from typing import Any, Final
-
-import collections
 
 import attrs
 
@@ -167,13 +166,29 @@ class Retrying:
     error: str | None
 
     def to_json(self) -> dict[str, Any]:
-        return {"type": "progress", "event": "retrying", "id": self.request, "attempt": self.attempt,
-                "maxAttempts": self.max_attempts, "delayMs": self.delay_ms, "error": self.error}
+        return {
+            "type": "progress",
+            "event": "retrying",
+            "id": self.request,
+            "attempt": self.attempt,
+            "maxAttempts": self.max_attempts,
+            "delayMs": self.delay_ms,
+            "error": self.error,
+        }
 
 
 Event = (
-    Overlap | Working | Settled | GapOpened | SealBroken | Acked | DispositionSignal | Diagnostic | TextDelta
-    | ReceiptReady | Retrying
+    Overlap
+    | Working
+    | Settled
+    | GapOpened
+    | SealBroken
+    | Acked
+    | DispositionSignal
+    | Diagnostic
+    | TextDelta
+    | ReceiptReady
+    | Retrying
 )
 
 #: Returned for the lines that cause nothing (most of them); never mutated.
@@ -287,7 +302,9 @@ class Session:
             self._pending_clears.append((kind, cmd.get("id")))
         return events or NO_EVENTS
 
-    def receive_line(self, line: bytes | Oversize, *, t: float | None = None) -> tuple[int, dict[str, Any] | RawLine | None, Sequence[Event]]:
+    def receive_line(
+        self, line: bytes | Oversize, *, t: float | None = None
+    ) -> tuple[int, dict[str, Any] | RawLine | None, Sequence[Event]]:
         """One line read from the engine's stdout: ``(idx, parsed, events)``.
 
         ``parsed`` is None for a ``message_update`` nobody streams (not parsed).
@@ -375,8 +392,15 @@ class Session:
             events.append(self._diagnostic(kind, value, idx))
         elif kind == "auto_retry_start" and self.held is not None and self.held.receipt is None:
             error = value.get("errorMessage")
-            events.append(Retrying(self.held.request, value.get("attempt"), value.get("maxAttempts"),
-                                   value.get("delayMs"), error[:500] if isinstance(error, str) else None))
+            events.append(
+                Retrying(
+                    self.held.request,
+                    value.get("attempt"),
+                    value.get("maxAttempts"),
+                    value.get("delayMs"),
+                    error[:500] if isinstance(error, str) else None,
+                )
+            )
         if self.taint is not None and self.held is not None and self.held.receipt is None:
             self._settle_tainted(idx, t, events)
         if self._displaced and self.taint is not None:
@@ -393,8 +417,14 @@ class Session:
         events: list[Event] = []
         state = self.open.get(request)
         if state is not None and state.receipt is None and recorded is not None:
-            self._conclude(state, Facts(recorded=(recorded.get("state", "pending"), recorded.get("reason"))), t, events,
-                           stop=recorded.get("stop"), native_error=recorded.get("nativeError"))
+            self._conclude(
+                state,
+                Facts(recorded=(recorded.get("state", "pending"), recorded.get("reason"))),
+                t,
+                events,
+                stop=recorded.get("stop"),
+                native_error=recorded.get("nativeError"),
+            )
         self.tracker.release()
         if self.held is not None and self.held.request == request:
             self.held = None
@@ -417,8 +447,9 @@ class Session:
             return events
         taint = self.taint if prompt is self.held or prompt in self._displaced else None
         exited = why == "exited"
-        facts = Facts(exited=exited, gave_up=None if exited else why, taint=taint,
-                      working=prompt.working_idx is not None)
+        facts = Facts(
+            exited=exited, gave_up=None if exited else why, taint=taint, working=prompt.working_idx is not None
+        )
         self._conclude(prompt, facts, t, events)
         return events
 
@@ -437,10 +468,13 @@ class Session:
                 self._stop_by[stop] = by
         elif event == "engine-start":
             pid, generation = value.get("pid"), value.get("generation")
-            self.engine_started(pid if isinstance(pid, int) else None,
-                                generation if isinstance(generation, int) else None)
+            self.engine_started(
+                pid if isinstance(pid, int) else None, generation if isinstance(generation, int) else None
+            )
 
-    def engine_exited(self, code: int | None = None, signal: int | None = None, *, t: float | None = None) -> list[Event]:
+    def engine_exited(
+        self, code: int | None = None, signal: int | None = None, *, t: float | None = None
+    ) -> list[Event]:
         """The engine process is gone: the held slot gets its receipt now."""
         events: list[Event] = []
         words = exit_words(code, signal, list(self.stderr_tail))
@@ -510,7 +544,9 @@ class Session:
             if value.get("success") is False and held is not None and held.ack_idx is None and held.receipt is None:
                 events = []
                 error = value.get("error")
-                self._conclude(held, Facts(refused=True), t, events, native_error=error if isinstance(error, str) else None)
+                self._conclude(
+                    held, Facts(refused=True), t, events, native_error=error if isinstance(error, str) else None
+                )
                 return events
             return NO_EVENTS
         if self._pending_clears:
@@ -673,4 +709,3 @@ def message_text(message: dict[str, Any]) -> str:
         for part in content
         if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
     )
-

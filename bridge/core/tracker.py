@@ -411,10 +411,13 @@ class Tracker:
             return
         out.append(classify(s, run, self.stop, idx))
 
-
     def _forget_runs(self) -> None:
         assert self.keep is not None
-        keep_ids = {self.current, self.slot.run_id if self.slot else None, self.last_slot.run_id if self.last_slot else None}
+        keep_ids = {
+            self.current,
+            self.slot.run_id if self.slot else None,
+            self.last_slot.run_id if self.last_slot else None,
+        }
         excess = len(self.runs) - self.keep
         for run_id in list(self.runs):
             if excess <= 0:

@@ -297,4 +297,3 @@ class Engine:
                 self.process.send_signal(sig)
             except ProcessLookupError:
                 pass
-

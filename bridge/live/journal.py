@@ -75,8 +75,10 @@ def open_private(path: Path) -> Any:
     try:
         return _open_private(path)
     except FileExistsError:
-        raise JournalError(f"the journal {path} already exists (journals are never appended to: "
-                           "give a new path, or leave --journal out for a fresh one)") from None
+        raise JournalError(
+            f"the journal {path} already exists (journals are never appended to: "
+            "give a new path, or leave --journal out for a fresh one)"
+        ) from None
     except OSError as e:
         raise JournalError(f"cannot create the journal {path}: {e.strerror or e}") from None
 

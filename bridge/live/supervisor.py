@@ -45,9 +45,7 @@ import attrs
 import trio
 
 from bridge import __version__
-from bridge.live.engine import Engine, EngineGone
 from bridge.core.framing import Oversize, RawLine
-from bridge.live.journal import Journal, default_journal_path
 from bridge.core.lifecycle import (
     RECENT_IDS,
     SIGNALS_PER_GENERATION,
@@ -82,11 +80,9 @@ from bridge.core.lifecycle import (
     Write,
     WriteFailed,
 )
-from bridge.profiles.command import EngineProfile, Launch, ProfileError
 from bridge.core.receipts import Receipt
 from bridge.core.session import (
     MESSAGE_UPDATE_PREFIX,
-    Acked as SessionAcked,
     Diagnostic,
     DispositionSignal,
     GapOpened,
@@ -96,7 +92,13 @@ from bridge.core.session import (
     Session,
     TextDelta,
 )
+from bridge.core.session import (
+    Acked as SessionAcked,
+)
 from bridge.core.tracker import Overlap
+from bridge.live.engine import Engine, EngineGone
+from bridge.live.journal import Journal, default_journal_path
+from bridge.profiles.command import EngineProfile, Launch, ProfileError
 from bridge.transcript import dumps
 
 __all__ = ["RECENT_IDS", "SIGNALS_PER_GENERATION", "Bridge", "BridgeConfig", "PromptHandle", "open_bridge"]
@@ -219,8 +221,9 @@ class Bridge:
         text, a used or empty id, or a bad timeout."""
         if not isinstance(message, str):
             raise TypeError(f"message must be a str, not {type(message).__name__}")
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                    or not timeout > 0 or timeout == math.inf):
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0 or timeout == math.inf
+        ):
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
         if images is not None and not isinstance(images, list):
             raise TypeError(f"images must be a list, not {type(images).__name__}")
@@ -366,8 +369,9 @@ class Bridge:
                 self.shutdown()
                 await self.drain()
             self.close_now()
-            with trio.move_on_after(self.config.close_grace + self.config.stdin_grace + self.config.term_grace
-                                    + CLOSE_BACKSTOP):
+            with trio.move_on_after(
+                self.config.close_grace + self.config.stdin_grace + self.config.term_grace + CLOSE_BACKSTOP
+            ):
                 await self._closed.wait()
             if not self._closed.is_set():
                 await self._force_close()
@@ -593,8 +597,16 @@ class Bridge:
             self._writers[engine] = send
             self._nursery.start_soon(self._writer, engine, recv)
             self._startup_waiting = {cmd["id"]: None for cmd in launch.startup}
-            self._feed(Spawned(generation, engine.pid, list(launch.argv), [dict(c) for c in launch.startup],
-                               list(launch.clearing), launch.header.get("seal")))
+            self._feed(
+                Spawned(
+                    generation,
+                    engine.pid,
+                    list(launch.argv),
+                    [dict(c) for c in launch.startup],
+                    list(launch.clearing),
+                    launch.header.get("seal"),
+                )
+            )
 
     async def _writer(self, engine: Engine, recv: trio.MemoryReceiveChannel[tuple[bytes, str | None]]) -> None:
         """Write queued commands to ``engine`` in order, each bounded by ``write_timeout``.
@@ -649,9 +661,13 @@ class Bridge:
         flags: list[bool] | None = None
         if session.updates_skippable():
             try:
-                flags = list(map(operator.and_,
-                                 map(bytes.startswith, lines, itertools.repeat(MESSAGE_UPDATE_PREFIX)),  # type: ignore[arg-type]
-                                 map(bytes.endswith, lines, itertools.repeat(b"}"))))  # type: ignore[arg-type]
+                flags = list(
+                    map(
+                        operator.and_,
+                        map(bytes.startswith, lines, itertools.repeat(MESSAGE_UPDATE_PREFIX)),  # type: ignore[arg-type]
+                        map(bytes.endswith, lines, itertools.repeat(b"}")),
+                    )
+                )  # type: ignore[arg-type]
             except TypeError:  # an Oversize line in the batch: it goes the slow way
                 flags = [type(x) is bytes and x.startswith(MESSAGE_UPDATE_PREFIX) and x.endswith(b"}") for x in lines]
         pos = 0
@@ -774,12 +790,11 @@ def _all_utf8(lines: list[bytes]) -> bool:
     return True
 
 
-
 @asynccontextmanager
 async def open_bridge(
     profile: EngineProfile,
     *,
-    journal: str | Path | None | bool = True,
+    journal: str | Path | bool | None = True,
     config: BridgeConfig | None = None,
     drain_on_exit: bool = False,
 ) -> AsyncIterator[Bridge]:
@@ -823,4 +838,4 @@ async def open_bridge(
 def _utc_now() -> str:
     import datetime
 
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")

@@ -194,8 +194,7 @@ def find_install(pi_dir: str | None = None, *, allow_other_version: bool = False
     pkg_json = pkg_dir / "package.json"
     if not pkg_json.is_file():
         raise ProfileError(
-            f"the pinned Pi is not installed at {root} ({origin}; no {pkg_json.relative_to(root)}): "
-            f"{_SETUP_HINT}"
+            f"the pinned Pi is not installed at {root} ({origin}; no {pkg_json.relative_to(root)}): {_SETUP_HINT}"
         )
     meta = _read_json(pkg_json, f"Pi's package.json at {pkg_json} is unreadable")
     version = str(meta.get("version", "?"))
@@ -240,8 +239,13 @@ def _node_version(node: str) -> str:
     env = {k: v for k, v in os.environ.items() if k not in UNSEAL_ENV}
     try:
         out = subprocess.run(
-            [node, "--version"], capture_output=True, text=True, timeout=_NODE_TIMEOUT,
-            env=env, stdin=subprocess.DEVNULL, check=False,
+            [node, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=_NODE_TIMEOUT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ProfileError(f"Node at {node} does not run ({e}): {_SETUP_HINT}") from e
@@ -340,8 +344,11 @@ class PiProfile:
         if (self.api_key is not None or self.api_key_env is not None) and not self.provider:
             raise ProfileError("an API key needs --provider (Pi stores keys per provider)")
         if self.api_key_env is not None:
-            if self.api_key_env.startswith("PI_CODING_AGENT") or self.api_key_env in SEAL_ENV \
-                    or self.api_key_env in UNSEAL_ENV:
+            if (
+                self.api_key_env.startswith("PI_CODING_AGENT")
+                or self.api_key_env in SEAL_ENV
+                or self.api_key_env in UNSEAL_ENV
+            ):
                 raise ProfileError(f"{self.api_key_env} cannot hold an API key: the seal sets or drops it")
             if not os.environ.get(self.api_key_env):
                 raise ProfileError(f"the API key variable {self.api_key_env} is not set (or empty)")
@@ -526,8 +533,9 @@ def scripted_profile(models_json: str, **kw: Any) -> PiProfile:
 # --------------------------------------------------------------------------- check
 
 
-def _response(responses: Mapping[str, Mapping[str, Any]], cid: str, command: str,
-              problems: list[str]) -> Mapping[str, Any] | None:
+def _response(
+    responses: Mapping[str, Mapping[str, Any]], cid: str, command: str, problems: list[str]
+) -> Mapping[str, Any] | None:
     resp = responses.get(cid)
     if resp is None:
         problems.append(f"Pi did not answer {command} at start-up, so the seal could not be verified")
@@ -542,8 +550,13 @@ def _response(responses: Mapping[str, Mapping[str, Any]], cid: str, command: str
     return data
 
 
-def check_seal(responses: Mapping[str, Mapping[str, Any]], *, session: bool = False,
-               config_dir: str | None = None, provider: str | None = None) -> list[str]:
+def check_seal(
+    responses: Mapping[str, Mapping[str, Any]],
+    *,
+    session: bool = False,
+    config_dir: str | None = None,
+    provider: str | None = None,
+) -> list[str]:
     """Problems with the seal seen in the :data:`STARTUP` answers (empty: sealed).
 
     ``get_state``: not streaming or compacting, no pending messages, no messages
@@ -555,8 +568,9 @@ def check_seal(responses: Mapping[str, Mapping[str, Any]], *, session: bool = Fa
     state = _response(responses, STATE_ID, "get_state", problems)
     if state is not None:
         if state.get("isStreaming"):
-            problems.append("Pi was already running an agent turn at start-up: something other "
-                            "than the bridge started a run")
+            problems.append(
+                "Pi was already running an agent turn at start-up: something other than the bridge started a run"
+            )
         if state.get("isCompacting"):
             problems.append("Pi was compacting its context at start-up")
         pending = state.get("pendingMessageCount") or 0
@@ -564,20 +578,22 @@ def check_seal(responses: Mapping[str, Mapping[str, Any]], *, session: bool = Fa
             problems.append(f"Pi had {pending} queued message(s) at start-up that the bridge did not send")
         count = state.get("messageCount") or 0
         if count:
-            problems.append(f"Pi's session already held {count} message(s) at start-up; "
-                            "the bridge expects a fresh session")
+            problems.append(
+                f"Pi's session already held {count} message(s) at start-up; the bridge expects a fresh session"
+            )
         session_file = state.get("sessionFile")
         if session_file and not session:
-            problems.append(f"Pi is writing a session file ({session_file}) though it was "
-                            "launched without one")
-        if session_file and session and config_dir and \
-                not os.path.realpath(session_file).startswith(os.path.realpath(config_dir) + os.sep):
-            problems.append(f"Pi keeps its session file at {session_file}, outside its isolated "
-                            "config folder")
+            problems.append(f"Pi is writing a session file ({session_file}) though it was launched without one")
+        if (
+            session_file
+            and session
+            and config_dir
+            and not os.path.realpath(session_file).startswith(os.path.realpath(config_dir) + os.sep)
+        ):
+            problems.append(f"Pi keeps its session file at {session_file}, outside its isolated config folder")
         model = state.get("model")
         if provider and isinstance(model, Mapping) and model.get("provider") != provider:
-            problems.append(f"Pi selected provider {model.get('provider')!r}, not the "
-                            f"requested {provider!r}")
+            problems.append(f"Pi selected provider {model.get('provider')!r}, not the requested {provider!r}")
     cmds = _response(responses, COMMANDS_ID, "get_commands", problems)
     if cmds is not None:
         listed = cmds.get("commands")

@@ -90,7 +90,11 @@ def conform(folder: Path, *, update: bool = False) -> Iterator[Outcome]:
         try:
             want = json.loads(exp.read_text(encoding="utf-8"))
         except (ValueError, OSError) as e:
-            why = f"{exp.name} is not valid JSON ({e})" if isinstance(e, ValueError) else f"cannot read {exp.name}: {e.strerror}"
+            why = (
+                f"{exp.name} is not valid JSON ({e})"
+                if isinstance(e, ValueError)
+                else f"cannot read {exp.name}: {e.strerror}"
+            )
             if update:
                 exp.write_text(dump_expected(got))
                 yield Outcome(name, "updated", f"{why}: rewritten")

@@ -52,7 +52,6 @@ import attrs
 import orjson
 
 from bridge.core.receipts import Receipt
-from bridge.readers.replay import Driver, pending_receipt
 from bridge.core.session import (
     Diagnostic,
     DispositionSignal,
@@ -63,6 +62,7 @@ from bridge.core.session import (
     Session,
 )
 from bridge.core.tracker import Overlap
+from bridge.readers.replay import Driver, pending_receipt
 from bridge.transcript import Entry, Header, TranscriptError, dumps, open_transcript
 
 #: Observations shown before and after the one a finding is about.
@@ -127,7 +127,9 @@ def describe(kind: str, value: Any) -> tuple[str, str]:
         typ = value.get("type")
         name = typ if isinstance(typ, str) else "?"
         if name == "response":
-            words = [f"response {value.get('command')} id={_short(value.get('id'), 40)} success={_short(value.get('success'))}"]
+            words = [
+                f"response {value.get('command')} id={_short(value.get('id'), 40)} success={_short(value.get('success'))}"
+            ]
             data = value.get("data")
             if isinstance(data, dict) and "disposition" in data:
                 words.append(f"disposition={_short(data.get('disposition'))}")
@@ -153,7 +155,10 @@ def describe(kind: str, value: Any) -> tuple[str, str]:
             m = len(f) if isinstance(f, list) else "?"
             return name, f"queue_update steering={n} followUp={m}"
         if name == "extension_ui_request":
-            return name, f"extension_ui_request method={_short(value.get('method'), 30)} id={_short(value.get('id'), 30)}"
+            return (
+                name,
+                f"extension_ui_request method={_short(value.get('method'), 30)} id={_short(value.get('id'), 30)}",
+            )
         if name == "extension_error":
             return name, f"extension_error {_short(value.get('error'), 80)}"
         if name in ("message_update", "tool_execution_update") and "elided" in value:
@@ -161,7 +166,9 @@ def describe(kind: str, value: Any) -> tuple[str, str]:
         if name.startswith("tool_execution"):
             return name, f"{name} tool={_short(value.get('toolName'), 30)}"
         if name.startswith("auto_retry"):
-            extra = " ".join(f"{k}={_short(value.get(k), 40)}" for k in ("attempt", "success", "errorMessage") if k in value)
+            extra = " ".join(
+                f"{k}={_short(value.get(k), 40)}" for k in ("attempt", "success", "errorMessage") if k in value
+            )
             return name, f"{name} {extra}".rstrip()
         return name, name
     if kind == "recv_raw":
@@ -191,8 +198,10 @@ def describe(kind: str, value: Any) -> tuple[str, str]:
 def _note_summary(value: dict[str, Any]) -> str:
     event = value.get("event")
     if event == "stop":
-        return (f"note: the bridge's stop {_q(value.get('stop'))} for {_q(value.get('request'))}, "
-                f"by {_q(value.get('by'))}: {_short(value.get('why') or '', 70)}")
+        return (
+            f"note: the bridge's stop {_q(value.get('stop'))} for {_q(value.get('request'))}, "
+            f"by {_q(value.get('by'))}: {_short(value.get('why') or '', 70)}"
+        )
     if event == "closing":
         detail = f" ({_short(value['detail'], 40)})" if value.get("detail") is not None else ""
         why = value.get("why")
@@ -493,8 +502,19 @@ class Timeline:
             self.prompts.append(lane)
 
     def prompt_sent(self, request: Any, generation: int, x: float, t: float | None) -> None:
-        lane = {"request": request, "generation": generation, "sent": x, "t": t, "ack": None, "working": None,
-                "end": None, "state": None, "reason": None, "run": None, "finding": None}
+        lane = {
+            "request": request,
+            "generation": generation,
+            "sent": x,
+            "t": t,
+            "ack": None,
+            "working": None,
+            "end": None,
+            "state": None,
+            "reason": None,
+            "run": None,
+            "finding": None,
+        }
         self._open_prompts[_key(request)] = lane
 
     def prompt_acked(self, request: Any, idx: int) -> None:
@@ -510,9 +530,19 @@ class Timeline:
     def receipt(self, receipt: Receipt, x: float, *, unsent: bool = False, finding: int | None = None) -> None:
         lane = None if unsent else self._open_prompts.pop(_key(receipt.request), None)
         if lane is None:
-            lane = {"request": receipt.request, "generation": receipt.generation, "sent": None, "t": None,
-                    "ack": None, "working": None, "end": None, "state": None, "reason": None, "run": None,
-                    "finding": None}
+            lane = {
+                "request": receipt.request,
+                "generation": receipt.generation,
+                "sent": None,
+                "t": None,
+                "ack": None,
+                "working": None,
+                "end": None,
+                "state": None,
+                "reason": None,
+                "run": None,
+                "finding": None,
+            }
         if receipt.ack_idx is not None:
             lane["ack"] = receipt.ack_idx
         if receipt.working_idx is not None:
@@ -540,8 +570,14 @@ class Timeline:
             self.runs.append(lane)
 
     def run_started(self, generation: int, run_id: str, idx: int, request: Any) -> None:
-        self._open_runs[f"{generation}:{run_id}"] = {"id": run_id, "generation": generation, "start": idx,
-                                                     "end": None, "how": None, "request": request}
+        self._open_runs[f"{generation}:{run_id}"] = {
+            "id": run_id,
+            "generation": generation,
+            "start": idx,
+            "end": None,
+            "how": None,
+            "request": request,
+        }
 
     def run_ended(self, generation: int, run_id: str, x: float, how: str) -> None:
         lane = self._open_runs.pop(f"{generation}:{run_id}", None)
@@ -658,8 +694,13 @@ class Diagnoser:
         elif kind == "exit":
             self.engine_exits += 1
             v = value if isinstance(value, dict) else {}
-            self._last_exit = {"code": v.get("code"), "signal": v.get("signal"), "t": entry.t, "line": entry.line,
-                               "stderr": self._stderr_json()}
+            self._last_exit = {
+                "code": v.get("code"),
+                "signal": v.get("signal"),
+                "t": entry.t,
+                "line": entry.line,
+                "stderr": self._stderr_json(),
+            }
             if self.timeline is not None:
                 self.timeline.engine("exit", self._pos, entry.t, describe(kind, value)[1])
                 for lane in list(self.timeline._open_runs.values()):
@@ -854,48 +895,80 @@ class Diagnoser:
             if why == "no slot held":
                 title = "O1: a run started while no prompt was held"
                 last = f" (the last prompt, {R}, had been released)" if req is not None else ""
-                text = (f"a run ({run}) started at observation {idx} while no prompt was held{last}: "
-                        "something other than the bridge started it.")
-                causes += [self._c_extension(gen, "an extension started work on its own (typically right after "
-                                             "the previous prompt's agent_settled)"),
-                           self._c_other_writer("a prompt"), self._c_version()]
+                text = (
+                    f"a run ({run}) started at observation {idx} while no prompt was held{last}: "
+                    "something other than the bridge started it."
+                )
+                causes += [
+                    self._c_extension(
+                        gen,
+                        "an extension started work on its own (typically right after "
+                        "the previous prompt's agent_settled)",
+                    ),
+                    self._c_other_writer("a prompt"),
+                    self._c_version(),
+                ]
             elif why == "before the slot's ack":
                 title = "O1: a run started before the prompt's ack"
-                text = (f"a run ({run}) started at observation {idx} after {R} was sent but before its ack: "
-                        f"Pi acks a prompt right before that prompt's agent_start, so this run is not {R}'s "
-                        "(or the ack was lost).")
+                text = (
+                    f"a run ({run}) started at observation {idx} after {R} was sent but before its ack: "
+                    f"Pi acks a prompt right before that prompt's agent_start, so this run is not {R}'s "
+                    "(or the ack was lost)."
+                )
                 stale = self._stale_ack(req)
                 if stale is not None:
-                    text += (f" The response just before it (#{stale[0]}) acknowledges prompt {_q(stale[1])}, not "
-                             f"{R}: a stale ack, and the run that followed it is not {R}'s.")
-                    causes.append({"cause": f"a stale ack: the response at #{stale[0]} acknowledges prompt "
-                                            f"{_q(stale[1])}, not {R}, and a run followed it",
-                                   "check": f"whether {_q(stale[1])} was sent twice or its run was still going when "
-                                            f"{R} was sent (the evidence above)"})
-                causes += [self._c_extension(gen, "an extension started a run while the prompt waited"),
-                           self._c_other_writer("a prompt"), self._c_lost()]
+                    text += (
+                        f" The response just before it (#{stale[0]}) acknowledges prompt {_q(stale[1])}, not "
+                        f"{R}: a stale ack, and the run that followed it is not {R}'s."
+                    )
+                    causes.append(
+                        {
+                            "cause": f"a stale ack: the response at #{stale[0]} acknowledges prompt "
+                            f"{_q(stale[1])}, not {R}, and a run followed it",
+                            "check": f"whether {_q(stale[1])} was sent twice or its run was still going when "
+                            f"{R} was sent (the evidence above)",
+                        }
+                    )
+                causes += [
+                    self._c_extension(gen, "an extension started a run while the prompt waited"),
+                    self._c_other_writer("a prompt"),
+                    self._c_lost(),
+                ]
             else:
                 title = "O1: a second run after the prompt's own run"
                 own = slot.run_id if slot is not None else None
                 settled = tr.runs[own].settle_idx if own in tr.runs else None
-                text = (f"a second run ({run}) started at observation {idx} while {R} was still held and already had "
-                        f"its own run ({own}" + (f", settled at #{settled}" if settled is not None else "") +
-                        "): the engine started more work by itself — the extension-started run the tracker exists for.")
-                causes += [self._c_extension(gen, "an extension reacted to the prompt's settle by starting a run"),
-                           self._c_other_writer("a follow_up or a queued prompt"), self._c_version()]
+                text = (
+                    f"a second run ({run}) started at observation {idx} while {R} was still held and already had "
+                    f"its own run ({own}"
+                    + (f", settled at #{settled}" if settled is not None else "")
+                    + "): the engine started more work by itself — the extension-started run the tracker exists for."
+                )
+                causes += [
+                    self._c_extension(gen, "an extension reacted to the prompt's settle by starting a run"),
+                    self._c_other_writer("a follow_up or a queued prompt"),
+                    self._c_version(),
+                ]
         elif sig == "O2":
             title = f"O2: {why}"
             if why == "no slot held":
-                text = (f"an agent_settled at observation {idx} settled nothing of ours: no prompt was held"
-                        + (f" (the last, {R}, had been released)" if req is not None else "")
-                        + (f" and it closed run {run}, not a prompt's" if run else " and no run was open")
-                        + ": a settle nobody asked for.")
+                text = (
+                    f"an agent_settled at observation {idx} settled nothing of ours: no prompt was held"
+                    + (f" (the last, {R}, had been released)" if req is not None else "")
+                    + (f" and it closed run {run}, not a prompt's" if run else " and no run was open")
+                    + ": a settle nobody asked for."
+                )
                 causes += [self._c_extension(gen, "an extension's own work settled"), self._c_lost(), self._c_version()]
             elif why == "before the slot's ack":
-                text = (f"an agent_settled at observation {idx} arrived after {R} was sent but before its ack, with no "
-                        f"run open: it cannot be {R}'s settle — a late settle of earlier work or someone else's.")
-                causes += [self._c_other_writer("a prompt"), self._c_extension(gen, "an extension's work settled"),
-                           self._c_lost()]
+                text = (
+                    f"an agent_settled at observation {idx} arrived after {R} was sent but before its ack, with no "
+                    f"run open: it cannot be {R}'s settle — a late settle of earlier work or someone else's."
+                )
+                causes += [
+                    self._c_other_writer("a prompt"),
+                    self._c_extension(gen, "an extension's work settled"),
+                    self._c_lost(),
+                ]
             elif why == "a second settle for one ack":
                 first = None
                 if slot is not None:
@@ -904,40 +977,62 @@ class Diagnoser:
                     elif tr.loose_settles and tr.loose_settles[0] != idx:
                         earlier = [i for i in tr.loose_settles if i < idx]
                         first = earlier[-1] if earlier else None
-                text = (f"a second agent_settled at observation {idx} for {R}'s single ack"
-                        + (f" ({R} had already settled at #{first})" if first is not None else "")
-                        + (f", closing run {run}" if run else "")
-                        + ": the engine settled twice for one prompt.")
-                causes += [self._c_extension(gen, "an extension ran and settled its own work"), self._c_version(),
-                           self._c_other_writer("a prompt")]
+                text = (
+                    f"a second agent_settled at observation {idx} for {R}'s single ack"
+                    + (f" ({R} had already settled at #{first})" if first is not None else "")
+                    + (f", closing run {run}" if run else "")
+                    + ": the engine settled twice for one prompt."
+                )
+                causes += [
+                    self._c_extension(gen, "an extension ran and settled its own work"),
+                    self._c_version(),
+                    self._c_other_writer("a prompt"),
+                ]
             elif why == "settle of a run that is not the slot's":
                 start = tr.runs[run].start_idx if run in tr.runs else None
                 o1 = self._o1_by_run.get(f"{gen}:{run}")
                 if o1 is not None:
                     related.append(o1)
-                text = (f"run {run}" + (f" (started at #{start}" if start is not None else "")
-                        + (f", the O1 of finding {o1})" if o1 is not None else (")" if start is not None else ""))
-                        + f" settled at observation {idx}: it was never {R}'s run, so this settle is someone else's "
-                        "work ending.")
-                causes += [self._c_extension(gen, "the run's starter (see the O1 at its start)"),
-                           self._c_other_writer("a prompt")]
+                text = (
+                    f"run {run}"
+                    + (f" (started at #{start}" if start is not None else "")
+                    + (f", the O1 of finding {o1})" if o1 is not None else (")" if start is not None else ""))
+                    + f" settled at observation {idx}: it was never {R}'s run, so this settle is someone else's "
+                    "work ending."
+                )
+                causes += [
+                    self._c_extension(gen, "the run's starter (see the O1 at its start)"),
+                    self._c_other_writer("a prompt"),
+                ]
             elif why == "the slot's run settled after the slot moved on":
                 owner = self._displaced_runs.get(f"{gen}:{run}")
                 if owner is not None:
                     related.append(owner[1])
-                    text = (f"{_q(owner[0])}'s run ({run}) settled at observation {idx}, after the slot had moved on "
-                            f"to {R}, a second prompt written while {_q(owner[0])} held it (finding {owner[1]}): the "
-                            "tracker cannot settle a slot on a run that is no longer the slot's.")
-                    causes.append({"cause": "two prompts were on the engine at once",
-                                   "check": f"the second prompt ({R}) and who sent it (finding {owner[1]})"})
+                    text = (
+                        f"{_q(owner[0])}'s run ({run}) settled at observation {idx}, after the slot had moved on "
+                        f"to {R}, a second prompt written while {_q(owner[0])} held it (finding {owner[1]}): the "
+                        "tracker cannot settle a slot on a run that is no longer the slot's."
+                    )
+                    causes.append(
+                        {
+                            "cause": "two prompts were on the engine at once",
+                            "check": f"the second prompt ({R}) and who sent it (finding {owner[1]})",
+                        }
+                    )
                 else:
-                    text = (f"{R}'s run ({run}) settled at observation {idx}, after the bridge had already released "
-                            f"{R} (it gave up waiting: a settle timeout or a grace expired): the settle came too late "
-                            "to count.")
-                    causes.append({"cause": "the bridge gave up on the prompt before its run settled",
-                                   "check": f"the receipt recorded for {R} just before its release (reason "
-                                            "settle-timeout?) and the --timeout / --taint-grace settings; a slow model "
-                                            "or a hung tool"})
+                    text = (
+                        f"{R}'s run ({run}) settled at observation {idx}, after the bridge had already released "
+                        f"{R} (it gave up waiting: a settle timeout or a grace expired): the settle came too late "
+                        "to count."
+                    )
+                    causes.append(
+                        {
+                            "cause": "the bridge gave up on the prompt before its run settled",
+                            "check": f"the receipt recorded for {R} just before its release (reason "
+                            "settle-timeout?) and the --timeout / --taint-grace settings; a slow model "
+                            "or a hung tool",
+                        }
+                    )
                     causes.append(self._c_lost())
             else:
                 text = f"an agent_settled at observation {idx} settled nothing of {R}'s ({why})."
@@ -945,68 +1040,112 @@ class Diagnoser:
         elif sig == "O3":
             title = "O3: a settle while the run still had an open agent_start"
             open_starts = tr.runs[run].open_starts if run in tr.runs else None
-            text = (f"an agent_settled at observation {idx} arrived while run {run} still had "
-                    + (f"{open_starts} agent_start(s)" if open_starts is not None else "an agent_start")
-                    + " without agent_end: the settle does not close the run (it stays current), so "
-                    f"{R}'s outcome cannot be told.")
-            causes += [self._c_lost("an agent_end was lost"), self._c_version(),
-                       self._c_extension(gen, "an extension's run interleaved with the prompt's")]
+            text = (
+                f"an agent_settled at observation {idx} arrived while run {run} still had "
+                + (f"{open_starts} agent_start(s)" if open_starts is not None else "an agent_start")
+                + " without agent_end: the settle does not close the run (it stays current), so "
+                f"{R}'s outcome cannot be told."
+            )
+            causes += [
+                self._c_lost("an agent_end was lost"),
+                self._c_version(),
+                self._c_extension(gen, "an extension's run interleaved with the prompt's"),
+            ]
         elif sig == "O4":
             title = "O4: a settle after the ack with no run"
             ack = slot.ack_idx if slot is not None else None
-            text = (f"{R} was acked" + (f" at #{ack}" if ack is not None else "")
-                    + f" and then an agent_settled at observation {idx} arrived with no agent_start and no failure "
-                    "message: the prompt settled without any run.")
-            causes += [self._c_extension(gen, "an extension command or prompt template handled the prompt"),
-                       self._c_lost("the run's agent_start was lost"), self._c_version()]
+            text = (
+                f"{R} was acked"
+                + (f" at #{ack}" if ack is not None else "")
+                + f" and then an agent_settled at observation {idx} arrived with no agent_start and no failure "
+                "message: the prompt settled without any run."
+            )
+            causes += [
+                self._c_extension(gen, "an extension command or prompt template handled the prompt"),
+                self._c_lost("the run's agent_start was lost"),
+                self._c_version(),
+            ]
         elif sig == "O5":
             steering, follow = value.get("steering"), value.get("followUp")
             ns = len(steering) if isinstance(steering, list) else 0
             nf = len(follow) if isinstance(follow, list) else 0
             if d.get("cause") == "queue-update":
                 title = "O5: queued items someone else sent"
-                text = (f"a queue_update with {d.get('items')} queued item(s) at observation {idx} "
-                        f"(steering {ns}, followUp {nf}): someone sent steer/follow_up or a queued prompt — "
-                        "the sealed bridge sends none.")
-                causes += [self._c_other_writer("steer / follow_up, or a prompt while one was running"),
-                           self._c_extension(gen, "an extension queued a message")]
+                text = (
+                    f"a queue_update with {d.get('items')} queued item(s) at observation {idx} "
+                    f"(steering {ns}, followUp {nf}): someone sent steer/follow_up or a queued prompt — "
+                    "the sealed bridge sends none."
+                )
+                causes += [
+                    self._c_other_writer("steer / follow_up, or a prompt while one was running"),
+                    self._c_extension(gen, "an extension queued a message"),
+                ]
             else:
                 title = "O5: an empty queue_update the bridge did not cause"
                 clearing = ", ".join(self.header.clearing) or "empty"
-                text = (f"an empty queue_update at observation {idx} outside any clear window: no clear_queue of the "
-                        f"bridge was awaiting its response (the header's clearing list: {clearing}), so someone else "
-                        "cleared a queue, or the engine emptied its queue to deliver what was queued (a user message "
-                        "then follows).")
+                text = (
+                    f"an empty queue_update at observation {idx} outside any clear window: no clear_queue of the "
+                    f"bridge was awaiting its response (the header's clearing list: {clearing}), so someone else "
+                    "cleared a queue, or the engine emptied its queue to deliver what was queued (a user message "
+                    "then follows)."
+                )
                 earlier = self._o5_items.get(gen)
                 if earlier is not None:
                     related.append(earlier)
-                    text += f" The item(s) queued earlier on this engine (finding {earlier}) are likely being delivered."
-                causes += [self._c_other_writer("clear_queue (or a queue being drained)"),
-                           {"cause": "the bridge's own clear_queue was not recognised",
-                            "check": f"the header's \"clearing\" list ({clearing}) and the clear_queue sends/responses "
-                                     "in the evidence"}]
+                    text += (
+                        f" The item(s) queued earlier on this engine (finding {earlier}) are likely being delivered."
+                    )
+                causes += [
+                    self._c_other_writer("clear_queue (or a queue being drained)"),
+                    {
+                        "cause": "the bridge's own clear_queue was not recognised",
+                        "check": f'the header\'s "clearing" list ({clearing}) and the clear_queue sends/responses '
+                        "in the evidence",
+                    },
+                ]
         elif sig == "O6":
             title = "O6: a second user message inside one run"
             held = session.held
             first = held.working_idx if held is not None and slot is not None and slot.run_id == run else None
-            text = (f"a second user message started at observation {idx} inside run {run}"
-                    + (f" (the first, {R}'s, at #{first})" if first is not None else "")
-                    + f": a steer/follow_up (or an extension) delivered another message into {R}'s run.")
-            causes += [self._c_other_writer("steer / follow_up (look for a queue_update before it)"),
-                       self._c_extension(gen, "an extension injected a user message")]
+            text = (
+                f"a second user message started at observation {idx} inside run {run}"
+                + (f" (the first, {R}'s, at #{first})" if first is not None else "")
+                + f": a steer/follow_up (or an extension) delivered another message into {R}'s run."
+            )
+            causes += [
+                self._c_other_writer("steer / follow_up (look for a queue_update before it)"),
+                self._c_extension(gen, "an extension injected a user message"),
+            ]
         elif sig == "aborted-without-stop":
             title = "aborted-without-stop: the run was aborted by someone else"
-            text = (f"an assistant message ended 'aborted' at observation {idx}"
-                    + (f" in run {run}" if run else " with no run open")
-                    + " while no stop of this controller was linked: something other than the bridge aborted it.")
-            causes += [self._c_other_writer("an abort"), self._c_extension(gen, "an extension aborted the run"),
-                       self._c_version()]
+            text = (
+                f"an assistant message ended 'aborted' at observation {idx}"
+                + (f" in run {run}" if run else " with no run open")
+                + " while no stop of this controller was linked: something other than the bridge aborted it."
+            )
+            causes += [
+                self._c_other_writer("an abort"),
+                self._c_extension(gen, "an extension aborted the run"),
+                self._c_version(),
+            ]
         else:
             title = f"{sig}"
             text = f"{sig} at observation {idx}: {o.to_json()}"
-        f = self._add({**self._base(entry, sig), "title": title, "explanation": text, "request": req, "run": run,
-                       "detail": o.to_json(), "causes": causes, "related": related, "notes": notes,
-                       "stderr": self._stderr_json()}, item)
+        f = self._add(
+            {
+                **self._base(entry, sig),
+                "title": title,
+                "explanation": text,
+                "request": req,
+                "run": run,
+                "detail": o.to_json(),
+                "causes": causes,
+                "related": related,
+                "notes": notes,
+                "stderr": self._stderr_json(),
+            },
+            item,
+        )
         if f is not None and sig == "O1" and run is not None:
             self._o1_by_run[f"{gen}:{run}"] = f.n
         if f is not None and sig == "O5" and d.get("cause") == "queue-update":
@@ -1018,32 +1157,57 @@ class Diagnoser:
         session = self.driver.session
         new = entry.value.get("id")
         old = _q(held.request)
-        state = (f"acked at #{held.ack_idx}" if held.ack_idx is not None else "not yet acked")
+        state = f"acked at #{held.ack_idx}" if held.ack_idx is not None else "not yet acked"
         if snap.get("run"):
             state += f", its run {snap['run']}"
         if held.working_idx is not None:
             state += f", working since #{held.working_idx}"
-        text = (f"prompt {_q(new)} was written (journal line {entry.line}) while {old} still held the slot "
-                f"({state}, no receipt yet): two prompts on one engine break the seal, so from here no run can be "
-                f"told apart; {old} keeps its run and settles outcome-unknown on it.")
-        f = self._add({**self._base(entry, "second-prompt"), "title": f"a second prompt ({_q(new)}) while {old} held the slot",
-                       "explanation": text, "request": held.request, "run": snap.get("run"), "slot": snap,
-                       "detail": {"signal": "second-prompt", "request": new, "held": held.request,
-                                  "after": session.observations},
-                       "causes": [{"cause": "a prompt written around the bridge's queue: Bridge.send_raw (tests and "
-                                            "seal-failure recordings do this on purpose) or a second writer on the "
-                                            "engine's stdin",
-                                   "check": "who sent it: the journal records it as a 'bridge sent' entry, so it came "
-                                            "through the bridge's own send path; look for send_raw in the controller"},
-                                  self._c_other_writer("a prompt")],
-                       "stderr": self._stderr_json()}, item)
+        text = (
+            f"prompt {_q(new)} was written (journal line {entry.line}) while {old} still held the slot "
+            f"({state}, no receipt yet): two prompts on one engine break the seal, so from here no run can be "
+            f"told apart; {old} keeps its run and settles outcome-unknown on it."
+        )
+        f = self._add(
+            {
+                **self._base(entry, "second-prompt"),
+                "title": f"a second prompt ({_q(new)}) while {old} held the slot",
+                "explanation": text,
+                "request": held.request,
+                "run": snap.get("run"),
+                "slot": snap,
+                "detail": {
+                    "signal": "second-prompt",
+                    "request": new,
+                    "held": held.request,
+                    "after": session.observations,
+                },
+                "causes": [
+                    {
+                        "cause": "a prompt written around the bridge's queue: Bridge.send_raw (tests and "
+                        "seal-failure recordings do this on purpose) or a second writer on the "
+                        "engine's stdin",
+                        "check": "who sent it: the journal records it as a 'bridge sent' entry, so it came "
+                        "through the bridge's own send path; look for send_raw in the controller",
+                    },
+                    self._c_other_writer("a prompt"),
+                ],
+                "stderr": self._stderr_json(),
+            },
+            item,
+        )
         if f is not None and snap.get("run"):
             self._displaced_runs[f"{session.generation}:{snap['run']}"] = (held.request, f.n)
 
     def _stale_ack(self, request: Any) -> tuple[int, Any] | None:
         for kind, _line, _t, idx, value in reversed(self._window):
-            if (kind == "recv" and isinstance(value, dict) and value.get("type") == "response"
-                    and value.get("command") == "prompt" and value.get("id") != request and idx is not None):
+            if (
+                kind == "recv"
+                and isinstance(value, dict)
+                and value.get("type") == "response"
+                and value.get("command") == "prompt"
+                and value.get("id") != request
+                and idx is not None
+            ):
                 return idx, value.get("id")
         return None
 
@@ -1056,8 +1220,17 @@ class Diagnoser:
         self.gaps[why] = self.gaps.get(why, 0) + 1
         if self._first_gap is None:
             self._first_gap = g.idx
-        f = self._add({**self._base(entry, "gap"), "title": "", "explanation": "", "request": self._held_request(),
-                       "detail": {**g.to_json(), "why": why}, "stderr": self._stderr_json()}, item)
+        f = self._add(
+            {
+                **self._base(entry, "gap"),
+                "title": "",
+                "explanation": "",
+                "request": self._held_request(),
+                "detail": {**g.to_json(), "why": why},
+                "stderr": self._stderr_json(),
+            },
+            item,
+        )
         if f is not None:
             self._gap_findings[g.idx] = f
             self._word_gap(f)
@@ -1068,23 +1241,34 @@ class Diagnoser:
         size = f.detail.get("bytes")
         words = _GAP_WORDS.get(why, why)
         f.title = f"gap: observation {idx} was not a JSON object ({words})"
-        f.explanation = (f"observation {idx} was not a JSON object ({words}"
-                         + (f", {size} bytes" if size else "") + "): lines may be missing from here on; "
-                         "no receipt on this engine settles on evidence after it.")
+        f.explanation = (
+            f"observation {idx} was not a JSON object ({words}"
+            + (f", {size} bytes" if size else "")
+            + "): lines may be missing from here on; "
+            "no receipt on this engine settles on evidence after it."
+        )
         if why == "oversize":
-            first = {"cause": "one line longer than the line limit (a huge tool output or message list)",
-                     "check": "the line's size above and the bridge's line limit (64 MiB by default); the tool that "
-                              "produced it"}
+            first = {
+                "cause": "one line longer than the line limit (a huge tool output or message list)",
+                "check": "the line's size above and the bridge's line limit (64 MiB by default); the tool that "
+                "produced it",
+            }
         elif why == "invalid-utf8":
-            first = {"cause": "bytes that are not UTF-8 on the engine's stdout (binary tool output, a broken encoder)",
-                     "check": "the replaced characters (U+FFFD) in the line; what the running tool printed"}
+            first = {
+                "cause": "bytes that are not UTF-8 on the engine's stdout (binary tool output, a broken encoder)",
+                "check": "the replaced characters (U+FFFD) in the line; what the running tool printed",
+            }
         elif why == "not-object":
-            first = {"cause": "something wrote a bare JSON value (not an object) to the engine's stdout",
-                     "check": "extensions or libraries printing to stdout; the engine version"}
+            first = {
+                "cause": "something wrote a bare JSON value (not an object) to the engine's stdout",
+                "check": "extensions or libraries printing to stdout; the engine version",
+            }
         else:
-            first = {"cause": "something printed non-JSON text to the engine's stdout (debug output from the engine, "
-                              "an extension or a library), or a line was cut",
-                     "check": "the text of the line above and the stderr lines around that time"}
+            first = {
+                "cause": "something printed non-JSON text to the engine's stdout (debug output from the engine, "
+                "an extension or a library), or a line was cut",
+                "check": "the text of the line above and the stderr lines around that time",
+            }
         f.causes = [first, self._c_extension(f.generation, "an extension printing to stdout"), self._c_version()]
 
     def _disposition(self, d: DispositionSignal, entry: Entry, item: Any) -> None:
@@ -1092,38 +1276,71 @@ class Diagnoser:
         disp = d.disposition
         gen = self.driver.session.generation
         if disp == "queued":
-            text = (f"{R}'s ack at observation {d.idx} said disposition 'queued', not 'started': Pi queued the prompt "
-                    "behind other work, so something was already running that the bridge did not start.")
-            causes = [self._c_other_writer("a prompt (its run was going)"),
-                      self._c_extension(gen, "an extension's run was in progress")]
+            text = (
+                f"{R}'s ack at observation {d.idx} said disposition 'queued', not 'started': Pi queued the prompt "
+                "behind other work, so something was already running that the bridge did not start."
+            )
+            causes = [
+                self._c_other_writer("a prompt (its run was going)"),
+                self._c_extension(gen, "an extension's run was in progress"),
+            ]
         elif disp == "handled":
-            text = (f"{R}'s ack at observation {d.idx} said disposition 'handled', not 'started': Pi handled the "
-                    "prompt without a run (an extension command or a prompt template consumed it).")
-            causes = [self._c_extension(gen, "an extension command or a prompt template"),
-                      {"cause": "the prompt text looks like a command",
-                       "check": "whether the prompt text starts with '/' (Pi treats it as a command)"}]
+            text = (
+                f"{R}'s ack at observation {d.idx} said disposition 'handled', not 'started': Pi handled the "
+                "prompt without a run (an extension command or a prompt template consumed it)."
+            )
+            causes = [
+                self._c_extension(gen, "an extension command or a prompt template"),
+                {
+                    "cause": "the prompt text looks like a command",
+                    "check": "whether the prompt text starts with '/' (Pi treats it as a command)",
+                },
+            ]
         else:
-            text = (f"{R}'s ack at observation {d.idx} carried disposition {_short(disp)}, not 'started': "
-                    "a disposition the pinned Pi does not send.")
+            text = (
+                f"{R}'s ack at observation {d.idx} carried disposition {_short(disp)}, not 'started': "
+                "a disposition the pinned Pi does not send."
+            )
             causes = [self._c_version()]
-        self._add({**self._base(entry, "disposition"), "title": f"disposition: {R} was acked {_short(disp) if not isinstance(disp, str) else repr(disp)}, not 'started'",
-                   "explanation": text, "request": d.request, "detail": d.to_json(), "causes": causes,
-                   "stderr": self._stderr_json()}, item)
+        self._add(
+            {
+                **self._base(entry, "disposition"),
+                "title": f"disposition: {R} was acked {_short(disp) if not isinstance(disp, str) else repr(disp)}, not 'started'",
+                "explanation": text,
+                "request": d.request,
+                "detail": d.to_json(),
+                "causes": causes,
+                "stderr": self._stderr_json(),
+            },
+            item,
+        )
 
     def _diagnostic(self, diag: Diagnostic, entry: Entry, item: Any) -> None:
         gen = self.driver.session.generation
         if diag.kind == "extension-ui":
             method = diag.detail.get("method")
-            text = (f"an extension_ui_request (method {_short(method)}, id {_short(diag.detail.get('id'))}) at "
-                    f"observation {diag.idx}: an extension is loaded in the engine and asked the UI for something")
-            text += (" — the bridge answered the dialog 'cancelled'." if diag.answer is not None else ".")
+            text = (
+                f"an extension_ui_request (method {_short(method)}, id {_short(diag.detail.get('id'))}) at "
+                f"observation {diag.idx}: an extension is loaded in the engine and asked the UI for something"
+            )
+            text += " — the bridge answered the dialog 'cancelled'." if diag.answer is not None else "."
         else:
-            text = (f"an extension_error at observation {diag.idx} ({_short(diag.detail.get('error'), 120)}): an "
-                    "extension is loaded in the engine and failed.")
-        self._add({**self._base(entry, "seal-diagnostic"), "title": f"seal diagnostic: {diag.kind}",
-                   "explanation": text, "request": self._held_request(), "detail": diag.to_json(),
-                   "causes": [self._c_extension(gen, "an extension is loaded despite the seal")],
-                   "stderr": self._stderr_json()}, item)
+            text = (
+                f"an extension_error at observation {diag.idx} ({_short(diag.detail.get('error'), 120)}): an "
+                "extension is loaded in the engine and failed."
+            )
+        self._add(
+            {
+                **self._base(entry, "seal-diagnostic"),
+                "title": f"seal diagnostic: {diag.kind}",
+                "explanation": text,
+                "request": self._held_request(),
+                "detail": diag.to_json(),
+                "causes": [self._c_extension(gen, "an extension is loaded despite the seal")],
+                "stderr": self._stderr_json(),
+            },
+            item,
+        )
 
     def _sealbroken(self, sb: SealBroken, entry: Entry) -> None:
         target = None
@@ -1136,18 +1353,30 @@ class Diagnoser:
                 break
         if target is None:
             return
-        held = (f"the held prompt {_short(sb.request)} settles outcome-unknown ({sb.cause})"
-                if sb.request is not None else "no prompt was held, so no receipt is tainted")
+        held = (
+            f"the held prompt {_short(sb.request)} settles outcome-unknown ({sb.cause})"
+            if sb.request is not None
+            else "no prompt was held, so no receipt is tainted"
+        )
         target.notes.append(
             f"this is the first sign on engine generation {target.generation}: the engine counts as unsealed "
-            f"({sb.cause}) from here — {held}, and the live bridge recycles the engine before the next prompt.")
+            f"({sb.cause}) from here — {held}, and the live bridge recycles the engine before the next prompt."
+        )
         if self._taint_finding is None or self._taint_finding[0] != target.generation:
             self._taint_finding = (target.generation, target.n)
 
     # -- receipts
 
-    def _receipt(self, r: Receipt, entry: Entry | None, item: Any, *, snap: dict[str, Any],
-                 unsent: bool = False, at_end: bool = False) -> None:
+    def _receipt(
+        self,
+        r: Receipt,
+        entry: Entry | None,
+        item: Any,
+        *,
+        snap: dict[str, Any],
+        unsent: bool = False,
+        at_end: bool = False,
+    ) -> None:
         by = self.receipts.setdefault(r.state, {})
         reason = r.reason or "-"
         by[reason] = by.get(reason, 0) + 1
@@ -1171,16 +1400,33 @@ class Diagnoser:
         else:
             title = f"receipt: {R}: {r.state} ({r.reason})"
             text, causes, related = self._receipt_words(r, R, run_obj, acked, gen, entry)
-        f = self._add({**self._base(entry, "receipt", kind="receipt"), "title": title, "explanation": text,
-                       "request": r.request, "run": run, "generation": gen, "slot": snap,
-                       "detail": r.to_json(), "causes": causes, "related": related,
-                       "stderr": self._stderr_json()}, item, after=entry is not None)
+        f = self._add(
+            {
+                **self._base(entry, "receipt", kind="receipt"),
+                "title": title,
+                "explanation": text,
+                "request": r.request,
+                "run": run,
+                "generation": gen,
+                "slot": snap,
+                "detail": r.to_json(),
+                "causes": causes,
+                "related": related,
+                "stderr": self._stderr_json(),
+            },
+            item,
+            after=entry is not None,
+        )
         if f is not None and r.reason in BRIDGE_STOPS:
             self._show_stop_note(f, r.stop)
         if self.timeline is not None:
             f = self.findings[-1] if self.findings else None
-            self.timeline.receipt(r, self._pos, unsent=unsent,
-                                  finding=f.n if f is not None and f.kind == "receipt" and f.request == r.request else None)
+            self.timeline.receipt(
+                r,
+                self._pos,
+                unsent=unsent,
+                finding=f.n if f is not None and f.kind == "receipt" and f.request == r.request else None,
+            )
 
     def _show_stop_note(self, f: Finding, stop: Any) -> None:
         """The bridge's stop note leads the evidence (it is often older than the window)."""
@@ -1188,30 +1434,54 @@ class Diagnoser:
         if note is not None and all(e["line"] != note["line"] for e in f.evidence):
             f.evidence.insert(0, _item_json(note["item"], False))
 
-    def _pending_words(self, r: Receipt, R: str, acked: str, entry: Entry | None,
-                       at_end: bool) -> tuple[str, list[dict[str, str]], list[int]]:
+    def _pending_words(
+        self, r: Receipt, R: str, acked: str, entry: Entry | None, at_end: bool
+    ) -> tuple[str, list[dict[str, str]], list[int]]:
         run = r.run
         if not at_end:
-            text = (f"{R} was released at {_fmt_t(entry.t if entry else None)} with no receipt recorded before "
-                    f"the release and no settlement in the evidence ({acked}"
-                    + (f", working since #{r.working_idx}" if r.working_idx is not None else "")
-                    + "): its outcome is not known from this transcript.")
-            return text, [{"cause": "the bridge gave up on the prompt (a timeout or a grace) and the journal "
-                                    "holds no receipt for it",
-                           "check": "a receipt entry for the request elsewhere in the journal; the bridge's "
-                                    "--timeout / --ack-timeout settings; an O2 'after the slot moved on' later"}], []
+            text = (
+                f"{R} was released at {_fmt_t(entry.t if entry else None)} with no receipt recorded before "
+                f"the release and no settlement in the evidence ({acked}"
+                + (f", working since #{r.working_idx}" if r.working_idx is not None else "")
+                + "): its outcome is not known from this transcript."
+            )
+            return (
+                text,
+                [
+                    {
+                        "cause": "the bridge gave up on the prompt (a timeout or a grace) and the journal "
+                        "holds no receipt for it",
+                        "check": "a receipt entry for the request elsewhere in the journal; the bridge's "
+                        "--timeout / --ack-timeout settings; an O2 'after the slot moved on' later",
+                    }
+                ],
+                [],
+            )
         recorded = self.driver.recorded.get(r.request) if _hashable(r.request) else None
-        text = (f"the transcript ends while {R} is still open ({acked}"
-                + (f", working since #{r.working_idx}" if r.working_idx is not None else ", not working")
-                + (f", run {run}" if run else "") + ", no settle seen): "
-                + ("the journal's last line was cut off (the bridge died mid-write)."
-                   if self.truncated else "the bridge was stopped, or the journal ends early."))
+        text = (
+            f"the transcript ends while {R} is still open ({acked}"
+            + (f", working since #{r.working_idx}" if r.working_idx is not None else ", not working")
+            + (f", run {run}" if run else "")
+            + ", no settle seen): "
+            + (
+                "the journal's last line was cut off (the bridge died mid-write)."
+                if self.truncated
+                else "the bridge was stopped, or the journal ends early."
+            )
+        )
         if recorded is not None:
-            text += (f" The live bridge recorded a receipt for it: {recorded.get('state')}"
-                     + (f" ({recorded.get('reason')})" if recorded.get("reason") else "") + ".")
-        causes = [{"cause": "the journal ends before the prompt's story does",
-                   "check": "whether the bridge was killed (no 'bridge-closed' note at the end), the "
-                            "engine's last stderr lines, and the disk the journal was on"}]
+            text += (
+                f" The live bridge recorded a receipt for it: {recorded.get('state')}"
+                + (f" ({recorded.get('reason')})" if recorded.get("reason") else "")
+                + "."
+            )
+        causes = [
+            {
+                "cause": "the journal ends before the prompt's story does",
+                "check": "whether the bridge was killed (no 'bridge-closed' note at the end), the "
+                "engine's last stderr lines, and the disk the journal was on",
+            }
+        ]
         related = [self._journal_end.n] if self._journal_end is not None else []
         return text, causes, related
 
@@ -1220,12 +1490,21 @@ class Diagnoser:
         note = self._stops.get(r.stop) if _hashable(r.stop) else None
         why = _stop_why(note, r.reason)
         stop = f" {_q(r.stop)}" if r.stop is not None else ""
-        when = (f" (journal line {note['line']}, {_fmt_t(note['t'])})" if note is not None
-                else " (the journal has no stop note for it)")
-        text = (f"the bridge itself stopped {R}'s run" + (f" ({r.run})" if r.run else "")
-                + f", not the controller: it sent its own stop{stop}{when} because {why}.")
-        text += (f" The run ended aborted and settled at #{r.settle_idx}." if r.settle_idx is not None
-                 else " The journal shows no settle of the run before the bridge gave its receipt.")
+        when = (
+            f" (journal line {note['line']}, {_fmt_t(note['t'])})"
+            if note is not None
+            else " (the journal has no stop note for it)"
+        )
+        text = (
+            f"the bridge itself stopped {R}'s run"
+            + (f" ({r.run})" if r.run else "")
+            + f", not the controller: it sent its own stop{stop}{when} because {why}."
+        )
+        text += (
+            f" The run ended aborted and settled at #{r.settle_idx}."
+            if r.settle_idx is not None
+            else " The journal shows no settle of the run before the bridge gave its receipt."
+        )
         if r.reason == "timeout":
             return text, [self._c_timeout(why)], []
         text += " " + self._closing_words()
@@ -1248,30 +1527,43 @@ class Diagnoser:
         detail = first["detail"]
         if detail is None and why == "journal":
             detail = self.journal_error
-        return (f"The bridge began closing at {_fmt_t(first['t'])} (journal line {first['line']}) because {words}"
-                + (f" ({_short(detail, 120)})" if detail is not None else "") + ".")
+        return (
+            f"The bridge began closing at {_fmt_t(first['t'])} (journal line {first['line']}) because {words}"
+            + (f" ({_short(detail, 120)})" if detail is not None else "")
+            + "."
+        )
 
-    def _receipt_words(self, r: Receipt, R: str, run_obj: Any, acked: str, gen: int,
-                       entry: Entry | None) -> tuple[str, list[dict[str, str]], list[int]]:
+    def _receipt_words(
+        self, r: Receipt, R: str, run_obj: Any, acked: str, gen: int, entry: Entry | None
+    ) -> tuple[str, list[dict[str, str]], list[int]]:
         run = r.run
         reason = r.reason
         causes: list[dict[str, str]] = []
         related: list[int] = []
         settled = f" settled at #{r.settle_idx}" if r.settle_idx is not None else ""
-        unsettled = (" was cut off when the engine exited" if entry is not None and entry.kind == "exit"
-                     else " had not settled when the bridge gave up")
+        unsettled = (
+            " was cut off when the engine exited"
+            if entry is not None and entry.kind == "exit"
+            else " had not settled when the bridge gave up"
+        )
         if reason in ("overlap", "gap", "disposition") or (reason == "aborted-without-stop" and r.signals):
             sigs = [s for s in r.signals if s.get("signal") not in ("seal-diagnostic",)]
             if sigs:
                 named = ", ".join(f"{s.get('signal')} at #{s.get('idx')}" for s in sigs)
                 if run is None and not settled:
-                    text = (f"{R}'s evidence is tainted by {named}, and {R} never had a run of its own"
-                            + (" (its ack said 'handled')" if r.disposition == "handled" else "")
-                            + ": the bridge settled it after the taint grace, outcome unknown.")
+                    text = (
+                        f"{R}'s evidence is tainted by {named}, and {R} never had a run of its own"
+                        + (" (its ack said 'handled')" if r.disposition == "handled" else "")
+                        + ": the bridge settled it after the taint grace, outcome unknown."
+                    )
                 else:
-                    text = (f"{R}'s evidence is tainted by {named}: its run" + (f" ({run})" if run else "")
-                            + (settled or unsettled) + ", but the bridge cannot tell whose work it saw, so the outcome "
-                            "is unknown.")
+                    text = (
+                        f"{R}'s evidence is tainted by {named}: its run"
+                        + (f" ({run})" if run else "")
+                        + (settled or unsettled)
+                        + ", but the bridge cannot tell whose work it saw, so the outcome "
+                        "is unknown."
+                    )
                 for s in sigs:
                     for f in self.findings:
                         if f.idx == s.get("idx") and f.signal == s.get("signal") and f.n not in related:
@@ -1282,75 +1574,139 @@ class Diagnoser:
                     text += f" The engine was unsealed first by finding {first[1]}."
             else:
                 first = self._taint_finding if self._taint_finding and self._taint_finding[0] == gen else None
-                text = (f"the engine was already unsealed ({reason}) when {R} was sent"
-                        + (f" — see finding {first[1]}" if first else "")
-                        + f": {R}'s run" + (f" ({run})" if run else "") + (settled or unsettled)
-                        + " on evidence that can no longer be trusted.")
+                text = (
+                    f"the engine was already unsealed ({reason}) when {R} was sent"
+                    + (f" — see finding {first[1]}" if first else "")
+                    + f": {R}'s run"
+                    + (f" ({run})" if run else "")
+                    + (settled or unsettled)
+                    + " on evidence that can no longer be trusted."
+                )
                 if first:
                     related.append(first[1])
-            causes.append({"cause": f"the {reason} signal(s) named above",
-                           "check": "the findings listed as related, and why the engine was not recycled before "
-                                    f"{R} (a journal replayed on one engine keeps the taint)"})
+            causes.append(
+                {
+                    "cause": f"the {reason} signal(s) named above",
+                    "check": "the findings listed as related, and why the engine was not recycled before "
+                    f"{R} (a journal replayed on one engine keeps the taint)",
+                }
+            )
         elif reason == "aborted-without-stop":
             last = run_obj.last_stop if run_obj is not None else None
-            text = (f"{R}'s run" + (f" ({run})" if run else "") + f"{settled} after an assistant message that ended "
-                    f"'{last or 'aborted'}', and at the settle no stop of this controller was linked"
-                    + (f" (the bridge had sent stop {_q(r.stop)}, but the link was cleared before the settle)"
-                       if r.stop else "") + ": nobody known aborted it.")
-            cleared = next((it for it in reversed(self._window) if it[0] == "send" and isinstance(it[4], dict)
-                            and it[4].get("type") == "abort" and it[4].get("id") is None), None)
+            text = (
+                f"{R}'s run" + (f" ({run})" if run else "") + f"{settled} after an assistant message that ended "
+                f"'{last or 'aborted'}', and at the settle no stop of this controller was linked"
+                + (
+                    f" (the bridge had sent stop {_q(r.stop)}, but the link was cleared before the settle)"
+                    if r.stop
+                    else ""
+                )
+                + ": nobody known aborted it."
+            )
+            cleared = next(
+                (
+                    it
+                    for it in reversed(self._window)
+                    if it[0] == "send"
+                    and isinstance(it[4], dict)
+                    and it[4].get("type") == "abort"
+                    and it[4].get("id") is None
+                ),
+                None,
+            )
             if cleared is not None:
                 text += f" An abort with no id (journal line {cleared[1]}) cleared the link."
-            causes += [{"cause": "the stop link was cleared before the settle (an abort with no id, or a release)",
-                        "check": "the abort commands the bridge sent (their ids) between the message and the settle"},
-                       self._c_other_writer("an abort")]
+            causes += [
+                {
+                    "cause": "the stop link was cleared before the settle (an abort with no id, or a release)",
+                    "check": "the abort commands the bridge sent (their ids) between the message and the settle",
+                },
+                self._c_other_writer("an abort"),
+            ]
         elif reason == "ack-without-start":
             if run is None:
-                text = (f"{R} was {acked} and then the engine wrote a failure message with no run and"
-                        f"{settled or ' settled'}: the prompt failed before any run, so the model never got it.")
+                text = (
+                    f"{R} was {acked} and then the engine wrote a failure message with no run and"
+                    f"{settled or ' settled'}: the prompt failed before any run, so the model never got it."
+                )
             else:
-                text = (f"{R} was {acked} and its run ({run}){settled} without ever showing {R}'s user message: "
-                        "there is no evidence the model got the prompt.")
-            causes += [{"cause": "the engine failed before the model was called (provider set-up, auth, a bad model "
-                                 "id) or a retry ran without the user message",
-                        "check": "the error message in the evidence and the stderr lines before it"},
-                       self._c_version()]
+                text = (
+                    f"{R} was {acked} and its run ({run}){settled} without ever showing {R}'s user message: "
+                    "there is no evidence the model got the prompt."
+                )
+            causes += [
+                {
+                    "cause": "the engine failed before the model was called (provider set-up, auth, a bad model "
+                    "id) or a retry ran without the user message",
+                    "check": "the error message in the evidence and the stderr lines before it",
+                },
+                self._c_version(),
+            ]
         elif reason == "no-final-assistant-message":
-            text = (f"{R}'s run ({run}){settled}; it showed {R}'s user message (working at #{r.working_idx}) but no "
-                    "assistant message ended in it: the model's answer is unknown.")
+            text = (
+                f"{R}'s run ({run}){settled}; it showed {R}'s user message (working at #{r.working_idx}) but no "
+                "assistant message ended in it: the model's answer is unknown."
+            )
             causes += [self._c_lost("the assistant message_end was lost"), self._c_version()]
         elif reason == "unrecognised-stop-reason":
             last = run_obj.last_stop if run_obj is not None else None
-            text = (f"the last assistant message of {R}'s run ({run}) ended with stopReason "
-                    f"{repr(last) if isinstance(last, str) else '(unknown)'}, which is none of stop, length, toolUse, "
-                    f"error, aborted; the run{settled}.")
-            causes += [self._c_version(), {"cause": "a provider returning a stop reason Pi passes through",
-                                           "check": "the provider and model in the header's seal"}]
+            text = (
+                f"the last assistant message of {R}'s run ({run}) ended with stopReason "
+                f"{repr(last) if isinstance(last, str) else '(unknown)'}, which is none of stop, length, toolUse, "
+                f"error, aborted; the run{settled}."
+            )
+            causes += [
+                self._c_version(),
+                {
+                    "cause": "a provider returning a stop reason Pi passes through",
+                    "check": "the provider and model in the header's seal",
+                },
+            ]
         elif reason == "engine-exited":
             ex = self._last_exit or {}
             how = _exit_words(ex.get("code"), ex.get("signal")) if ex else "an exit"
             when = _fmt_t(ex.get("t")) if ex else "?"
             if r.state == "outcome-unknown":
-                text = (f"the engine exited ({how}) at {when} while {R}'s run" + (f" ({run})" if run else "")
-                        + f" was working (since #{r.working_idx}): the run's outcome is lost.")
+                text = (
+                    f"the engine exited ({how}) at {when} while {R}'s run"
+                    + (f" ({run})" if run else "")
+                    + f" was working (since #{r.working_idx}): the run's outcome is lost."
+                )
             else:
-                text = (f"the engine exited ({how}) at {when} before {R} was working ({acked}): no evidence the model "
-                        "got it.")
+                text = (
+                    f"the engine exited ({how}) at {when} before {R} was working ({acked}): no evidence the model "
+                    "got it."
+                )
             causes.append(self._c_exit(ex))
             if ex.get("finding"):
                 related.append(ex["finding"])
         elif reason == "no-ack":
-            text = (f"{R} was sent but no ack arrived before the bridge stopped waiting (the ack timeout): no "
-                    "evidence the engine took it.")
-            causes += [{"cause": "the engine was busy or hung (an extension dialog waiting for an answer, a stuck "
-                                 "start-up)", "check": "the bridge's --ack-timeout and the stderr lines around then"},
-                       self._c_lost("the ack was lost")]
+            text = (
+                f"{R} was sent but no ack arrived before the bridge stopped waiting (the ack timeout): no "
+                "evidence the engine took it."
+            )
+            causes += [
+                {
+                    "cause": "the engine was busy or hung (an extension dialog waiting for an answer, a stuck "
+                    "start-up)",
+                    "check": "the bridge's --ack-timeout and the stderr lines around then",
+                },
+                self._c_lost("the ack was lost"),
+            ]
         elif reason == "settle-timeout":
-            text = (f"the bridge stopped waiting for {R}'s run" + (f" ({run})" if run else "")
-                    + f" to settle ({acked}" + (f", working since #{r.working_idx}" if r.working_idx else "")
-                    + "): the settle timeout fired, the bridge sent its stop and recycled the engine.")
-            causes.append({"cause": "a slow model or a tool that did not finish",
-                           "check": "the bridge's --timeout and the last observations before the timeout"})
+            text = (
+                f"the bridge stopped waiting for {R}'s run"
+                + (f" ({run})" if run else "")
+                + f" to settle ({acked}"
+                + (f", working since #{r.working_idx}" if r.working_idx else "")
+                + "): the settle timeout fired, the bridge sent its stop and recycled the engine."
+            )
+            causes.append(
+                {
+                    "cause": "a slow model or a tool that did not finish",
+                    "check": "the bridge's --timeout and the last observations before the timeout",
+                }
+            )
         else:
             text = f"{R}: {r.state} ({reason})."
         return text, causes, related
@@ -1360,22 +1716,27 @@ class Diagnoser:
     def _note(self, entry: Entry) -> None:
         value = entry.value
         event = value.get("event") if isinstance(value, dict) else None
-        handler = {
-            "engine-start": self._note_engine_start,
-            "seal-check": self._note_seal_check,
-            "stop": self._note_stop,
-            "closing": self._note_closing,
-            "journal-failed": self._note_journal_failed,
-            "bridge-closed": self._note_bridge_closed,
-        }.get(event) if isinstance(event, str) else None
+        handler = (
+            {
+                "engine-start": self._note_engine_start,
+                "seal-check": self._note_seal_check,
+                "stop": self._note_stop,
+                "closing": self._note_closing,
+                "journal-failed": self._note_journal_failed,
+                "bridge-closed": self._note_bridge_closed,
+            }.get(event)
+            if isinstance(event, str)
+            else None
+        )
         if handler is not None:
             handler(entry, value)
 
     def _note_engine_start(self, entry: Entry, value: dict[str, Any]) -> None:
         self.engine_starts += 1
         if self.timeline is not None:
-            self.timeline.engine("start", self._pos, entry.t,
-                                 f"engine start pid {value.get('pid')} generation {value.get('generation')}")
+            self.timeline.engine(
+                "start", self._pos, entry.t, f"engine start pid {value.get('pid')} generation {value.get('generation')}"
+            )
 
     def _note_seal_check(self, entry: Entry, value: dict[str, Any]) -> None:
         gen = value.get("generation")
@@ -1384,14 +1745,24 @@ class Diagnoser:
         if not problems:
             return
         self._count("seal-check")
-        f = self._add({**self._base(entry, "seal-check", kind="seal"),
-                       "title": f"seal check failed for engine generation {gen}",
-                       "explanation": (f"the seal check at engine start (generation {gen}) found: "
-                                       + "; ".join(str(p) for p in problems) + "."),
-                       "detail": value, "causes": [self._c_extension(gen, "extensions or resources the seal "
-                                                                          "should have kept out"),
-                                                   self._c_version()],
-                       "stderr": self._stderr_json()}, (entry.kind, entry.line, entry.t, None, value))
+        f = self._add(
+            {
+                **self._base(entry, "seal-check", kind="seal"),
+                "title": f"seal check failed for engine generation {gen}",
+                "explanation": (
+                    f"the seal check at engine start (generation {gen}) found: "
+                    + "; ".join(str(p) for p in problems)
+                    + "."
+                ),
+                "detail": value,
+                "causes": [
+                    self._c_extension(gen, "extensions or resources the seal should have kept out"),
+                    self._c_version(),
+                ],
+                "stderr": self._stderr_json(),
+            },
+            (entry.kind, entry.line, entry.t, None, value),
+        )
         if f is not None:
             self._seal_check_finding[gen] = f
 
@@ -1402,17 +1773,28 @@ class Diagnoser:
             return
         by = value.get("by")
         self._stops.pop(stop, None)
-        self._stops[stop] = {"by": by if isinstance(by, str) else None, "why": value.get("why"),
-                             "request": value.get("request"), "t": entry.t, "line": entry.line,
-                             "item": (entry.kind, entry.line, entry.t, None, value)}
+        self._stops[stop] = {
+            "by": by if isinstance(by, str) else None,
+            "why": value.get("why"),
+            "request": value.get("request"),
+            "t": entry.t,
+            "line": entry.line,
+            "item": (entry.kind, entry.line, entry.t, None, value),
+        }
         if len(self._stops) > STOPS_KEPT:
             del self._stops[next(iter(self._stops))]
 
     def _note_closing(self, entry: Entry, value: dict[str, Any]) -> None:
         if len(self._closing) < CLOSING_KEPT:
             why = value.get("why")
-            self._closing.append({"why": why if isinstance(why, str) else None, "detail": value.get("detail"),
-                                  "t": entry.t, "line": entry.line})
+            self._closing.append(
+                {
+                    "why": why if isinstance(why, str) else None,
+                    "detail": value.get("detail"),
+                    "t": entry.t,
+                    "line": entry.line,
+                }
+            )
 
     def _note_bridge_closed(self, entry: Entry, value: dict[str, Any]) -> None:
         self.closed = True
@@ -1422,15 +1804,23 @@ class Diagnoser:
         error = value.get("error")
         self.journal_error = _short(error, 300) if error is not None else "no error recorded"
         self._count("journal-failed")
-        text = (f"the bridge could not write its journal at {_fmt_t(entry.t)}: {self.journal_error}. A journal "
-                "failure costs no receipt: the bridge told its controller at once and closed (a running prompt is "
-                "stopped: failed, closing), and every prompt still got its receipt on the controller's side; this "
-                "journal may hold nothing after this point.")
+        text = (
+            f"the bridge could not write its journal at {_fmt_t(entry.t)}: {self.journal_error}. A journal "
+            "failure costs no receipt: the bridge told its controller at once and closed (a running prompt is "
+            "stopped: failed, closing), and every prompt still got its receipt on the controller's side; this "
+            "journal may hold nothing after this point."
+        )
         self._journal_failed = self._add(
-            {**self._base(entry, "journal-failed", kind="journal"),
-             "title": "journal failed: the bridge could not write its journal", "explanation": text,
-             "detail": value, "causes": [_c_journal(self.journal_error)], "stderr": self._stderr_json()},
-            (entry.kind, entry.line, entry.t, None, value))
+            {
+                **self._base(entry, "journal-failed", kind="journal"),
+                "title": "journal failed: the bridge could not write its journal",
+                "explanation": text,
+                "detail": value,
+                "causes": [_c_journal(self.journal_error)],
+                "stderr": self._stderr_json(),
+            },
+            (entry.kind, entry.line, entry.t, None, value),
+        )
 
     def _journal_ends(self) -> None:
         """A live bridge's journal (it has an engine-start note; fixtures do not) that ends
@@ -1438,8 +1828,10 @@ class Diagnoser:
         if self.closed or not self.engine_starts:
             return
         self._count("journal-ends-early")
-        text = ("the journal ends before the bridge closed: the bridge was killed, or its journal could not be "
-                "written (a full disk, an I/O error); receipts after this point reached the controller only.")
+        text = (
+            "the journal ends before the bridge closed: the bridge was killed, or its journal could not be "
+            "written (a full disk, an I/O error); receipts after this point reached the controller only."
+        )
         if self.truncated:
             text += " Its last line was cut off mid-write."
         failed = self._journal_failed
@@ -1449,27 +1841,41 @@ class Diagnoser:
         if unsettled:
             text += f" {unsettled} prompt(s) sent have no receipt in it (pending, below)."
         self._journal_end = self._add(
-            {**self._base(None, "journal-ends-early", kind="journal"), "t": self._last_t,
-             "title": "journal ends before the bridge closed (no bridge-closed note)", "explanation": text,
-             "detail": {"truncated": self.truncated, "journalError": self.journal_error},
-             "causes": self._c_journal_end(), "related": [failed.n] if failed is not None else [],
-             "stderr": self._stderr_json()}, None, after=False)
+            {
+                **self._base(None, "journal-ends-early", kind="journal"),
+                "t": self._last_t,
+                "title": "journal ends before the bridge closed (no bridge-closed note)",
+                "explanation": text,
+                "detail": {"truncated": self.truncated, "journalError": self.journal_error},
+                "causes": self._c_journal_end(),
+                "related": [failed.n] if failed is not None else [],
+                "stderr": self._stderr_json(),
+            },
+            None,
+            after=False,
+        )
 
     def _c_journal_end(self) -> list[dict[str, str]]:
         created = self.header.meta.get("created")
         when = f"{_fmt_t(self._last_t)} after the header's created time" + (
-            f" {_short(created, 40)}" if created is not None else "")
-        killed = {"cause": "the bridge was killed (SIGKILL, the OOM killer, a crash) before it could close",
-                  "check": f"the system log (journalctl, dmesg) near the journal's end ({when}) for the OOM killer "
-                           "or a kill, and whatever ran the bridge"}
-        running = {"cause": "the bridge is still running: the journal was read while being written",
-                   "check": "whether the bridge process is still alive"}
+            f" {_short(created, 40)}" if created is not None else ""
+        )
+        killed = {
+            "cause": "the bridge was killed (SIGKILL, the OOM killer, a crash) before it could close",
+            "check": f"the system log (journalctl, dmesg) near the journal's end ({when}) for the OOM killer "
+            "or a kill, and whatever ran the bridge",
+        }
+        running = {
+            "cause": "the bridge is still running: the journal was read while being written",
+            "check": "whether the bridge process is still alive",
+        }
         if self._journal_failed is not None:
             return [_c_journal(self.journal_error), killed, running]
-        unwritten = {"cause": "the journal could not be written (a full disk, an I/O error) and not even that "
-                              "could be noted",
-                     "check": "free space on the journal's disk (df -h) and the bridge's stderr: its last line says "
-                              "why it ended"}
+        unwritten = {
+            "cause": "the journal could not be written (a full disk, an I/O error) and not even that could be noted",
+            "check": "free space on the journal's disk (df -h) and the bridge's stderr: its last line says "
+            "why it ended",
+        }
         return [killed, unwritten, running]
 
     def _journal_signal(self, entry: Entry) -> None:
@@ -1493,31 +1899,54 @@ class Diagnoser:
             f = self._seal_check_finding.get(gen)
             action = value.get("action")
             if f is not None:
-                f.notes.append(f"the bridge's seal-check setting was '{action}': "
-                               + ("it refused the engine and started another." if action == "refuse"
-                                  else "it warned and used the engine anyway."))
+                f.notes.append(
+                    f"the bridge's seal-check setting was '{action}': "
+                    + (
+                        "it refused the engine and started another."
+                        if action == "refuse"
+                        else "it warned and used the engine anyway."
+                    )
+                )
                 return
             problems = value.get("problems") if isinstance(value.get("problems"), list) else []
             self._count("seal-check")
-            self._add({**self._base(entry, "seal-check", kind="seal"),
-                       "title": f"seal check failed for engine generation {gen}",
-                       "explanation": "the seal check at engine start found: " + "; ".join(map(str, problems)) + ".",
-                       "detail": value, "causes": [self._c_extension(gen, "extensions or resources the seal should "
-                                                                          "have kept out"), self._c_version()],
-                       "stderr": self._stderr_json()}, None)
+            self._add(
+                {
+                    **self._base(entry, "seal-check", kind="seal"),
+                    "title": f"seal check failed for engine generation {gen}",
+                    "explanation": "the seal check at engine start found: " + "; ".join(map(str, problems)) + ".",
+                    "detail": value,
+                    "causes": [
+                        self._c_extension(gen, "extensions or resources the seal should have kept out"),
+                        self._c_version(),
+                    ],
+                    "stderr": self._stderr_json(),
+                },
+                None,
+            )
         elif name == "engine-down":
             self.engine_down += 1
             self._count("engine-down")
             why = value.get("why")
-            self._add({**self._base(entry, "engine-down", kind="engine"),
-                       "title": "engine down: the bridge gave up on the engine",
-                       "explanation": f"the bridge stopped starting engines: {_short(why, 400)}. Every prompt after "
-                                      "this is rejected (engine-down).",
-                       "detail": value,
-                       "causes": [self._c_exit(self._last_exit or {}), self._c_version(),
-                                  {"cause": "the engine cannot be launched (a missing install, a bad model config)",
-                                   "check": "run tools/setup_pi; the error text above"}],
-                       "stderr": self._stderr_json()}, None)
+            self._add(
+                {
+                    **self._base(entry, "engine-down", kind="engine"),
+                    "title": "engine down: the bridge gave up on the engine",
+                    "explanation": f"the bridge stopped starting engines: {_short(why, 400)}. Every prompt after "
+                    "this is rejected (engine-down).",
+                    "detail": value,
+                    "causes": [
+                        self._c_exit(self._last_exit or {}),
+                        self._c_version(),
+                        {
+                            "cause": "the engine cannot be launched (a missing install, a bad model config)",
+                            "check": "run tools/setup_pi; the error text above",
+                        },
+                    ],
+                    "stderr": self._stderr_json(),
+                },
+                None,
+            )
 
     def _exit_finding(self, entry: Entry) -> None:
         v = entry.value if isinstance(entry.value, dict) else {}
@@ -1530,18 +1959,30 @@ class Diagnoser:
         how = _exit_words(code, sig)
         text = f"the engine (generation {self.driver.session.generation}) exited: {how}, at {_fmt_t(entry.t)}."
         if sig == 15:
-            text += (" SIGTERM is the bridge's second step when an engine does not exit after its stdin closes — "
-                     "or something else stopped it.")
+            text += (
+                " SIGTERM is the bridge's second step when an engine does not exit after its stdin closes — "
+                "or something else stopped it."
+            )
         elif sig == 9:
             text += " SIGKILL: the bridge's last resort, the OOM killer, or someone else."
         elif code not in (0, None):
             text += " A non-zero code: the engine failed (a crash, an unhandled error)."
         tail = ex.get("stderr") or []
         if tail:
-            text += " Its last stderr lines: " + " | ".join(_short(s["text"], 120) for s in tail if s["text"].strip()) + "."
-        f = self._add({**self._base(entry, "engine-exit", kind="engine"), "title": f"engine exit: {how}",
-                   "explanation": text, "detail": v, "causes": [self._c_exit(ex), self._c_version()],
-                   "stderr": tail}, (entry.kind, entry.line, entry.t, None, entry.value))
+            text += (
+                " Its last stderr lines: " + " | ".join(_short(s["text"], 120) for s in tail if s["text"].strip()) + "."
+            )
+        f = self._add(
+            {
+                **self._base(entry, "engine-exit", kind="engine"),
+                "title": f"engine exit: {how}",
+                "explanation": text,
+                "detail": v,
+                "causes": [self._c_exit(ex), self._c_version()],
+                "stderr": tail,
+            },
+            (entry.kind, entry.line, entry.t, None, entry.value),
+        )
         if f is not None and self._last_exit is not None:
             self._last_exit["finding"] = f.n
 
@@ -1549,12 +1990,17 @@ class Diagnoser:
 
     def _c_extension(self, gen: Any, cause: str) -> dict[str, str]:
         if self.seal is None:
-            where = (f"the journal header records no seal (engine {_short(self.engine)}): nothing kept extensions, "
-                     "skills or prompt templates out")
+            where = (
+                f"the journal header records no seal (engine {_short(self.engine)}): nothing kept extensions, "
+                "skills or prompt templates out"
+            )
         else:
             ext = self.seal.get("extensions")
-            where = (f"the journal header's seal.extensions lists {_short(ext)}: the seal was deliberately opened"
-                     if ext else "the journal header's seal.extensions is empty (none loaded on purpose)")
+            where = (
+                f"the journal header's seal.extensions lists {_short(ext)}: the seal was deliberately opened"
+                if ext
+                else "the journal header's seal.extensions is empty (none loaded on purpose)"
+            )
         problems = self._seal_checks.get(gen)
         if problems is None:
             check = f"no seal-check note for engine generation {gen}"
@@ -1562,63 +2008,87 @@ class Diagnoser:
             check = f"the seal-check note for generation {gen} found: " + "; ".join(map(str, problems))
         else:
             check = f"the seal-check note for generation {gen} found no problem"
-        seen = (f"; {self._ext_seen} extension_ui_request / extension_error line(s) so far"
-                if self._ext_seen else "; no extension_ui_request / extension_error line so far")
+        seen = (
+            f"; {self._ext_seen} extension_ui_request / extension_error line(s) so far"
+            if self._ext_seen
+            else "; no extension_ui_request / extension_error line so far"
+        )
         return {"cause": cause, "check": f"{where}; {check}{seen}"}
 
     def _c_timeout(self, why: str) -> dict[str, str]:
         if "drain" in why.lower() or self._closing_why() == "drain-timeout":
-            return {"cause": "the bridge was shutting down and the run outlasted the drain's bound",
-                    "check": "raise --drain-timeout so running prompts can finish when the bridge shuts down (after a "
-                             "shutdown command or the end of its input)"}
-        return {"cause": "the run took longer than the prompt's timeout",
-                "check": "raise --timeout (or the prompt's \"timeout\") if the run needs longer; otherwise the last "
-                         "observations before the stop (a slow model, a tool that did not finish)"}
+            return {
+                "cause": "the bridge was shutting down and the run outlasted the drain's bound",
+                "check": "raise --drain-timeout so running prompts can finish when the bridge shuts down (after a "
+                "shutdown command or the end of its input)",
+            }
+        return {
+            "cause": "the run took longer than the prompt's timeout",
+            "check": 'raise --timeout (or the prompt\'s "timeout") if the run needs longer; otherwise the last '
+            "observations before the stop (a slow model, a tool that did not finish)",
+        }
 
     def _c_closing(self) -> dict[str, str]:
         why = self._closing_why()
         if why == "signal":
-            return {"cause": "the bridge was sent a signal while the prompt ran",
-                    "check": "what sent it (a service manager stopping the bridge, Ctrl-C in its terminal, a parent "
-                             "process); to let running prompts finish, end the bridge with a shutdown command or the "
-                             "end of its input (a drain, bounded by --drain-timeout) instead of a signal"}
+            return {
+                "cause": "the bridge was sent a signal while the prompt ran",
+                "check": "what sent it (a service manager stopping the bridge, Ctrl-C in its terminal, a parent "
+                "process); to let running prompts finish, end the bridge with a shutdown command or the "
+                "end of its input (a drain, bounded by --drain-timeout) instead of a signal",
+            }
         if why == "close":
-            return {"cause": "the controller closed the bridge while the prompt ran",
-                    "check": "the controller's close: await the receipts of running prompts before closing the bridge"}
+            return {
+                "cause": "the controller closed the bridge while the prompt ran",
+                "check": "the controller's close: await the receipts of running prompts before closing the bridge",
+            }
         if why == "drain-timeout":
-            return {"cause": "the drain's bound passed while the prompt ran",
-                    "check": "raise --drain-timeout so running prompts can finish when the bridge shuts down"}
+            return {
+                "cause": "the drain's bound passed while the prompt ran",
+                "check": "raise --drain-timeout so running prompts can finish when the bridge shuts down",
+            }
         if why == "journal":
             return _c_journal(self.journal_error)
-        return {"cause": "the bridge was closing",
-                "check": "the bridge's stderr: its last line says why it ended" + (
-                    f" (the closing note says {_short(why, 80)})" if why is not None else "")}
+        return {
+            "cause": "the bridge was closing",
+            "check": "the bridge's stderr: its last line says why it ended"
+            + (f" (the closing note says {_short(why, 80)})" if why is not None else ""),
+        }
 
     def _c_other_writer(self, what: str) -> dict[str, str]:
-        return {"cause": f"someone other than the bridge sent the engine {what}",
-                "check": "whether anything else can write to the engine's stdin (the journal records only the "
-                         "bridge's own sends: a command in the evidence with no 'bridge sent' entry before it came "
-                         "from elsewhere)"}
+        return {
+            "cause": f"someone other than the bridge sent the engine {what}",
+            "check": "whether anything else can write to the engine's stdin (the journal records only the "
+            "bridge's own sends: a command in the evidence with no 'bridge sent' entry before it came "
+            "from elsewhere)",
+        }
 
     def _c_version(self) -> dict[str, str]:
         if self.version is None:
             from bridge.profiles.pi import PI_PIN
 
-            check = (f"the header records no engine_version (engine {_short(self.engine)}): compare the engine that "
-                     f"ran with the pinned Pi {self.pin or PI_PIN}")
+            check = (
+                f"the header records no engine_version (engine {_short(self.engine)}): compare the engine that "
+                f"ran with the pinned Pi {self.pin or PI_PIN}"
+            )
         elif self.pin is not None and self.version != self.pin:
-            check = (f"the header's engine_version {self.version} differs from the pin {self.pin}: the pinned "
-                     "engine's behaviour cannot be assumed")
+            check = (
+                f"the header's engine_version {self.version} differs from the pin {self.pin}: the pinned "
+                "engine's behaviour cannot be assumed"
+            )
         else:
             check = f"the header's engine_version {self.version} matches the pin {self.pin}: unlikely"
         return {"cause": "an engine that is not the pinned version behaves differently", "check": check}
 
     def _c_lost(self, what: str = "lines were lost") -> dict[str, str]:
         gaps = sum(self.gaps.values())
-        where = (f"{gaps} gap(s) so far, the first at #{self._first_gap}" if gaps else "no gap so far")
+        where = f"{gaps} gap(s) so far, the first at #{self._first_gap}" if gaps else "no gap so far"
         tail = list(self._stderr)
-        err = ("; the last stderr lines: " + " | ".join(_short(text, 80) for _, text in tail[-3:])
-               if tail else "; no stderr line so far")
+        err = (
+            "; the last stderr lines: " + " | ".join(_short(text, 80) for _, text in tail[-3:])
+            if tail
+            else "; no stderr line so far"
+        )
         return {"cause": what, "check": where + err}
 
     def _c_exit(self, ex: dict[str, Any]) -> dict[str, str]:
@@ -1626,9 +2096,11 @@ class Diagnoser:
             return {"cause": "the engine exited", "check": "the exit entry and the stderr lines before it"}
         tail = ex.get("stderr") or []
         err = (" | ".join(_short(s["text"], 100) for s in tail if s["text"].strip())) if tail else "none"
-        return {"cause": f"the engine exited ({_exit_words(ex.get('code'), ex.get('signal'))} at "
-                         f"{_fmt_t(ex.get('t'))}, journal line {ex.get('line')})",
-                "check": f"the last stderr lines before it: {err}"}
+        return {
+            "cause": f"the engine exited ({_exit_words(ex.get('code'), ex.get('signal'))} at "
+            f"{_fmt_t(ex.get('t'))}, journal line {ex.get('line')})",
+            "check": f"the last stderr lines before it: {err}",
+        }
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -1662,9 +2134,13 @@ class Diagnoser:
         total = sum(sum(v.values()) for v in self.receipts.values())
         return {
             "file": self.path,
-            "engine": {"name": self.engine, "pin": self.pin, "version": self.version,
-                       "sealed": self.seal is not None,
-                       "extensions": self.seal.get("extensions") if self.seal is not None else None},
+            "engine": {
+                "name": self.engine,
+                "pin": self.pin,
+                "version": self.version,
+                "sealed": self.seal is not None,
+                "extensions": self.seal.get("extensions") if self.seal is not None else None,
+            },
             "entries": self.entries,
             "observations": self.driver.session.observations,
             "truncated": self.truncated,
@@ -1701,10 +2177,14 @@ def _c_journal(error: str | None) -> dict[str, str]:
     move = "--journal PATH or $PI_BRIDGE_JOURNAL_DIR puts journals elsewhere, --no-journal writes none"
     text = (error or "").lower()
     if "errno 28" in text or "no space" in text or "quota" in text:
-        return {"cause": "the disk the journal is on is full",
-                "check": f"free space there (df -h on the journal's folder); {move}"}
-    return {"cause": "the journal's file could not be written (an I/O error, a full or read-only disk)",
-            "check": f"the error the bridge noted, the system log (dmesg) for disk errors, and free space; {move}"}
+        return {
+            "cause": "the disk the journal is on is full",
+            "check": f"free space there (df -h on the journal's folder); {move}",
+        }
+    return {
+        "cause": "the journal's file could not be written (an I/O error, a full or read-only disk)",
+        "check": f"the error the bridge noted, the system log (dmesg) for disk errors, and free space; {move}",
+    }
 
 
 def _hashable(value: Any) -> bool:
@@ -1718,8 +2198,16 @@ def _hashable(value: Any) -> bool:
 def _item_json(item: tuple[str, int, float | None, int | None, Any], focus: bool) -> dict[str, Any]:
     kind, line, t, idx, value = item
     typ, summary = describe(kind, value)
-    return {"line": line, "entry": kind, "idx": idx, "t": t, "type": typ, "summary": summary, "focus": focus,
-            "raw": _raw(kind, value)}
+    return {
+        "line": line,
+        "entry": kind,
+        "idx": idx,
+        "t": t,
+        "type": typ,
+        "summary": summary,
+        "focus": focus,
+        "raw": _raw(kind, value),
+    }
 
 
 # --------------------------------------------------------------------------
@@ -1765,10 +2253,8 @@ def diagnose(path: str, *, timeline: bool = False, progress: IO[str] | None = No
                 total = 0
             bar = Progress(progress, total)
             bar.update(0, force=True)
-        n = 0
-        for entry in reader:
+        for n, entry in enumerate(reader, 1):
             diag.feed(entry)
-            n += 1
             if bar is not None and not n & 1023:
                 bar.update(stream.tell())
         diag.finish(reader.truncated)
@@ -1790,10 +2276,12 @@ def format_text(diag: Diagnoser) -> str:
     else:
         name = _short(eng["name"]) if eng["name"] is not None else "not named in the header"
         head = f"engine {name} (no version or pin recorded)"
-    head += (f"; seal recorded, extensions {_short(eng['extensions'])}" if eng["sealed"] else "; no seal recorded")
+    head += f"; seal recorded, extensions {_short(eng['extensions'])}" if eng["sealed"] else "; no seal recorded"
     out.append("  " + head)
-    out.append(f"  {s['observations']} observations, {s['prompts']['sent']} prompt(s) sent, "
-               f"{s['findings']['count']} finding(s)" + ("; the last line was cut off" if s["truncated"] else ""))
+    out.append(
+        f"  {s['observations']} observations, {s['prompts']['sent']} prompt(s) sent, "
+        f"{s['findings']['count']} finding(s)" + ("; the last line was cut off" if s["truncated"] else "")
+    )
     for f in diag.findings:
         out.append("")
         where = f"observation {f.idx}" if f.idx is not None else (f"journal line {f.line}" if f.line else "the end")
@@ -1836,10 +2324,14 @@ def format_text(diag: Diagnoser) -> str:
         out.append("  receipts: none")
     out.append("  signals: " + (", ".join(f"{k} {v}" for k, v in s["signals"].items()) or "none"))
     gaps = s["gaps"]
-    out.append(f"  gaps: {gaps['count']}" + (" (" + ", ".join(f"{k} {v}" for k, v in gaps["why"].items()) + ")"
-                                            if gaps["count"] else ""))
-    out.append(f"  engine: {s['engine_starts']} start(s), {s['engine_exits']['count']} exit(s) "
-               f"({s['engine_exits']['abnormal']} abnormal), down {s['engine_down']} time(s)")
+    out.append(
+        f"  gaps: {gaps['count']}"
+        + (" (" + ", ".join(f"{k} {v}" for k, v in gaps["why"].items()) + ")" if gaps["count"] else "")
+    )
+    out.append(
+        f"  engine: {s['engine_starts']} start(s), {s['engine_exits']['count']} exit(s) "
+        f"({s['engine_exits']['abnormal']} abnormal), down {s['engine_down']} time(s)"
+    )
     journal = s["journal"]
     if journal["live"] or journal["failed"]:
         how = "the bridge closed cleanly" if journal["closed"] else "ends before the bridge closed"
@@ -1870,8 +2362,13 @@ def _json_for_script(data: Any) -> str:
     """JSON that is safe inside ``<script type="application/json">``: no ``<``, ``>``, ``&``,
     U+2028 or U+2029 appears literally, so no engine text can close the element."""
     text = dumps(data).decode("utf-8")
-    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
 
 
 def html_page(diag: Diagnoser) -> str:
@@ -1884,8 +2381,11 @@ def html_page(diag: Diagnoser) -> str:
         "runs": tl.runs,
         "engines": tl.engines,
         "segments": tl.segments(diag.driver.session.observations),
-        "dropped": {"prompts": tl.dropped_prompts, "runs": tl.dropped_runs,
-                    "ticks": max(0, diag.driver.session.observations - len(tl.ticks))},
+        "dropped": {
+            "prompts": tl.dropped_prompts,
+            "runs": tl.dropped_runs,
+            "ticks": max(0, diag.driver.session.observations - len(tl.ticks)),
+        },
     }
     return _HTML.replace("__DATA__", _json_for_script(data))
 

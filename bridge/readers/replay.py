@@ -96,8 +96,9 @@ class Driver:
         if kind == "exit":
             code = value.get("code") if isinstance(value, dict) else None
             sig = value.get("signal") if isinstance(value, dict) else None
-            return session.engine_exited(code if isinstance(code, int) else None,
-                                         sig if isinstance(sig, int) else None, t=entry.t)
+            return session.engine_exited(
+                code if isinstance(code, int) else None, sig if isinstance(sig, int) else None, t=entry.t
+            )
         if kind == "stderr":
             if isinstance(value, str):
                 session.stderr(value)
@@ -109,7 +110,7 @@ class Driver:
                     self.recorded[request] = value
                 try:
                     receipt = Receipt.from_json(value)
-                except Exception:  # noqa: BLE001 - a bad record is not evidence
+                except Exception:
                     return NO_EVENTS
                 if not self.bounded:
                     self.story.append(receipt)
@@ -194,5 +195,5 @@ def format_table(result: ReplayResult) -> str:
     lines.append("  receipts:" if result.receipts else "  receipts: none")
     for r in result.receipts:
         why = f" ({r.reason})" if r.reason else ""
-        lines.append(f"    {str(r.request):<12} {r.state}{why}" + (f"  run={r.run}" if r.run else ""))
+        lines.append(f"    {r.request!s:<12} {r.state}{why}" + (f"  run={r.run}" if r.run else ""))
     return "\n".join(lines)

@@ -6,6 +6,16 @@ from bridge.transcript.reader import UPDATE_PREFIX, UPDATES_READ, TranscriptRead
 from bridge.transcript.writer import TranscriptWriter
 
 __all__ = [
-    "KINDS", "MAGIC", "VERSION", "Entry", "Header", "TranscriptError", "TranscriptReader",
-    "TranscriptWriter", "UPDATES_READ", "UPDATE_PREFIX", "dumps", "open_transcript",
+    "KINDS",
+    "MAGIC",
+    "UPDATES_READ",
+    "UPDATE_PREFIX",
+    "VERSION",
+    "Entry",
+    "Header",
+    "TranscriptError",
+    "TranscriptReader",
+    "TranscriptWriter",
+    "dumps",
+    "open_transcript",
 ]

@@ -32,20 +32,15 @@ character, so nothing inside a string can start a new journal line.
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
-from collections.abc import Iterator
-from typing import IO, Any, Final
+from typing import Any, Final
 
 import attrs
 import orjson
 
 VERSION: Final = 1
 MAGIC: Final = "pi-bridge"
-KINDS: Final = frozenset(
-    {"send", "recv", "recv_raw", "release", "stderr", "exit", "note", "receipt", "signal"}
-)
+KINDS: Final = frozenset({"send", "recv", "recv_raw", "release", "stderr", "exit", "note", "receipt", "signal"})
 #: Keys an entry may carry beside its kind.
 EXTRA_KEYS: Final = frozenset({"t", "i"})
 

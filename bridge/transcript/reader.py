@@ -8,10 +8,18 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO
 
 from bridge.transcript.format import (
-    EXTRA_KEYS, KINDS, MAGIC, VERSION, Entry, Header, TranscriptError, loads, shown,
+    EXTRA_KEYS,
+    KINDS,
+    MAGIC,
+    VERSION,
+    Entry,
+    Header,
+    TranscriptError,
+    loads,
+    shown,
 )
 
 

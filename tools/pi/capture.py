@@ -21,8 +21,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 TOOLS = HERE.parent
@@ -43,8 +44,13 @@ FAST_SETTINGS = {
 
 
 class Run:
-    def __init__(self, name: str, steps: list[dict[str, Any]], settings: dict[str, Any] | None = None,
-                 extra_args: list[str] | None = None):
+    def __init__(
+        self,
+        name: str,
+        steps: list[dict[str, Any]],
+        settings: dict[str, Any] | None = None,
+        extra_args: list[str] | None = None,
+    ):
         self.name = name
         self.tmp = tempfile.TemporaryDirectory(prefix=f"picap-{name}-")
         root = Path(self.tmp.name)
@@ -56,9 +62,19 @@ class Run:
         script = root / "script.json"
         script.write_text(json.dumps(steps))
         self.server = subprocess.Popen(
-            [sys.executable, str(TOOLS / "model_server.py"), "--script", str(script),
-             "--record", str(self.record), "--write-models", str(self.agent_dir)],
-            stdout=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                str(TOOLS / "model_server.py"),
+                "--script",
+                str(script),
+                "--record",
+                str(self.record),
+                "--write-models",
+                str(self.agent_dir),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert self.server.stdout is not None
         self.port_line = json.loads(self.server.stdout.readline())
         (self.agent_dir / "settings.json").write_text(json.dumps(settings if settings is not None else FAST_SETTINGS))
@@ -71,8 +87,12 @@ class Run:
         self.t0 = time.monotonic()
         self.proc = subprocess.Popen(
             [str(NODE), str(PI_CLI), *SEAL_ARGS, *(extra_args or [])],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=str(self.cwd), env=env)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=str(self.cwd),
+            env=env,
+        )
         self.stderr = b""
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=self._read_err, daemon=True).start()
@@ -184,6 +204,7 @@ def prompt_and_settle(r: Run, msg: str = "hi", id_: str = "p1", timeout: float =
 
 # ---------------------------------------------------------------- scenarios
 
+
 def sc_plain(r: Run) -> dict[str, Any]:
     t_ready = handshake(r)
     t_send, t_settled = prompt_and_settle(r)
@@ -202,10 +223,14 @@ def sc_abort(r: Run) -> dict[str, Any]:
     t_ready = handshake(r)
     n = len(r.lines)
     r.send({"id": "p1", "type": "prompt", "message": "hi"})
-    i, _ = r.wait(lambda e: e.get("type") == "message_update"
-                  and e.get("assistantMessageEvent", {}).get("type") == "text_delta", after=n)
-    r.wait(lambda e: e.get("type") == "message_update"
-           and e.get("assistantMessageEvent", {}).get("type") == "text_delta", after=i + 1)
+    i, _ = r.wait(
+        lambda e: e.get("type") == "message_update" and e.get("assistantMessageEvent", {}).get("type") == "text_delta",
+        after=n,
+    )
+    r.wait(
+        lambda e: e.get("type") == "message_update" and e.get("assistantMessageEvent", {}).get("type") == "text_delta",
+        after=i + 1,
+    )
     t_abort = time.monotonic() - r.t0
     r.send({"id": "s1", "type": "abort"})
     _, t_resp = r.wait(is_resp("abort", "s1"), after=n)
@@ -276,8 +301,11 @@ def sc_eof_idle(r: Run) -> dict[str, Any]:
     assert r.proc.stdin is not None
     r.proc.stdin.close()
     t_exit = r.wait_exit()
-    return {"ready_s": t_ready, "eof_to_exit_s": None if t_exit is None else t_exit - t_close,
-            "returncode": r.proc.returncode}
+    return {
+        "ready_s": t_ready,
+        "eof_to_exit_s": None if t_exit is None else t_exit - t_close,
+        "returncode": r.proc.returncode,
+    }
 
 
 def sc_eof_running(r: Run) -> dict[str, Any]:
@@ -289,8 +317,11 @@ def sc_eof_running(r: Run) -> dict[str, Any]:
     assert r.proc.stdin is not None
     r.proc.stdin.close()
     t_exit = r.wait_exit()
-    return {"ready_s": t_ready, "eof_to_exit_s": None if t_exit is None else t_exit - t_close,
-            "returncode": r.proc.returncode}
+    return {
+        "ready_s": t_ready,
+        "eof_to_exit_s": None if t_exit is None else t_exit - t_close,
+        "returncode": r.proc.returncode,
+    }
 
 
 def sc_bad_input(r: Run) -> dict[str, Any]:
@@ -359,12 +390,13 @@ SLOW = {"words": 60, "chunk": 6, "delay": 0.1}
 
 SCENARIOS: dict[str, tuple[Callable[[Run], dict[str, Any]], list[dict[str, Any]]]] = {
     "plain": (sc_plain, [{"text": "Hello from the scripted model.", "chunk": 8}]),
-    "tool_call": (sc_tool, [{"tool_call": {"name": "bash", "arguments": {"command": "echo hi"}}},
-                            {"text": "The command printed hi."}]),
+    "tool_call": (
+        sc_tool,
+        [{"tool_call": {"name": "bash", "arguments": {"command": "echo hi"}}}, {"text": "The command printed hi."}],
+    ),
     "abort_stream": (sc_abort, [SLOW]),
     "retry_500": (sc_retry, [{"status": 500, "body": "boom"}, {"text": "recovered"}]),
-    "retry_exhausted": (sc_retry_exhausted, [{"status": 500}, {"status": 529}, {"status": 429},
-                                             {"status": 500}]),
+    "retry_exhausted": (sc_retry_exhausted, [{"status": 500}, {"status": 529}, {"status": 429}, {"status": 500}]),
     "abort_backoff": (sc_abort_backoff, [{"status": 500}, {"status": 500}, {"status": 500}]),
     "clear_queue_idle": (sc_clear_queue_idle, []),
     "queue": (sc_queue, [{"words": 30, "chunk": 6, "delay": 0.1}]),
@@ -385,8 +417,10 @@ EXTRA_ARGS: dict[str, list[str]] = {
 
 SETTINGS_OVERRIDE: dict[str, dict[str, Any]] = {
     # long backoff so the abort lands in it
-    "abort_backoff": {"retry": {"enabled": True, "maxRetries": 2, "baseDelayMs": 3000,
-                                "maxAgentDelayMs": 5000}, "compaction": {"enabled": False}},
+    "abort_backoff": {
+        "retry": {"enabled": True, "maxRetries": 2, "baseDelayMs": 3000, "maxAgentDelayMs": 5000},
+        "compaction": {"enabled": False},
+    },
     # Pi's built-in retry defaults (no settings at all)
     "retry_default": {},
 }

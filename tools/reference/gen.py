@@ -87,7 +87,11 @@ class _Gen:
 
     def msg(self, role: str, stop=None, error=None, text=None):
         self.ts += 1
-        m = {"role": role, "content": [{"type": "text", "text": self.text() if text is None else text}], "timestamp": self.ts}
+        m = {
+            "role": role,
+            "content": [{"type": "text", "text": self.text() if text is None else text}],
+            "timestamp": self.ts,
+        }
         if role == "assistant":
             m.update(api="openai-completions", provider="scripted", model="scripted-1", usage=USAGE)
             if stop is not _MISSING:
@@ -129,7 +133,13 @@ class _Gen:
         final = self.msg("assistant", stop, error)
         out = [self.ev("message_start", message=dict(final, content=[], stopReason="pending"))]
         if self.chance(0.5):
-            out.append(self.ev("message_update", usage=USAGE, assistantMessageEvent={"type": "text_delta", "contentIndex": 0, "delta": "He"}))
+            out.append(
+                self.ev(
+                    "message_update",
+                    usage=USAGE,
+                    assistantMessageEvent={"type": "text_delta", "contentIndex": 0, "delta": "He"},
+                )
+            )
         out.append(self.ev("message_end", message=final))
         out.append(self.ev("turn_end", message=final, toolResults=[]))
         return out
@@ -154,7 +164,11 @@ class _Gen:
         if k == 1:
             return ("note", "generated noise")
         if k == 2:
-            return self.ev(rng.choice(["turn_start", "message_update", "tool_execution_update", "extension_ui_request", "auto_retry_end"]))
+            return self.ev(
+                rng.choice(
+                    ["turn_start", "message_update", "tool_execution_update", "extension_ui_request", "auto_retry_end"]
+                )
+            )
         if k == 3:
             return self.response(None, "parse", False, error="Failed to parse command")
         if k == 4:
@@ -174,11 +188,29 @@ class _Gen:
 
     # ------------------------------------------------------------------ the run grammar
     RUN_KINDS = {
-        "finished": 30, "tools": 8, "error": 10, "retry": 6, "overflow": 4, "abort_linked": 8,
-        "abort_unlinked_later": 2, "abort_in_backoff": 2, "abort_without_stop": 4, "weird_stop": 4,
-        "non_string_stop": 2, "no_assistant": 3, "no_user": 3, "failure_no_run": 4, "settle_no_start": 2,
-        "open_start_settle": 2, "second_user": 2, "queue_items": 3, "queue_empty": 2, "no_run": 2,
-        "truncated": 2, "start_before_ack": 2, "settle_before_ack": 1,
+        "finished": 30,
+        "tools": 8,
+        "error": 10,
+        "retry": 6,
+        "overflow": 4,
+        "abort_linked": 8,
+        "abort_unlinked_later": 2,
+        "abort_in_backoff": 2,
+        "abort_without_stop": 4,
+        "weird_stop": 4,
+        "non_string_stop": 2,
+        "no_assistant": 3,
+        "no_user": 3,
+        "failure_no_run": 4,
+        "settle_no_start": 2,
+        "open_start_settle": 2,
+        "second_user": 2,
+        "queue_items": 3,
+        "queue_empty": 2,
+        "no_run": 2,
+        "truncated": 2,
+        "start_before_ack": 2,
+        "settle_before_ack": 1,
     }
 
     def run(self, kind: str, r):
@@ -190,18 +222,32 @@ class _Gen:
         if kind == "finished":
             return ack + start + self.user() + self.assistant(rng.choice(DONE_STOPS)) + end + settle
         if kind == "tools":
-            body = self.user() + self.tool_turn() + [self.ev("turn_start")] + self.assistant(rng.choice(DONE_STOPS + ["error"]))
+            body = (
+                self.user()
+                + self.tool_turn()
+                + [self.ev("turn_start")]
+                + self.assistant(rng.choice(DONE_STOPS + ["error"]))
+            )
             return ack + start + body + end + settle
         if kind == "error":
             return ack + start + self.user() + self.assistant("error", self.error_text()) + end + settle
         if kind == "retry":
-            first = self.user() + self.assistant("error", "529 overloaded") + [self.ev("agent_end", messages=[], willRetry=True)]
-            first.append(self.ev("auto_retry_start", attempt=1, maxAttempts=3, delayMs=2000, errorMessage="529 overloaded"))
+            first = (
+                self.user()
+                + self.assistant("error", "529 overloaded")
+                + [self.ev("agent_end", messages=[], willRetry=True)]
+            )
+            first.append(
+                self.ev("auto_retry_start", attempt=1, maxAttempts=3, delayMs=2000, errorMessage="529 overloaded")
+            )
             again = start + self.assistant(rng.choice(DONE_STOPS + ["error"])) + end
             return ack + start + first + again + [self.ev("auto_retry_end", success=True, attempt=1)] + settle
         if kind == "overflow":
             first = self.user() + self.assistant("error", ERRORS[3]) + end
-            comp = [self.ev("compaction_start", reason="overflow"), self.ev("compaction_end", reason="overflow", aborted=False, willRetry=True)]
+            comp = [
+                self.ev("compaction_start", reason="overflow"),
+                self.ev("compaction_end", reason="overflow", aborted=False, willRetry=True),
+            ]
             return ack + start + first + comp + start + self.assistant("stop") + end + settle
         if kind in ("abort_linked", "abort_unlinked_later"):
             s = self.new_id("s")
@@ -211,11 +257,22 @@ class _Gen:
             return ack + start + body + [self.ev("agent_settled", aborted=True), self.response(s, "abort")]
         if kind == "abort_in_backoff":
             s = self.new_id("s")
-            body = self.user() + self.assistant("error", "529 overloaded") + [self.ev("agent_end", messages=[], willRetry=True)]
+            body = (
+                self.user()
+                + self.assistant("error", "529 overloaded")
+                + [self.ev("agent_end", messages=[], willRetry=True)]
+            )
             body += [self.cmd("abort", s), self.ev("agent_settled", aborted=True), self.response(s, "abort")]
             return ack + start + body
         if kind == "abort_without_stop":
-            return ack + start + self.user() + self.assistant("aborted", "Request was aborted.") + end + [self.ev("agent_settled", aborted=True)]
+            return (
+                ack
+                + start
+                + self.user()
+                + self.assistant("aborted", "Request was aborted.")
+                + end
+                + [self.ev("agent_settled", aborted=True)]
+            )
         if kind == "weird_stop":
             return ack + start + self.user() + self.assistant(rng.choice(WEIRD_STOPS)) + end + settle
         if kind == "non_string_stop":
@@ -233,16 +290,34 @@ class _Gen:
         if kind == "open_start_settle":
             return ack + start + self.user() + self.assistant("stop") + settle + end + settle
         if kind == "second_user":
-            return ack + start + self.user() + self.assistant("stop") + [self.ev("turn_start")] + self.user() + self.assistant("stop") + end + settle
+            return (
+                ack
+                + start
+                + self.user()
+                + self.assistant("stop")
+                + [self.ev("turn_start")]
+                + self.user()
+                + self.assistant("stop")
+                + end
+                + settle
+            )
         if kind == "queue_items":
             q = [self.ev("queue_update", steering=["steer me"] if self.chance(0.5) else [], followUp=["and then"])]
             return ack + start + self.user() + q + self.assistant("stop") + end + settle
         if kind == "queue_empty":
-            return ack + start + self.user() + [self.ev("queue_update", steering=[], followUp=[])] + self.assistant("stop") + end + settle
+            return (
+                ack
+                + start
+                + self.user()
+                + [self.ev("queue_update", steering=[], followUp=[])]
+                + self.assistant("stop")
+                + end
+                + settle
+            )
         if kind == "no_run":
             return ack
         if kind == "truncated":
-            return ack + start + self.user()[:rng.randint(0, 2)]
+            return ack + start + self.user()[: rng.randint(0, 2)]
         if kind == "start_before_ack":
             return start + self.user() + ack + self.assistant("stop") + end + settle
         if kind == "settle_before_ack":
@@ -262,23 +337,37 @@ class _Gen:
             if k < 0.05:  # rejected by the engine
                 return out + [self.response(r, "prompt", False, error="Agent is already processing."), ("release", r)]
             if k < 0.08:  # an ack that is not this slot's (wrong id, no id, other command, other disposition)
-                bad = rng.choice([
-                    self.response(rng.choice(self.used) if self.used else "zz", "prompt", data={"disposition": "started"}),
-                    self.response(None, "prompt", data={"disposition": "started"}),
-                    self.response(r, "steer"),
-                    self.response(r, "prompt", data={"disposition": rng.choice(["queued", "handled"])}),
-                ])
+                bad = rng.choice(
+                    [
+                        self.response(
+                            rng.choice(self.used) if self.used else "zz", "prompt", data={"disposition": "started"}
+                        ),
+                        self.response(None, "prompt", data={"disposition": "started"}),
+                        self.response(r, "steer"),
+                        self.response(r, "prompt", data={"disposition": rng.choice(["queued", "handled"])}),
+                    ]
+                )
                 out.append(bad)
             run_kind = rng.choices(list(self.RUN_KINDS), list(self.RUN_KINDS.values()))[0]
             body = self.run(run_kind, r)
             if rng.random() < 0.04:  # duplicate ack
-                body.insert(1, body[0] if body and body[0][0] == "recv" else self.response(r, "prompt", data={"disposition": "started"}))
+                body.insert(
+                    1,
+                    body[0]
+                    if body and body[0][0] == "recv"
+                    else self.response(r, "prompt", data={"disposition": "started"}),
+                )
             out += body
             if run_kind == "truncated":
                 return out + [("__end__", None)]
             k = rng.random()
             if k < 0.06:  # a run the slot did not ask for, right after its settle
-                out += [self.ev("agent_start")] + self.user() + self.assistant("stop") + [self.ev("agent_end", willRetry=False), self.ev("agent_settled", aborted=False)]
+                out += (
+                    [self.ev("agent_start")]
+                    + self.user()
+                    + self.assistant("stop")
+                    + [self.ev("agent_end", willRetry=False), self.ev("agent_settled", aborted=False)]
+                )
             elif k < 0.10:
                 out.append(self.ev("agent_settled", aborted=False))
             elif k < 0.15 and len(out) > 3:  # released mid-run (gave up)
@@ -308,7 +397,11 @@ class _Gen:
             return out
         if kind == "steer":
             c = self.new_id("st")
-            return [self.cmd("steer", c, message="change course"), self.ev("queue_update", steering=["change course"], followUp=[]), self.response(c, "steer")]
+            return [
+                self.cmd("steer", c, message="change course"),
+                self.ev("queue_update", steering=["change course"], followUp=[]),
+                self.response(c, "steer"),
+            ]
         if kind == "hazard":
             return [self.hazard()]
         return [self.noise()]
@@ -395,7 +488,9 @@ def write_many(seed: str, count: int, out_dir: str, steps: int | None = None) ->
 def coverage(paths: list[str]) -> collections.Counter:
     """Replay `paths` through the reference runner (node) and count signals and settle states."""
     runner = os.path.join(os.path.dirname(os.path.abspath(__file__)), "replay.mjs")
-    proc = subprocess.run(["node", runner, "--batch"], input=json.dumps(paths), capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        ["node", runner, "--batch"], input=json.dumps(paths), capture_output=True, text=True, check=True
+    )
     counts: collections.Counter = collections.Counter()
     for line in proc.stdout.splitlines():
         o = json.loads(line)
@@ -416,7 +511,9 @@ def main(argv=None) -> int:
     ap.add_argument("--count", type=int, default=100)
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=None, help="entries per transcript (default: random 4..140)")
-    ap.add_argument("--coverage", action="store_true", help="replay with the reference runner and print a coverage table")
+    ap.add_argument(
+        "--coverage", action="store_true", help="replay with the reference runner and print a coverage table"
+    )
     args = ap.parse_args(argv)
     paths = write_many(args.seed, args.count, args.out, args.steps)
     print(f"wrote {len(paths)} transcripts to {args.out}", file=sys.stderr)
