@@ -120,9 +120,54 @@ def test_the_session_takes_any_engine_lines(lines, stream_flags):
                 {"type": "prompt", "id": f"p{n}", "message": "x"},
                 stream=bool(stream_flags[n % len(stream_flags)]) if stream_flags else False,
             )
-        for line in splitter.feed(data + b"\n"):
-            s.receive_line(line)
-            fed += 1
+        batch = splitter.feed(data + b"\n")
+        for _ in s.observe_batch(batch):
+            pass
+        fed += len(batch)
         if n % 11 == 0:
             s.release(f"p{n}")
     assert s.observations == fed
+
+
+UPDATE = b'{"type":"message_update","assistantMessageEvent":{"type":"text_delta","delta":"hi"}}'
+
+
+@given(
+    st.lists(
+        st.lists(
+            st.sampled_from([UPDATE, UPDATE[:-1], b'{"type":"message_update",\xff}', b"junk"])
+            | events.map(lambda e: __import__("json").dumps(e, separators=(",", ":")).encode()),
+            max_size=12,
+        ),
+        max_size=12,
+    ),
+    st.lists(st.booleans(), min_size=1, max_size=12),
+)
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+def test_the_fast_path_observes_exactly_what_line_by_line_does(batches, stream_flags):
+    """observe_batch takes runs of message_update lines in bulk; fed the same lines one at a time
+    (no runs to find) the session must give every line the same index and cause the same events."""
+    bulk, single = Session(("clear_queue",)), Session(("clear_queue",))
+
+    def feed(s, batch):
+        out = []
+        for seen in s.observe_batch(batch):
+            if hasattr(seen, "first"):
+                out += [(i, None) for i in range(seen.first, seen.first + len(seen.lines))]
+            else:
+                out.append((seen.idx, [e.__class__.__name__ for e in seen.events]))
+        return out
+
+    for n, batch in enumerate(batches):
+        prompt = {"type": "prompt", "id": f"p{n}", "message": "x"}
+        stream = stream_flags[n % len(stream_flags)]
+        bulk.send(prompt, stream=stream)
+        single.send(prompt, stream=stream)
+        got = feed(bulk, batch)
+        want = [item for line in batch for item in feed(single, [line])]
+        assert [i for i, _ in got] == [i for i, _ in want]
+        assert [e for _, e in got if e] == [e for _, e in want if e]
+        bulk.release(f"p{n}")
+        single.release(f"p{n}")
+    assert bulk.observations == single.observations
+    assert [r.to_json() for r in bulk.receipts] == [r.to_json() for r in single.receipts]

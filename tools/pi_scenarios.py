@@ -281,8 +281,7 @@ async def run(name: str, journal: str | Path, *, check: bool = True) -> Outcome:
         try:
             with trio.fail_after(sc.timeout):
                 async with trio.open_nursery() as nursery:
-                    async with open_bridge(profile, journal=journal, config=config) as bridge:
-                        bridge.session.collect = True
+                    async with open_bridge(profile, journal=journal, config=config, collect=True) as bridge:
                         ctx = Ctx(bridge=bridge, server=server, notes=notes)
                         nursery.start_soon(ctx._pump, bridge.signals())
                         await sc.body(ctx)

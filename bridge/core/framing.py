@@ -23,12 +23,25 @@ a double's range) the standard library's strict decoder, with ``NaN`` and
 Splitting is linear in the input: chunks without an LF are kept in a list and
 joined once, so a 64 MiB line arriving in 64 KiB reads is not copied over and
 over.
+
+The fast path (SPEC §8 "Speed") lives here too, as pure functions over a batch of
+lines: nearly every line Pi writes is a ``message_update`` (a streamed delta), an
+event the tracker never reads. :func:`update_runs` finds the runs of such lines in
+one read's batch with C-level maps (no per-line Python), and :func:`all_utf8`
+checks a run the same way; a line of such a run still takes its observation index
+(:meth:`bridge.core.session.Session.observe_batch`), it is just not parsed. The
+same classifier finds the journal's ``recv`` lines of ``message_update`` for
+replay (:data:`JOURNAL_UPDATE`).
 """
 
 from __future__ import annotations
 
+import collections
+import itertools
 import json
-from typing import Any, Literal
+import operator
+from collections.abc import Iterator, Sequence
+from typing import Any, Final, Literal
 
 import attrs
 import orjson
@@ -204,3 +217,61 @@ def raw_text(raw: RawLine) -> str:
     if raw.why == "oversize":
         return f"[oversize line: {raw.length} bytes, first {OVERSIZE_HEAD} kept] {raw.text}"
     return raw.text
+
+
+# --------------------------------------------------------------------------
+# The fast path: runs of message_update lines, found and checked in bulk
+
+#: An engine line that starts so is a ``message_update`` event (Pi writes ``type`` first);
+#: with a closing ``}`` and valid UTF-8 it is a JSON object the tracker never reads.
+MESSAGE_UPDATE: Final = b'{"type":"message_update",'
+#: A journal ``recv`` entry of a ``message_update`` (lean or full), as journals write it.
+JOURNAL_UPDATE: Final = b'{"recv":' + MESSAGE_UPDATE
+
+
+def update_runs(
+    lines: Sequence[bytes | Oversize], prefix: bytes, suffix: bytes = b""
+) -> Iterator[tuple[int, int, bool]]:
+    """Split a batch into runs: ``(start, end, is_update)`` for ``lines[start:end]``, in order,
+    covering the batch. A line is an update when it is bytes starting with ``prefix`` and
+    ending with ``suffix``. The classification is two C-level maps; an :class:`Oversize` in
+    the batch makes it go line by line (it is never an update)."""
+    count = len(lines)
+    try:
+        flags = list(map(bytes.startswith, lines, itertools.repeat(prefix)))  # type: ignore[arg-type]
+        if suffix:
+            flags = list(map(operator.and_, flags, map(bytes.endswith, lines, itertools.repeat(suffix))))  # type: ignore[arg-type]
+    except TypeError:  # an Oversize line in the batch
+        flags = [type(x) is bytes and x.startswith(prefix) and x.endswith(suffix) for x in lines]
+    pos = 0
+    while pos < count:
+        flag = flags[pos]
+        try:
+            end = flags.index(not flag, pos)
+        except ValueError:
+            end = count
+        yield pos, end, flag
+        pos = end
+
+
+def valid_utf8(line: bytes) -> bool:
+    """Invalid UTF-8 is a gap even in a line nobody parses (SPEC §3)."""
+    if line.isascii():
+        return True
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def all_utf8(lines: Sequence[bytes]) -> bool:
+    """:func:`valid_utf8` for a whole run: ASCII lines are; only the others are decoded (all in C)."""
+    others = list(itertools.compress(lines, map(operator.not_, map(bytes.isascii, lines))))
+    if not others:
+        return True
+    try:
+        collections.deque(map(bytes.decode, others), maxlen=0)
+    except UnicodeDecodeError:
+        return False
+    return True

@@ -49,12 +49,19 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import attrs
 
+from bridge.core import words
 from bridge.core.framing import DEFAULT_MAX_LINE
 from bridge.core.receipts import Facts, Receipt, Times, converter, decide, exit_words
+from bridge.core.words import Reason, StopBy
+
+#: Why the lifecycle stops waiting for a held prompt's evidence: the deadline that passed
+#: (no ack; the stop after a timeout not obeyed; a tainted run that never settled) or the
+#: engine's exit.
+GiveUpWhy = Literal["ack", "settle", "taint", "exited"]
 
 #: Settled prompt ids remembered for duplicate detection and ``get_receipt``.
 RECENT_IDS: Final = 65536
@@ -136,10 +143,10 @@ class PromptRec:
     #: ``queued`` until written, then ``held``.
     phase: str = "queued"
     stop: str | None = None
-    stop_by: str | None = None
+    stop_by: StopBy | None = None
     acked: bool = False
     #: A GiveUp was emitted for it (its receipt is on the way).
-    gave_up: str | None = None
+    gave_up: GiveUpWhy | None = None
 
 
 @attrs.define
@@ -398,7 +405,7 @@ class GiveUp:
     """Ask the evidence half for ``request``'s receipt now (``why``: ack, settle, taint, exited)."""
 
     request: str
-    why: str
+    why: GiveUpWhy
 
 
 @attrs.frozen
@@ -523,11 +530,11 @@ class Lifecycle:
         )
         s.prompts[ev.request] = rec
         if s.closing is not None or s.draining or s.closed:
-            self._reject(rec, "closing")
+            self._reject(rec, Reason.CLOSING)
         elif s.down is not None:
-            self._reject(rec, "engine-down", s.down)
+            self._reject(rec, Reason.ENGINE_DOWN, s.down)
         elif len(s.queue) >= self.config.queue_max:
-            self._reject(rec, "queue-full")
+            self._reject(rec, Reason.QUEUE_FULL)
         else:
             s.queue.append(ev.request)
 
@@ -538,11 +545,11 @@ class Lifecycle:
             self._out.append(StopAnswer(ev.request, None))
         elif rec.phase == "queued":
             s.queue.remove(rec.request)
-            self._reject(rec, "cancelled")
+            self._reject(rec, Reason.CANCELLED)
             self._out.append(StopAnswer(ev.request, None))
         else:
             if rec.stop is None and rec.gave_up is None:
-                self._send_stop(rec, "controller", "the controller asked")
+                self._send_stop(rec, StopBy.CONTROLLER, "the controller asked")
             self._out.append(StopAnswer(ev.request, rec.stop))
 
     def _shutdown(self, ev: Shutdown) -> None:
@@ -562,7 +569,7 @@ class Lifecycle:
         if s.journal_failed is not None:
             return
         s.journal_failed = ev.error
-        self._signal({"signal": "journal-failed", "error": ev.error})
+        self._signal({"signal": words.Signal.JOURNAL_FAILED, "error": ev.error})
         self._begin_closing("journal", ev.error)
 
     # -- engine inputs -----------------------------------------------------------
@@ -613,7 +620,7 @@ class Lifecycle:
         if not problems:
             e.phase = "ready"
             return
-        self._signal({"signal": "seal-check", "problems": problems, "action": self.config.seal_check})
+        self._signal({"signal": words.Signal.SEAL_CHECK, "problems": problems, "action": self.config.seal_check})
         if self.config.seal_check == "warn" and e.phase == "checking":
             e.phase = "ready"
             return
@@ -657,7 +664,7 @@ class Lifecycle:
             return
         payload = ev.payload
         if e.signals == SIGNALS_PER_GENERATION + 1:
-            payload = {"signal": "signals-suppressed", "after": SIGNALS_PER_GENERATION}
+            payload = {"signal": words.Signal.SIGNALS_SUPPRESSED, "after": SIGNALS_PER_GENERATION}
         self._signal(payload)
 
     def _write_failed(self, ev: WriteFailed) -> None:
@@ -701,10 +708,10 @@ class Lifecycle:
         requested = e.phase == "stopping" and e.stop_requested
         if e.in_startup and not requested:
             e.in_startup = False
-            words = exit_words(ev.code, ev.signal, ev.stderr, when=" during its start-up check")
-            self._note({"event": "seal-check", "generation": e.generation, "enforced": e.seal, "problems": [words]})
-            self._signal({"signal": "seal-check", "action": self.config.seal_check, "problems": [words]})
-            self._crash(words)
+            said = exit_words(ev.code, ev.signal, ev.stderr, when=" during its start-up check")
+            self._note({"event": "seal-check", "generation": e.generation, "enforced": e.seal, "problems": [said]})
+            self._signal({"signal": words.Signal.SEAL_CHECK, "action": self.config.seal_check, "problems": [said]})
+            self._crash(said)
         elif not requested:
             self._crash(exit_words(ev.code, ev.signal, ev.stderr))
         self._out.append(
@@ -749,7 +756,7 @@ class Lifecycle:
         if rec is None or rec.gave_up is not None:
             return
         if rec.stop is None:
-            self._send_stop(rec, "timeout", f"the prompt's timeout ({rec.timeout:g} s) passed")
+            self._send_stop(rec, StopBy.TIMEOUT, f"the prompt's timeout ({rec.timeout:g} s) passed")
         self.state.deadlines["stop"] = self._now + self.config.stop_grace
 
     def _deadline_stop(self) -> None:
@@ -787,9 +794,9 @@ class Lifecycle:
     def _pump(self) -> None:
         s, e = self.state, self.state.engine
         if s.closing is not None or s.down is not None:
-            why = "closing" if s.closing is not None else "engine-down"
+            why = Reason.CLOSING if s.closing is not None else Reason.ENGINE_DOWN
             while s.queue:
-                self._reject(s.prompts[s.queue[0]], why, s.down if why == "engine-down" else None)
+                self._reject(s.prompts[s.queue[0]], why, s.down if why == Reason.ENGINE_DOWN else None)
         if s.draining and s.closing is None and not s.prompts:
             self._begin_closing("close", "shutdown: every prompt has its receipt")
         if s.held is None:
@@ -869,13 +876,13 @@ class Lifecycle:
         s = self.state
         s.down = why
         while s.queue:
-            self._reject(s.prompts[s.queue[0]], "engine-down", why)
-        self._signal({"signal": "engine-down", "why": why})
+            self._reject(s.prompts[s.queue[0]], Reason.ENGINE_DOWN, why)
+        self._signal({"signal": words.Signal.ENGINE_DOWN, "why": why})
         self._out.append(Notify({"type": "engine", "event": "down", "why": why}))
 
     # -- stops and closing ---------------------------------------------------------
 
-    def _send_stop(self, rec: PromptRec, by: str, why: str) -> None:
+    def _send_stop(self, rec: PromptRec, by: StopBy, why: str) -> None:
         s, e = self.state, self.state.engine
         s.stop_serial += 1
         stop = f"stop-{s.stop_serial}"
@@ -899,9 +906,9 @@ class Lifecycle:
         if rec is not None and rec.gave_up is None:
             if rec.stop is None:
                 if why == "drain-timeout":
-                    self._send_stop(rec, "timeout", "the drain bound (--drain-timeout) passed")
+                    self._send_stop(rec, StopBy.TIMEOUT, "the drain bound (--drain-timeout) passed")
                 else:
-                    self._send_stop(rec, "closing", f"the bridge is closing ({detail or why})")
+                    self._send_stop(rec, StopBy.CLOSING, f"the bridge is closing ({detail or why})")
             s.deadlines["close"] = self._now + self.config.close_grace
 
     # -- receipts ----------------------------------------------------------------------
@@ -910,12 +917,12 @@ class Lifecycle:
         held = self.state.held
         return self.state.prompts.get(held) if held is not None else None
 
-    def _give_up(self, rec: PromptRec, why: str) -> None:
+    def _give_up(self, rec: PromptRec, why: GiveUpWhy) -> None:
         if rec.gave_up is None:
             rec.gave_up = why
             self._out.append(GiveUp(rec.request, why))
 
-    def _reject(self, rec: PromptRec, reason: str, native_error: str | None = None) -> None:
+    def _reject(self, rec: PromptRec, reason: Reason, native_error: str | None = None) -> None:
         """A prompt never written gets its receipt here (decide's first row)."""
         state, why = decide(Facts(unsent=reason))
         if rec.phase == "queued" and rec.request in self.state.queue:

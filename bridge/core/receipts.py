@@ -25,34 +25,36 @@ engine's protocol; :data:`converter` is the one place that knows it, and
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
-STATES: Final = frozenset({"finished", "failed", "rejected", "delivery-unknown", "outcome-unknown", "pending"})
+from bridge.core.words import Reason, RequestId, State, StopBy
 
 #: The reasons each state admits (None: no reason).
-REASONS: Final[dict[str, frozenset[str | None]]] = {
-    "finished": frozenset({None}),
-    "failed": frozenset({None, "interrupted", "timeout", "closing"}),
-    "rejected": frozenset({"engine", "queue-full", "cancelled", "closing", "engine-down"}),
-    "delivery-unknown": frozenset({"ack-without-start", "no-ack", "engine-exited"}),
-    "outcome-unknown": frozenset(
+REASONS: Final[dict[State, frozenset[Reason | None]]] = {
+    State.FINISHED: frozenset({None}),
+    State.FAILED: frozenset({None, Reason.INTERRUPTED, Reason.TIMEOUT, Reason.CLOSING}),
+    State.REJECTED: frozenset({Reason.ENGINE, Reason.QUEUE_FULL, Reason.CANCELLED, Reason.CLOSING, Reason.ENGINE_DOWN}),
+    State.DELIVERY_UNKNOWN: frozenset({Reason.ACK_WITHOUT_START, Reason.NO_ACK, Reason.ENGINE_EXITED}),
+    State.OUTCOME_UNKNOWN: frozenset(
         {
-            "aborted-without-stop",
-            "no-final-assistant-message",
-            "unrecognised-stop-reason",
-            "overlap",
-            "gap",
-            "disposition",
-            "engine-exited",
-            "settle-timeout",
+            Reason.ABORTED_WITHOUT_STOP,
+            Reason.NO_FINAL_ASSISTANT_MESSAGE,
+            Reason.UNRECOGNISED_STOP_REASON,
+            Reason.OVERLAP,
+            Reason.GAP,
+            Reason.DISPOSITION,
+            Reason.ENGINE_EXITED,
+            Reason.SETTLE_TIMEOUT,
         }
     ),
-    "pending": frozenset({None}),
+    State.PENDING: frozenset({None}),
 }
+#: A receipt's ``(state, reason)``.
+Verdict = tuple[State, Reason | None]
 
 
 @attrs.frozen
@@ -68,10 +70,12 @@ class Times:
 
 @attrs.frozen
 class Receipt:
-    request: Any
-    state: str
-    reason: str | None = None
-    stop: Any = None
+    request: RequestId
+    state: State
+    reason: Reason | None = None
+    #: The id of the stop that aborted the run (the controller's, or the bridge's own
+    #: ``timeout-N`` / ``closing-N``).
+    stop: RequestId | None = None
     native_error: str | None = None
     run: str | None = None
     #: The final assistant reply text of the slot's own run, when there is one.
@@ -87,7 +91,8 @@ class Receipt:
     generation: int | None = None
 
     def __attrs_post_init__(self) -> None:
-        if self.state not in STATES:
+        # Words from a file arrive as bare strings: a StrEnum hashes and compares as its word.
+        if self.state not in REASONS:
             raise ValueError(f"unknown receipt state {self.state!r}")
         if self.reason not in REASONS[self.state]:
             raise ValueError(f"reason {self.reason!r} does not go with state {self.state!r}")
@@ -112,11 +117,17 @@ class Receipt:
 # reasons for its order; tests/test_decision.py checks every row.
 
 #: Who sent the stop linked to a prompt, and the reason its aborted run gets.
-STOP_REASONS: Final[dict[str, str]] = {"controller": "interrupted", "timeout": "timeout", "closing": "closing"}
+STOP_REASONS: Final[dict[StopBy, Reason]] = {
+    StopBy.CONTROLLER: Reason.INTERRUPTED,
+    StopBy.TIMEOUT: Reason.TIMEOUT,
+    StopBy.CLOSING: Reason.CLOSING,
+}
 
 #: The tracker's settlements that our own stop may have caused (Pi aborted in a
 #: retry backoff writes no aborted message; SPEC §2).
-_ABORTABLE: Final = frozenset({("failed", None), ("outcome-unknown", "no-final-assistant-message")})
+_ABORTABLE: Final[frozenset[Verdict]] = frozenset(
+    {(State.FAILED, None), (State.OUTCOME_UNKNOWN, Reason.NO_FINAL_ASSISTANT_MESSAGE)}
+)
 
 
 @attrs.frozen
@@ -124,57 +135,57 @@ class Facts:
     """What is known of one prompt when its receipt is decided: the table's columns."""
 
     #: Never written to the engine, and why: queue-full, cancelled, closing, engine-down.
-    unsent: str | None = None
+    unsent: Reason | None = None
     #: Replay only: the receipt the journal recorded before the prompt's release.
-    recorded: tuple[str, str | None] | None = None
+    recorded: Verdict | None = None
     #: The engine answered the prompt ``success: false`` before any ack.
     refused: bool = False
     #: A deadline passed: ``ack`` (no ack), ``settle`` (the stop after a timeout
     #: was not obeyed), ``taint`` (a tainted slot's own run did not settle).
-    gave_up: str | None = None
+    gave_up: Literal["ack", "settle", "taint"] | None = None
     #: The engine's first taint while the prompt was held: ``overlap``, ``gap``,
     #: ``disposition`` or ``aborted-without-stop``.
-    taint: str | None = None
+    taint: Reason | None = None
     #: The engine exited before anything else decided.
     exited: bool = False
     #: The model had the prompt (the tracker's ``working``).
     working: bool = False
     #: The tracker's settlement of the slot: the seed's ``classify``.
-    tracker: tuple[str, str | None] | None = None
+    tracker: Verdict | None = None
     #: The slot's own run (or its loose settle) settled; with a taint this is the trigger.
     own_settled: bool = False
     #: Whose stop is linked to the slot: ``controller``, ``timeout`` or ``closing``.
-    stop_by: str | None = None
+    stop_by: StopBy | None = None
     #: ``agent_settled.aborted`` of the settle that closed the slot's run.
     aborted: bool = False
 
 
-def decide(f: Facts) -> tuple[str, str | None]:
+def decide(f: Facts) -> Verdict:
     """The receipt's ``(state, reason)`` for what is known: README "How a receipt
     is decided", row by row (the first row that matches decides). Raises
     ValueError when nothing in ``f`` is a trigger (a bug in the caller)."""
     if f.unsent is not None:  # row 1: never written
-        return "rejected", f.unsent
+        return State.REJECTED, f.unsent
     if f.recorded is not None:  # row 2: replay takes the live bridge's decision
         return f.recorded
     if f.refused:  # row 3: the engine said no
-        return "rejected", "engine"
+        return State.REJECTED, Reason.ENGINE
     if f.gave_up == "ack":  # row 4: no ack in time, whatever else came
-        return "delivery-unknown", "no-ack"
+        return State.DELIVERY_UNKNOWN, Reason.NO_ACK
     if f.gave_up == "settle":  # row 5: our stop after a timeout was not obeyed
-        return "outcome-unknown", "settle-timeout"
+        return State.OUTCOME_UNKNOWN, Reason.SETTLE_TIMEOUT
     if f.taint is not None and (f.own_settled or f.exited or f.gave_up == "taint" or f.tracker is not None):
-        return "outcome-unknown", f.taint  # row 6: tainted evidence settles nothing
+        return State.OUTCOME_UNKNOWN, f.taint  # row 6: tainted evidence settles nothing
     if f.gave_up == "taint":  # row 7
-        return "outcome-unknown", "overlap"
+        return State.OUTCOME_UNKNOWN, Reason.OVERLAP
     if f.exited:  # rows 8, 9: the engine died first
-        return ("outcome-unknown" if f.working else "delivery-unknown"), "engine-exited"
+        return (State.OUTCOME_UNKNOWN if f.working else State.DELIVERY_UNKNOWN), Reason.ENGINE_EXITED
     if f.tracker is None:
         raise ValueError(f"no trigger to decide a receipt from: {f!r}")
-    if f.tracker == ("failed", "interrupted"):  # row 10: the seed saw our stop's abort
-        return "failed", STOP_REASONS.get(f.stop_by or "controller", "interrupted")
+    if f.tracker == (State.FAILED, Reason.INTERRUPTED):  # row 10: the seed saw our stop's abort
+        return State.FAILED, STOP_REASONS[f.stop_by or StopBy.CONTROLLER]
     if f.tracker in _ABORTABLE and f.stop_by is not None and f.aborted:  # row 11: aborted in a backoff
-        return "failed", STOP_REASONS.get(f.stop_by, "interrupted")
+        return State.FAILED, STOP_REASONS[f.stop_by]
     return f.tracker  # row 12: the seed's own verdict
 
 

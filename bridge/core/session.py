@@ -1,9 +1,10 @@
 """The session: the sans-IO object the live bridge and replay both drive.
 
 A :class:`Session` is fed what the bridge does and what it reads -- commands it
-wrote (:meth:`~Session.send`), lines it read (:meth:`~Session.receive_line` /
-:meth:`~Session.observe`), slots it released, engine exits -- and returns the
-events that follow, in order. It owns the observation index, drives the
+wrote (:meth:`~Session.send`), lines it read (:meth:`~Session.observe_batch`, one
+read's lines at a time; replay feeds parsed journal entries to :meth:`~Session.observe`
+and elided runs to :meth:`~Session.observe_updates`), slots it released, engine
+exits -- and returns the events that follow, in order. It owns the observation index, drives the
 :class:`~bridge.core.tracker.Tracker` by SPEC §4's table, and decides each sent
 prompt's receipt (SPEC §5). It has no clock and does no I/O: times are passed
 in by the caller (``t``, seconds since the bridge started) and only copied into
@@ -55,19 +56,18 @@ The bridge's own rules on top (SPEC §5):
 from __future__ import annotations
 
 import collections
-from collections.abc import Sequence
-from typing import Any, Final
+from collections.abc import Iterator, Sequence
+from typing import Any, Final, Literal
 
 import attrs
 
-from bridge.core.framing import Oversize, RawLine, parse_line
+from bridge.core.framing import MESSAGE_UPDATE, Oversize, RawLine, all_utf8, parse_line, update_runs, valid_utf8
 from bridge.core.receipts import Facts, Receipt, Times, decide, exit_words
 from bridge.core.tracker import Overlap, Settled, Tracker, Working
+from bridge.core.words import Reason, RequestId, Signal, StopBy
 
-#: Pi writes ``type`` first (``JSON.stringify`` keeps insertion order), so a line
-#: with this prefix is a ``message_update``, which the tracker never reads: it
-#: is parsed only when a controller streams the slot's text.
-MESSAGE_UPDATE_PREFIX: Final = b'{"type":"message_update",'
+#: The ``by`` words a journal's ``stop`` note may carry.
+_STOP_BY: Final = frozenset(StopBy)
 
 #: Runs, overlaps and loose settles a live tracker remembers (see Tracker.keep).
 TRACKER_KEEP: Final = 256
@@ -95,19 +95,20 @@ class GapOpened:
     length: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"signal": "gap", "idx": self.idx, "why": self.why, "bytes": self.length}
+        return {"signal": Signal.GAP, "idx": self.idx, "why": self.why, "bytes": self.length}
 
 
 @attrs.frozen
 class SealBroken:
     """The first overlap, gap or non-``started`` disposition on this engine."""
 
-    cause: str  # "overlap" | "aborted-without-stop" | "gap" | "disposition"
+    #: The taint: ``overlap``, ``aborted-without-stop``, ``gap`` or ``disposition``.
+    cause: Reason
     idx: int
     request: Any
 
     def to_json(self) -> dict[str, Any]:
-        return {"signal": "unsealed", "cause": self.cause, "idx": self.idx, "request": self.request}
+        return {"signal": Signal.UNSEALED, "cause": self.cause, "idx": self.idx, "request": self.request}
 
 
 @attrs.frozen
@@ -124,7 +125,7 @@ class DispositionSignal:
     disposition: Any
 
     def to_json(self) -> dict[str, Any]:
-        return {"signal": "disposition", "idx": self.idx, "request": self.request, "disposition": self.disposition}
+        return {"signal": Signal.DISPOSITION, "idx": self.idx, "request": self.request, "disposition": self.disposition}
 
 
 @attrs.frozen
@@ -141,7 +142,7 @@ class Diagnostic:
     answer: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"signal": "seal-diagnostic", "kind": self.kind, "idx": self.idx, **self.detail}
+        return {"signal": Signal.SEAL_DIAGNOSTIC, "kind": self.kind, "idx": self.idx, **self.detail}
 
 
 @attrs.frozen
@@ -195,6 +196,28 @@ Event = (
 NO_EVENTS: Final[tuple[()]] = ()
 
 
+@attrs.frozen
+class Observed:
+    """One engine line observed: its index, what it parsed to (None: a ``message_update``
+    nobody streams, not parsed) and the events it caused."""
+
+    idx: int
+    line: bytes | Oversize
+    parsed: dict[str, Any] | RawLine | None
+    events: Sequence[Event]
+
+
+@attrs.frozen
+class Skipped:
+    """A run of ``message_update`` lines taken in bulk: indices ``first`` on, not parsed."""
+
+    first: int
+    lines: Sequence[bytes]
+
+
+Observation = Observed | Skipped
+
+
 @attrs.define
 class PromptState:
     """What the session knows of one sent prompt."""
@@ -206,7 +229,7 @@ class PromptState:
     working_idx: int | None = None
     stop: Any = None
     #: Whose stop ``stop`` is (the journal's ``stop`` note): controller, timeout, closing.
-    stop_by: str | None = None
+    stop_by: StopBy | None = None
     reply: str | None = None
     signals: list[dict[str, Any]] = attrs.field(factory=list)
     times: dict[str, float] = attrs.field(factory=dict)
@@ -225,17 +248,20 @@ class Session:
     memory does not grow with the stream.
     """
 
-    def __init__(self, clearing: tuple[str, ...] | frozenset[str] = (), *, collect: bool = False) -> None:
+    def __init__(
+        self, clearing: tuple[str, ...] | frozenset[str] = (), *, collect: bool = False, skip_updates: bool = True
+    ) -> None:
         self.clearing = frozenset(clearing)
         self.collect = collect
-        #: Skip parsing ``message_update`` lines nobody streams (off for full journals).
-        self.fast_skip = True
+        #: Skip parsing ``message_update`` lines nobody streams (off for full journals, which
+        #: keep every line's payload and so need it parsed).
+        self.skip_updates = skip_updates
         self.tracker = self._new_tracker(0)
         self.observations = 0
         self.generation = 1
         self.pid: int | None = None
         #: Why the engine is no longer sealed, or None.
-        self.taint: str | None = None
+        self.taint: Reason | None = None
         self.exited = False
         self._fresh_needed = False
         self._pending_clears: list[tuple[str, Any]] = []
@@ -252,7 +278,7 @@ class Session:
         self.receipts: list[Receipt] = []
         #: Whose stop each stop id is, from the ``stop`` notes (a stop with no
         #: note is the controller's: journals before the notes existed).
-        self._stop_by: dict[Any, str] = {}
+        self._stop_by: dict[RequestId, StopBy] = {}
         #: The current engine's last stderr lines, for ``engine-exited`` receipts.
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_QUOTED)
 
@@ -283,7 +309,7 @@ class Session:
                 if slot is not None and slot.request == previous.request:
                     previous.run_id = slot.run_id
                 self._displaced.append(previous)
-                self._taint("overlap", self.tracker.idx, events)
+                self._taint(Reason.OVERLAP, self.tracker.idx, events)
             self.tracker.attach(request)
             state = PromptState(request, stream=stream, pid=self.pid, generation=self.generation)
             if t is not None:
@@ -293,54 +319,64 @@ class Session:
         elif kind == "abort":
             stop = cmd.get("id")
             self.tracker.link_stop(stop)
-            by = self._stop_by.pop(stop, "controller") if isinstance(stop, str) else "controller"
+            by = self._stop_by.pop(stop, StopBy.CONTROLLER) if isinstance(stop, str) else StopBy.CONTROLLER
             if self.held is not None and self.held.stop is None:
                 self.held.stop = stop
                 self.held.stop_by = by
         if kind in self.clearing:
-            self.tracker.clear_window += 1
+            self.tracker.open_clear_window()
             self._pending_clears.append((kind, cmd.get("id")))
         return events or NO_EVENTS
 
-    def receive_line(
-        self, line: bytes | Oversize, *, t: float | None = None
-    ) -> tuple[int, dict[str, Any] | RawLine | None, Sequence[Event]]:
-        """One line read from the engine's stdout: ``(idx, parsed, events)``.
+    def observe_batch(self, lines: Sequence[bytes | Oversize], *, t: float | None = None) -> Iterator[Observation]:
+        """One read's lines from the engine's stdout, in order: the one entry point for them.
 
-        ``parsed`` is None for a ``message_update`` nobody streams (not parsed).
-        """
+        Yields one :class:`Skipped` per run of ``message_update`` lines nobody streams (they
+        take their indices and are not parsed: the fast path, :func:`bridge.core.framing.update_runs`)
+        and one :class:`Observed` per other line. Consume it whole: each item is yielded after
+        its lines were observed, and what the caller does between items (journal a line, answer
+        a start-up check) sees the session as of that line."""
+        if not self._updates_skippable():
+            for line in lines:
+                yield self._receive_line(line, t)
+            return
+        for start, end, is_update in update_runs(lines, MESSAGE_UPDATE, b"}"):
+            if is_update and self._updates_skippable():
+                run: Sequence[bytes] = lines[start:end]  # type: ignore[assignment]  # update runs are bytes
+                if all_utf8(run):
+                    yield Skipped(self.observe_updates(len(run)), run)
+                    continue
+            for line in lines[start:end]:  # the one with invalid UTF-8 is a gap
+                yield self._receive_line(line, t)
+
+    def observe_updates(self, count: int) -> int:
+        """``count`` ``message_update`` lines (or their elided journal entries) the tracker
+        never reads: they only take their indices. Returns the first index."""
+        if self._fresh_needed:
+            self._fresh_tracker()
+        self.observations += count
+        return self.tracker.read_many(count)
+
+    def _receive_line(self, line: bytes | Oversize, t: float | None) -> Observed:
         if (
-            self.fast_skip
+            self.skip_updates
             and type(line) is bytes
-            and line.startswith(MESSAGE_UPDATE_PREFIX)
+            and line.startswith(MESSAGE_UPDATE)
             and line.endswith(b"}")
             and not self._streaming()
             and not self._fresh_needed
-            and _valid_utf8(line)
+            and valid_utf8(line)
         ):
             self.observations += 1
-            return self.tracker.read(), None, NO_EVENTS
+            return Observed(self.tracker.read(), line, None, NO_EVENTS)
         value = parse_line(line)
         idx, events = self.observe(value, t=t)
-        return idx, value, events
+        return Observed(idx, line, value, events)
 
-    def updates_skippable(self) -> bool:
-        """True while ``message_update`` lines need no parse (nobody streams the
-        slot's text, the tracker is this engine's). The trio layer uses it with
-        :meth:`skip_updates` to take runs of such lines in bulk."""
-        return self.fast_skip and not self._fresh_needed and not self._streaming()
-
-    def skip_updates(self, count: int) -> int:
-        """``count`` lines that are ``message_update`` events (they start with
-        :data:`MESSAGE_UPDATE_PREFIX`, end with ``}``, are valid UTF-8): the
-        tracker never reads them, so they only take their indices. Returns the
-        first index."""
-        if self._fresh_needed:
-            self._fresh_tracker()
-        first = self.tracker.idx + 1
-        self.tracker.idx += count
-        self.observations += count
-        return first
+    def _updates_skippable(self) -> bool:
+        """``message_update`` lines need no parse: nobody streams the slot's text and the
+        tracker is this engine's."""
+        return self.skip_updates and not self._fresh_needed and not self._streaming()
 
     def observe(self, value: Any, *, t: float | None = None) -> tuple[int, Sequence[Event]]:
         """One observation: a parsed JSON object, or a :class:`RawLine`."""
@@ -357,7 +393,7 @@ class Session:
             gap_events: list[Event] = [gap]
             if self.held is not None:
                 _add_signal(self.held, gap.to_json())
-            self._taint("gap", idx, gap_events)
+            self._taint(Reason.GAP, idx, gap_events)
             self._settle_tainted(idx, t, gap_events)
             return idx, gap_events
         kind = value.get("type")
@@ -374,7 +410,11 @@ class Session:
                     _add_signal(displaced, out.to_json())
                 # An `aborted` nobody asked for is the seed's own unknown: the
                 # receipt names it rather than the generic "overlap".
-                self._taint("aborted-without-stop" if out.signal == "aborted-without-stop" else "overlap", idx, events)
+                self._taint(
+                    Reason.ABORTED_WITHOUT_STOP if out.signal == Signal.ABORTED_WITHOUT_STOP else Reason.OVERLAP,
+                    idx,
+                    events,
+                )
             elif type(out) is Working:
                 if self.collect:
                     self.working.append(out)
@@ -432,7 +472,9 @@ class Session:
         self.open.pop(request, None)
         return events
 
-    def give_up(self, request: Any, why: str, *, t: float | None = None) -> list[Event]:
+    def give_up(
+        self, request: Any, why: Literal["ack", "settle", "taint", "exited"], *, t: float | None = None
+    ) -> list[Event]:
         """The lifecycle stopped waiting for ``request``'s evidence: ``why`` is the
         deadline that passed (``ack``, ``settle``, ``taint``) or ``exited``.
 
@@ -446,10 +488,10 @@ class Session:
         elif prompt.receipt is not None:
             return events
         taint = self.taint if prompt is self.held or prompt in self._displaced else None
-        exited = why == "exited"
-        facts = Facts(
-            exited=exited, gave_up=None if exited else why, taint=taint, working=prompt.working_idx is not None
-        )
+        if why == "exited":
+            facts = Facts(exited=True, taint=taint, working=prompt.working_idx is not None)
+        else:
+            facts = Facts(gave_up=why, taint=taint, working=prompt.working_idx is not None)
         self._conclude(prompt, facts, t, events)
         return events
 
@@ -464,8 +506,8 @@ class Session:
         event = value.get("event")
         if event == "stop":
             stop, by = value.get("stop"), value.get("by")
-            if isinstance(stop, str) and isinstance(by, str):
-                self._stop_by[stop] = by
+            if isinstance(stop, str) and by in _STOP_BY:
+                self._stop_by[stop] = StopBy(by)
         elif event == "engine-start":
             pid, generation = value.get("pid"), value.get("generation")
             self.engine_started(
@@ -539,7 +581,7 @@ class Session:
                     sig = DispositionSignal(held.request, idx, disposition)
                     _add_signal(held, sig.to_json())
                     events.append(sig)
-                    self._taint("disposition", idx, events)
+                    self._taint(Reason.DISPOSITION, idx, events)
                 return events
             if value.get("success") is False and held is not None and held.ack_idx is None and held.receipt is None:
                 events = []
@@ -554,11 +596,11 @@ class Session:
             for n, (kind, cid) in enumerate(self._pending_clears):
                 if cid == rid and (command is None or command == kind):
                     del self._pending_clears[n]
-                    self.tracker.clear_window -= 1
+                    self.tracker.close_clear_window()
                     break
         return NO_EVENTS
 
-    def _taint(self, cause: str, idx: int, events: list[Event]) -> None:
+    def _taint(self, cause: Reason, idx: int, events: list[Event]) -> None:
         if self.taint is None:
             self.taint = cause
             request = self.held.request if self.held is not None else None
@@ -592,7 +634,7 @@ class Session:
             taint=self.taint,
             own_settled=True,
             working=held.working_idx is not None,
-            stop_by=(held.stop_by or "controller") if stop else None,
+            stop_by=(held.stop_by or StopBy.CONTROLLER) if stop else None,
             aborted=settle.get("aborted") is True,
         )
         self._conclude(held, facts, t, events, settle_idx=out.idx, stop=out.stop or stop, native_error=out.native_error)
@@ -683,18 +725,7 @@ def _add_signal(prompt: PromptState, signal: dict[str, Any]) -> None:
     if len(prompt.signals) < SIGNALS_PER_PROMPT:
         prompt.signals.append(signal)
     elif len(prompt.signals) == SIGNALS_PER_PROMPT:
-        prompt.signals.append({"signal": "more-signals-not-kept", "idx": signal.get("idx")})
-
-
-def _valid_utf8(line: bytes) -> bool:
-    """Invalid UTF-8 is a gap even in a line nobody parses (SPEC §3)."""
-    if line.isascii():
-        return True
-    try:
-        line.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
+        prompt.signals.append({"signal": Signal.MORE_SIGNALS_NOT_KEPT, "idx": signal.get("idx")})
 
 
 def message_text(message: dict[str, Any]) -> str:

@@ -49,18 +49,17 @@ sequence of events; the same inputs always give the same outputs.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import attrs
+
+from bridge.core.words import Cause, Reason, Signal, State, Why
 
 #: Stop reasons that mean the model finished its answer (seed ``DONE_STOPS``).
 DONE_STOPS = frozenset({"stop", "length", "toolUse"})
 
 #: ``lastError`` keeps at most this many characters (SPEC §4).
 LAST_ERROR_MAX = 2000
-
-SettleState = Literal["finished", "failed", "delivery-unknown", "outcome-unknown"]
-
 
 # --------------------------------------------------------------------------
 # Outputs
@@ -70,7 +69,7 @@ SettleState = Literal["finished", "failed", "delivery-unknown", "outcome-unknown
 class Overlap:
     """An overlap signal. ``detail`` keeps the seed's keys in the seed's order."""
 
-    signal: str
+    signal: Signal
     idx: int
     request: str | None
     detail: dict[str, Any] = attrs.field(factory=dict)
@@ -100,8 +99,8 @@ class Settled:
 
     request: str | None
     idx: int
-    state: SettleState
-    reason: str | None = None
+    state: State
+    reason: Reason | None = None
     stop: str | None = None
     native_error: str | None = None
 
@@ -199,9 +198,24 @@ class Tracker:
         return bool(self.overlaps)
 
     def read(self) -> int:
-        """Give the next observation its index."""
+        """Give the next observation its index: where every observation gets its index."""
         self.idx += 1
         return self.idx
+
+    def read_many(self, count: int) -> int:
+        """``count`` observations the tracker never looks at (``message_update`` lines taken
+        in bulk) take their indices; returns the first."""
+        first = self.idx + 1
+        self.idx += count
+        return first
+
+    def open_clear_window(self) -> None:
+        """A clearing command was written: an empty ``queue_update`` is ours until its answer."""
+        self.clear_window += 1
+
+    def close_clear_window(self) -> None:
+        """A clearing command was answered."""
+        self.clear_window -= 1
 
     def attach(self, request: str | None) -> Slot:
         self.slot = Slot(request=request)
@@ -288,11 +302,11 @@ class Tracker:
                 items = (len(steering) if isinstance(steering, list) else 0) + (
                     len(follow_up) if isinstance(follow_up, list) else 0
                 )
-                cause = "uncaused-queue-update" if empty else "queue-update"
-                self._overlap("O5", idx, out, cause=cause, items=items)
+                cause = Cause.UNCAUSED_QUEUE_UPDATE if empty else Cause.QUEUE_UPDATE
+                self._overlap(Signal.O5, idx, out, cause=cause, items=items)
         return out
 
-    def _overlap(self, signal: str, idx: int, out: list[Output], **detail: Any) -> None:
+    def _overlap(self, signal: Signal, idx: int, out: list[Output], **detail: Any) -> None:
         held = self.slot if self.slot is not None else self.last_slot
         entry = Overlap(signal, idx, held.request if held is not None else None, detail)
         self.overlap_count += 1
@@ -312,12 +326,12 @@ class Tracker:
         s = self.slot
         if s is None or s.ack_idx is None or s.run_id is not None:
             if s is None:
-                why = "no slot held"
+                why = Why.NO_SLOT
             elif s.ack_idx is None:
-                why = "before the slot's ack"
+                why = Why.BEFORE_ACK
             else:
-                why = "after the slot's run"
-            self._overlap("O1", idx, out, run=run.id, why=why)
+                why = Why.AFTER_SLOTS_RUN
+            self._overlap(Signal.O1, idx, out, run=run.id, why=why)
             return
         s.run_id = run.id
         run.slot = True
@@ -328,7 +342,7 @@ class Tracker:
             return
         run.user_starts += 1
         if run.user_starts == 2:
-            self._overlap("O6", idx, out, run=run.id)
+            self._overlap(Signal.O6, idx, out, run=run.id)
         s = self.slot
         if (
             s is not None
@@ -346,7 +360,7 @@ class Tracker:
         stop_reason = raw_stop if isinstance(raw_stop, str) else None
         # Only the controller's abort produces `aborted`.
         if stop_reason == "aborted" and not self.stop:
-            self._overlap("aborted-without-stop", idx, out, run=self.current)
+            self._overlap(Signal.ABORTED_WITHOUT_STOP, idx, out, run=self.current)
         run = self.current_run()
         if run is None:
             # Pi's run-failure handler can emit a failure message with no
@@ -369,27 +383,26 @@ class Tracker:
             if self.keep is not None and len(self.loose_settles) > self.keep:
                 del self.loose_settles[: -self.keep]
             if s is None or s.ack_idx is None:
-                why = "no slot held" if s is None else "before the slot's ack"
-                self._overlap("O2", idx, out, why=why)
+                why = Why.NO_SLOT if s is None else Why.BEFORE_ACK
+                self._overlap(Signal.O2, idx, out, why=why)
                 return
             if s.settle_seen:
-                self._overlap("O2", idx, out, why="a second settle for one ack")
+                self._overlap(Signal.O2, idx, out, why=Why.SECOND_SETTLE)
                 return
             s.settle_seen = True
             if s.run_id is not None:
-                self._overlap("O2", idx, out, why="a second settle for one ack")
+                self._overlap(Signal.O2, idx, out, why=Why.SECOND_SETTLE)
                 return
             if not s.failure_no_run:
-                why = "settle after the ack with no agent_start and no failure message"
-                self._overlap("O4", idx, out, why=why)
+                self._overlap(Signal.O4, idx, out, why=Why.SETTLE_WITHOUT_START)
                 return
             if self.overlapped or self.gap:
                 return
-            out.append(Settled(s.request, idx, "delivery-unknown", "ack-without-start"))
+            out.append(Settled(s.request, idx, State.DELIVERY_UNKNOWN, Reason.ACK_WITHOUT_START))
             return
         if run.open_starts > 0:
             # The settle does not close this run; the run stays current.
-            self._overlap("O3", idx, out, run=run.id)
+            self._overlap(Signal.O3, idx, out, run=run.id)
             return
         run.settle_idx = idx
         self.current = None
@@ -397,14 +410,13 @@ class Tracker:
             self._forget_runs()
         if not run.slot:
             if s is None or s.ack_idx is None:
-                self._overlap("O2", idx, out, run=run.id, why="settle of a run that is not the slot's")
+                self._overlap(Signal.O2, idx, out, run=run.id, why=Why.NOT_THE_SLOTS_RUN)
             return
         if s is None or s.run_id != run.id:
-            why = "the slot's run settled after the slot moved on"
-            self._overlap("O2", idx, out, run=run.id, why=why)
+            self._overlap(Signal.O2, idx, out, run=run.id, why=Why.SLOT_MOVED_ON)
             return
         if s.settle_seen:
-            self._overlap("O2", idx, out, why="a second settle for one ack")
+            self._overlap(Signal.O2, idx, out, why=Why.SECOND_SETTLE)
             return
         s.settle_seen = True
         if self.overlapped or self.gap:
@@ -431,19 +443,19 @@ def classify(slot: Slot, run: Run, stop: str | None, idx: int) -> Settled:
     """Settle the slot from its own run's evidence (no overlap, no gap seen)."""
     request = slot.request
     if not slot.working:
-        return Settled(request, idx, "delivery-unknown", "ack-without-start")
+        return Settled(request, idx, State.DELIVERY_UNKNOWN, Reason.ACK_WITHOUT_START)
     s = run.last_stop
     if s in DONE_STOPS:
-        return Settled(request, idx, "finished")
+        return Settled(request, idx, State.FINISHED)
     if s == "error":
-        return Settled(request, idx, "failed", native_error=run.last_error)
+        return Settled(request, idx, State.FAILED, native_error=run.last_error)
     if s == "aborted":
         # Without a stop this is unreachable: _assistant_end raised the overlap.
         if stop:
-            return Settled(request, idx, "failed", "interrupted", stop=stop)
-        return Settled(request, idx, "outcome-unknown", "aborted-without-stop")
-    word = "no-final-assistant-message" if s is None else "unrecognised-stop-reason"
-    return Settled(request, idx, "outcome-unknown", word)
+            return Settled(request, idx, State.FAILED, Reason.INTERRUPTED, stop=stop)
+        return Settled(request, idx, State.OUTCOME_UNKNOWN, Reason.ABORTED_WITHOUT_STOP)
+    word = Reason.NO_FINAL_ASSISTANT_MESSAGE if s is None else Reason.UNRECOGNISED_STOP_REASON
+    return Settled(request, idx, State.OUTCOME_UNKNOWN, word)
 
 
 def js_slice(text: str, units: int) -> str:

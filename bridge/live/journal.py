@@ -34,11 +34,11 @@ from __future__ import annotations
 
 import datetime
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from bridge.core.framing import RawLine, raw_text
+from bridge.core.framing import MESSAGE_UPDATE, RawLine, raw_text
 from bridge.core.receipts import Receipt
 from bridge.transcript import TranscriptWriter, dumps
 
@@ -46,9 +46,9 @@ from bridge.transcript import TranscriptWriter, dumps
 JOURNAL_BUFFER = 1 << 20
 
 #: The lean form of a ``message_update`` (its byte count), in both write paths.
-LEAN_UPDATE = b'{"type":"message_update","elided":%d}'
+LEAN_UPDATE = MESSAGE_UPDATE + b'"elided":%d}'
 
-_ELIDED_TYPES = (b'{"type":"message_update",', b'{"type":"tool_execution_update",')
+_ELIDED_TYPES = (MESSAGE_UPDATE, b'{"type":"tool_execution_update",')
 
 
 class JournalError(Exception):
@@ -69,7 +69,7 @@ def default_journal_path() -> Path:
     return default_journal_dir() / f"{stamp}-{os.getpid()}.jsonl"
 
 
-def open_private(path: Path) -> Any:
+def open_private(path: Path) -> BinaryIO:
     """Create ``path`` 0600 (refusing an existing file) in a 0700 directory.
     Raises :class:`JournalError` (one line: the file and the problem)."""
     try:
@@ -83,7 +83,7 @@ def open_private(path: Path) -> Any:
         raise JournalError(f"cannot create the journal {path}: {e.strerror or e}") from None
 
 
-def _open_private(path: Path) -> Any:
+def _open_private(path: Path) -> BinaryIO:
     parent = path.parent
     if not parent.exists():
         parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -161,7 +161,7 @@ class Journal:
         except OSError as e:
             self.fail(e)
 
-    def recv_elided_updates(self, lines: list[bytes], first: int, t: float) -> None:
+    def recv_elided_updates(self, lines: Sequence[bytes], first: int, t: float) -> None:
         """A run of ``message_update`` lines, indices ``first`` on, in their lean form."""
         if self.closed:
             return
@@ -218,7 +218,7 @@ class Journal:
 
 def _elided(line: bytes, parsed: dict[str, Any] | None) -> bytes:
     """The lean form of a bulky update: its type and ids, and how many bytes were dropped."""
-    if line.startswith(b'{"type":"message_update",'):
+    if line.startswith(MESSAGE_UPDATE):
         return LEAN_UPDATE % len(line)
     keep: dict[str, Any] = {"type": "tool_execution_update"}
     if parsed is not None:

@@ -33,7 +33,6 @@ from __future__ import annotations
 import collections
 import itertools
 import math
-import operator
 import os
 import signal as signal_module
 from collections.abc import AsyncIterator, Callable
@@ -82,7 +81,9 @@ from bridge.core.lifecycle import (
 )
 from bridge.core.receipts import Receipt
 from bridge.core.session import (
-    MESSAGE_UPDATE_PREFIX,
+    Acked as SessionAcked,
+)
+from bridge.core.session import (
     Diagnostic,
     DispositionSignal,
     GapOpened,
@@ -90,10 +91,8 @@ from bridge.core.session import (
     Retrying,
     SealBroken,
     Session,
+    Skipped,
     TextDelta,
-)
-from bridge.core.session import (
-    Acked as SessionAcked,
 )
 from bridge.core.tracker import Overlap
 from bridge.live.engine import Engine, EngineGone
@@ -167,6 +166,8 @@ class Bridge:
         first_launch: Launch,
         journal: Journal | None,
         config: BridgeConfig,
+        *,
+        collect: bool = False,
     ) -> None:
         self._nursery = nursery
         self.profile = profile
@@ -175,8 +176,7 @@ class Bridge:
         self._launch: Launch | None = first_launch
         self._t0 = trio.current_time()
         self.lifecycle = Lifecycle(config)
-        self.session = Session(first_launch.clearing, collect=False)
-        self.session.fast_skip = not config.journal_full
+        self.session = Session(first_launch.clearing, collect=collect, skip_updates=not config.journal_full)
         self.engine: Engine | None = None
         self._writers: dict[Engine, trio.MemorySendChannel[tuple[bytes, str | None]]] = {}
         self._handles: dict[str, _Prompt] = {}
@@ -650,58 +650,29 @@ class Bridge:
     # -- the engine's lines (EngineSink) --------------------------------------------------------
 
     def lines(self, engine: Engine, lines: list[bytes | Oversize]) -> None:
-        """One read's lines, in order. The hot path: runs of ``message_update``
-        lines nobody streams are taken in bulk (found and journaled with C-level
-        maps, one clock read per batch); every other line goes one by one."""
+        """One read's lines, in order, with one clock read. The session observes them
+        (:meth:`~bridge.core.session.Session.observe_batch`: runs of ``message_update``
+        lines nobody streams are taken in bulk); here each is journaled and its events
+        carried out."""
         if engine is not self.engine:
             return
         t = self.now()
-        session = self.session
-        count = len(lines)
-        flags: list[bool] | None = None
-        if session.updates_skippable():
-            try:
-                flags = list(
-                    map(
-                        operator.and_,
-                        map(bytes.startswith, lines, itertools.repeat(MESSAGE_UPDATE_PREFIX)),  # type: ignore[arg-type]
-                        map(bytes.endswith, lines, itertools.repeat(b"}")),
-                    )
-                )  # type: ignore[arg-type]
-            except TypeError:  # an Oversize line in the batch: it goes the slow way
-                flags = [type(x) is bytes and x.startswith(MESSAGE_UPDATE_PREFIX) and x.endswith(b"}") for x in lines]
-        pos = 0
-        while pos < count:
-            if flags is not None and flags[pos] and session.updates_skippable():
-                try:
-                    end = flags.index(False, pos)
-                except ValueError:
-                    end = count
-                run = lines[pos:end]
-                if _all_utf8(run):  # type: ignore[arg-type]
-                    first = session.skip_updates(len(run))
-                    if self.journal is not None:
-                        self.journal.recv_elided_updates(run, first, t)  # type: ignore[arg-type]
-                else:
-                    for line in run:  # the one with invalid UTF-8 is a gap
-                        self._line(line, t)
-                pos = end
-            else:
-                self._line(lines[pos], t)
-                pos += 1
-
-    def _line(self, line: bytes | Oversize, t: float) -> None:
-        idx, parsed, events = self.session.receive_line(line, t=t)
         journal = self.journal
-        if type(parsed) is RawLine:
+        for seen in self.session.observe_batch(lines, t=t):
+            if isinstance(seen, Skipped):
+                if journal is not None:
+                    journal.recv_elided_updates(seen.lines, seen.first, t)
+                continue
+            parsed = seen.parsed
             if journal is not None:
-                journal.recv_raw(idx, parsed, t)
-        elif journal is not None:
-            journal.recv(idx, line, parsed, t)  # type: ignore[arg-type]
-        if self._startup_waiting and type(parsed) is dict and parsed.get("type") == "response":
-            self._startup_answer(parsed)
-        if events:
-            self._handle(events)
+                if type(parsed) is RawLine:
+                    journal.recv_raw(seen.idx, parsed, t)
+                else:
+                    journal.recv(seen.idx, seen.line, parsed, t)  # type: ignore[arg-type]  # not a RawLine: bytes
+            if self._startup_waiting and type(parsed) is dict and parsed.get("type") == "response":
+                self._startup_answer(parsed)
+            if seen.events:
+                self._handle(seen.events)
 
     def stderr(self, engine: Engine, text: str) -> None:
         if self.journal is not None:
@@ -778,18 +749,6 @@ class Bridge:
             self._feed(StartupChecked(self.generation, problems))
 
 
-def _all_utf8(lines: list[bytes]) -> bool:
-    """Every line valid UTF-8: ASCII lines are; only the others are decoded (all in C)."""
-    others = list(itertools.compress(lines, map(operator.not_, map(bytes.isascii, lines))))
-    if not others:
-        return True
-    try:
-        collections.deque(map(bytes.decode, others), maxlen=0)
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
 @asynccontextmanager
 async def open_bridge(
     profile: EngineProfile,
@@ -797,10 +756,14 @@ async def open_bridge(
     journal: str | Path | bool | None = True,
     config: BridgeConfig | None = None,
     drain_on_exit: bool = False,
+    collect: bool = False,
 ) -> AsyncIterator[Bridge]:
     """Open a bridge on an engine profile; close it (every receipt settled) on exit.
 
     ``journal``: True for the default location, a path, or False/None for none.
+    ``collect``: keep the tracker's outputs in ``bridge.session`` (``overlaps``, ``working``,
+    ``settled``), as replay does; memory then grows with the stream (tools that compare the
+    live bridge with replay use it).
     Raises :class:`~bridge.profiles.command.ProfileError` when the engine can't be prepared.
     """
     config = config or BridgeConfig()
@@ -822,7 +785,7 @@ async def open_bridge(
         launch.run_cleanup()
         raise
     async with trio.open_nursery() as nursery:
-        bridge = Bridge(nursery, profile, launch, jr, config)
+        bridge = Bridge(nursery, profile, launch, jr, config, collect=collect)
         nursery.start_soon(bridge._clock)
         nursery.start_soon(bridge._fsync_journal)
         try:

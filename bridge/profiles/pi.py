@@ -483,7 +483,7 @@ def remove_orphans(tmp: str | None = None) -> list[str]:
     a closed terminal): only ours (same uid) and only where the pid in the name
     is gone. Returns what was removed."""
     tmp = tmp or tempfile.gettempdir()
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(tmp))
     except OSError:
@@ -607,7 +607,7 @@ def check_seal(
             info = c.get("sourceInfo")
             where = info.get("path") if isinstance(info, Mapping) else None
             problems.append(
-                f"command /{c.get('name', '?')} from {kinds.get(src, f'source {src!r}')} is loaded"
+                f"command /{c.get('name', '?')} from {kinds.get(src, f'source {src!r}') if isinstance(src, str) else f'source {src!r}'} is loaded"
                 + (f" ({where})" if where else "")
                 + ": it can start runs the bridge did not ask for"
             )

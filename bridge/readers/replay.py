@@ -18,6 +18,7 @@ import attrs
 from bridge.core.framing import RawLine
 from bridge.core.receipts import Receipt
 from bridge.core.session import NO_EVENTS, Event, PromptState, ReceiptReady, Session
+from bridge.core.words import State
 from bridge.transcript import Entry, open_transcript
 
 
@@ -78,7 +79,7 @@ class Driver:
         if kind == "recv":
             return session.observe(value, t=entry.t)[1]
         if kind == "updates":
-            session.skip_updates(value)
+            session.observe_updates(value)
             return NO_EVENTS
         if kind == "send":
             events = session.send(value, t=entry.t)
@@ -160,7 +161,7 @@ def pending_receipt(item: PromptState, session: Session) -> Receipt:
     run = slot.run_id if slot is not None and item is session.held else None
     return Receipt(
         request=item.request,
-        state="pending",
+        state=State.PENDING,
         stop=item.stop,
         run=run,
         reply=item.reply,

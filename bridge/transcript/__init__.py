@@ -2,14 +2,13 @@
 (strict, streaming) and :mod:`.writer`."""
 
 from bridge.transcript.format import KINDS, MAGIC, VERSION, Entry, Header, TranscriptError, dumps
-from bridge.transcript.reader import UPDATE_PREFIX, UPDATES_READ, TranscriptReader, open_transcript
+from bridge.transcript.reader import UPDATES_READ, TranscriptReader, open_transcript
 from bridge.transcript.writer import TranscriptWriter
 
 __all__ = [
     "KINDS",
     "MAGIC",
     "UPDATES_READ",
-    "UPDATE_PREFIX",
     "VERSION",
     "Entry",
     "Header",

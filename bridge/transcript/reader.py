@@ -6,10 +6,10 @@ not grow with the file.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from typing import IO
 
+from bridge.core.framing import JOURNAL_UPDATE, update_runs
 from bridge.transcript.format import (
     EXTRA_KEYS,
     KINDS,
@@ -77,7 +77,8 @@ class TranscriptReader:
     def skipping_updates(self) -> Iterator[Entry]:
         """Every entry, except that runs of ``recv`` lines holding a
         ``message_update`` (an event the tracker never reads) come as one
-        ``Entry("updates", count)`` without being parsed. What is skipped is still counted: the ``i`` of the next parsed
+        ``Entry("updates", count)`` without being parsed (found by the framing's batch
+        classifier, :func:`bridge.core.framing.update_runs`, on :data:`~bridge.core.framing.JOURNAL_UPDATE`). What is skipped is still counted: the ``i`` of the next parsed
         observation is checked against the count, so a line lost or merged
         inside a run is still an error. Replay reads this way."""
         self._observations = 0
@@ -91,26 +92,18 @@ class TranscriptReader:
             if rest:
                 lines[0] = rest + lines[0]  # not rest + chunk: no copy of the whole chunk
             rest = lines.pop()
-            flags = list(map(bytes.startswith, lines, itertools.repeat(UPDATE_PREFIX)))
-            count = len(lines)
-            pos = 0
-            while pos < count:
-                if flags[pos]:
-                    try:
-                        end = flags.index(False, pos)
-                    except ValueError:
-                        end = count
-                    run = end - pos
+            for start, end, is_update in update_runs(lines, JOURNAL_UPDATE):
+                if is_update:
+                    run = end - start
                     self._observations += run
                     yield Entry("updates", run, None, self._observations, self._lineno + 1)
                     self._lineno += run
-                    pos = end
                     continue
-                self._lineno += 1
-                entry = self._entry(lines[pos].rstrip(b"\r"), self._lineno, True)
-                if entry is not None:
-                    yield entry  # type: ignore[misc]
-                pos += 1
+                for line in lines[start:end]:
+                    self._lineno += 1
+                    entry = self._entry(line.rstrip(b"\r"), self._lineno, True)
+                    if entry is not None:
+                        yield entry  # type: ignore[misc]
         if rest:
             self._lineno += 1
             entry = self._entry(rest, self._lineno, False)
@@ -162,10 +155,6 @@ class TranscriptReader:
 _TRUNCATED = object()
 #: What :meth:`TranscriptReader.skipping_updates` reads at a time.
 UPDATES_READ = 4 << 20
-#: ``recv`` lines the tracker never reads: lean and full ``message_update``
-#: entries, as journals write them (``type`` first). They are nearly all the
-#: lines of a Pi journal; the rarer ``tool_execution_update`` is parsed.
-UPDATE_PREFIX = b'{"recv":{"type":"message_update",'
 
 
 def open_transcript(path: str) -> tuple[IO[bytes], TranscriptReader]:

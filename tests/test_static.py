@@ -1,0 +1,51 @@
+"""Static checks, run with the suite (so CI and ``tools/test`` run them): ``mypy --strict`` over
+``bridge/`` and ruff's lint and format over the Python the project writes.
+
+The settings are pyproject.toml's (``[tool.mypy]``, ``[tool.ruff]``); the tools' versions are
+pinned in the ``test`` extra. A failure prints the tools' own findings.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: What ruff looks at: the package, the tests and the tools' modules (the extensionless
+#: scripts in tools/ are Python too, and are linted by name).
+RUFF_PATHS = ["bridge", "tests", "tools", "tools/bench", "tools/fuzz", "tools/record", "tools/soak"]
+
+
+def run(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_mypy_strict_is_clean() -> None:
+    p = run("mypy", "--no-error-summary")
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_ruff_lint_is_clean() -> None:
+    p = run("ruff", "check", "--output-format", "concise", *RUFF_PATHS)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_ruff_format_is_clean() -> None:
+    p = run("ruff", "format", "--check", *RUFF_PATHS)
+    assert p.returncode == 0, "run `.venv/bin/ruff format bridge tests tools`:\n" + p.stdout + p.stderr
+
+
+def test_mypy_would_catch_a_misspelt_word(tmp_path: Path) -> None:
+    """The typed vocabulary is checked, not decoration: a receipt with a state that is not a
+    :class:`~bridge.core.words.State` is a type error."""
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "from bridge.core.receipts import Receipt\n"
+        "from bridge.core.words import State\n"
+        "ok = Receipt('p-1', State.FINISHED)\n"
+        "wrong = Receipt('p-1', 'finised')\n"
+    )
+    p = run("mypy", "--strict", "--no-error-summary", "--no-incremental", str(bad))
+    assert p.returncode == 1 and 'incompatible type "str"; expected "State"' in p.stdout, p.stdout + p.stderr
+    assert "bad.py:4:" in p.stdout and "bad.py:3:" not in p.stdout, p.stdout
