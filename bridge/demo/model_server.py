@@ -1,9 +1,13 @@
-#!/usr/bin/env python3
 """Scripted OpenAI-compatible model server for offline Pi runs (tests, demo, CI).
 
+It ships inside the package because ``bridge demo`` runs it in-process (an
+installed wheel has no checkout to load it from); in a checkout,
+``tools/model_server.py`` runs this same module.
+
 Why stdlib only: the server must run wherever the project's Python runs, with no
-extra dependency to install or pin. ``http.server.ThreadingHTTPServer`` is a real
-HTTP/1.1 server (keep-alive, one thread per connection), and Server-Sent Events
+extra dependency to install or pin (tests/test_layers.py checks that it imports
+nothing else, not even the rest of ``bridge``). ``http.server.ThreadingHTTPServer``
+is a real HTTP/1.1 server (keep-alive, one thread per connection), and Server-Sent Events
 are nothing but ``data: {...}\\n\\n`` records written as HTTP/1.1 chunked
 transfer-encoding chunks, so no async framework is needed. One thread per
 connection also makes "hang" and "slow" steps trivial and independent.
@@ -71,9 +75,10 @@ Examples::
 
 CLI
 ---
-``python tools/model_server.py [--script FILE] [--steps JSON] [--default JSON]
+``python -m bridge.demo.model_server [--script FILE] [--steps JSON] [--default JSON]
 [--host 127.0.0.1] [--port 0] [--record FILE] [--write-models DIR]
 [--provider scripted] [--model-id scripted-model] [--verbose]``
+(in a checkout, ``python tools/model_server.py …`` is the same).
 
 When listening it prints exactly one line to stdout,
 ``{"port": N, "base_url": "http://127.0.0.1:N/v1"}``, and nothing else after
@@ -320,13 +325,13 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             r, _, _ = select.select([self.connection], [], [], 0)
             if r:
-                data = self.connection.recv(1, socket.MSG_PEEK)
+                data: bytes = self.connection.recv(1, socket.MSG_PEEK)
                 return data == b""
         except (OSError, ValueError):
             return True
         return False
 
-    def _wait(self, seconds: float) -> None:
+    def _wait(self, seconds: float | None) -> None:
         """Sleep ``seconds`` (forever if None), raising _ClientGone on disconnect/stop."""
         deadline = None if seconds is None else time.monotonic() + seconds
         while True:
@@ -408,7 +413,7 @@ class _Handler(BaseHTTPRequestHandler):
         if step.get("latency"):
             self._wait(float(step["latency"]))
         if step.get("hang") is True:
-            self._wait(None)  # type: ignore[arg-type]
+            self._wait(None)
             return
         if "status" in step and int(step["status"]) >= 300:
             self._send_error_step(step)
@@ -561,7 +566,7 @@ class _Handler(BaseHTTPRequestHandler):
         sent = 0
         for k, ev in enumerate(events):
             if hang_after is not None and sent >= int(hang_after):
-                self._wait(None)  # type: ignore[arg-type]
+                self._wait(None)
                 return
             if cut_after is not None and sent >= int(cut_after):
                 self._cut()
@@ -571,7 +576,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._chunk(b"data: " + json.dumps(ev).encode() + b"\n\n")
             sent += 1
         if hang_after is not None and sent >= int(hang_after):
-            self._wait(None)  # type: ignore[arg-type]
+            self._wait(None)
             return
         if cut_after is not None and sent >= int(cut_after):
             self._cut()
@@ -645,7 +650,8 @@ def start_server(
     srv.stopping = threading.Event()
     srv.requests = []
     srv.requests_lock = threading.Lock()
-    srv.record_file = open(record, "a", encoding="utf-8") if record else None
+    # Closed by ServerHandle.close (the file lives as long as the server).
+    srv.record_file = open(record, "a", encoding="utf-8") if record else None  # noqa: SIM115
     srv.model_id = model_id
     srv.verbose = verbose
     srv.counter = 0
