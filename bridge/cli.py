@@ -118,9 +118,9 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--models-json", metavar="PATH", help="a Pi models.json with custom providers (copied into the private config)"
     )
-    g.add_argument(
-        "--pi-dir", metavar="DIR", help="where the pinned Pi is installed (default: $PI_BRIDGE_PI_DIR, else tools/pi)"
-    )
+    from bridge.profiles.pi import PI_DIR_HELP
+
+    g.add_argument("--pi-dir", metavar="DIR", help=PI_DIR_HELP)
     g.add_argument(
         "--allow-other-pi-version", action="store_true", help="run a Pi whose version differs from the pin (1.6.0)"
     )

@@ -96,23 +96,12 @@ def pinned_pi() -> Any:
         pytest.fail(f"these tests need the pinned Pi {PI_PIN}: {e}. Run tools/setup.", pytrace=False)
 
 
-def _load_model_server() -> Any:
-    import importlib.util
-
-    name = "pi_bridge_tools_model_server"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "model_server.py")
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
 @pytest.fixture
 def model_server(tmp_path: Path) -> Any:
     """The scripted model server on 127.0.0.1 and its models.json (as test_pi_live uses them)."""
-    server = _load_model_server().start_server([{"text": "should never be asked"}])
+    from bridge.demo.model_server import start_server
+
+    server = start_server([{"text": "should never be asked"}])
     try:
         server.models = server.write_models(str(tmp_path / "models"))
         yield server

@@ -6,6 +6,9 @@
 - ``bridge.transcript`` is the format: it may use the core, never the live layer or the readers.
 - ``bridge.readers`` read files: no trio, no live bridge.
 - ``bridge.live`` and ``bridge.controller`` may use everything below them, never the readers.
+- ``bridge.demo`` (the showcase) drives the live bridge through the Python API, not the controller
+  protocol; nothing below the CLI imports it. Its scripted model server is stdlib only: it ships in
+  the package for ``bridge demo`` and runs as ``tools/model_server.py`` with no install at all.
 
 Checked twice: statically (every ``import`` in the source, including ones inside functions) and
 at run time (a fresh interpreter imports the whole core and must not have loaded trio or any
@@ -55,11 +58,19 @@ FORBIDDEN = {
         "bridge.cli",
         "bridge.demo",
     ),
-    "transcript": ("bridge.live", "bridge.controller", "bridge.readers", "bridge.profiles", "bridge.cli"),
-    "readers": ("bridge.live", "bridge.controller", "bridge.cli"),
-    "profiles": ("bridge.live", "bridge.controller", "bridge.readers", "bridge.cli"),
-    "live": ("bridge.readers", "bridge.controller", "bridge.cli"),
-    "controller": ("bridge.readers", "bridge.cli"),
+    "transcript": (
+        "bridge.live",
+        "bridge.controller",
+        "bridge.readers",
+        "bridge.profiles",
+        "bridge.cli",
+        "bridge.demo",
+    ),
+    "readers": ("bridge.live", "bridge.controller", "bridge.cli", "bridge.demo"),
+    "profiles": ("bridge.live", "bridge.controller", "bridge.readers", "bridge.cli", "bridge.demo"),
+    "live": ("bridge.readers", "bridge.controller", "bridge.cli", "bridge.demo"),
+    "controller": ("bridge.readers", "bridge.cli", "bridge.demo"),
+    "demo": ("bridge.controller",),
 }
 
 
@@ -118,6 +129,21 @@ def test_importing_the_core_loads_no_trio_and_no_other_layer() -> None:
         f"import sys\nimport {', '.join(names)}\n"
         "print(sorted(m for m in sys.modules if m == 'trio' or m.startswith('trio.') "
         "or (m.startswith('bridge.') and not m.startswith('bridge.core'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_scripted_model_server_imports_only_the_standard_library() -> None:
+    """Statically (every import of bridge/demo/model_server.py) and at run time (importing it, as
+    ``bridge demo`` and tools/model_server.py do, loads no third-party module and no other layer)."""
+    path = PACKAGE / "demo" / "model_server.py"
+    wrong = [f"{line}: {name}" for line, name in imports_of(path) if name.split(".")[0] not in sys.stdlib_module_names]
+    assert not wrong, "\n".join(wrong)
+    code = (
+        "import sys\nimport bridge.demo.model_server\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('trio', 'attrs', 'cattrs', 'orjson') "
+        "or (m.startswith('bridge.') and not m.startswith('bridge.demo'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout

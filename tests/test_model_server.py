@@ -1,5 +1,6 @@
-"""The scripted OpenAI-compatible model server (tools/model_server.py), run as a
-real subprocess and spoken to over real HTTP (no Pi here)."""
+"""The scripted OpenAI-compatible model server (bridge/demo/model_server.py, shipped in the
+package; tools/model_server.py runs it in a checkout), run as a real subprocess and spoken to
+over real HTTP (no Pi here)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVER = ROOT / "tools" / "model_server.py"
+#: The packaged server (what ``bridge demo`` runs in-process), as a program.
+PACKAGED = (sys.executable, "-m", "bridge.demo.model_server")
+#: The checkout's script, for the tests and tools that run it by path.
+CHECKOUT_SCRIPT = (sys.executable, "-I", "-S", str(ROOT / "tools" / "model_server.py"))
 
 
 class Resp:
@@ -67,12 +71,12 @@ class Server:
 def start(tmp_path: Path) -> Iterator[Any]:
     procs: list[subprocess.Popen[str]] = []
 
-    def _start(steps: list[dict[str, Any]], *extra: str) -> Server:
+    def _start(steps: list[dict[str, Any]], *extra: str, argv: tuple[str, ...] = PACKAGED) -> Server:
         script = tmp_path / f"script{len(procs)}.json"
         script.write_text(json.dumps(steps))
         record = tmp_path / f"record{len(procs)}.jsonl"
         proc = subprocess.Popen(
-            [sys.executable, str(SERVER), "--script", str(script), "--record", str(record), *extra],
+            [*argv, "--script", str(script), "--record", str(record), *extra],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -234,3 +238,13 @@ def test_exits_on_sigterm_even_while_hanging(start: Any) -> None:
         c.close()
     assert srv.proc.stdout is not None
     assert srv.proc.stdout.read() == ""  # stdout quiet after the port line
+
+
+def test_the_checkout_script_runs_the_packaged_server(start: Any) -> None:
+    """tools/model_server.py is the packaged server (same port line, replies and record), and
+    runs without any install: -I -S, so no PYTHONPATH and no site-packages, only the stdlib."""
+    srv = start([{"text": "from the shim", "chunk": 4}], argv=CHECKOUT_SCRIPT)
+    events = sse_events(srv.post(chat()))
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events[:-1] if e["choices"])
+    assert text == "from the shim"
+    assert [r["path"] for r in srv.recorded()] == ["/v1/chat/completions"]

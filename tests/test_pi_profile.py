@@ -10,7 +10,6 @@ import os
 import queue
 import stat
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -494,12 +493,9 @@ class Engine:
 
 @pytest.fixture
 def scripted_server() -> Iterator[Any]:
-    sys.path.insert(0, str(TOOLS))
-    try:
-        import model_server
-    finally:
-        sys.path.remove(str(TOOLS))
-    handle = model_server.start_server([{"text": "hello from the script", "chunk": 5}])
+    from bridge.demo.model_server import start_server
+
+    handle = start_server([{"text": "hello from the script", "chunk": 5}])
     try:
         yield handle
     finally:

@@ -9,12 +9,9 @@ from pathlib import Path
 
 import trio
 
+from bridge.demo.model_server import start_server
 from bridge.live.supervisor import BridgeConfig, open_bridge
 from bridge.profiles.pi import scripted_profile
-from tests.conftest import TOOLS
-
-sys.path.insert(0, str(TOOLS))
-from model_server import start_server
 
 SECRET = "sk-test-do-not-leak-0123456789"
 

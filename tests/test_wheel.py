@@ -1,0 +1,179 @@
+"""Issue 11: the installed package works without a checkout.
+
+Build the wheel from the checkout, install it into a fresh venv in a temp folder outside the
+checkout (its dependencies from the package index or pip's cache), and run the installed
+``bridge`` from a temp folder outside the checkout, with nothing pointing back into the checkout
+but the ``--pi-dir`` it is given: ``--version`` / ``--help``, ``replay`` on a copied fixture,
+``demo`` through the real pinned Pi (the scripted model server must be in the wheel), and the
+one-line error when nothing says where Pi is.
+
+The wheel is built from a clean copy of the checkout's top-level files and ``bridge/``: setuptools
+builds in-tree, and its ``build/lib`` keeps modules deleted since the last build, which would then
+ship in the wheel. Nothing here is skipped: without the index (or a warm pip cache) the install,
+and so the test, fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import attrs
+import pytest
+
+from tests.conftest import FIXTURES, ROOT
+
+PI_DIR = ROOT / "tools" / "pi"
+#: Inherited variables that could point the installed bridge (or its Python) at the checkout.
+SCRUB = ("PI_BRIDGE_PI_DIR", "PI_BRIDGE_NODE", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV")
+
+
+@attrs.frozen
+class Installed:
+    wheel: Path
+    venv: Path
+    #: An empty folder outside the checkout: the cwd of every run.
+    cwd: Path
+    env: dict[str, str]
+
+    @property
+    def bridge(self) -> str:
+        return str(self.venv / "bin" / "bridge")
+
+    @property
+    def python(self) -> str:
+        return str(self.venv / "bin" / "python")
+
+    def run(
+        self, *argv: str, timeout: float = 60, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            argv,
+            cwd=self.cwd,
+            env=self.env if env is None else env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+
+
+def _outside_checkout(path: Path) -> None:
+    assert not path.resolve().is_relative_to(ROOT.resolve()), f"{path} is inside the checkout {ROOT}"
+
+
+def _step(what: str, argv: list[str], timeout: float) -> None:
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, f"{what} failed (exit {p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    base = tmp_path_factory.mktemp("wheel")
+    _outside_checkout(base)
+    t0 = time.monotonic()
+
+    src = base / "src"
+    src.mkdir()
+    for f in ROOT.iterdir():
+        if f.is_file():
+            shutil.copy2(f, src / f.name)
+    shutil.copytree(ROOT / "bridge", src / "bridge", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    wheels = base / "wheels"
+    _step(
+        "building the wheel",
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(src)],
+        180,
+    )
+    [wheel] = wheels.glob("pi_bridge-*.whl")
+
+    venv = base / "venv"
+    _step("making the venv", [sys.executable, "-m", "venv", str(venv)], 120)
+    _step("installing the wheel", [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)], 300)
+
+    env = {k: v for k, v in os.environ.items() if k not in SCRUB}
+    env["PI_BRIDGE_JOURNAL_DIR"] = str(base / "journals")
+    cwd = base / "cwd"
+    cwd.mkdir()
+    print(f"wheel built and installed in {time.monotonic() - t0:.1f} s")
+    return Installed(wheel=wheel, venv=venv, cwd=cwd, env=env)
+
+
+def test_the_wheel_holds_the_package_with_its_model_server(installed: Installed) -> None:
+    names = set(zipfile.ZipFile(installed.wheel).namelist())
+    for module in ("bridge/cli.py", "bridge/demo/showcase.py", "bridge/demo/model_server.py", "bridge/profiles/pi.py"):
+        assert module in names, f"{module} is not in {installed.wheel.name}"
+    assert not [n for n in names if n.startswith(("tests/", "tools/", "fixtures/"))]
+
+
+def test_the_installed_package_is_the_venvs_and_knows_no_checkout(installed: Installed) -> None:
+    code = (
+        "import json, bridge, bridge.demo.model_server as ms, bridge.profiles.pi as pi\n"
+        "print(json.dumps([bridge.__file__, ms.__file__, pi.default_pi_dir()]))"
+    )
+    p = installed.run(installed.python, "-c", code)
+    assert p.returncode == 0, p.stderr
+    package, server, default = json.loads(p.stdout)
+    for path in (package, server):
+        assert Path(path).resolve().is_relative_to(installed.venv.resolve()), path
+    assert default is None  # no tools/pi beside an installed package
+    site = Path(package).parent.parent
+    leaks = [
+        str(f)
+        for f in [*site.glob("*.pth"), *site.glob("pi_bridge-*.dist-info/*"), *Path(package).parent.rglob("*.py")]
+        if str(ROOT) in f.read_text(errors="replace")
+    ]
+    assert not leaks, f"installed files naming the checkout {ROOT}: {leaks}"
+
+
+def test_version_and_help(installed: Installed) -> None:
+    p = installed.run(installed.bridge, "--version")
+    assert (p.returncode, p.stdout.strip()) == (0, "pi-bridge 0.1.0"), p.stderr
+    p = installed.run(installed.bridge, "--help")
+    assert p.returncode == 0 and "demo" in p.stdout and "replay" in p.stdout, p.stderr
+    for command in ("demo", "run", "serve"):
+        p = installed.run(installed.bridge, command, "--help")
+        text = " ".join(p.stdout.split())
+        assert p.returncode == 0 and "--pi-dir" in text and "$PI_BRIDGE_PI_DIR" in text, (command, p.stdout)
+        assert "an installed pi-bridge needs one of the two" in text, (command, p.stdout)
+
+
+def test_replay_a_copied_fixture(installed: Installed) -> None:
+    fixture = installed.cwd / "plain.jsonl"
+    shutil.copy(FIXTURES / "pi-1.6.0" / "plain.jsonl", fixture)
+    p = installed.run(installed.bridge, "replay", "plain.jsonl")
+    assert p.returncode == 0 and "finished" in p.stdout, p.stderr
+    p = installed.run(installed.bridge, "replay", "--json", "plain.jsonl")
+    here = subprocess.run(
+        [sys.executable, "-m", "bridge", "replay", "--json", str(fixture)], capture_output=True, text=True, check=True
+    )
+    assert p.returncode == 0 and p.stdout == here.stdout, p.stderr
+
+
+def test_demo_runs_the_real_pinned_pi(installed: Installed) -> None:
+    journal = installed.cwd / "demo.jsonl"
+    p = installed.run(installed.bridge, "demo", "--pi-dir", str(PI_DIR), "--journal", str(journal), timeout=120)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "every receipt is what the showcase expects" in p.stdout
+    assert journal.is_file()
+
+
+def test_no_pi_given_is_one_line_naming_both_ways(installed: Installed) -> None:
+    for argv in (["demo"], ["run", "hi"]):
+        p = installed.run(installed.bridge, *argv)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1, (argv, p.returncode, p.stderr)
+        assert lines[0].startswith(f"bridge {argv[0]}: no Pi to run"), lines
+        assert "--pi-dir" in lines[0] and "PI_BRIDGE_PI_DIR" in lines[0], lines
+    # The variable is honoured (and named when what it names holds no Pi).
+    nowhere = installed.cwd / "no-pi-here"
+    p = installed.run(installed.bridge, "demo", env={**installed.env, "PI_BRIDGE_PI_DIR": str(nowhere)})
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert f"not installed at {nowhere} (from PI_BRIDGE_PI_DIR" in lines[0], lines
