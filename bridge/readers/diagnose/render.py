@@ -43,53 +43,7 @@ def describe(kind: str, value: Any) -> tuple[str, str]:
     if kind == "recv":
         if not isinstance(value, dict):
             return "not-object", f"JSON but not an object: {short(value)}"
-        typ = value.get("type")
-        name = typ if isinstance(typ, str) else "?"
-        if name == "response":
-            words = [
-                f"response {value.get('command')} id={short(value.get('id'), 40)} success={short(value.get('success'))}"
-            ]
-            data = value.get("data")
-            if isinstance(data, dict) and "disposition" in data:
-                words.append(f"disposition={short(data.get('disposition'))}")
-            if value.get("error") is not None:
-                words.append(f"error={short(value.get('error'), 80)}")
-            return name, " ".join(words)
-        if name in ("message_start", "message_end", "turn_end"):
-            message = value.get("message")
-            if isinstance(message, dict):
-                words = [f"{name} role={short(message.get('role'), 30)}"]
-                if message.get("role") == "assistant" and name != "message_start":
-                    words.append(f"stopReason={short(message.get('stopReason'), 30)}")
-                if message.get("errorMessage"):
-                    words.append(f"error={short(message.get('errorMessage'), 60)}")
-                return name, " ".join(words)
-        if name == "agent_end":
-            return name, f"agent_end willRetry={short(value.get('willRetry'))}"
-        if name == "agent_settled":
-            return name, f"agent_settled aborted={short(value.get('aborted'))}"
-        if name == "queue_update":
-            s, f = value.get("steering"), value.get("followUp")
-            n = len(s) if isinstance(s, list) else "?"
-            m = len(f) if isinstance(f, list) else "?"
-            return name, f"queue_update steering={n} followUp={m}"
-        if name == "extension_ui_request":
-            return (
-                name,
-                f"extension_ui_request method={short(value.get('method'), 30)} id={short(value.get('id'), 30)}",
-            )
-        if name == "extension_error":
-            return name, f"extension_error {short(value.get('error'), 80)}"
-        if name in ("message_update", "tool_execution_update") and "elided" in value:
-            return name, f"{name} (elided, {value.get('elided')} bytes)"
-        if name.startswith("tool_execution"):
-            return name, f"{name} tool={short(value.get('toolName'), 30)}"
-        if name.startswith("auto_retry"):
-            extra = " ".join(
-                f"{k}={short(value.get(k), 40)}" for k in ("attempt", "success", "errorMessage") if k in value
-            )
-            return name, f"{name} {extra}".rstrip()
-        return name, name
+        return _describe_event(value)
     if kind == "recv_raw":
         return "raw", f"not a JSON object: {short(value)}"
     if kind == "send":
@@ -112,6 +66,55 @@ def describe(kind: str, value: Any) -> tuple[str, str]:
             return "note", _note_summary(value)
         return "note", f"note: {short(value, 100)}"
     return kind, f"{kind}: {short(value)}"
+
+
+def _describe_event(value: dict[str, Any]) -> tuple[str, str]:
+    """An engine event (a ``recv`` that is a JSON object), by its ``type``."""
+    typ = value.get("type")
+    name = typ if isinstance(typ, str) else "?"
+    if name == "response":
+        words = [
+            f"response {value.get('command')} id={short(value.get('id'), 40)} success={short(value.get('success'))}"
+        ]
+        data = value.get("data")
+        if isinstance(data, dict) and "disposition" in data:
+            words.append(f"disposition={short(data.get('disposition'))}")
+        if value.get("error") is not None:
+            words.append(f"error={short(value.get('error'), 80)}")
+        return name, " ".join(words)
+    if name in ("message_start", "message_end", "turn_end"):
+        message = value.get("message")
+        if isinstance(message, dict):
+            words = [f"{name} role={short(message.get('role'), 30)}"]
+            if message.get("role") == "assistant" and name != "message_start":
+                words.append(f"stopReason={short(message.get('stopReason'), 30)}")
+            if message.get("errorMessage"):
+                words.append(f"error={short(message.get('errorMessage'), 60)}")
+            return name, " ".join(words)
+    if name == "agent_end":
+        return name, f"agent_end willRetry={short(value.get('willRetry'))}"
+    if name == "agent_settled":
+        return name, f"agent_settled aborted={short(value.get('aborted'))}"
+    if name == "queue_update":
+        s, f = value.get("steering"), value.get("followUp")
+        n = len(s) if isinstance(s, list) else "?"
+        m = len(f) if isinstance(f, list) else "?"
+        return name, f"queue_update steering={n} followUp={m}"
+    if name == "extension_ui_request":
+        return (
+            name,
+            f"extension_ui_request method={short(value.get('method'), 30)} id={short(value.get('id'), 30)}",
+        )
+    if name == "extension_error":
+        return name, f"extension_error {short(value.get('error'), 80)}"
+    if name in ("message_update", "tool_execution_update") and "elided" in value:
+        return name, f"{name} (elided, {value.get('elided')} bytes)"
+    if name.startswith("tool_execution"):
+        return name, f"{name} tool={short(value.get('toolName'), 30)}"
+    if name.startswith("auto_retry"):
+        extra = " ".join(f"{k}={short(value.get(k), 40)}" for k in ("attempt", "success", "errorMessage") if k in value)
+        return name, f"{name} {extra}".rstrip()
+    return name, name
 
 
 def _note_summary(value: dict[str, Any]) -> str:
