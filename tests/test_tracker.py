@@ -416,3 +416,20 @@ def test_same_inputs_same_outputs(steps):
         return s.overlaps, s.working, s.settled, s.receipts
 
     assert go() == go()
+
+
+def test_readers_get_a_runs_facts_as_a_copy_and_the_last_loose_settle_before_an_index():
+    t = Tracker()
+    t.attach("p1")
+    t.acked(t.read())
+    t.event(START, t.read())
+    t.event(END, t.read())
+    t.event(SETTLE, t.read())
+    facts = t.run_facts("run-1")
+    assert facts is not None
+    assert (facts.id, facts.start_idx, facts.settle_idx, facts.open_starts) == ("run-1", 2, 4, 0)
+    assert t.run_facts(None) is None and t.run_facts("run-9") is None
+    t.event(SETTLE, t.read())
+    t.event(SETTLE, t.read())
+    assert t.loose_settles == [5, 6]
+    assert t.loose_settle_before(6) == 5 and t.loose_settle_before(5) is None

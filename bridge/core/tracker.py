@@ -151,6 +151,17 @@ class Run:
     slot: bool = False
 
 
+@attrs.frozen
+class RunFacts:
+    """What a reader (``bridge diagnose``) may know of one run: a copy, so reading it changes nothing."""
+
+    id: str
+    start_idx: int
+    settle_idx: int | None
+    open_starts: int
+    last_stop: str | None
+
+
 @attrs.define
 class Tracker:
     """The overlap tracker. Feed it in observation order; it returns outputs.
@@ -268,6 +279,20 @@ class Tracker:
         """
         run = self.runs.get(run_id)
         return run.settle_idx if run is not None else None
+
+    # -- read-only views for readers (never called on the hot path) ----------
+
+    def run_facts(self, run_id: str | None) -> RunFacts | None:
+        """Run ``run_id``'s facts, or None when there is no such run (or ``keep`` forgot it)."""
+        run = self.runs.get(run_id) if run_id is not None else None
+        if run is None:
+            return None
+        return RunFacts(run.id, run.start_idx, run.settle_idx, run.open_starts, run.last_stop)
+
+    def loose_settle_before(self, idx: int) -> int | None:
+        """The last ``agent_settled`` read with no run current before ``idx`` (within ``keep``), or None."""
+        earlier = [i for i in self.loose_settles if i < idx]
+        return earlier[-1] if earlier else None
 
     # -- events ------------------------------------------------------------
 

@@ -1,0 +1,137 @@
+"""``bridge diagnose FILE``: the command line, reading a file (with progress on a terminal) and
+writing the reports.
+
+Rules: exit status 0 when the file was read, whatever it contains; 2 when it is not a readable
+transcript (``bridge diagnose: FILE:LINE: what is wrong`` on stderr, like ``replay``) or the page
+cannot be written. The report on stdout is text, or one JSON object with ``--json``; ``--html OUT``
+also writes the page, as private as the journal it comes from (:func:`write_private`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from typing import IO, Final
+
+from bridge.readers.diagnose.diagnoser import Diagnoser
+from bridge.readers.diagnose.html import html_page
+from bridge.readers.diagnose.text import format_text
+from bridge.transcript import TranscriptError, dumps, open_transcript
+
+#: Seconds between progress updates on a terminal.
+PROGRESS_EVERY: Final = 0.25
+
+
+class Progress:
+    """``bytes read / total`` on a terminal's stderr, at most every :data:`PROGRESS_EVERY` seconds."""
+
+    def __init__(self, out: IO[str], total: int) -> None:
+        self.out = out
+        self.total = total
+        self.last = 0.0
+        self.shown = False
+
+    def update(self, done: int, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < PROGRESS_EVERY:
+            return
+        self.last = now
+        pct = 100.0 * done / self.total if self.total else 100.0
+        self.out.write(f"\rdiagnose: {done / 1e6:,.1f} MB / {self.total / 1e6:,.1f} MB ({pct:.0f}%)")
+        self.out.flush()
+        self.shown = True
+
+    def done(self) -> None:
+        if self.shown:
+            self.update(self.total, force=True)
+            self.out.write("\n")
+            self.out.flush()
+
+
+def diagnose(path: str, *, timeline: bool = False, progress: IO[str] | None = None) -> Diagnoser:
+    """Read one transcript and explain it. Raises :class:`~bridge.transcript.TranscriptError`."""
+    stream, reader = open_transcript(path)
+    with stream:
+        diag = Diagnoser(path, reader.header, timeline=timeline)
+        bar = None
+        if progress is not None:
+            try:
+                total = os.fstat(stream.fileno()).st_size
+            except OSError:
+                total = 0
+            bar = Progress(progress, total)
+            bar.update(0, force=True)
+        for n, entry in enumerate(reader, 1):
+            diag.feed(entry)
+            if bar is not None and not n & 1023:
+                bar.update(stream.tell())
+        diag.finish(reader.truncated)
+        if bar is not None:
+            bar.done()
+    return diag
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``bridge diagnose``'s options, on the CLI's subcommands."""
+    p = sub.add_parser(
+        "diagnose",
+        help="explain every signal, gap and unknown receipt in a journal, in words",
+        description="Read a transcript or journal (lean or full) and explain each signal (O1-O6, "
+        "aborted-without-stop, gaps, non-started dispositions, seal diagnostics, failed seal checks, "
+        "engine exits and engine-down), each pending / delivery-unknown / outcome-unknown receipt, each "
+        "run the bridge stopped itself (failed: timeout or closing) and a journal that could not be written "
+        "or ends before the bridge closed: what happened, the observations around it, the slot's state, the "
+        "likely causes and what to check; then a summary. Exit 0 when the file was read, 2 when it is not a "
+        "readable transcript.",
+    )
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--json", action="store_true", help='print one JSON object {"findings": [...], "summary": {...}}')
+    p.add_argument("--html", metavar="OUT", help="also write a self-contained HTML page with a timeline to OUT")
+    p.set_defaults(func=run)
+
+
+def write_private(path: str, data: bytes) -> None:
+    """Write a report as private as the journal it comes from: 0600, written to a new
+    temporary file beside ``path`` and renamed over it (atomic; a symlink at ``path``
+    is replaced, never followed)."""
+    target = os.path.abspath(path)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".diagnose-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:  # mkstemp creates it 0600
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def run(args: argparse.Namespace) -> int:
+    """``bridge diagnose``: the report on stdout, the page to ``--html``; the exit status."""
+    progress = sys.stderr if sys.stderr.isatty() else None
+    try:
+        diag = diagnose(args.file, timeline=bool(getattr(args, "html", None)), progress=progress)
+    except TranscriptError as e:
+        print(f"bridge diagnose: {e}", file=sys.stderr)
+        return 2
+    out = sys.stdout.buffer
+    if args.json:
+        out.write(dumps(diag.to_json()) + b"\n")
+    else:
+        out.write(format_text(diag).encode("utf-8", "surrogateescape") + b"\n")
+    out.flush()
+    if getattr(args, "html", None):
+        try:
+            write_private(args.html, html_page(diag).encode("utf-8", "surrogatepass"))
+        except OSError as e:
+            print(f"bridge diagnose: cannot write {args.html}: {e.strerror or e}", file=sys.stderr)
+            return 2
+        print(f"bridge diagnose: timeline written to {args.html}", file=sys.stderr)
+    return 0

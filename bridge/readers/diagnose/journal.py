@@ -1,0 +1,108 @@
+"""The words of what only a live bridge's journal records: seal checks, engine exits, engine-down, a
+journal that could not be written, and one that ends before the bridge closed.
+
+Rules: replay cannot recompute any of these, so the words say only what the journal's notes,
+signals and exit entries hold (their times, lines, stderr tails and errors), and point to the
+findings they follow from. A journal failure costs no receipt (SPEC section 7): the words say so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bridge.readers.diagnose import causes
+from bridge.readers.diagnose.facts import Facts
+from bridge.readers.diagnose.findings import Words
+from bridge.readers.diagnose.render import exit_words, fmt_t, short
+
+
+def seal_check_words(facts: Facts, gen: Any, problems: list[Any], *, noted: bool) -> Words:
+    """A seal check with problems: from the ``seal-check`` note (``noted``) or, with no note, the
+    bridge's ``seal-check`` signal."""
+    found = "; ".join(str(p) for p in problems)
+    at = f"at engine start (generation {gen})" if noted else "at engine start"
+    return Words(
+        f"seal check failed for engine generation {gen}",
+        f"the seal check {at} found: {found}.",
+        [
+            causes.extension(facts, gen, "extensions or resources the seal should have kept out"),
+            causes.version(facts),
+        ],
+    )
+
+
+def seal_check_action(action: Any) -> str:
+    """What the bridge did about a failed seal check (its ``--seal-check`` setting)."""
+    return f"the bridge's seal-check setting was '{action}': " + (
+        "it refused the engine and started another." if action == "refuse" else "it warned and used the engine anyway."
+    )
+
+
+def engine_exit_words(value: dict[str, Any], ex: dict[str, Any], generation: int, t: float | None) -> Words:
+    """An engine that exited with an error code or a signal (``value``: the entry's value; ``ex``: the
+    exit as remembered, with the stderr tail before it)."""
+    code, sig = value.get("code"), value.get("signal")
+    how = exit_words(code, sig)
+    text = f"the engine (generation {generation}) exited: {how}, at {fmt_t(t)}."
+    if sig == 15:
+        text += (
+            " SIGTERM is the bridge's second step when an engine does not exit after its stdin closes — "
+            "or something else stopped it."
+        )
+    elif sig == 9:
+        text += " SIGKILL: the bridge's last resort, the OOM killer, or someone else."
+    elif code not in (0, None):
+        text += " A non-zero code: the engine failed (a crash, an unhandled error)."
+    tail = ex.get("stderr") or []
+    if tail:
+        text += " Its last stderr lines: " + " | ".join(short(s["text"], 120) for s in tail if s["text"].strip()) + "."
+    return Words(f"engine exit: {how}", text, [causes.engine_exit(ex)])
+
+
+def engine_down_words(facts: Facts, why: Any) -> Words:
+    """The bridge stopped starting engines (its ``engine-down`` signal)."""
+    return Words(
+        "engine down: the bridge gave up on the engine",
+        f"the bridge stopped starting engines: {short(why, 400)}. Every prompt after this is rejected (engine-down).",
+        [
+            causes.engine_exit(facts.last_exit or {}),
+            causes.version(facts),
+            {
+                "cause": "the engine cannot be launched (a missing install, a bad model config)",
+                "check": "run tools/setup_pi; the error text above",
+            },
+        ],
+    )
+
+
+def journal_failed_words(error: str, t: float | None) -> Words:
+    """The bridge's ``journal-failed`` note: what failed, and that no receipt was lost to it."""
+    text = (
+        f"the bridge could not write its journal at {fmt_t(t)}: {error}. A journal "
+        "failure costs no receipt: the bridge told its controller at once and closed (a running prompt is "
+        "stopped: failed, closing), and every prompt still got its receipt on the controller's side; this "
+        "journal may hold nothing after this point."
+    )
+    return Words("journal failed: the bridge could not write its journal", text, [causes.journal(error)])
+
+
+def journal_ends_words(facts: Facts, unsettled: int) -> Words:
+    """A live bridge's journal with no ``bridge-closed`` note at its end (``unsettled``: prompts sent
+    with no receipt in it)."""
+    text = (
+        "the journal ends before the bridge closed: the bridge was killed, or its journal could not be "
+        "written (a full disk, an I/O error); receipts after this point reached the controller only."
+    )
+    if facts.truncated:
+        text += " Its last line was cut off mid-write."
+    failed = facts.journal_failed
+    if failed is not None:
+        text += f" The bridge noted why its journal failed (finding {failed.n}): {facts.journal_error}."
+    if unsettled:
+        text += f" {unsettled} prompt(s) sent have no receipt in it (pending, below)."
+    return Words(
+        "journal ends before the bridge closed (no bridge-closed note)",
+        text,
+        causes.journal_end(facts),
+        [failed.n] if failed is not None else [],
+    )

@@ -1,0 +1,124 @@
+"""``bridge diagnose``'s text report: a header, each finding in turn, then a summary.
+
+Rules: each finding reads top to bottom as what happened, the slot right after it, the evidence
+(journal line, observation index, time; ``>>`` marks its focus), the last stderr lines where they
+bear on it (gaps, exits, receipts, engine-down), the likely causes with what to check, what came of
+it, and the findings it relates to. Lines wrap at 110 columns; everything comes from
+:meth:`~bridge.readers.diagnose.diagnoser.Diagnoser.summary` and the findings, nothing is recomputed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bridge.readers.diagnose.diagnoser import Diagnoser
+from bridge.readers.diagnose.findings import MAX_FINDINGS, Finding
+from bridge.readers.diagnose.render import fmt_t, short
+from bridge.readers.diagnose.slot import slot_words
+
+
+def format_text(diag: Diagnoser) -> str:
+    """The whole report, without a final newline."""
+    s = diag.summary()
+    out: list[str] = [f"bridge diagnose: {diag.path}"]
+    out += _head(s)
+    for f in diag.findings:
+        out += _finding(f)
+    if diag.dropped_findings:
+        out.append("")
+        out.append(f"({diag.dropped_findings} more finding(s) not shown: only the first {MAX_FINDINGS} are kept)")
+    out += _summary(s)
+    return "\n".join(out)
+
+
+def _head(s: dict[str, Any]) -> list[str]:
+    """The engine, its pin and seal, and the counts."""
+    out: list[str] = []
+    eng = s["engine"]
+    if eng["version"] is not None or eng["pin"] is not None:
+        head = f"engine {eng['name']} {eng['version']} (pin {eng['pin']})"
+    else:
+        name = short(eng["name"]) if eng["name"] is not None else "not named in the header"
+        head = f"engine {name} (no version or pin recorded)"
+    head += f"; seal recorded, extensions {short(eng['extensions'])}" if eng["sealed"] else "; no seal recorded"
+    out.append("  " + head)
+    out.append(
+        f"  {s['observations']} observations, {s['prompts']['sent']} prompt(s) sent, "
+        f"{s['findings']['count']} finding(s)" + ("; the last line was cut off" if s["truncated"] else "")
+    )
+    return out
+
+
+def _finding(f: Finding) -> list[str]:
+    """One finding: what happened, the slot, the evidence, stderr, causes, notes, related findings."""
+    out = [""]
+    where = f"observation {f.idx}" if f.idx is not None else (f"journal line {f.line}" if f.line else "the end")
+    out.append(f"[{f.n}] {f.title}   ({where}, {fmt_t(f.t)})")
+    out.extend(_wrap("What happened: " + f.explanation, "    "))
+    out.extend(_wrap(slot_words(f.slot).replace("slot:", "Slot right after it:", 1), "    "))
+    out.append("    Evidence (journal line, observation, t):")
+    for ev in f.evidence:
+        mark = ">>" if ev["focus"] else "  "
+        idx = f"#{ev['idx']}" if ev["idx"] is not None else ""
+        t = f"{ev['t']:.3f}" if isinstance(ev["t"], (int, float)) else ""
+        out.append(f"    {mark} L{ev['line']:<6} {idx:>7} {t:>9}  {ev['summary']}")
+    if f.stderr and f.signal in ("gap", "engine-exit", "receipt", "engine-down"):
+        out.append("    Last stderr lines before it:")
+        for line in f.stderr:
+            out.append(f"       {fmt_t(line['t'])}  {short(line['text'], 140)}")
+    if f.causes:
+        out.append("    Likely causes, and what to check:")
+        for c in f.causes:
+            out.extend(_wrap("- " + c["cause"], "      "))
+            out.extend(_wrap("check: " + c["check"], "          "))
+    for note in f.notes:
+        out.extend(_wrap("Then: " + note, "    "))
+    if f.related:
+        out.append("    See also: " + ", ".join(f"[{n}]" for n in f.related))
+    return out
+
+
+def _summary(s: dict[str, Any]) -> list[str]:
+    """Prompts and receipts, signals, gaps, engines and the journal, counted."""
+    out = [""]
+    out.append("Summary")
+    out.append(f"  prompts: {s['prompts']['sent']} sent, {s['prompts']['receipts']} receipt(s)")
+    if s["receipts"]:
+        parts = []
+        for state, reasons in s["receipts"].items():
+            n = sum(reasons.values())
+            detail = ", ".join(f"{r} {c}" for r, c in reasons.items() if r != "-")
+            parts.append(f"{state} {n}" + (f" ({detail})" if detail else ""))
+        out.append("  receipts: " + "; ".join(parts))
+    else:
+        out.append("  receipts: none")
+    out.append("  signals: " + (", ".join(f"{k} {v}" for k, v in s["signals"].items()) or "none"))
+    gaps = s["gaps"]
+    out.append(
+        f"  gaps: {gaps['count']}"
+        + (" (" + ", ".join(f"{k} {v}" for k, v in gaps["why"].items()) + ")" if gaps["count"] else "")
+    )
+    out.append(
+        f"  engine: {s['engine_starts']} start(s), {s['engine_exits']['count']} exit(s) "
+        f"({s['engine_exits']['abnormal']} abnormal), down {s['engine_down']} time(s)"
+    )
+    journal = s["journal"]
+    if journal["live"] or journal["failed"]:
+        how = "the bridge closed cleanly" if journal["closed"] else "ends before the bridge closed"
+        out.append(f"  journal: {how}" + (f"; could not be written: {journal['failed']}" if journal["failed"] else ""))
+    return out
+
+
+def _wrap(text: str, indent: str, width: int = 110) -> list[str]:
+    words = text.split(" ")
+    lines: list[str] = []
+    cur = indent
+    for w in words:
+        if len(cur) + len(w) + 1 > width and cur.strip():
+            lines.append(cur.rstrip())
+            cur = indent + "  " + w + " "
+        else:
+            cur += w + " "
+    if cur.strip():
+        lines.append(cur.rstrip())
+    return lines
