@@ -29,6 +29,7 @@ from bridge.core.session import (
     Session,
 )
 from bridge.core.tracker import Overlap, Tracker, Working
+from bridge.core.words import Cause, Signal
 from bridge.readers.diagnose import journal
 from bridge.readers.diagnose.facts import Facts, Tally, hashable
 from bridge.readers.diagnose.findings import MAX_FINDINGS, Finding, Window, Words
@@ -257,7 +258,7 @@ class Diagnoser:
         gen = session.generation
         if f is not None and o.signal == "O1" and run is not None:
             self.facts.o1_by_run[f"{gen}:{run}"] = f.n
-        if f is not None and o.signal == "O5" and o.detail.get("cause") == "queue-update":
+        if f is not None and o.signal == Signal.O5 and o.detail.get("cause") == Cause.QUEUE_UPDATE:
             self.facts.o5_items[gen] = f.n
 
     def _second_prompt(self, held: PromptState, snap: dict[str, Any], entry: Entry, item: Item) -> None:

@@ -16,6 +16,7 @@ import attrs
 
 from bridge.core.session import Diagnostic, DispositionSignal, PromptState, Session
 from bridge.core.tracker import Overlap
+from bridge.core.words import Cause, Why
 from bridge.readers.diagnose import causes
 from bridge.readers.diagnose.facts import Facts
 from bridge.readers.diagnose.findings import Finding, Window, Words
@@ -65,9 +66,9 @@ def overlap_words(at: OverlapAt) -> Words:
     """What an overlap means, by its signal (and, for O1 and O2, the tracker's ``why``)."""
     sig = at.o.signal
     if sig == "O1":
-        if at.why == "no slot held":
+        if at.why == Why.NO_SLOT:
             return _o1_no_slot(at)
-        if at.why == "before the slot's ack":
+        if at.why == Why.BEFORE_ACK:
             return _o1_before_ack(at)
         return _o1_after_run(at)
     if sig == "O2":
@@ -77,7 +78,7 @@ def overlap_words(at: OverlapAt) -> Words:
     if sig == "O4":
         return _o4(at)
     if sig == "O5":
-        return _o5_items(at) if at.o.detail.get("cause") == "queue-update" else _o5_uncaused(at)
+        return _o5_items(at) if at.o.detail.get("cause") == Cause.QUEUE_UPDATE else _o5_uncaused(at)
     if sig == "O6":
         return _o6(at)
     if sig == "aborted-without-stop":
@@ -161,15 +162,15 @@ def _o1_after_run(at: OverlapAt) -> Words:
 def _o2(at: OverlapAt) -> Words:
     """O2 by the tracker's ``why``: the title is the ``why`` itself."""
     why = at.why
-    if why == "no slot held":
+    if why == Why.NO_SLOT:
         text, found = _o2_no_slot(at)
-    elif why == "before the slot's ack":
+    elif why == Why.BEFORE_ACK:
         text, found = _o2_before_ack(at)
-    elif why == "a second settle for one ack":
+    elif why == Why.SECOND_SETTLE:
         text, found = _o2_second_settle(at)
-    elif why == "settle of a run that is not the slot's":
+    elif why == Why.NOT_THE_SLOTS_RUN:
         return _o2_not_slots_run(at)
-    elif why == "the slot's run settled after the slot moved on":
+    elif why == Why.SLOT_MOVED_ON:
         return _o2_moved_on(at)
     else:
         text = f"an agent_settled at observation {at.o.idx} settled nothing of {at.R}'s ({why})."
