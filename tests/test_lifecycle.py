@@ -39,8 +39,8 @@ from hypothesis.stateful import (
 )
 
 from bridge.core.lifecycle import (
-    _HELD_DEADLINES,
     DEADLINES,
+    HELD_DEADLINES,
     SIGNALS_PER_GENERATION,
     Acked,
     BridgeConfig,
@@ -765,7 +765,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         assert set(s.prompts) == set(s.queue) | ({s.held} if s.held is not None else set())
         assert set(s.deadlines) <= set(DEADLINES)
         if s.held is None:
-            assert not set(s.deadlines) & set(_HELD_DEADLINES), s.deadlines
+            assert not set(s.deadlines) & set(HELD_DEADLINES), s.deadlines
 
     @invariant()
     def the_queries_agree(self) -> None:

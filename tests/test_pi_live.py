@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 import trio
 
-from bridge.core.session import ReceiptReady, Session
+from bridge.core.events import ReceiptReady
+from bridge.core.session import Session
 from bridge.profiles.command import ProfileError
 from bridge.profiles.pi import PI_PIN, find_install
 from bridge.readers.replay import replay

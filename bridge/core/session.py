@@ -61,6 +61,21 @@ from typing import Any, Final, Literal
 
 import attrs
 
+from bridge.core.events import (
+    NO_EVENTS,
+    Acked,
+    Diagnostic,
+    DispositionSignal,
+    Event,
+    GapOpened,
+    Observation,
+    Observed,
+    ReceiptReady,
+    Retrying,
+    SealBroken,
+    Skipped,
+    TextDelta,
+)
 from bridge.core.framing import MESSAGE_UPDATE, Oversize, RawLine, all_utf8, parse_line, update_runs, valid_utf8
 from bridge.core.receipts import Facts, Receipt, Times, decide, exit_words
 from bridge.core.tracker import Overlap, Settled, Tracker, Working
@@ -80,142 +95,6 @@ STDERR_QUOTED: Final = 5
 
 #: Extension UI methods that wait for an answer (Pi's docs/rpc-extension-ui.md).
 DIALOG_METHODS: Final = frozenset({"select", "confirm", "input", "editor"})
-
-
-# --------------------------------------------------------------------------
-# Events a Session returns (besides the tracker's Overlap, Working, Settled)
-
-
-@attrs.frozen
-class GapOpened:
-    """A line that was not a JSON object: the evidence may be incomplete from here."""
-
-    idx: int
-    why: str
-    length: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"signal": Signal.GAP, "idx": self.idx, "why": self.why, "bytes": self.length}
-
-
-@attrs.frozen
-class SealBroken:
-    """The first overlap, gap or non-``started`` disposition on this engine."""
-
-    #: The taint: ``overlap``, ``aborted-without-stop``, ``gap`` or ``disposition``.
-    cause: Reason
-    idx: int
-    request: Any
-
-    def to_json(self) -> dict[str, Any]:
-        return {"signal": Signal.UNSEALED, "cause": self.cause, "idx": self.idx, "request": self.request}
-
-
-@attrs.frozen
-class Acked:
-    request: Any
-    idx: int
-    disposition: str | None
-
-
-@attrs.frozen
-class DispositionSignal:
-    request: Any
-    idx: int
-    disposition: Any
-
-    def to_json(self) -> dict[str, Any]:
-        return {"signal": Signal.DISPOSITION, "idx": self.idx, "request": self.request, "disposition": self.disposition}
-
-
-@attrs.frozen
-class Diagnostic:
-    """Something a sealed engine should not do, but that is not an overlap.
-
-    ``answer`` is the command the bridge must write in reply (a dialog is
-    answered ``cancelled`` at once so the engine never hangs on it), or None.
-    """
-
-    kind: str  # "extension-ui" | "extension-error"
-    idx: int
-    detail: dict[str, Any]
-    answer: dict[str, Any] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"signal": Signal.SEAL_DIAGNOSTIC, "kind": self.kind, "idx": self.idx, **self.detail}
-
-
-@attrs.frozen
-class TextDelta:
-    request: Any
-    text: str
-
-
-@attrs.frozen
-class ReceiptReady:
-    receipt: Receipt
-
-
-@attrs.frozen
-class Retrying:
-    """The engine retries the held prompt's run by itself (Pi's ``auto_retry_start``)."""
-
-    request: Any
-    attempt: Any
-    max_attempts: Any
-    delay_ms: Any
-    error: str | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": "progress",
-            "event": "retrying",
-            "id": self.request,
-            "attempt": self.attempt,
-            "maxAttempts": self.max_attempts,
-            "delayMs": self.delay_ms,
-            "error": self.error,
-        }
-
-
-Event = (
-    Overlap
-    | Working
-    | Settled
-    | GapOpened
-    | SealBroken
-    | Acked
-    | DispositionSignal
-    | Diagnostic
-    | TextDelta
-    | ReceiptReady
-    | Retrying
-)
-
-#: Returned for the lines that cause nothing (most of them); never mutated.
-NO_EVENTS: Final[tuple[()]] = ()
-
-
-@attrs.frozen
-class Observed:
-    """One engine line observed: its index, what it parsed to (None: a ``message_update``
-    nobody streams, not parsed) and the events it caused."""
-
-    idx: int
-    line: bytes | Oversize
-    parsed: dict[str, Any] | RawLine | None
-    events: Sequence[Event]
-
-
-@attrs.frozen
-class Skipped:
-    """A run of ``message_update`` lines taken in bulk: indices ``first`` on, not parsed."""
-
-    first: int
-    lines: Sequence[bytes]
-
-
-Observation = Observed | Skipped
 
 
 @attrs.define

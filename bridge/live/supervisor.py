@@ -44,6 +44,17 @@ import attrs
 import trio
 
 from bridge import __version__
+from bridge.core.events import Acked as SessionAcked
+from bridge.core.events import (
+    Diagnostic,
+    DispositionSignal,
+    GapOpened,
+    ReceiptReady,
+    Retrying,
+    SealBroken,
+    Skipped,
+    TextDelta,
+)
 from bridge.core.framing import Oversize, RawLine
 from bridge.core.lifecycle import (
     RECENT_IDS,
@@ -80,20 +91,7 @@ from bridge.core.lifecycle import (
     WriteFailed,
 )
 from bridge.core.receipts import Receipt
-from bridge.core.session import (
-    Acked as SessionAcked,
-)
-from bridge.core.session import (
-    Diagnostic,
-    DispositionSignal,
-    GapOpened,
-    ReceiptReady,
-    Retrying,
-    SealBroken,
-    Session,
-    Skipped,
-    TextDelta,
-)
+from bridge.core.session import Session
 from bridge.core.tracker import Overlap
 from bridge.live.engine import Engine, EngineGone
 from bridge.live.journal import Journal, default_journal_path

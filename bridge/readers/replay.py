@@ -15,9 +15,10 @@ from typing import Any
 
 import attrs
 
+from bridge.core.events import NO_EVENTS, Event, ReceiptReady
 from bridge.core.framing import RawLine
 from bridge.core.receipts import Receipt
-from bridge.core.session import NO_EVENTS, Event, PromptState, ReceiptReady, Session
+from bridge.core.session import PromptState, Session
 from bridge.core.words import State
 from bridge.transcript import Entry, open_transcript
 

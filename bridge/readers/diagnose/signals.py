@@ -14,7 +14,8 @@ from typing import Any, Final
 
 import attrs
 
-from bridge.core.session import Diagnostic, DispositionSignal, PromptState, Session
+from bridge.core.events import Diagnostic, DispositionSignal
+from bridge.core.session import PromptState, Session
 from bridge.core.tracker import Overlap
 from bridge.core.words import Cause, Why
 from bridge.readers.diagnose import causes

@@ -1,457 +1,60 @@
-"""The prompt lifecycle: one pure state machine for everything that is not evidence.
-
-The shape is seed ``004``'s: :meth:`Lifecycle.step` takes one input and the
-time and returns the actions the trio layer must carry out. No trio, no clock,
-no I/O; the state (:class:`LifeState`) is plain attrs data that round-trips
-through cattrs (:func:`snapshot` / :func:`restore`), and for the same state,
-input and ``now`` a step always gives the same state and actions (tested, with
-a model-based test over random interleavings: tests/test_lifecycle.py).
-
-The evidence half is :class:`bridge.core.session.Session`: it reads the engine's
-lines and decides a receipt when the evidence concludes (settle, refusal,
-exit). This machine owns the rest of SPEC §5 and §7:
-
-- **queue and slot**: a bounded FIFO of accepted prompts, at most one held
-  (written to the engine, no receipt yet); a prompt is written only while no
-  slot is held, on a ready, sealed engine, and never once closing has begun;
-- **the engine's life**: spawn when a prompt waits, the start-up (seal) check
-  with its deadline, recycling an unsealed or stuck engine, crash counting
-  (one count per unrequested exit or failed check, never two), backoff and
-  ``engine-down``;
-- **deadlines**: ack, settle (a stop first, then the stop's grace), taint
-  grace, close grace, start-up, backoff, drain (see :data:`DEADLINES`);
-- **stops and whose they are**: the controller's (``interrupted``), a
-  timeout's (``timeout``: a prompt's own or the drain bound), closing's
-  (``closing``). Each stop is preceded by a journal ``note`` naming its owner,
-  so replay reaches the same receipt;
-- **shutdown and closing**: shutdown refuses new prompts and works the queue
-  off; closing (a signal, the API's close, the drain bound, a journal that
-  cannot be written) rejects what is unwritten, stops the held prompt, stops
-  the engine, and ends with :class:`Closed` once every accepted prompt has its
-  receipt;
-- the signal budget per engine generation, and the window of recent ids.
-
-Receipts are decided in one place, :func:`bridge.core.receipts.decide`: this
-machine asks it for prompts it never wrote; for a written prompt whose
-deadline passed it emits :class:`GiveUp`, and the evidence half answers with
-the receipt (fed back as :class:`Decided`).
-
-Inputs come from the controller (:class:`Submit`, :class:`Stop`,
-:class:`Shutdown`, :class:`Close`), from the engine's process and lines
-(:class:`Spawned`, :class:`SpawnFailed`, :class:`StartupChecked`,
-:class:`Acked`, :class:`Decided`, :class:`Unsealed`, :class:`SignalSeen`,
-:class:`WriteFailed`, :class:`StdoutClosed`, :class:`EngineExited`), from the
-journal (:class:`JournalFailed`), and from time (:class:`Tick`: the trio layer
-sleeps until :meth:`Lifecycle.next_deadline` and then ticks).
-"""
+"""The machine: :class:`Lifecycle` (``step(input, now) -> actions``) and the pure :func:`step`.
+The rules it follows are the package's (:mod:`bridge.core.lifecycle`)."""
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any, Final, Literal
-
-import attrs
+from typing import Any
 
 from bridge.core import words
-from bridge.core.framing import DEFAULT_MAX_LINE
-from bridge.core.receipts import Facts, Receipt, Times, converter, decide, exit_words
-from bridge.core.words import Reason, StopBy
-
-#: Why the lifecycle stops waiting for a held prompt's evidence: the deadline that passed
-#: (no ack; the stop after a timeout not obeyed; a tainted run that never settled) or the
-#: engine's exit.
-GiveUpWhy = Literal["ack", "settle", "taint", "exited"]
-
-#: Settled prompt ids remembered for duplicate detection and ``get_receipt``.
-RECENT_IDS: Final = 65536
-#: Signals sent to the controller per engine generation; the rest are counted.
-SIGNALS_PER_GENERATION: Final = 1000
-
-#: The deadlines, and what happens when each passes:
-#:
-#: ``ack``      the held prompt was written and not acked: give up (``no-ack``), recycle
-#: ``settle``   the held prompt's own timeout: send a stop (``timeout``), arm ``stop``
-#: ``stop``     the timeout's stop was not obeyed: give up (``settle-timeout``), recycle
-#: ``taint``    an unsealed engine's held prompt did not settle: give up (the taint)
-#: ``close``    closing, the stopped prompt did not settle: stop the engine
-#: ``startup``  the start-up check was not answered: a failed check
-#: ``backoff``  the wait before respawning after crashes is over: spawn
-#: ``drain``    shutdown's bound passed: closing, the held prompt stopped (``timeout``)
-DEADLINES: Final = ("ack", "settle", "stop", "taint", "close", "startup", "backoff", "drain")
-_HELD_DEADLINES: Final = ("ack", "settle", "stop", "taint", "close")
-
-
-def _positive(instance: Any, attribute: Any, value: Any) -> None:
-    if not value > 0:
-        raise ValueError(f"{attribute.name} must be more than 0, got {value!r}")
-
-
-@attrs.define
-class BridgeConfig:
-    """Limits and timeouts. Every wait the bridge does is bounded by one of these."""
-
-    #: Prompts waiting for the slot (beyond it: ``rejected``/``queue-full``).
-    queue_max: int = attrs.field(default=64, validator=_positive)
-    #: Sent prompt -> its ack. Past it: ``delivery-unknown``/``no-ack``, recycle.
-    ack_timeout: float = attrs.field(default=30.0, validator=_positive)
-    #: A prompt's own settle timeout (None: wait for the engine). Per prompt too.
-    settle_timeout: float | None = attrs.field(default=None, validator=attrs.validators.optional(_positive))
-    #: After the stop a settle timeout sends, how long to wait before giving up.
-    stop_grace: float = attrs.field(default=5.0, validator=_positive)
-    #: After an overlap / gap / bad disposition, how long the held slot waits for
-    #: its own run to settle before it is given up.
-    taint_grace: float = attrs.field(default=5.0, validator=_positive)
-    #: A write to the engine's stdin (a stuck engine stops reading).
-    write_timeout: float = attrs.field(default=30.0, validator=_positive)
-    #: Spawn -> the seal check's responses.
-    startup_timeout: float = attrs.field(default=30.0, validator=_positive)
-    #: "refuse": an engine that fails the seal check is not used; "warn": it is,
-    #: with a signal (for recording seal failures on purpose).
-    seal_check: str = attrs.field(default="refuse", validator=attrs.validators.in_(("refuse", "warn")))
-    #: Send the profile's clearing command before each ``abort``.
-    stop_clears_queue: bool = True
-    #: Waits between restarts after crashes (the last one repeats).
-    restart_backoff: tuple[float, ...] = (0.0, 0.25, 1.0, 2.0, 4.0)
-    #: This many unrequested engine exits (or failed start-up checks) within
-    #: ``crash_window`` seconds: down.
-    crash_limit: int = attrs.field(default=5, validator=_positive)
-    crash_window: float = attrs.field(default=60.0, validator=_positive)
-    #: Closing: how long the stopped prompt may take to settle.
-    close_grace: float = attrs.field(default=5.0, validator=_positive)
-    #: The close ladder's rungs: after closing stdin, after SIGTERM.
-    stdin_grace: float = attrs.field(default=2.0, validator=_positive)
-    term_grace: float = attrs.field(default=2.0, validator=_positive)
-    max_line: int = attrs.field(default=DEFAULT_MAX_LINE, validator=_positive)
-    journal_full: bool = False
-
-
-# --------------------------------------------------------------------------
-# State
-
-
-@attrs.define
-class PromptRec:
-    """One accepted prompt without a receipt yet."""
-
-    request: str
-    message: str
-    images: list[Any] | None = None
-    stream: bool = False
-    timeout: float | None = None
-    submitted: float = 0.0
-    #: ``queued`` until written, then ``held``.
-    phase: str = "queued"
-    stop: str | None = None
-    stop_by: StopBy | None = None
-    acked: bool = False
-    #: A GiveUp was emitted for it (its receipt is on the way).
-    gave_up: GiveUpWhy | None = None
-
-
-@attrs.define
-class EngineRec:
-    """The current engine, as the lifecycle sees it.
-
-    ``phase``: ``none`` (no process), ``backoff`` (waiting to respawn),
-    ``spawning``, ``checking`` (start-up commands written, answers awaited),
-    ``ready``, ``stopping`` (asked to stop; its exit is awaited).
-    """
-
-    generation: int = 0
-    phase: str = "none"
-    pid: int | None = None
-    #: We asked it to stop: its exit is not a crash.
-    stop_requested: bool = False
-    sealed: bool = True
-    #: Replace it before the next prompt (stuck, timed out, unsealed).
-    recycle: bool = False
-    clearing: list[str] = attrs.field(factory=list)
-    seal: Any = None
-    signals: int = 0
-    #: Its start-up check has not ended yet (an exit now is a start-up death,
-    #: even after it closed its stdout first).
-    in_startup: bool = False
-
-
-@attrs.define
-class LifeState:
-    prompts: dict[str, PromptRec] = attrs.field(factory=dict)
-    queue: list[str] = attrs.field(factory=list)
-    held: str | None = None
-    #: The last RECENT_IDS receipts, oldest first.
-    recent: dict[str, Receipt] = attrs.field(factory=dict)
-    engine: EngineRec = attrs.field(factory=EngineRec)
-    crashes: list[float] = attrs.field(factory=list)
-    last_crash: str = ""
-    #: Why the engine is down for good, or None.
-    down: str | None = None
-    #: Down because the engine could not be prepared or launched at all (a setup
-    #: problem the user fixes, not a crash loop).
-    launch_failed: bool = False
-    #: Shutdown: no new prompts, the queue is worked off.
-    draining: bool = False
-    #: Why closing began (``close``, ``signal``, ``drain-timeout``, ``journal``), or None.
-    closing: str | None = None
-    closed: bool = False
-    deadlines: dict[str, float] = attrs.field(factory=dict)
-    stop_serial: int = 0
-    journal_failed: str | None = None
-    receipts: int = 0
-
-
-def snapshot(state: LifeState) -> dict[str, Any]:
-    """The state as plain data (JSON-able)."""
-    return converter.unstructure(state)  # type: ignore[no-any-return]
-
-
-def restore(data: dict[str, Any]) -> LifeState:
-    return converter.structure(data, LifeState)
-
-
-# --------------------------------------------------------------------------
-# Inputs
-
-
-@attrs.frozen
-class Submit:
-    request: str
-    message: str
-    images: list[Any] | None = None
-    stream: bool = False
-    #: Seconds from send to settle (None: the config's ``settle_timeout``).
-    timeout: float | None = None
-
-
-@attrs.frozen
-class Stop:
-    """The controller stops one prompt."""
-
-    request: str
-
-
-@attrs.frozen
-class Shutdown:
-    """No new prompts; the outstanding ones run to their receipts, bounded by ``drain_timeout``."""
-
-    drain_timeout: float | None = None
-
-
-@attrs.frozen
-class Close:
-    """Closing begins now: ``why`` is ``close`` (the API), ``signal`` or ``journal``."""
-
-    why: str = "close"
-    detail: str | None = None
-
-
-@attrs.frozen
-class Spawned:
-    generation: int
-    pid: int | None
-    argv: list[str] = attrs.field(factory=list)
-    #: The profile's start-up (seal check) commands, written before any prompt.
-    startup: list[dict[str, Any]] = attrs.field(factory=list)
-    clearing: list[str] = attrs.field(factory=list)
-    #: What the seal enforced (the journal header's ``seal``), for the seal-check note.
-    seal: Any = None
-
-
-@attrs.frozen
-class SpawnFailed:
-    """The engine could not be prepared or launched: the bridge goes down."""
-
-    generation: int
-    error: str
-
-
-@attrs.frozen
-class StartupChecked:
-    """Every start-up command was answered; ``problems`` are what the seal check found."""
-
-    generation: int
-    problems: list[str] = attrs.field(factory=list)
-
-
-@attrs.frozen
-class Acked:
-    generation: int
-    request: str
-
-
-@attrs.frozen
-class Decided:
-    """The evidence half decided a receipt."""
-
-    receipt: Receipt
-
-
-@attrs.frozen
-class Unsealed:
-    """The engine's first overlap, gap or bad disposition."""
-
-    generation: int
-    cause: str
-
-
-@attrs.frozen
-class SignalSeen:
-    """A signal for the controller (overlap, gap, disposition, seal diagnostic)."""
-
-    generation: int
-    payload: dict[str, Any]
-
-
-@attrs.frozen
-class WriteFailed:
-    """A write did not complete: the engine stopped reading (``stuck``: timed out) or its stdin broke."""
-
-    generation: int
-    request: str | None = None
-    stuck: bool = False
-
-
-@attrs.frozen
-class NotWritten:
-    """The held prompt's Write was not carried out (no engine to take it, or the
-    journal failed first): it was never written, so it goes back to the front of
-    the queue (and is rejected there if closing has begun)."""
-
-    generation: int
-    request: str
-
-
-@attrs.frozen
-class StdoutClosed:
-    generation: int
-
-
-@attrs.frozen
-class EngineExited:
-    generation: int
-    code: int | None = None
-    signal: int | None = None
-    #: The engine's last stderr lines.
-    stderr: list[str] = attrs.field(factory=list)
-
-
-@attrs.frozen
-class JournalFailed:
-    error: str
-
-
-@attrs.frozen
-class Tick:
-    """Time passed: every deadline at or before ``now`` fires."""
-
-
-Input = (
-    Submit
-    | Stop
-    | Shutdown
-    | Close
-    | Spawned
-    | SpawnFailed
-    | StartupChecked
-    | Acked
-    | Decided
-    | Unsealed
-    | SignalSeen
-    | WriteFailed
-    | NotWritten
-    | StdoutClosed
-    | EngineExited
-    | JournalFailed
-    | Tick
+from bridge.core.lifecycle.actions import (
+    Action,
+    Closed,
+    Deliver,
+    GiveUp,
+    Note,
+    Notify,
+    Signal,
+    Spawn,
+    StopAnswer,
+    StopEngine,
+    Write,
 )
-
-
-# --------------------------------------------------------------------------
-# Actions
-
-
-@attrs.frozen
-class Spawn:
-    """Prepare and launch engine ``generation``; answer with Spawned or SpawnFailed."""
-
-    generation: int
-
-
-@attrs.frozen
-class Write:
-    """Journal ``cmd``, feed it to the session, then write it to engine ``generation``.
-
-    ``kind``: ``startup``, ``prompt``, ``clear`` or ``abort``."""
-
-    generation: int
-    cmd: dict[str, Any]
-    kind: str
-    request: str | None = None
-    stream: bool = False
-    submitted: float | None = None
-
-
-@attrs.frozen
-class StopEngine:
-    """Stop engine ``generation`` with the close ladder; its exit comes back as EngineExited."""
-
-    generation: int
-    #: False when the engine broke first (its exit then counts as a crash).
-    requested: bool = True
-
-
-@attrs.frozen
-class GiveUp:
-    """Ask the evidence half for ``request``'s receipt now (``why``: ack, settle, taint, exited)."""
-
-    request: str
-    why: GiveUpWhy
-
-
-@attrs.frozen
-class Deliver:
-    """The receipt, to the controller and the journal; ``release``: the slot too."""
-
-    receipt: Receipt
-    release: bool = False
-
-
-@attrs.frozen
-class Notify:
-    """A notification for the controller (engine lifecycle)."""
-
-    payload: dict[str, Any]
-
-
-@attrs.frozen
-class Signal:
-    """A signal for the controller and the journal."""
-
-    payload: dict[str, Any]
-
-
-@attrs.frozen
-class Note:
-    """A journal note (``stop``, ``closing``, ``engine-start``, ``seal-check``, ...)."""
-
-    payload: dict[str, Any]
-
-
-@attrs.frozen
-class StopAnswer:
-    """The answer to a Stop: the stop id, or None (queued, unknown or already settled)."""
-
-    request: str
-    stop: str | None
-
-
-@attrs.frozen
-class Closed:
-    """Every accepted prompt has its receipt and no engine runs: the bridge is closed."""
-
-
-Action = Spawn | Write | StopEngine | GiveUp | Deliver | Notify | Signal | Note | StopAnswer | Closed
-
+from bridge.core.lifecycle.config import (
+    DEADLINES,
+    HELD_DEADLINES,
+    RECENT_IDS,
+    SIGNALS_PER_GENERATION,
+    BridgeConfig,
+)
+from bridge.core.lifecycle.inputs import (
+    Acked,
+    Close,
+    Decided,
+    EngineExited,
+    Input,
+    JournalFailed,
+    NotWritten,
+    Shutdown,
+    SignalSeen,
+    Spawned,
+    SpawnFailed,
+    StartupChecked,
+    StdoutClosed,
+    Stop,
+    Submit,
+    Tick,
+    Unsealed,
+    WriteFailed,
+)
+from bridge.core.lifecycle.state import (
+    GiveUpWhy,
+    LifeState,
+    PromptRec,
+)
+from bridge.core.receipts import Facts, Receipt, Times, decide, exit_words
+from bridge.core.words import Reason, StopBy
 
 # --------------------------------------------------------------------------
 # The machine
@@ -687,7 +290,7 @@ class Lifecycle:
         if rec is None or rec.request != ev.request or rec.acked or rec.stop is not None or rec.gave_up is not None:
             return
         s.held = None
-        for name in _HELD_DEADLINES:
+        for name in HELD_DEADLINES:
             s.deadlines.pop(name, None)
         rec.phase = "queued"
         s.queue.insert(0, rec.request)
@@ -941,7 +544,7 @@ class Lifecycle:
         release = rec.phase == "held"
         if release:
             s.held = None
-            for name in _HELD_DEADLINES:
+            for name in HELD_DEADLINES:
                 s.deadlines.pop(name, None)
         del s.prompts[rec.request]
         s.recent[rec.request] = receipt

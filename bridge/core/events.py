@@ -1,0 +1,153 @@
+"""What the evidence half says: the events a :class:`~bridge.core.session.Session` returns, in
+order, for what it was fed (besides the tracker's own :class:`~bridge.core.tracker.Overlap`,
+:class:`~bridge.core.tracker.Working` and :class:`~bridge.core.tracker.Settled`), and what it
+yields for each engine line (:class:`Observed`, or :class:`Skipped` for a run of
+``message_update`` lines the fast path took in bulk).
+
+Each event that reaches the controller as a ``signal`` has its wire form here (``to_json``);
+the words are :mod:`bridge.core.words`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import attrs
+
+from bridge.core.framing import Oversize, RawLine
+from bridge.core.receipts import Receipt
+from bridge.core.tracker import Overlap, Settled, Working
+from bridge.core.words import Reason, Signal
+
+
+@attrs.frozen
+class GapOpened:
+    """A line that was not a JSON object: the evidence may be incomplete from here."""
+
+    idx: int
+    why: str
+    length: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"signal": Signal.GAP, "idx": self.idx, "why": self.why, "bytes": self.length}
+
+
+@attrs.frozen
+class SealBroken:
+    """The first overlap, gap or non-``started`` disposition on this engine."""
+
+    #: The taint: ``overlap``, ``aborted-without-stop``, ``gap`` or ``disposition``.
+    cause: Reason
+    idx: int
+    request: Any
+
+    def to_json(self) -> dict[str, Any]:
+        return {"signal": Signal.UNSEALED, "cause": self.cause, "idx": self.idx, "request": self.request}
+
+
+@attrs.frozen
+class Acked:
+    request: Any
+    idx: int
+    disposition: str | None
+
+
+@attrs.frozen
+class DispositionSignal:
+    request: Any
+    idx: int
+    disposition: Any
+
+    def to_json(self) -> dict[str, Any]:
+        return {"signal": Signal.DISPOSITION, "idx": self.idx, "request": self.request, "disposition": self.disposition}
+
+
+@attrs.frozen
+class Diagnostic:
+    """Something a sealed engine should not do, but that is not an overlap.
+
+    ``answer`` is the command the bridge must write in reply (a dialog is
+    answered ``cancelled`` at once so the engine never hangs on it), or None.
+    """
+
+    kind: str  # "extension-ui" | "extension-error"
+    idx: int
+    detail: dict[str, Any]
+    answer: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"signal": Signal.SEAL_DIAGNOSTIC, "kind": self.kind, "idx": self.idx, **self.detail}
+
+
+@attrs.frozen
+class TextDelta:
+    request: Any
+    text: str
+
+
+@attrs.frozen
+class ReceiptReady:
+    receipt: Receipt
+
+
+@attrs.frozen
+class Retrying:
+    """The engine retries the held prompt's run by itself (Pi's ``auto_retry_start``)."""
+
+    request: Any
+    attempt: Any
+    max_attempts: Any
+    delay_ms: Any
+    error: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "progress",
+            "event": "retrying",
+            "id": self.request,
+            "attempt": self.attempt,
+            "maxAttempts": self.max_attempts,
+            "delayMs": self.delay_ms,
+            "error": self.error,
+        }
+
+
+Event = (
+    Overlap
+    | Working
+    | Settled
+    | GapOpened
+    | SealBroken
+    | Acked
+    | DispositionSignal
+    | Diagnostic
+    | TextDelta
+    | ReceiptReady
+    | Retrying
+)
+
+#: Returned for the lines that cause nothing (most of them); never mutated.
+NO_EVENTS: Final[tuple[()]] = ()
+
+
+@attrs.frozen
+class Observed:
+    """One engine line observed: its index, what it parsed to (None: a ``message_update``
+    nobody streams, not parsed) and the events it caused."""
+
+    idx: int
+    line: bytes | Oversize
+    parsed: dict[str, Any] | RawLine | None
+    events: Sequence[Event]
+
+
+@attrs.frozen
+class Skipped:
+    """A run of ``message_update`` lines taken in bulk: indices ``first`` on, not parsed."""
+
+    first: int
+    lines: Sequence[bytes]
+
+
+Observation = Observed | Skipped

@@ -1,0 +1,148 @@
+"""The prompt lifecycle: one pure state machine for everything that is not evidence.
+
+The package: :mod:`.config` (settings and deadlines), :mod:`.state` (the records),
+:mod:`.inputs` and :mod:`.actions` (what goes in and comes out), :mod:`.machine`
+(:class:`Lifecycle` and :func:`step`).
+
+The shape is seed ``004``'s: :meth:`Lifecycle.step` takes one input and the
+time and returns the actions the trio layer must carry out. No trio, no clock,
+no I/O; the state (:class:`LifeState`) is plain attrs data that round-trips
+through cattrs (:func:`snapshot` / :func:`restore`), and for the same state,
+input and ``now`` a step always gives the same state and actions (tested, with
+a model-based test over random interleavings: tests/test_lifecycle.py).
+
+The evidence half is :class:`bridge.core.session.Session`: it reads the engine's
+lines and decides a receipt when the evidence concludes (settle, refusal,
+exit). This machine owns the rest of SPEC §5 and §7:
+
+- **queue and slot**: a bounded FIFO of accepted prompts, at most one held
+  (written to the engine, no receipt yet); a prompt is written only while no
+  slot is held, on a ready, sealed engine, and never once closing has begun;
+- **the engine's life**: spawn when a prompt waits, the start-up (seal) check
+  with its deadline, recycling an unsealed or stuck engine, crash counting
+  (one count per unrequested exit or failed check, never two), backoff and
+  ``engine-down``;
+- **deadlines**: ack, settle (a stop first, then the stop's grace), taint
+  grace, close grace, start-up, backoff, drain (see :data:`DEADLINES`);
+- **stops and whose they are**: the controller's (``interrupted``), a
+  timeout's (``timeout``: a prompt's own or the drain bound), closing's
+  (``closing``). Each stop is preceded by a journal ``note`` naming its owner,
+  so replay reaches the same receipt;
+- **shutdown and closing**: shutdown refuses new prompts and works the queue
+  off; closing (a signal, the API's close, the drain bound, a journal that
+  cannot be written) rejects what is unwritten, stops the held prompt, stops
+  the engine, and ends with :class:`Closed` once every accepted prompt has its
+  receipt;
+- the signal budget per engine generation, and the window of recent ids.
+
+Receipts are decided in one place, :func:`bridge.core.receipts.decide`: this
+machine asks it for prompts it never wrote; for a written prompt whose
+deadline passed it emits :class:`GiveUp`, and the evidence half answers with
+the receipt (fed back as :class:`Decided`).
+
+Inputs come from the controller (:class:`Submit`, :class:`Stop`,
+:class:`Shutdown`, :class:`Close`), from the engine's process and lines
+(:class:`Spawned`, :class:`SpawnFailed`, :class:`StartupChecked`,
+:class:`Acked`, :class:`Decided`, :class:`Unsealed`, :class:`SignalSeen`,
+:class:`WriteFailed`, :class:`StdoutClosed`, :class:`EngineExited`), from the
+journal (:class:`JournalFailed`), and from time (:class:`Tick`: the trio layer
+sleeps until :meth:`Lifecycle.next_deadline` and then ticks).
+"""
+
+from bridge.core.lifecycle.actions import (
+    Action,
+    Closed,
+    Deliver,
+    GiveUp,
+    Note,
+    Notify,
+    Signal,
+    Spawn,
+    StopAnswer,
+    StopEngine,
+    Write,
+)
+from bridge.core.lifecycle.config import (
+    DEADLINES,
+    HELD_DEADLINES,
+    RECENT_IDS,
+    SIGNALS_PER_GENERATION,
+    BridgeConfig,
+)
+from bridge.core.lifecycle.inputs import (
+    Acked,
+    Close,
+    Decided,
+    EngineExited,
+    Input,
+    JournalFailed,
+    NotWritten,
+    Shutdown,
+    SignalSeen,
+    Spawned,
+    SpawnFailed,
+    StartupChecked,
+    StdoutClosed,
+    Stop,
+    Submit,
+    Tick,
+    Unsealed,
+    WriteFailed,
+)
+from bridge.core.lifecycle.machine import (
+    Lifecycle,
+    step,
+)
+from bridge.core.lifecycle.state import (
+    EngineRec,
+    GiveUpWhy,
+    LifeState,
+    PromptRec,
+    restore,
+    snapshot,
+)
+
+__all__ = [
+    "DEADLINES",
+    "HELD_DEADLINES",
+    "RECENT_IDS",
+    "SIGNALS_PER_GENERATION",
+    "Acked",
+    "Action",
+    "BridgeConfig",
+    "Close",
+    "Closed",
+    "Decided",
+    "Deliver",
+    "EngineExited",
+    "EngineRec",
+    "GiveUp",
+    "GiveUpWhy",
+    "Input",
+    "JournalFailed",
+    "LifeState",
+    "Lifecycle",
+    "NotWritten",
+    "Note",
+    "Notify",
+    "PromptRec",
+    "Shutdown",
+    "Signal",
+    "SignalSeen",
+    "Spawn",
+    "SpawnFailed",
+    "Spawned",
+    "StartupChecked",
+    "StdoutClosed",
+    "Stop",
+    "StopAnswer",
+    "StopEngine",
+    "Submit",
+    "Tick",
+    "Unsealed",
+    "Write",
+    "WriteFailed",
+    "restore",
+    "snapshot",
+    "step",
+]

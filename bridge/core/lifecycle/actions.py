@@ -1,0 +1,97 @@
+"""What the lifecycle asks the trio layer to do: spawn, write, stop the engine, ask the
+evidence half for a receipt, deliver it, notify, signal, journal a note, answer a stop, close."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from bridge.core.lifecycle.state import GiveUpWhy
+from bridge.core.receipts import Receipt
+
+# --------------------------------------------------------------------------
+# Actions
+
+
+@attrs.frozen
+class Spawn:
+    """Prepare and launch engine ``generation``; answer with Spawned or SpawnFailed."""
+
+    generation: int
+
+
+@attrs.frozen
+class Write:
+    """Journal ``cmd``, feed it to the session, then write it to engine ``generation``.
+
+    ``kind``: ``startup``, ``prompt``, ``clear`` or ``abort``."""
+
+    generation: int
+    cmd: dict[str, Any]
+    kind: str
+    request: str | None = None
+    stream: bool = False
+    submitted: float | None = None
+
+
+@attrs.frozen
+class StopEngine:
+    """Stop engine ``generation`` with the close ladder; its exit comes back as EngineExited."""
+
+    generation: int
+    #: False when the engine broke first (its exit then counts as a crash).
+    requested: bool = True
+
+
+@attrs.frozen
+class GiveUp:
+    """Ask the evidence half for ``request``'s receipt now (``why``: ack, settle, taint, exited)."""
+
+    request: str
+    why: GiveUpWhy
+
+
+@attrs.frozen
+class Deliver:
+    """The receipt, to the controller and the journal; ``release``: the slot too."""
+
+    receipt: Receipt
+    release: bool = False
+
+
+@attrs.frozen
+class Notify:
+    """A notification for the controller (engine lifecycle)."""
+
+    payload: dict[str, Any]
+
+
+@attrs.frozen
+class Signal:
+    """A signal for the controller and the journal."""
+
+    payload: dict[str, Any]
+
+
+@attrs.frozen
+class Note:
+    """A journal note (``stop``, ``closing``, ``engine-start``, ``seal-check``, ...)."""
+
+    payload: dict[str, Any]
+
+
+@attrs.frozen
+class StopAnswer:
+    """The answer to a Stop: the stop id, or None (queued, unknown or already settled)."""
+
+    request: str
+    stop: str | None
+
+
+@attrs.frozen
+class Closed:
+    """Every accepted prompt has its receipt and no engine runs: the bridge is closed."""
+
+
+Action = Spawn | Write | StopEngine | GiveUp | Deliver | Notify | Signal | Note | StopAnswer | Closed

@@ -1,0 +1,72 @@
+"""The lifecycle's settings (:class:`BridgeConfig`) and its deadlines (:data:`DEADLINES`): what
+each passing deadline does is :mod:`bridge.core.lifecycle.machine`'s, in this table's words."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import attrs
+
+from bridge.core.framing import DEFAULT_MAX_LINE
+
+#: Settled prompt ids remembered for duplicate detection and ``get_receipt``.
+RECENT_IDS: Final = 65536
+#: Signals sent to the controller per engine generation; the rest are counted.
+SIGNALS_PER_GENERATION: Final = 1000
+
+#: The deadlines, and what happens when each passes:
+#:
+#: ``ack``      the held prompt was written and not acked: give up (``no-ack``), recycle
+#: ``settle``   the held prompt's own timeout: send a stop (``timeout``), arm ``stop``
+#: ``stop``     the timeout's stop was not obeyed: give up (``settle-timeout``), recycle
+#: ``taint``    an unsealed engine's held prompt did not settle: give up (the taint)
+#: ``close``    closing, the stopped prompt did not settle: stop the engine
+#: ``startup``  the start-up check was not answered: a failed check
+#: ``backoff``  the wait before respawning after crashes is over: spawn
+#: ``drain``    shutdown's bound passed: closing, the held prompt stopped (``timeout``)
+DEADLINES: Final = ("ack", "settle", "stop", "taint", "close", "startup", "backoff", "drain")
+HELD_DEADLINES: Final = ("ack", "settle", "stop", "taint", "close")
+
+
+def _positive(instance: Any, attribute: Any, value: Any) -> None:
+    if not value > 0:
+        raise ValueError(f"{attribute.name} must be more than 0, got {value!r}")
+
+
+@attrs.define
+class BridgeConfig:
+    """Limits and timeouts. Every wait the bridge does is bounded by one of these."""
+
+    #: Prompts waiting for the slot (beyond it: ``rejected``/``queue-full``).
+    queue_max: int = attrs.field(default=64, validator=_positive)
+    #: Sent prompt -> its ack. Past it: ``delivery-unknown``/``no-ack``, recycle.
+    ack_timeout: float = attrs.field(default=30.0, validator=_positive)
+    #: A prompt's own settle timeout (None: wait for the engine). Per prompt too.
+    settle_timeout: float | None = attrs.field(default=None, validator=attrs.validators.optional(_positive))
+    #: After the stop a settle timeout sends, how long to wait before giving up.
+    stop_grace: float = attrs.field(default=5.0, validator=_positive)
+    #: After an overlap / gap / bad disposition, how long the held slot waits for
+    #: its own run to settle before it is given up.
+    taint_grace: float = attrs.field(default=5.0, validator=_positive)
+    #: A write to the engine's stdin (a stuck engine stops reading).
+    write_timeout: float = attrs.field(default=30.0, validator=_positive)
+    #: Spawn -> the seal check's responses.
+    startup_timeout: float = attrs.field(default=30.0, validator=_positive)
+    #: "refuse": an engine that fails the seal check is not used; "warn": it is,
+    #: with a signal (for recording seal failures on purpose).
+    seal_check: str = attrs.field(default="refuse", validator=attrs.validators.in_(("refuse", "warn")))
+    #: Send the profile's clearing command before each ``abort``.
+    stop_clears_queue: bool = True
+    #: Waits between restarts after crashes (the last one repeats).
+    restart_backoff: tuple[float, ...] = (0.0, 0.25, 1.0, 2.0, 4.0)
+    #: This many unrequested engine exits (or failed start-up checks) within
+    #: ``crash_window`` seconds: down.
+    crash_limit: int = attrs.field(default=5, validator=_positive)
+    crash_window: float = attrs.field(default=60.0, validator=_positive)
+    #: Closing: how long the stopped prompt may take to settle.
+    close_grace: float = attrs.field(default=5.0, validator=_positive)
+    #: The close ladder's rungs: after closing stdin, after SIGTERM.
+    stdin_grace: float = attrs.field(default=2.0, validator=_positive)
+    term_grace: float = attrs.field(default=2.0, validator=_positive)
+    max_line: int = attrs.field(default=DEFAULT_MAX_LINE, validator=_positive)
+    journal_full: bool = False

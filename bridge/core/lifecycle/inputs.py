@@ -1,0 +1,166 @@
+"""What the lifecycle is fed: the controller's commands, what the engine's process and lines
+showed, the journal's failure, and time (:class:`Tick`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from bridge.core.receipts import Receipt
+
+# --------------------------------------------------------------------------
+# Inputs
+
+
+@attrs.frozen
+class Submit:
+    request: str
+    message: str
+    images: list[Any] | None = None
+    stream: bool = False
+    #: Seconds from send to settle (None: the config's ``settle_timeout``).
+    timeout: float | None = None
+
+
+@attrs.frozen
+class Stop:
+    """The controller stops one prompt."""
+
+    request: str
+
+
+@attrs.frozen
+class Shutdown:
+    """No new prompts; the outstanding ones run to their receipts, bounded by ``drain_timeout``."""
+
+    drain_timeout: float | None = None
+
+
+@attrs.frozen
+class Close:
+    """Closing begins now: ``why`` is ``close`` (the API), ``signal`` or ``journal``."""
+
+    why: str = "close"
+    detail: str | None = None
+
+
+@attrs.frozen
+class Spawned:
+    generation: int
+    pid: int | None
+    argv: list[str] = attrs.field(factory=list)
+    #: The profile's start-up (seal check) commands, written before any prompt.
+    startup: list[dict[str, Any]] = attrs.field(factory=list)
+    clearing: list[str] = attrs.field(factory=list)
+    #: What the seal enforced (the journal header's ``seal``), for the seal-check note.
+    seal: Any = None
+
+
+@attrs.frozen
+class SpawnFailed:
+    """The engine could not be prepared or launched: the bridge goes down."""
+
+    generation: int
+    error: str
+
+
+@attrs.frozen
+class StartupChecked:
+    """Every start-up command was answered; ``problems`` are what the seal check found."""
+
+    generation: int
+    problems: list[str] = attrs.field(factory=list)
+
+
+@attrs.frozen
+class Acked:
+    generation: int
+    request: str
+
+
+@attrs.frozen
+class Decided:
+    """The evidence half decided a receipt."""
+
+    receipt: Receipt
+
+
+@attrs.frozen
+class Unsealed:
+    """The engine's first overlap, gap or bad disposition."""
+
+    generation: int
+    cause: str
+
+
+@attrs.frozen
+class SignalSeen:
+    """A signal for the controller (overlap, gap, disposition, seal diagnostic)."""
+
+    generation: int
+    payload: dict[str, Any]
+
+
+@attrs.frozen
+class WriteFailed:
+    """A write did not complete: the engine stopped reading (``stuck``: timed out) or its stdin broke."""
+
+    generation: int
+    request: str | None = None
+    stuck: bool = False
+
+
+@attrs.frozen
+class NotWritten:
+    """The held prompt's Write was not carried out (no engine to take it, or the
+    journal failed first): it was never written, so it goes back to the front of
+    the queue (and is rejected there if closing has begun)."""
+
+    generation: int
+    request: str
+
+
+@attrs.frozen
+class StdoutClosed:
+    generation: int
+
+
+@attrs.frozen
+class EngineExited:
+    generation: int
+    code: int | None = None
+    signal: int | None = None
+    #: The engine's last stderr lines.
+    stderr: list[str] = attrs.field(factory=list)
+
+
+@attrs.frozen
+class JournalFailed:
+    error: str
+
+
+@attrs.frozen
+class Tick:
+    """Time passed: every deadline at or before ``now`` fires."""
+
+
+Input = (
+    Submit
+    | Stop
+    | Shutdown
+    | Close
+    | Spawned
+    | SpawnFailed
+    | StartupChecked
+    | Acked
+    | Decided
+    | Unsealed
+    | SignalSeen
+    | WriteFailed
+    | NotWritten
+    | StdoutClosed
+    | EngineExited
+    | JournalFailed
+    | Tick
+)

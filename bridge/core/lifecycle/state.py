@@ -1,0 +1,99 @@
+"""The lifecycle's state: plain attrs records (a prompt, the engine, the whole machine) that
+round-trip through cattrs (:func:`snapshot` / :func:`restore`)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+
+from bridge.core.receipts import Receipt, converter
+from bridge.core.words import StopBy
+
+#: Why the lifecycle stops waiting for a held prompt's evidence: the deadline that passed
+#: (no ack; the stop after a timeout not obeyed; a tainted run that never settled) or the
+#: engine's exit.
+GiveUpWhy = Literal["ack", "settle", "taint", "exited"]
+
+
+# --------------------------------------------------------------------------
+# State
+
+
+@attrs.define
+class PromptRec:
+    """One accepted prompt without a receipt yet."""
+
+    request: str
+    message: str
+    images: list[Any] | None = None
+    stream: bool = False
+    timeout: float | None = None
+    submitted: float = 0.0
+    #: ``queued`` until written, then ``held``.
+    phase: str = "queued"
+    stop: str | None = None
+    stop_by: StopBy | None = None
+    acked: bool = False
+    #: A GiveUp was emitted for it (its receipt is on the way).
+    gave_up: GiveUpWhy | None = None
+
+
+@attrs.define
+class EngineRec:
+    """The current engine, as the lifecycle sees it.
+
+    ``phase``: ``none`` (no process), ``backoff`` (waiting to respawn),
+    ``spawning``, ``checking`` (start-up commands written, answers awaited),
+    ``ready``, ``stopping`` (asked to stop; its exit is awaited).
+    """
+
+    generation: int = 0
+    phase: str = "none"
+    pid: int | None = None
+    #: We asked it to stop: its exit is not a crash.
+    stop_requested: bool = False
+    sealed: bool = True
+    #: Replace it before the next prompt (stuck, timed out, unsealed).
+    recycle: bool = False
+    clearing: list[str] = attrs.field(factory=list)
+    seal: Any = None
+    signals: int = 0
+    #: Its start-up check has not ended yet (an exit now is a start-up death,
+    #: even after it closed its stdout first).
+    in_startup: bool = False
+
+
+@attrs.define
+class LifeState:
+    prompts: dict[str, PromptRec] = attrs.field(factory=dict)
+    queue: list[str] = attrs.field(factory=list)
+    held: str | None = None
+    #: The last RECENT_IDS receipts, oldest first.
+    recent: dict[str, Receipt] = attrs.field(factory=dict)
+    engine: EngineRec = attrs.field(factory=EngineRec)
+    crashes: list[float] = attrs.field(factory=list)
+    last_crash: str = ""
+    #: Why the engine is down for good, or None.
+    down: str | None = None
+    #: Down because the engine could not be prepared or launched at all (a setup
+    #: problem the user fixes, not a crash loop).
+    launch_failed: bool = False
+    #: Shutdown: no new prompts, the queue is worked off.
+    draining: bool = False
+    #: Why closing began (``close``, ``signal``, ``drain-timeout``, ``journal``), or None.
+    closing: str | None = None
+    closed: bool = False
+    deadlines: dict[str, float] = attrs.field(factory=dict)
+    stop_serial: int = 0
+    journal_failed: str | None = None
+    receipts: int = 0
+
+
+def snapshot(state: LifeState) -> dict[str, Any]:
+    """The state as plain data (JSON-able)."""
+    return converter.unstructure(state)  # type: ignore[no-any-return]
+
+
+def restore(data: dict[str, Any]) -> LifeState:
+    return converter.structure(data, LifeState)
