@@ -17,10 +17,10 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from bridge.core.receipts import Receipt as Receipt
+    from bridge.live.api import PromptHandle as PromptHandle
+    from bridge.live.api import open_bridge as open_bridge
     from bridge.live.supervisor import Bridge as Bridge
     from bridge.live.supervisor import BridgeConfig as BridgeConfig
-    from bridge.live.supervisor import PromptHandle as PromptHandle
-    from bridge.live.supervisor import open_bridge as open_bridge
     from bridge.profiles.command import CommandProfile as CommandProfile
     from bridge.profiles.command import ProfileError as ProfileError
     from bridge.profiles.pi import PiProfile as PiProfile
@@ -33,9 +33,9 @@ _HOMES = {
     "CommandProfile": "bridge.profiles.command",
     "PiProfile": "bridge.profiles.pi",
     "ProfileError": "bridge.profiles.command",
-    "PromptHandle": "bridge.live.supervisor",
+    "PromptHandle": "bridge.live.handles",
     "Receipt": "bridge.core.receipts",
-    "open_bridge": "bridge.live.supervisor",
+    "open_bridge": "bridge.live.api",
     "scripted_profile": "bridge.profiles.pi",
 }
 

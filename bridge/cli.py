@@ -290,7 +290,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import trio
 
     from bridge.core.receipts import describe
-    from bridge.live.supervisor import open_bridge
+    from bridge.live.api import open_bridge
     from bridge.transcript import dumps
 
     if not args.prompts:

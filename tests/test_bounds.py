@@ -8,9 +8,9 @@ from pathlib import Path
 
 import trio
 
-from bridge.core import lifecycle
+from bridge.core.lifecycle import machine
 from bridge.core.session import SIGNALS_PER_PROMPT, TRACKER_KEEP, Session
-from bridge.live import supervisor
+from bridge.live import api
 from bridge.profiles.command import CommandProfile
 from tests.conftest import TOOLS
 
@@ -74,10 +74,10 @@ def test_a_signal_flood_is_bounded_per_prompt_and_in_the_tracker():
 
 
 async def test_the_supervisor_keeps_only_outstanding_prompts_and_recent_ids(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(lifecycle, "RECENT_IDS", 10)
+    monkeypatch.setattr(machine, "RECENT_IDS", 10)
     profile = CommandProfile([sys.executable, str(TOOLS / "fake_engine.py")])
     with trio.fail_after(60):
-        async with supervisor.open_bridge(profile, journal=False) as bridge:
+        async with api.open_bridge(profile, journal=False) as bridge:
             for n in range(40):
                 assert (await bridge.prompt("hi", request=f"r{n}")).state == "finished"
             assert bridge.lifecycle.state.prompts == {} and len(bridge.lifecycle.state.recent) == 10

@@ -43,7 +43,8 @@ import pytest
 import trio
 
 from bridge.core.receipts import Receipt
-from bridge.live.supervisor import BridgeConfig, open_bridge
+from bridge.live.api import open_bridge
+from bridge.live.supervisor import BridgeConfig
 from bridge.profiles.command import CommandProfile, ProfileError
 from bridge.profiles.pi import PI_PIN, find_install, scripted_profile
 from bridge.readers.replay import replay

@@ -21,7 +21,7 @@ from typing import Any
 import trio
 
 from bridge.core.receipts import Receipt
-from bridge.live.supervisor import PromptHandle, open_bridge
+from bridge.live.api import PromptHandle, open_bridge
 from bridge.profiles.command import CommandProfile
 from tools.soaklib import (
     STOP_PLANS,

@@ -17,7 +17,8 @@ import pytest
 import trio
 
 from bridge.core.receipts import Receipt
-from bridge.live.supervisor import Bridge, BridgeConfig, open_bridge
+from bridge.live.api import open_bridge
+from bridge.live.supervisor import Bridge, BridgeConfig
 from bridge.profiles.command import CommandProfile
 from bridge.readers.replay import replay
 from tests.conftest import TOOLS

@@ -3,7 +3,7 @@
 Every scenario of ``tools/pi_scenarios.py`` (the ones ``tools/record`` records
 into ``fixtures/pi-1.6.0``) runs end to end: the scripted model server
 in-process, :func:`bridge.profiles.pi.scripted_profile` (the real sealed Pi),
-:func:`bridge.live.supervisor.open_bridge`. Each test asserts the receipts, the
+:func:`bridge.live.api.open_bridge`. Each test asserts the receipts, the
 signals raised, that ``replay(journal)`` gives the tracker output, overlap
 signals and receipts the live bridge reported, and that Pi still behaves as
 recorded (the normal form of the recording; re-record with ``tools/record``

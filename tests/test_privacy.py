@@ -10,7 +10,8 @@ from pathlib import Path
 import trio
 
 from bridge.demo.model_server import start_server
-from bridge.live.supervisor import BridgeConfig, open_bridge
+from bridge.live.api import open_bridge
+from bridge.live.supervisor import BridgeConfig
 from bridge.profiles.pi import scripted_profile
 
 SECRET = "sk-test-do-not-leak-0123456789"

@@ -31,7 +31,7 @@ import pytest
 import trio
 
 from bridge.core.framing import LineSplitter, Oversize
-from bridge.live.supervisor import open_bridge
+from bridge.live.api import open_bridge
 from bridge.profiles.command import CommandProfile
 from tools.soaklib import (
     ROOT,

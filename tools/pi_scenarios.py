@@ -3,7 +3,7 @@
 Used by ``tools/record`` (re-record ``fixtures/pi-1.6.0``; the tool for moving
 the pin) and ``tests/test_pi_live.py`` (the same scenarios as integration
 tests). Each scenario is a small async function that drives a live bridge
-(:func:`bridge.live.supervisor.open_bridge`) on :func:`bridge.profiles.pi.scripted_profile`
+(:func:`bridge.live.api.open_bridge`) on :func:`bridge.profiles.pi.scripted_profile`
 -- the real sealed Pi -- against the scripted model server
 (:mod:`bridge.demo.model_server`, started in-process on 127.0.0.1), plus a check
 that asserts what the pinned Pi is expected to do and fails loudly
@@ -53,7 +53,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without the editable instal
     sys.path.insert(0, str(ROOT))
 
 from bridge.core.receipts import Receipt, describe  # noqa: E402
-from bridge.live.supervisor import Bridge, BridgeConfig, PromptHandle, open_bridge  # noqa: E402
+from bridge.live.api import Bridge, BridgeConfig, PromptHandle, open_bridge  # noqa: E402
 from bridge.profiles.pi import PI_PIN, find_install, scripted_profile  # noqa: E402
 from bridge.readers.replay import ReplayResult, replay  # noqa: E402
 from bridge.transcript import Entry, open_transcript  # noqa: E402

@@ -46,7 +46,8 @@ import trio
 
 import bridge.live.journal
 from bridge.core.receipts import Receipt
-from bridge.live.supervisor import BridgeConfig, PromptHandle
+from bridge.live.api import PromptHandle
+from bridge.live.supervisor import BridgeConfig
 from bridge.profiles.command import CommandProfile, Launch, filtered_env
 from bridge.readers.replay import replay
 from bridge.transcript import TranscriptError, open_transcript

@@ -54,7 +54,8 @@ import trio
 
 from bridge import __version__
 from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize, RawLine, parse_line
-from bridge.live.supervisor import Bridge, BridgeConfig, open_bridge
+from bridge.live.api import open_bridge
+from bridge.live.supervisor import Bridge, BridgeConfig
 from bridge.profiles.command import EngineProfile
 from bridge.transcript import dumps
 

@@ -159,8 +159,9 @@ def run(args: argparse.Namespace) -> int:
 async def _showcase(args: argparse.Namespace, ms: ModuleType, out: _Out, problems: list[str]) -> None:
     import trio
 
+    from bridge.live.api import open_bridge
     from bridge.live.journal import default_journal_path
-    from bridge.live.supervisor import BridgeConfig, open_bridge
+    from bridge.live.supervisor import BridgeConfig
     from bridge.profiles.pi import find_install, scripted_profile
     from bridge.readers.replay import replay
 

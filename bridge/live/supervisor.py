@@ -1,12 +1,6 @@
 """The live bridge: the thin trio layer around the lifecycle and the session.
 
-:func:`open_bridge` is the Python API (SPEC §7)::
-
-    async with open_bridge(profile) as bridge:
-        handle = await bridge.submit("hello", stream=True)
-        async for text in handle.text():
-            print(text, end="")
-        receipt = await handle.receipt()
+:func:`bridge.live.api.open_bridge` (the Python API, SPEC §7) builds a :class:`Bridge`.
 
 Two pure objects decide everything: :class:`~bridge.core.lifecycle.Lifecycle` (queue,
 slot, deadlines, stops, closing, engine restarts) and
@@ -35,15 +29,12 @@ import itertools
 import math
 import os
 import signal as signal_module
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 import trio
 
-from bridge import __version__
 from bridge.core.events import Acked as SessionAcked
 from bridge.core.events import (
     Diagnostic,
@@ -94,11 +85,12 @@ from bridge.core.receipts import Receipt
 from bridge.core.session import Session
 from bridge.core.tracker import Overlap
 from bridge.live.engine import Engine, EngineGone
-from bridge.live.journal import Journal, default_journal_path
+from bridge.live.handles import Pending, PromptHandle
+from bridge.live.journal import Journal
 from bridge.profiles.command import EngineProfile, Launch, ProfileError
 from bridge.transcript import dumps
 
-__all__ = ["RECENT_IDS", "SIGNALS_PER_GENERATION", "Bridge", "BridgeConfig", "PromptHandle", "open_bridge"]
+__all__ = ["RECENT_IDS", "SIGNALS_PER_GENERATION", "Bridge", "BridgeConfig"]
 
 #: After closing, if the lifecycle has still not closed (a bug, or an engine the
 #: close ladder could not reap), this much longer is waited before every
@@ -109,53 +101,8 @@ CLOSE_BACKSTOP = 30.0
 _SIGNAL_NAMES = {int(s): s.name for s in signal_module.Signals}
 
 
-@attrs.define(eq=False)
-class _Prompt:
-    """The trio side of one accepted prompt: who waits for it."""
-
-    request: str
-    done: trio.Event = attrs.field(factory=trio.Event)
-    receipt: Receipt | None = None
-    text_send: trio.MemorySendChannel[str] | None = None
-    text_recv: trio.MemoryReceiveChannel[str] | None = None
-
-
-class PromptHandle:
-    """A submitted prompt. Its receipt comes exactly once."""
-
-    def __init__(self, prompt: _Prompt, bridge: Bridge) -> None:
-        self._prompt = prompt
-        self._bridge = bridge
-
-    @property
-    def request(self) -> str:
-        return self._prompt.request
-
-    async def receipt(self) -> Receipt:
-        """Wait for the receipt. Ends when the bridge settles it (it always does)."""
-        await self._prompt.done.wait()
-        assert self._prompt.receipt is not None
-        return self._prompt.receipt
-
-    @property
-    def receipt_nowait(self) -> Receipt | None:
-        return self._prompt.receipt
-
-    async def text(self) -> AsyncIterator[str]:
-        """The reply text as it streams (``submit(..., stream=True)``). Ends at the receipt."""
-        recv = self._prompt.text_recv
-        if recv is None:
-            raise RuntimeError("submit the prompt with stream=True to read its text as it arrives")
-        async with recv:
-            async for piece in recv:
-                yield piece
-
-    async def stop(self) -> str | None:
-        return await self._bridge.stop(self.request)
-
-
 class Bridge:
-    """Supervises one engine for one controller. Build it with :func:`open_bridge`."""
+    """Supervises one engine for one controller. Build it with :func:`bridge.live.api.open_bridge`."""
 
     def __init__(
         self,
@@ -177,7 +124,7 @@ class Bridge:
         self.session = Session(first_launch.clearing, collect=collect, skip_updates=not config.journal_full)
         self.engine: Engine | None = None
         self._writers: dict[Engine, trio.MemorySendChannel[tuple[bytes, str | None]]] = {}
-        self._handles: dict[str, _Prompt] = {}
+        self._handles: dict[str, Pending] = {}
         self._inputs: collections.deque[Input] = collections.deque()
         self._stepping = False
         self._changed = trio.Event()
@@ -233,7 +180,7 @@ class Bridge:
             raise ValueError(f"request id must be a non-empty str, got {request!r}")
         elif self.knows(request):
             raise ValueError(f"request id {request!r} is already in use")
-        p = _Prompt(request)
+        p = Pending(request)
         if stream:
             p.text_send, p.text_recv = trio.open_memory_channel[str](math.inf)
         self._handles[request] = p
@@ -585,7 +532,7 @@ class Bridge:
                 self._feed(SpawnFailed(generation, str(e)))
                 return
             try:
-                engine = await Engine.start(self._nursery, launch, generation, self, self.config.max_line)
+                engine = await Engine.start(self._nursery, launch, generation, _Sink(self), self.config.max_line)
             except OSError as e:
                 launch.run_cleanup()
                 self._feed(SpawnFailed(generation, f"cannot start the engine {launch.argv[0]!r}: {e.strerror or e}"))
@@ -647,7 +594,7 @@ class Bridge:
 
     # -- the engine's lines (EngineSink) --------------------------------------------------------
 
-    def lines(self, engine: Engine, lines: list[bytes | Oversize]) -> None:
+    def _engine_lines(self, engine: Engine, lines: list[bytes | Oversize]) -> None:
         """One read's lines, in order, with one clock read. The session observes them
         (:meth:`~bridge.core.session.Session.observe_batch`: runs of ``message_update``
         lines nobody streams are taken in bulk); here each is journaled and its events
@@ -672,16 +619,16 @@ class Bridge:
             if seen.events:
                 self._handle(seen.events)
 
-    def stderr(self, engine: Engine, text: str) -> None:
+    def _engine_stderr(self, engine: Engine, text: str) -> None:
         if self.journal is not None:
             self.journal.stderr(text, self.now())
         if engine is self.engine:
             self.session.stderr(text)
 
-    def stdout_closed(self, engine: Engine) -> None:
+    def _engine_stdout_closed(self, engine: Engine) -> None:
         self._feed(StdoutClosed(engine.generation))
 
-    def exited(self, engine: Engine, code: int | None, sig: int | None) -> None:
+    def _engine_exited(self, engine: Engine, code: int | None, sig: int | None) -> None:
         t = self.now()
         if self.journal is not None:
             self.journal.exit(code, sig, t)
@@ -747,56 +694,21 @@ class Bridge:
             self._feed(StartupChecked(self.generation, problems))
 
 
-@asynccontextmanager
-async def open_bridge(
-    profile: EngineProfile,
-    *,
-    journal: str | Path | bool | None = True,
-    config: BridgeConfig | None = None,
-    drain_on_exit: bool = False,
-    collect: bool = False,
-) -> AsyncIterator[Bridge]:
-    """Open a bridge on an engine profile; close it (every receipt settled) on exit.
+@attrs.frozen
+class _Sink:
+    """What an :class:`~bridge.live.engine.Engine` reports, passed to its bridge (kept off the
+    bridge's public API)."""
 
-    ``journal``: True for the default location, a path, or False/None for none.
-    ``collect``: keep the tracker's outputs in ``bridge.session`` (``overlaps``, ``working``,
-    ``settled``), as replay does; memory then grows with the stream (tools that compare the
-    live bridge with replay use it).
-    Raises :class:`~bridge.profiles.command.ProfileError` when the engine can't be prepared.
-    """
-    config = config or BridgeConfig()
-    launch = profile.prepare()
-    jr: Journal | None = None
-    try:
-        if journal:
-            path = default_journal_path() if journal is True else Path(journal)
-            jr = Journal(
-                path,
-                clearing=launch.clearing,
-                full=config.journal_full,
-                bridge=__version__,
-                created=_utc_now(),
-                lean=not config.journal_full,
-                **launch.header,
-            )
-    except BaseException:
-        launch.run_cleanup()
-        raise
-    async with trio.open_nursery() as nursery:
-        bridge = Bridge(nursery, profile, launch, jr, config, collect=collect)
-        nursery.start_soon(bridge._clock)
-        nursery.start_soon(bridge._fsync_journal)
-        try:
-            yield bridge
-            if drain_on_exit:
-                await bridge.drain()
-        finally:
-            with trio.CancelScope(shield=True):
-                await bridge.aclose()
-            nursery.cancel_scope.cancel()
+    bridge: Bridge
 
+    def lines(self, engine: Engine, lines: list[bytes | Oversize]) -> None:
+        self.bridge._engine_lines(engine, lines)
 
-def _utc_now() -> str:
-    import datetime
+    def stderr(self, engine: Engine, text: str) -> None:
+        self.bridge._engine_stderr(engine, text)
 
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    def stdout_closed(self, engine: Engine) -> None:
+        self.bridge._engine_stdout_closed(engine)
+
+    def exited(self, engine: Engine, code: int | None, sig: int | None) -> None:
+        self.bridge._engine_exited(engine, code, sig)

@@ -1,0 +1,81 @@
+"""The Python API (SPEC §7): :func:`open_bridge` opens a :class:`~bridge.live.supervisor.Bridge`
+on an engine profile, with its journal, and closes it -- every receipt settled, the engine
+reaped -- when the ``async with`` ends, however it ends::
+
+    async with open_bridge(profile) as bridge:
+        handle = await bridge.submit("hello", stream=True)
+        async for text in handle.text():
+            print(text, end="")
+        receipt = await handle.receipt()
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import trio
+
+from bridge import __version__
+from bridge.core.lifecycle import BridgeConfig
+from bridge.live.handles import PromptHandle
+from bridge.live.journal import Journal, default_journal_path
+from bridge.live.supervisor import Bridge
+from bridge.profiles.command import EngineProfile
+
+__all__ = ["Bridge", "BridgeConfig", "PromptHandle", "open_bridge"]
+
+
+@asynccontextmanager
+async def open_bridge(
+    profile: EngineProfile,
+    *,
+    journal: str | Path | bool | None = True,
+    config: BridgeConfig | None = None,
+    drain_on_exit: bool = False,
+    collect: bool = False,
+) -> AsyncIterator[Bridge]:
+    """Open a bridge on an engine profile; close it (every receipt settled) on exit.
+
+    ``journal``: True for the default location, a path, or False/None for none.
+    ``collect``: keep the tracker's outputs in ``bridge.session`` (``overlaps``, ``working``,
+    ``settled``), as replay does; memory then grows with the stream (tools that compare the
+    live bridge with replay use it).
+    Raises :class:`~bridge.profiles.command.ProfileError` when the engine can't be prepared.
+    """
+    config = config or BridgeConfig()
+    launch = profile.prepare()
+    jr: Journal | None = None
+    try:
+        if journal:
+            path = default_journal_path() if journal is True else Path(journal)
+            jr = Journal(
+                path,
+                clearing=launch.clearing,
+                full=config.journal_full,
+                bridge=__version__,
+                created=_utc_now(),
+                lean=not config.journal_full,
+                **launch.header,
+            )
+    except BaseException:
+        launch.run_cleanup()
+        raise
+    async with trio.open_nursery() as nursery:
+        bridge = Bridge(nursery, profile, launch, jr, config, collect=collect)
+        nursery.start_soon(bridge._clock)
+        nursery.start_soon(bridge._fsync_journal)
+        try:
+            yield bridge
+            if drain_on_exit:
+                await bridge.drain()
+        finally:
+            with trio.CancelScope(shield=True):
+                await bridge.aclose()
+            nursery.cancel_scope.cancel()
+
+
+def _utc_now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
