@@ -18,32 +18,29 @@ import attrs
 from bridge.core.framing import Oversize, RawLine
 from bridge.core.receipts import Receipt
 from bridge.core.tracker import Overlap, Settled, Working
+from bridge.core.wire import Wire, form
 from bridge.core.words import Reason, Signal
 
 
+@form(tag={"signal": Signal.GAP}, rename={"length": "bytes"})
 @attrs.frozen
-class GapOpened:
+class GapOpened(Wire):
     """A line that was not a JSON object: the evidence may be incomplete from here."""
 
     idx: int
     why: str
     length: int
 
-    def to_json(self) -> dict[str, Any]:
-        return {"signal": Signal.GAP, "idx": self.idx, "why": self.why, "bytes": self.length}
 
-
+@form(tag={"signal": Signal.UNSEALED})
 @attrs.frozen
-class SealBroken:
+class SealBroken(Wire):
     """The first overlap, gap or non-``started`` disposition on this engine."""
 
     #: The taint: ``overlap``, ``aborted-without-stop``, ``gap`` or ``disposition``.
     cause: Reason
     idx: int
     request: Any
-
-    def to_json(self) -> dict[str, Any]:
-        return {"signal": Signal.UNSEALED, "cause": self.cause, "idx": self.idx, "request": self.request}
 
 
 @attrs.frozen
@@ -53,18 +50,17 @@ class Acked:
     disposition: str | None
 
 
+@form(tag={"signal": Signal.DISPOSITION})
 @attrs.frozen
-class DispositionSignal:
-    request: Any
+class DispositionSignal(Wire):
     idx: int
+    request: Any
     disposition: Any
 
-    def to_json(self) -> dict[str, Any]:
-        return {"signal": Signal.DISPOSITION, "idx": self.idx, "request": self.request, "disposition": self.disposition}
 
-
+@form(tag={"signal": Signal.SEAL_DIAGNOSTIC}, omit=["answer"], flatten="detail")
 @attrs.frozen
-class Diagnostic:
+class Diagnostic(Wire):
     """Something a sealed engine should not do, but that is not an overlap.
 
     ``answer`` is the command the bridge must write in reply (a dialog is
@@ -75,9 +71,6 @@ class Diagnostic:
     idx: int
     detail: dict[str, Any]
     answer: dict[str, Any] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"signal": Signal.SEAL_DIAGNOSTIC, "kind": self.kind, "idx": self.idx, **self.detail}
 
 
 @attrs.frozen
@@ -91,8 +84,12 @@ class ReceiptReady:
     receipt: Receipt
 
 
+@form(
+    tag={"type": "progress", "event": "retrying"},
+    rename={"request": "id", "max_attempts": "maxAttempts", "delay_ms": "delayMs"},
+)
 @attrs.frozen
-class Retrying:
+class Retrying(Wire):
     """The engine retries the held prompt's run by itself (Pi's ``auto_retry_start``)."""
 
     request: Any
@@ -100,17 +97,6 @@ class Retrying:
     max_attempts: Any
     delay_ms: Any
     error: str | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": "progress",
-            "event": "retrying",
-            "id": self.request,
-            "attempt": self.attempt,
-            "maxAttempts": self.max_attempts,
-            "delayMs": self.delay_ms,
-            "error": self.error,
-        }
 
 
 Event = (

@@ -18,7 +18,7 @@ pending             replay only: the transcript does not finish the prompt's sto
 ==================  ===============================================================
 
 The JSON form uses camelCase keys (``nativeError``, ``ackIdx``, ...) like the
-engine's protocol; :data:`converter` is the one place that knows it, and
+engine's protocol; the :func:`~bridge.core.wire.form` under the class declares it, and
 ``structure(unstructure(r)) == r`` for every receipt (tested).
 """
 
@@ -28,9 +28,9 @@ from collections.abc import Sequence
 from typing import Any, Final, Literal
 
 import attrs
-import cattrs
-from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+from cattrs.gen import make_dict_structure_fn, override
 
+from bridge.core.wire import Wire, converter, form
 from bridge.core.words import Reason, RequestId, State, StopBy
 
 #: The reasons each state admits (None: no reason).
@@ -57,6 +57,15 @@ REASONS: Final[dict[State, frozenset[Reason | None]]] = {
 Verdict = tuple[State, Reason | None]
 
 
+#: The receipt's camelCase JSON keys (the engine's protocol's style).
+_WIRE_NAMES: Final = {
+    "native_error": "nativeError",
+    "ack_idx": "ackIdx",
+    "working_idx": "workingIdx",
+    "settle_idx": "settleIdx",
+}
+
+
 @attrs.frozen
 class Times:
     """Seconds since the bridge started, as the trio layer saw them."""
@@ -68,8 +77,9 @@ class Times:
     settled: float | None = None
 
 
+@form(rename=_WIRE_NAMES)
 @attrs.frozen
-class Receipt:
+class Receipt(Wire):
     request: RequestId
     state: State
     reason: Reason | None = None
@@ -96,9 +106,6 @@ class Receipt:
             raise ValueError(f"unknown receipt state {self.state!r}")
         if self.reason not in REASONS[self.state]:
             raise ValueError(f"reason {self.reason!r} does not go with state {self.state!r}")
-
-    def to_json(self) -> dict[str, Any]:
-        return converter.unstructure(self)  # type: ignore[no-any-return]
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Receipt:
@@ -197,22 +204,11 @@ def exit_words(code: int | None, signal: int | None, stderr: Sequence[str] = (),
     return f"the engine exited{when} ({how})" + (f": {tail}" if tail else "")
 
 
-def _make_converter() -> cattrs.Converter:
-    c = cattrs.Converter(unstruct_collection_overrides={tuple: list})
-    renames = {
-        "native_error": "nativeError",
-        "ack_idx": "ackIdx",
-        "working_idx": "workingIdx",
-        "settle_idx": "settleIdx",
-    }
-    overrides = {name: override(rename=wire) for name, wire in renames.items()}
-    # cattrs' stubs type **overrides loosely; these are AttributeOverrides.
-    c.register_unstructure_hook(Receipt, make_dict_unstructure_fn(Receipt, c, **overrides))  # type: ignore[arg-type]
-    c.register_structure_hook(Receipt, make_dict_structure_fn(Receipt, c, **overrides))  # type: ignore[arg-type]
-    return c
-
-
-converter: Final = _make_converter()
+# A receipt read back (replay, the soak's checks) takes the same names.
+converter.register_structure_hook(
+    Receipt,
+    make_dict_structure_fn(Receipt, converter, **{n: override(rename=w) for n, w in _WIRE_NAMES.items()}),  # type: ignore[arg-type]
+)
 
 
 def describe(r: Receipt) -> str:

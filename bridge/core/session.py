@@ -457,7 +457,7 @@ class Session:
                         held.times["acked"] = t
                     events.append(Acked(held.request, idx, held.disposition))
                 if disposition != "started":
-                    sig = DispositionSignal(held.request, idx, disposition)
+                    sig = DispositionSignal(idx, held.request, disposition)
                     _add_signal(held, sig.to_json())
                     events.append(sig)
                     self._taint(Reason.DISPOSITION, idx, events)

@@ -53,6 +53,7 @@ from typing import Any
 
 import attrs
 
+from bridge.core.wire import Wire, form
 from bridge.core.words import Cause, Reason, Signal, State, Why
 
 #: Stop reasons that mean the model finished its answer (seed ``DONE_STOPS``).
@@ -65,8 +66,9 @@ LAST_ERROR_MAX = 2000
 # Outputs
 
 
+@form(flatten="detail")
 @attrs.frozen
-class Overlap:
+class Overlap(Wire):
     """An overlap signal. ``detail`` keeps the seed's keys in the seed's order."""
 
     signal: Signal
@@ -74,23 +76,19 @@ class Overlap:
     request: str | None
     detail: dict[str, Any] = attrs.field(factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"signal": self.signal, "idx": self.idx, "request": self.request, **self.detail}
 
-
+@form()
 @attrs.frozen
-class Working:
+class Working(Wire):
     """The slot's own run delivered the slot's user message: the model has it."""
 
     request: str | None
     idx: int
 
-    def to_json(self) -> dict[str, Any]:
-        return {"request": self.request, "idx": self.idx}
 
-
+@form(rename={"native_error": "nativeError"})
 @attrs.frozen
-class Settled:
+class Settled(Wire):
     """The slot settled on evidence tied to its own prompt.
 
     ``state`` is the seed's state; the seed's ``{outcomeUnknown: word}`` is
@@ -103,16 +101,6 @@ class Settled:
     reason: Reason | None = None
     stop: str | None = None
     native_error: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "request": self.request,
-            "idx": self.idx,
-            "state": self.state,
-            "reason": self.reason,
-            "stop": self.stop,
-            "nativeError": self.native_error,
-        }
 
 
 Output = Overlap | Working | Settled

@@ -19,12 +19,16 @@ from bridge.core.events import NO_EVENTS, Event, ReceiptReady
 from bridge.core.framing import RawLine
 from bridge.core.receipts import Receipt
 from bridge.core.session import PromptState, Session
+from bridge.core.wire import Wire, form
 from bridge.core.words import State
 from bridge.transcript import Entry, open_transcript
 
 
+@form(omit=["path", "truncated"])
 @attrs.define
-class ReplayResult:
+class ReplayResult(Wire):
+    """What replay found: its JSON form is what conform's ``*.expected.json`` files hold."""
+
     path: str
     observations: int
     overlaps: list[dict[str, Any]]
@@ -32,15 +36,6 @@ class ReplayResult:
     settled: list[dict[str, Any]]
     receipts: list[Receipt]
     truncated: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "observations": self.observations,
-            "overlaps": self.overlaps,
-            "working": self.working,
-            "settled": self.settled,
-            "receipts": [r.to_json() for r in self.receipts],
-        }
 
 
 def _raw_from_text(text: str) -> RawLine:

@@ -7,7 +7,8 @@ from typing import Any, Literal
 
 import attrs
 
-from bridge.core.receipts import Receipt, converter
+from bridge.core.receipts import Receipt
+from bridge.core.wire import converter
 from bridge.core.words import StopBy
 
 #: Why the lifecycle stops waiting for a held prompt's evidence: the deadline that passed
