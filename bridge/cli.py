@@ -11,6 +11,11 @@ unreadable file, or a journal or engine that cannot be set up (one line naming
 it and the fix); 128+N after signal N (129 SIGHUP, 130 SIGINT, 143 SIGTERM);
 141 when stdout was closed early (``| head``); 70 a bug in pi-bridge (the only
 case with a traceback).
+
+Each subcommand has ``_add_NAME`` (its parser, under "the parser" below) and ``_cmd_NAME`` (what
+it does); ``diagnose`` and ``demo`` bring their own (``add_parser`` in their packages). trio
+and the live bridge are imported inside the commands that use them: ``--help`` and the
+readers never load them.
 """
 
 from __future__ import annotations
@@ -18,10 +23,17 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeVar
+
+import attrs
 
 from bridge import __version__
+
+if TYPE_CHECKING:
+    from bridge.core.receipts import Receipt
+    from bridge.live.api import Bridge, PromptHandle
+    from bridge.profiles.command import EngineProfile
 
 T = TypeVar("T")
 
@@ -200,36 +212,50 @@ def _add_bridge_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _profile(args: argparse.Namespace, engine_argv: list[str] | None) -> Any:
-    import os
+def _profile(args: argparse.Namespace, engine_argv: list[str] | None) -> EngineProfile:
+    """The engine the options and the argv after ``--`` describe. A mistake in them is one
+    line on stderr and exit 2 (SystemExit)."""
+    _check_engine_cwd(args)
+    if engine_argv is not None:
+        return _command_profile(args, engine_argv)
+    return _pi_profile(args)
 
-    from bridge.profiles.command import PI_CLEARING, CommandProfile
+
+def _refuse(message: str) -> NoReturn:
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _check_engine_cwd(args: argparse.Namespace) -> None:
+    import os
 
     cwd = args.engine_cwd
     if cwd is not None and not os.path.isdir(cwd):
         what = "is not a folder" if os.path.exists(cwd) else "does not exist"
-        print(f"bridge {args.command}: --engine-cwd {cwd} {what}: give the engine's working folder", file=sys.stderr)
-        raise SystemExit(2)
-    if engine_argv is not None:
-        if not engine_argv:
-            print(
-                "bridge: no engine command after -- (give the engine's argv, e.g. -- python tools/fake_engine.py)",
-                file=sys.stderr,
-            )
-            raise SystemExit(2)
-        return CommandProfile(
-            engine_argv,
-            clearing=tuple(args.clearing) if args.clearing else PI_CLEARING,
-            cwd=args.engine_cwd,
-            env_allowlist=args.env_allow,
-        )
+        _refuse(f"bridge {args.command}: --engine-cwd {cwd} {what}: give the engine's working folder")
+
+
+def _command_profile(args: argparse.Namespace, engine_argv: list[str]) -> EngineProfile:
+    """Any engine speaking Pi's RPC JSONL, given as its argv after ``--``."""
+    from bridge.profiles.command import PI_CLEARING, CommandProfile
+
+    if not engine_argv:
+        _refuse("bridge: no engine command after -- (give the engine's argv, e.g. -- python tools/fake_engine.py)")
+    return CommandProfile(
+        engine_argv,
+        clearing=tuple(args.clearing) if args.clearing else PI_CLEARING,
+        cwd=args.engine_cwd,
+        env_allowlist=args.env_allow,
+    )
+
+
+def _pi_profile(args: argparse.Namespace) -> EngineProfile:
+    """The sealed, pinned Pi (the default engine)."""
     if args.provider and not args.model:
-        print(
+        _refuse(
             f"bridge {args.command}: --provider {args.provider} needs --model too (Pi refuses a provider "
-            "without a model id; see the README's custom providers)",
-            file=sys.stderr,
+            "without a model id; see the README's custom providers)"
         )
-        raise SystemExit(2)
     from bridge.profiles.pi import PiProfile
 
     return PiProfile(
@@ -287,110 +313,183 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    """``bridge run``: the prompts, a bridge opened to send them, the receipts, the exit status."""
     import trio
 
-    from bridge.core.receipts import describe
-    from bridge.live.api import open_bridge
-    from bridge.transcript import dumps
+    prompts = _run_prompts(args)
+    if prompts is None:
+        return 2
+    run = _Run(args, prompts, _profile(args, args.engine))
+    try:
+        if guard_setup("run", lambda: trio.run(run.main)) == 2:
+            return 2
+    except KeyboardInterrupt:
+        return 130
+    receipts = run.receipts()
+    run.print_receipts(receipts)
+    run.print_ending()
+    return run.exit_status(receipts)
 
+
+def _run_prompts(args: argparse.Namespace) -> list[str] | None:
+    """The PROMPTs, in order; None (and the line saying so) when there are none."""
     if not args.prompts:
         print("bridge run: give at least one PROMPT", file=sys.stderr)
-        return 2
-    profile = _profile(args, args.engine)
-    handles: list[Any] = []
-    interrupted = 0
-    journal_path: list[str] = []
-    failed_journal: list[str] = []
-    launch_failed: list[str] = []
+        return None
+    return list(args.prompts)
 
-    stdout_gone = False
 
-    def show(text: str) -> None:
+@attrs.define
+class _Run:
+    """One ``bridge run``: the bridge it opens, and what it saw there that decides the
+    exit status (README "Exit codes")."""
+
+    args: argparse.Namespace
+    prompts: list[str]
+    profile: EngineProfile
+    handles: list[PromptHandle] = attrs.Factory(list)
+    #: 128+N after the first signal N (SIGINT, SIGTERM, SIGHUP), else 0.
+    interrupted: int = 0
+    journal_path: str | None = None
+    #: Why the journal could not be written.
+    journal_failed: str | None = None
+    #: Why the engine could not be launched.
+    launch_failed: str | None = None
+    #: Stdout was closed early (``| head``): nothing more is written there.
+    stdout_gone: bool = False
+
+    # -- in the bridge
+
+    async def main(self) -> None:
+        """Open the bridge, send the prompts, close it. Ends when the bridge has closed (after
+        the last receipt, or at once on a signal or a closed stdout): every handle then has
+        its receipt."""
+        import trio
+
+        from bridge.live.api import open_bridge
+
+        async with open_bridge(self.profile, journal=_journal(self.args), config=_config(self.args)) as bridge:
+            self._opened(bridge)
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._close_on_signals, bridge, signals)
+                    await self._send_all(bridge)
+                    nursery.cancel_scope.cancel()
+            self._closing(bridge)
+
+    def _opened(self, bridge: Bridge) -> None:
+        if bridge.journal is not None:
+            self.journal_path = str(bridge.journal.path)
+        if sys.stderr.isatty():
+            bridge.listeners.append(_progress_line)
+
+    async def _close_on_signals(self, bridge: Bridge, signals: AsyncIterator[int]) -> None:
+        """Close the bridge on each signal. Ends only when cancelled (the prompts are done)."""
+        async for signum in signals:
+            self.interrupted = self.interrupted or 128 + signum
+            # Closing begins: the running prompt is stopped (failed/closing), the rest
+            # rejected; the receipts are printed once the bridge has closed.
+            bridge.close_on_signal(signum)
+
+    async def _send_all(self, bridge: Bridge) -> None:
+        """One after another: the next prompt is submitted when the previous one has its
+        receipt (whatever their number; the queue bound is for controllers that submit at
+        once). Ends when the last prompt has its receipt."""
+        for prompt in self.prompts:
+            h = await bridge.submit(prompt, stream=True)
+            self.handles.append(h)
+            if len(self.prompts) > 1:
+                self.show(f"[{h.request}] ")
+            await self._stream(bridge, h)
+            self.show("\n")
+            await h.receipt()
+
+    async def _stream(self, bridge: Bridge, h: PromptHandle) -> None:
+        """Show the reply text as it arrives. Ends at the prompt's receipt."""
+        async for piece in h.text():
+            self.show(piece)
+            if self.stdout_gone:
+                bridge.close_now("close", "stdout was closed")
+
+    def show(self, text: str) -> None:
         """Reply text: stdout (stderr with --json, which keeps stdout JSON only)."""
-        nonlocal stdout_gone
-        if stdout_gone:
+        if self.stdout_gone:
             return
-        out = sys.stderr if args.json else sys.stdout
+        out = sys.stderr if self.args.json else sys.stdout
         try:
             out.write(text)
             out.flush()
         except BrokenPipeError:
             # `| head`: the reader is gone. No more text, no traceback; the
             # bridge closes (the running prompt is stopped, failed/closing).
-            stdout_gone = True
-            _silence_stdout()
+            self._stdout_closed()
 
-    async def main() -> None:
-        nonlocal interrupted
-        async with open_bridge(profile, journal=_journal(args), config=_config(args)) as bridge:
-            if bridge.journal is not None:
-                journal_path.append(str(bridge.journal.path))
-            if sys.stderr.isatty():
-                bridge.listeners.append(_progress_line)
-            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
-                async with trio.open_nursery() as nursery:
+    def _stdout_closed(self) -> None:
+        self.stdout_gone = True
+        _silence_stdout()
 
-                    async def on_signal() -> None:
-                        nonlocal interrupted
-                        async for signum in signals:
-                            interrupted = interrupted or 128 + signum
-                            # Closing begins: the running prompt is stopped
-                            # (failed/closing), the rest rejected; the receipts
-                            # are printed below once the bridge has closed.
-                            bridge.close_on_signal(signum)
+    def _closing(self, bridge: Bridge) -> None:
+        if bridge.journal_failed:
+            self.journal_failed = bridge.journal_failed
+        if bridge.lifecycle.state.launch_failed:
+            self.launch_failed = bridge.down_reason or "the engine cannot be launched"
 
-                    nursery.start_soon(on_signal)
-                    # One after another: the next prompt is submitted when the
-                    # previous one has its receipt (whatever their number; the
-                    # queue bound is for controllers that submit at once).
-                    for prompt in args.prompts:
-                        h = await bridge.submit(prompt, stream=True)
-                        handles.append(h)
-                        if len(args.prompts) > 1:
-                            show(f"[{h.request}] ")
-                        async for piece in h.text():
-                            show(piece)
-                            if stdout_gone:
-                                bridge.close_now("close", "stdout was closed")
-                        show("\n")
-                        await h.receipt()
-                    nursery.cancel_scope.cancel()
-            if bridge.journal_failed:
-                failed_journal.append(bridge.journal_failed)
-            if bridge.lifecycle.state.launch_failed:
-                launch_failed.append(bridge.down_reason or "the engine cannot be launched")
-        # Every handle has its receipt once the bridge is closed.
+    # -- after it closed
 
-    try:
-        if guard_setup("run", lambda: trio.run(main)) == 2:
+    def receipts(self) -> list[Receipt]:
+        """Every prompt's receipt, in order (each handle has its own once the bridge has closed)."""
+        receipts = []
+        for h in self.handles:
+            receipt = h.receipt_nowait
+            assert receipt is not None, f"{h.request} has no receipt after the bridge closed"
+            receipts.append(receipt)
+        return receipts
+
+    def print_receipts(self, receipts: list[Receipt]) -> None:
+        """After a blank line on stderr: each receipt as a JSON line on stdout (--json, while
+        stdout is there), else as a line a person reads on stderr."""
+        from bridge.core.receipts import describe
+
+        print(file=sys.stderr)
+        for r in receipts:
+            if self.args.json and not self.stdout_gone:
+                self._print_json(r)
+            if not self.args.json or self.stdout_gone:
+                print(describe(r), file=sys.stderr)
+
+    def _print_json(self, r: Receipt) -> None:
+        from bridge.transcript import dumps
+
+        try:
+            sys.stdout.buffer.write(dumps(r.to_json()) + b"\n")
+            sys.stdout.flush()
+        except BrokenPipeError:
+            self._stdout_closed()
+
+    def print_ending(self) -> None:
+        """The journal's path, then the line for a journal or an engine that failed, if one did."""
+        if self.journal_path is not None:
+            print(f"journal: {self.journal_path}", file=sys.stderr)
+        if self.journal_failed is not None:
+            print(f"bridge run: {self.journal_failed}; the receipts above are complete", file=sys.stderr)
+        elif self.launch_failed is not None:
+            print(f"bridge run: {self.launch_failed}", file=sys.stderr)
+
+    def exit_status(self, receipts: list[Receipt]) -> int:
+        """README "Exit codes", first match wins: a journal that failed, 1 (or 128+N after a
+        signal); an engine that could not be launched, 2; a signal N, 128+N; stdout closed
+        early, 141; 0 when every prompt finished, else 1."""
+        from bridge.core.words import State
+
+        if self.journal_failed is not None:
+            return self.interrupted or 1
+        if self.launch_failed is not None:
             return 2
-    except KeyboardInterrupt:
-        return 130
-    receipts = [h.receipt_nowait for h in handles]
-    print(file=sys.stderr)
-    for r in receipts:
-        if args.json and not stdout_gone:
-            try:
-                sys.stdout.buffer.write(dumps(r.to_json()) + b"\n")
-                sys.stdout.flush()
-            except BrokenPipeError:
-                stdout_gone = True
-                _silence_stdout()
-        if not args.json or stdout_gone:
-            print(describe(r), file=sys.stderr)
-    if journal_path:
-        print(f"journal: {journal_path[0]}", file=sys.stderr)
-    if failed_journal:
-        print(f"bridge run: {failed_journal[0]}; the receipts above are complete", file=sys.stderr)
-        return interrupted or 1
-    if launch_failed:
-        print(f"bridge run: {launch_failed[0]}", file=sys.stderr)
-        return 2
-    if interrupted:
-        return interrupted
-    if stdout_gone:
-        return 128 + signal.SIGPIPE
-    return 0 if receipts and all(r.state == "finished" for r in receipts) else 1
+        if self.interrupted:
+            return self.interrupted
+        if self.stdout_gone:
+            return 128 + signal.SIGPIPE
+        return 0 if receipts and all(r.state == State.FINISHED for r in receipts) else 1
 
 
 def _progress_line(note: dict[str, Any]) -> None:
@@ -432,8 +531,11 @@ def _silence_stdout() -> None:
 
 # -- the parser ----------------------------------------------------------------------------------
 
+_Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
 
 def build_parser() -> argparse.ArgumentParser:
+    """``bridge`` and its subcommands, in the order ``--help`` lists them."""
     parser = argparse.ArgumentParser(
         prog="bridge",
         description="Supervise an agent engine (the Pi coding agent in RPC mode, pinned and sealed) "
@@ -441,7 +543,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"pi-bridge {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_replay(sub)
+    _add_conform(sub)
+    _add_serve(sub)
+    _add_run(sub)
 
+    from bridge import demo
+    from bridge.readers import diagnose
+
+    diagnose.add_parser(sub)
+    demo.add_parser(sub)
+    parser.subcommands = dict(sub.choices)  # type: ignore[attr-defined]
+    return parser
+
+
+def _add_replay(sub: _Subcommands) -> None:
     p = sub.add_parser(
         "replay",
         help="replay transcripts through the tracker and print signals, settlements and receipts",
@@ -452,6 +568,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="+", metavar="FILE")
     p.set_defaults(func=_cmd_replay)
 
+
+def _add_conform(sub: _Subcommands) -> None:
     p = sub.add_parser(
         "conform",
         help="replay every fixture in a folder against its expected output; a pass/FAIL table",
@@ -466,6 +584,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_conform)
 
+
+def _add_serve(sub: _Subcommands) -> None:
     p = sub.add_parser(
         "serve",
         help="the controller protocol: JSONL prompts/stops on stdin, receipts and signals on stdout",
@@ -485,6 +605,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_serve)
 
+
+def _add_run(sub: _Subcommands) -> None:
     p = sub.add_parser(
         "run",
         help="send prompts from the command line, stream the replies, print the receipts",
@@ -504,14 +626,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_engine_options(p)
     _add_bridge_options(p)
     p.set_defaults(func=_cmd_run)
-
-    from bridge import demo
-    from bridge.readers import diagnose
-
-    diagnose.add_parser(sub)
-    demo.add_parser(sub)
-    parser.subcommands = dict(sub.choices)  # type: ignore[attr-defined]
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,7 +12,7 @@ import io
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.controller.serve import ControllerError, parse_command
+from bridge.controller.messages import COMMAND_TYPES, ControllerError, parse_command
 from bridge.core.framing import LineSplitter, Oversize
 from bridge.core.session import Session
 from bridge.transcript import TranscriptError, TranscriptReader
@@ -60,7 +60,7 @@ def test_controller_lines_get_a_command_or_a_named_error(data):
     except ControllerError as e:
         assert str(e)
     else:
-        assert cmd["type"] in ("prompt", "stop", "status", "shutdown")
+        assert cmd.TYPE in COMMAND_TYPES
 
 
 def test_controller_oversize_line_is_a_named_error():

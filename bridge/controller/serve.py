@@ -1,24 +1,9 @@
-"""``bridge serve``: the controller protocol over JSONL on stdin/stdout (SPEC §7).
+"""``bridge serve``: the loop that carries the controller protocol (SPEC §7) between
+stdin/stdout and one live bridge.
 
-In (one JSON object per line)::
-
-    {"type":"prompt","id":ID,"message":TEXT, "stream"?:bool, "timeout"?:seconds, "images"?:[...]}
-    {"type":"stop","id":ID}
-    {"type":"status"}
-    {"type":"shutdown"}
-
-Out (one JSON object per line)::
-
-    {"type":"ready","version":V,"journal":PATH|null,"engine":{...header...}}
-    {"type":"receipt","id":ID,"receipt":{...}}          exactly one per accepted prompt id
-    {"type":"signal","signal":...,...}                  overlaps, gaps, seal diagnostics, as they happen
-    {"type":"text","id":ID,"text":...}                  streamed reply text ("stream": true)
-    {"type":"engine","event":"started"|"exited"|"down",...}
-    {"type":"progress","event":"retrying","id":ID,...}  the engine retries the running prompt itself
-    {"type":"stopping","id":ID,"stop":STOP_ID|null}     answer to a stop
-    {"type":"status",...}                               answer to a status
-    {"type":"error","error":WHAT,"line":N,"id"?:ID}     a bad controller line (the bridge keeps running)
-    {"type":"bye","receipts":N}                         last line before exit 0
+What a line may say and what the bridge answers are :mod:`bridge.controller.messages`; stdout
+is :mod:`bridge.controller.output`. Here: who reads stdin, who closes the bridge, and when the
+process ends.
 
 Rules:
 
@@ -38,116 +23,54 @@ Rules:
   ``journal-failed`` signal at once, the bridge closes as for a signal (every
   accepted prompt still gets its receipt here), and exits 1 with one line on
   stderr.
-- Output is written by one task from an unbounded queue, so a controller that
-  reads slowly never stalls the engine's stream (it costs memory instead).
+- ``ready`` is the first line and ``bye`` the last, also when the bridge could not open
+  (then ``bye`` alone, and the error propagates).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
+import attrs
 import trio
 
 from bridge import __version__
-from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize, RawLine, parse_line
-from bridge.live.api import open_bridge
-from bridge.live.supervisor import Bridge, BridgeConfig
+from bridge.controller.messages import (
+    Bye,
+    Command,
+    ControllerError,
+    LineError,
+    Prompt,
+    Ready,
+    Reply,
+    Shutdown,
+    Status,
+    StatusReport,
+    Stop,
+    Stopping,
+    parse_command,
+)
+from bridge.controller.output import Output
+from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
+from bridge.live.api import Bridge, BridgeConfig, open_bridge
 from bridge.profiles.command import EngineProfile
-from bridge.transcript import dumps
+
+#: The signals that close the bridge (exit 128+N).
+CLOSING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-class ControllerError(Exception):
-    """A controller line the bridge cannot take; the message says why."""
-
-
-def parse_command(line: bytes | Oversize) -> dict[str, Any]:
-    """Validate one controller line. Raises :class:`ControllerError`."""
-    value = parse_line(line)
-    if isinstance(value, RawLine):
-        if value.why == "oversize":
-            raise ControllerError(f"line too long ({value.length} bytes)")
-        if value.why == "invalid-utf8":
-            raise ControllerError("line is not valid UTF-8")
-        if value.why == "not-object":
-            raise ControllerError("line is JSON but not an object")
-        raise ControllerError("line is not JSON")
-    kind = value.get("type")
-    if kind not in ("prompt", "stop", "status", "shutdown"):
-        if kind is None:
-            raise ControllerError('missing "type"')
-        raise ControllerError(f"unknown type {kind!r} (expected prompt, stop, status or shutdown)")
-    if kind in ("prompt", "stop"):
-        rid = value.get("id")
-        if rid is None:
-            raise ControllerError(f'{kind} needs an "id"')
-        if not isinstance(rid, str) or not rid:
-            raise ControllerError('"id" must be a non-empty string')
-    if kind == "prompt":
-        message = value.get("message")
-        if not isinstance(message, str):
-            raise ControllerError('prompt needs a "message" string')
-        if "stream" in value and not isinstance(value["stream"], bool):
-            raise ControllerError('"stream" must be true or false')
-        timeout = value.get("timeout")
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0 or timeout == math.inf
-        ):
-            raise ControllerError('"timeout" must be a positive number of seconds')
-        images = value.get("images")
-        if images is not None and not isinstance(images, list):
-            raise ControllerError('"images" must be a list')
-    return value
-
-
-class _Output:
-    """One writer for stdout: notifications are queued, never block the bridge."""
-
-    def __init__(self, fd: int) -> None:
-        self._stream = trio.lowlevel.FdStream(os.dup(fd))
-        self._send, self._recv = trio.open_memory_channel[bytes](math.inf)
-        self.broken = False
-        #: Set when everything queued is written (or the controller is gone).
-        self.done = trio.Event()
-
-    def put(self, note: dict[str, Any]) -> None:
-        try:
-            self._send.send_nowait(dumps(note) + b"\n")
-        except trio.ClosedResourceError:
-            pass
-
-    def close(self) -> None:
-        self._send.close()
-
-    async def run(self) -> None:
-        """Write queued lines. Ends when the queue is closed and written out."""
-        try:
-            await self._write_all()
-        finally:
-            self.done.set()
-
-    async def _write_all(self) -> None:
-        async with self._recv:
-            async for data in self._recv:
-                batch = [data]
-                while True:
-                    try:
-                        batch.append(self._recv.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                if self.broken:
-                    continue
-                try:
-                    await self._stream.send_all(b"".join(batch))
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                    self.broken = True  # the controller went away; receipts are still journaled
-        try:
-            await self._stream.aclose()
-        except OSError:
-            pass
+def main_serve(profile: EngineProfile, *, journal: Any, config: BridgeConfig, drain_timeout: float | None) -> int:
+    """``bridge serve`` on this process's stdin/stdout; returns the exit status."""
+    try:
+        return trio.run(lambda: serve(profile, journal=journal, config=config, drain_timeout=drain_timeout))
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        sys.stdout.flush()
 
 
 async def serve(
@@ -159,65 +82,87 @@ async def serve(
     stdin_fd: int = 0,
     stdout_fd: int = 1,
 ) -> int:
-    out = _Output(stdout_fd)
-    status = 0
-    opened: list[Bridge] = []
-    # Signals are ours from the first line to ``bye``: one that comes while the
-    # bridge is already closing (or after it closed) changes nothing, instead of
-    # killing the process before the last receipts and ``bye`` are written. The
-    # receiver restores what was there before it, so SIGTERM and SIGHUP are set
-    # to be ignored first: after ``bye`` (until the exit, and through the
-    # interpreter's own shutdown) there is nothing left for them to stop.
-    # (Engines are spawned while the receiver's handler is in place, so they
-    # start with the default dispositions.)
+    """Serve one controller; returns the exit status. Ends when the bridge has closed (after
+    EOF or ``shutdown`` has drained, or at once after a signal or a journal failure) and
+    everything for the controller, ``bye`` last, is written."""
+    server = _Server(Output(stdout_fd), drain_timeout)
+    _ignore_late_signals()
+    with trio.open_signal_receiver(*CLOSING_SIGNALS) as signals:
+        async with trio.open_nursery() as outer:
+            outer.start_soon(server.out.run)
+            outer.start_soon(server.watch_signals, signals)
+            await server.run(profile, journal, config, stdin_fd)
+            outer.cancel_scope.cancel()
+    return server.exit_status()
+
+
+def _ignore_late_signals() -> None:
+    """Signals are ours from the first line to ``bye``: one that comes while the bridge is
+    already closing (or after it closed) changes nothing, instead of killing the process
+    before the last receipts and ``bye`` are written. The receiver restores what was there
+    before it, so SIGTERM and SIGHUP are set to be ignored first: after ``bye`` (until the
+    exit, and through the interpreter's own shutdown) there is nothing left for them to stop.
+    (Engines are spawned while the receiver's handler is in place, so they start with the
+    default dispositions.)"""
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
-        async with trio.open_nursery() as outer:
-            outer.start_soon(out.run)
-
-            async def watch_signals() -> None:
-                nonlocal status
-                async for signum in signals:
-                    bridge = opened[0] if opened else None
-                    if bridge is None or not bridge.lifecycle.state.closed:
-                        status = status or 128 + signum
-                    if bridge is not None:
-                        bridge.close_on_signal(signum)
-
-            outer.start_soon(watch_signals)
-            try:
-                async with open_bridge(profile, journal=journal, config=config) as bridge:
-                    opened.append(bridge)
-                    bridge.listeners.append(out.put)
-                    out.put(
-                        {
-                            "type": "ready",
-                            "version": __version__,
-                            "journal": str(bridge.journal.path) if bridge.journal is not None else None,
-                        }
-                    )
-                    if status:  # a signal came while the bridge was opening
-                        bridge.close_on_signal(status - 128)
-                    await _serve_loop(bridge, out, stdin_fd, drain_timeout)
-            finally:
-                out.put({"type": "bye", "receipts": opened[0].receipts_issued if opened else 0})
-                out.close()
-            with trio.CancelScope(shield=True):
-                await out.done.wait()
-            outer.cancel_scope.cancel()
-    if opened and opened[0].journal_failed:
-        print(f"bridge serve: {opened[0].journal_failed}; every receipt went to the controller", file=sys.stderr)
-        return status or 1
-    return status
 
 
-async def _serve_loop(bridge: Bridge, out: _Output, stdin_fd: int, drain_timeout: float | None) -> None:
+@attrs.define
+class _Server:
+    """One ``serve``: its output, its bridge once open, and the signal that ends it."""
+
+    out: Output
+    drain_timeout: float | None
+    bridge: Bridge | None = None
+    #: 128+N after signal N came before the bridge had closed (the first such signal), else 0.
+    status: int = 0
+
+    async def watch_signals(self, signals: AsyncIterator[int]) -> None:
+        """Close the bridge on each signal. Ends only when cancelled (after ``bye``)."""
+        async for signum in signals:
+            bridge = self.bridge
+            if bridge is None or not bridge.lifecycle.state.closed:
+                self.status = self.status or 128 + signum
+            if bridge is not None:
+                bridge.close_on_signal(signum)
+
+    async def run(self, profile: EngineProfile, journal: Any, config: BridgeConfig | None, stdin_fd: int) -> None:
+        """Open the bridge and serve the controller. Ends when the bridge has closed and every
+        line, ``bye`` last, is written (or dropped: the controller is gone)."""
+        try:
+            async with open_bridge(profile, journal=journal, config=config) as bridge:
+                self._opened(bridge)
+                await _serve_loop(bridge, self.out, stdin_fd, self.drain_timeout)
+        finally:
+            self.out.write(Bye(self.bridge.receipts_issued if self.bridge is not None else 0))
+            self.out.close()
+        with trio.CancelScope(shield=True):
+            await self.out.done.wait()
+
+    def _opened(self, bridge: Bridge) -> None:
+        """The bridge is open: its notifications go to the controller, after ``ready``."""
+        self.bridge = bridge
+        bridge.listeners.append(self.out.put)
+        self.out.write(Ready(__version__, str(bridge.journal.path) if bridge.journal is not None else None))
+        if self.status:  # a signal came while the bridge was opening
+            bridge.close_on_signal(self.status - 128)
+
+    def exit_status(self) -> int:
+        """The exit status (README "Exit codes"); a journal failure also gets its line on stderr."""
+        if self.bridge is not None and self.bridge.journal_failed:
+            print(f"bridge serve: {self.bridge.journal_failed}; every receipt went to the controller", file=sys.stderr)
+            return self.status or 1
+        return self.status
+
+
+async def _serve_loop(bridge: Bridge, out: Output, stdin_fd: int, drain_timeout: float | None) -> None:
     """Run until the bridge has closed: after EOF or ``shutdown`` has drained, or
     at once on a signal (or a journal failure). stdin is read until then."""
     async with trio.open_nursery() as nursery:
 
         async def read_controller() -> None:
+            """Read stdin, then shut down. Ends after EOF (when the shutdown is asked for)."""
             await _read_controller(bridge, out, stdin_fd, drain_timeout)
             bridge.shutdown(drain_timeout)  # EOF
 
@@ -226,8 +171,8 @@ async def _serve_loop(bridge: Bridge, out: _Output, stdin_fd: int, drain_timeout
         nursery.cancel_scope.cancel()
 
 
-async def _read_controller(bridge: Bridge, out: _Output, stdin_fd: int, drain_timeout: float | None) -> None:
-    """Read controller lines until EOF (also after ``shutdown``)."""
+async def _read_controller(bridge: Bridge, out: Output, stdin_fd: int, drain_timeout: float | None) -> None:
+    """Read controller lines until EOF (also after ``shutdown``); a read error counts as EOF."""
     stream = trio.lowlevel.FdStream(os.dup(stdin_fd))
     splitter = LineSplitter(DEFAULT_MAX_LINE)
     lineno = 0
@@ -247,51 +192,32 @@ async def _read_controller(bridge: Bridge, out: _Output, stdin_fd: int, drain_ti
                 return
 
 
-async def _take(bridge: Bridge, out: _Output, line: bytes | Oversize, lineno: int, drain_timeout: float | None) -> None:
-    """Act on one controller line."""
+async def _take(bridge: Bridge, out: Output, line: bytes | Oversize, lineno: int, drain_timeout: float | None) -> None:
+    """Act on one controller line, and answer it if it asks for an answer. Does not wait: a
+    prompt, a stop and a shutdown are only handed to the bridge."""
     try:
         cmd = parse_command(line)
     except ControllerError as e:
-        note: dict[str, Any] = {"type": "error", "error": str(e), "line": lineno}
-        out.put(note)
+        out.write(LineError(str(e), lineno))
         return
-    kind = cmd["type"]
-    if kind == "prompt":
-        rid = cmd["id"]
-        if bridge.knows(rid):
-            out.put(
-                {
-                    "type": "error",
-                    "error": f"duplicate id {rid!r}: already used in this session",
-                    "line": lineno,
-                    "id": rid,
-                }
-            )
-            return
-        await bridge.submit(
-            cmd["message"],
-            request=rid,
-            stream=bool(cmd.get("stream", False)),
-            timeout=cmd.get("timeout"),
-            images=cmd.get("images"),
-        )
-    elif kind == "stop":
-        rid = cmd["id"]
-        if not bridge.knows(rid):
-            out.put({"type": "error", "error": f"unknown id {rid!r}: no such prompt", "line": lineno, "id": rid})
-            return
-        stop = await bridge.stop(rid)
-        out.put({"type": "stopping", "id": rid, "stop": stop})
-    elif kind == "status":
-        out.put({"type": "status", **bridge.status()})
-    elif kind == "shutdown":
-        bridge.shutdown(drain_timeout)
+    reply = await _act(bridge, cmd, lineno, drain_timeout)
+    if reply is not None:
+        out.write(reply)
 
 
-def main_serve(profile: EngineProfile, *, journal: Any, config: BridgeConfig, drain_timeout: float | None) -> int:
-    try:
-        return trio.run(lambda: serve(profile, journal=journal, config=config, drain_timeout=drain_timeout))
-    except KeyboardInterrupt:
-        return 130
-    finally:
-        sys.stdout.flush()
+async def _act(bridge: Bridge, cmd: Command, lineno: int, drain_timeout: float | None) -> Reply | None:
+    """Carry out one command; the reply it gets, if any. Does not wait (as :func:`_take`)."""
+    match cmd:
+        case Prompt():
+            if bridge.knows(cmd.id):
+                return LineError.duplicate_id(cmd.id, lineno)
+            await bridge.submit(cmd.message, request=cmd.id, stream=cmd.stream, timeout=cmd.timeout, images=cmd.images)
+        case Stop():
+            if not bridge.knows(cmd.id):
+                return LineError.unknown_id(cmd.id, lineno)
+            return Stopping(cmd.id, await bridge.stop(cmd.id))
+        case Status():
+            return StatusReport(bridge.status())
+        case Shutdown():
+            bridge.shutdown(drain_timeout)
+    return None

@@ -1,0 +1,259 @@
+"""``bridge serve``'s protocol messages (SPEC §7): what a controller line may say, and what the
+bridge writes back. Sans-IO: lines in, typed commands out; typed replies in, JSON objects out.
+
+In (one JSON object per line), parsed by :func:`parse_command` into a :data:`Command`::
+
+    {"type":"prompt","id":ID,"message":TEXT, "stream"?:bool, "timeout"?:seconds, "images"?:[...]}
+    {"type":"stop","id":ID}
+    {"type":"status"}
+    {"type":"shutdown"}
+
+Out (one JSON object per line)::
+
+    {"type":"ready","version":V,"journal":PATH|null}     Ready: the first line
+    {"type":"receipt","id":ID,"receipt":{...}}          exactly one per accepted prompt id
+    {"type":"signal","signal":...,...}                  overlaps, gaps, seal diagnostics, as they happen
+    {"type":"text","id":ID,"text":...}                  streamed reply text ("stream": true)
+    {"type":"engine","event":"started"|"exited"|"down",...}
+    {"type":"progress","event":"retrying","id":ID,...}  the engine retries the running prompt itself
+    {"type":"stopping","id":ID,"stop":STOP_ID|null}     Stopping: answer to a stop
+    {"type":"status",...}                               StatusReport: answer to a status
+    {"type":"error","error":WHAT,"line":N,"id"?:ID}     LineError: a bad controller line
+    {"type":"bye","receipts":N}                         Bye: last line before exit 0
+
+``receipt``, ``signal``, ``text``, ``engine`` and ``progress`` are the live bridge's own
+notifications, passed through as they are; the rest are the classes here, written through
+:data:`converter` (``"type"`` first, then the fields in the order above).
+
+Rules:
+
+- A line is a command when it is valid UTF-8 JSON, an object, with a known ``"type"``; a
+  ``prompt`` or ``stop`` has an ``"id"`` that is a non-empty string; a ``prompt`` has a
+  ``"message"`` string, and if given a boolean ``"stream"``, a positive finite ``"timeout"``
+  (seconds; not a boolean) and a list of ``"images"``. Other keys are ignored. Anything else
+  is a :class:`ControllerError` whose message names the first problem, in that order; the
+  bridge answers it with a :class:`LineError` and keeps running.
+- Whether an id is new (a prompt) or known (a stop) is the bridge's to say, not the line's:
+  :meth:`LineError.duplicate_id` and :meth:`LineError.unknown_id` word those answers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, ClassVar, Final, TypeAlias
+
+import attrs
+import cattrs
+from cattrs.gen import make_dict_unstructure_fn, override
+
+from bridge.core.framing import Oversize, RawLine, parse_line
+from bridge.core.words import RequestId
+
+#: The ``"type"`` values a controller may send, in the order an unknown type's error lists them.
+COMMAND_TYPES: Final = ("prompt", "stop", "status", "shutdown")
+
+
+class ControllerError(Exception):
+    """A controller line the bridge cannot take; the message says why."""
+
+
+# -- in: commands ----------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Prompt:
+    """Submit a prompt under the controller's ``id``."""
+
+    TYPE: ClassVar[str] = "prompt"
+
+    id: RequestId
+    message: str
+    stream: bool = False
+    #: Seconds, as the controller gave them (an int stays an int).
+    timeout: float | None = None
+    images: list[Any] | None = None
+
+
+@attrs.frozen
+class Stop:
+    """Stop the prompt ``id`` (queued: cancelled; running: aborted)."""
+
+    TYPE: ClassVar[str] = "stop"
+
+    id: RequestId
+
+
+@attrs.frozen
+class Status:
+    """Ask for a :class:`StatusReport`."""
+
+    TYPE: ClassVar[str] = "status"
+
+
+@attrs.frozen
+class Shutdown:
+    """No new prompts; drain the outstanding ones, then close."""
+
+    TYPE: ClassVar[str] = "shutdown"
+
+
+Command: TypeAlias = Prompt | Stop | Status | Shutdown
+
+
+def parse_command(line: bytes | Oversize) -> Command:
+    """Validate one controller line into its command. Raises :class:`ControllerError`."""
+    value = _json_object(line)
+    kind = _kind(value)
+    if kind == "status":
+        return Status()
+    if kind == "shutdown":
+        return Shutdown()
+    rid = _request_id(value, kind)
+    if kind == "stop":
+        return Stop(rid)
+    return _prompt(value, rid)
+
+
+def _json_object(line: bytes | Oversize) -> dict[str, Any]:
+    value = parse_line(line)
+    if not isinstance(value, RawLine):
+        return value
+    if value.why == "oversize":
+        raise ControllerError(f"line too long ({value.length} bytes)")
+    if value.why == "invalid-utf8":
+        raise ControllerError("line is not valid UTF-8")
+    if value.why == "not-object":
+        raise ControllerError("line is JSON but not an object")
+    raise ControllerError("line is not JSON")
+
+
+def _kind(value: dict[str, Any]) -> str:
+    kind = value.get("type")
+    if kind is None:
+        raise ControllerError('missing "type"')
+    if kind not in COMMAND_TYPES:
+        raise ControllerError(f"unknown type {kind!r} (expected prompt, stop, status or shutdown)")
+    return str(kind)
+
+
+def _request_id(value: dict[str, Any], kind: str) -> RequestId:
+    rid = value.get("id")
+    if rid is None:
+        raise ControllerError(f'{kind} needs an "id"')
+    if not isinstance(rid, str) or not rid:
+        raise ControllerError('"id" must be a non-empty string')
+    return rid
+
+
+def _prompt(value: dict[str, Any], rid: RequestId) -> Prompt:
+    message = value.get("message")
+    if not isinstance(message, str):
+        raise ControllerError('prompt needs a "message" string')
+    stream = value.get("stream", False)
+    if not isinstance(stream, bool):
+        raise ControllerError('"stream" must be true or false')
+    timeout = value.get("timeout")
+    if timeout is not None and not _positive_seconds(timeout):
+        raise ControllerError('"timeout" must be a positive number of seconds')
+    images = value.get("images")
+    if images is not None and not isinstance(images, list):
+        raise ControllerError('"images" must be a list')
+    return Prompt(rid, message, stream, timeout, images)
+
+
+def _positive_seconds(value: object) -> bool:
+    """A JSON number (not a boolean) above 0 and finite."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return value > 0 and value != math.inf
+
+
+# -- out: what serve itself writes -----------------------------------------------------------
+
+
+@attrs.frozen
+class Ready:
+    """The first line: the bridge is open and reads commands."""
+
+    TYPE: ClassVar[str] = "ready"
+
+    version: str
+    #: The journal's path, or None with ``--no-journal``.
+    journal: str | None
+
+
+@attrs.frozen
+class LineError:
+    """A controller line the bridge did not take (it keeps running)."""
+
+    TYPE: ClassVar[str] = "error"
+
+    error: str
+    #: The line's number on stdin, from 1 (blank lines count).
+    line: int
+    #: The prompt or stop's id, when the problem is the id's (left out otherwise).
+    id: RequestId | None = None
+
+    @classmethod
+    def duplicate_id(cls, rid: RequestId, line: int) -> LineError:
+        return cls(f"duplicate id {rid!r}: already used in this session", line, rid)
+
+    @classmethod
+    def unknown_id(cls, rid: RequestId, line: int) -> LineError:
+        return cls(f"unknown id {rid!r}: no such prompt", line, rid)
+
+
+@attrs.frozen
+class Stopping:
+    """The answer to a stop: the id of the abort sent for it, or None (nothing to abort)."""
+
+    TYPE: ClassVar[str] = "stopping"
+
+    id: RequestId
+    stop: str | None
+
+
+@attrs.frozen
+class StatusReport:
+    """The answer to a status: the live bridge's status fields, written after ``"type"``."""
+
+    TYPE: ClassVar[str] = "status"
+
+    fields: dict[str, Any]
+
+
+@attrs.frozen
+class Bye:
+    """The last line before the bridge exits: how many receipts it gave."""
+
+    TYPE: ClassVar[str] = "bye"
+
+    receipts: int
+
+
+Reply: TypeAlias = Ready | LineError | Stopping | StatusReport | Bye
+
+
+def _make_converter() -> cattrs.Converter:
+    """Each reply as ``{"type": TYPE, **fields}``; a LineError leaves out an id it lacks."""
+    c = cattrs.Converter()
+    for cls in (Ready, Stopping, Bye):
+        c.register_unstructure_hook(cls, _typed(cls.TYPE, make_dict_unstructure_fn(cls, c)))
+    error_fields = make_dict_unstructure_fn(LineError, c, id=override(omit_if_default=True))
+    c.register_unstructure_hook(LineError, _typed(LineError.TYPE, error_fields))
+    c.register_unstructure_hook(StatusReport, lambda report: {"type": StatusReport.TYPE, **report.fields})
+    return c
+
+
+def _typed(kind: str, fields: Callable[[Any], dict[str, Any]]) -> Callable[[Any], dict[str, Any]]:
+    return lambda reply: {"type": kind, **fields(reply)}
+
+
+converter: Final = _make_converter()
+
+
+def to_wire(reply: Reply) -> dict[str, Any]:
+    """The JSON object a reply is written as."""
+    wire: dict[str, Any] = converter.unstructure(reply)
+    return wire

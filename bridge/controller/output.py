@@ -1,0 +1,83 @@
+"""``bridge serve``'s stdout: one writer task, fed from an unbounded queue.
+
+Rules:
+
+- Nothing that produces a line waits for the controller: :meth:`Output.put` (the live bridge's
+  notifications) and :meth:`Output.write` (serve's own replies) queue it and return. A
+  controller that reads slowly never stalls the engine's stream; it costs memory instead
+  (README "Limits").
+- Lines are written in the order they were queued, whatever is queued at once in one write.
+- A controller that goes away (a broken pipe) is not an error: the rest is dropped quietly;
+  receipts still reach the journal.
+- :meth:`Output.close` ends the queue: what was queued before it is still written, and
+  :attr:`Output.done` is set once it has been (or dropped).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import trio
+
+from bridge.controller.messages import Reply, to_wire
+from bridge.transcript import dumps
+
+
+class Output:
+    """One writer for stdout: notifications are queued, never block the bridge."""
+
+    def __init__(self, fd: int) -> None:
+        self._stream = trio.lowlevel.FdStream(os.dup(fd))
+        self._send, self._recv = trio.open_memory_channel[bytes](math.inf)
+        self.broken = False
+        #: Set when everything queued is written (or the controller is gone).
+        self.done = trio.Event()
+
+    def put(self, note: dict[str, Any]) -> None:
+        """Queue one JSON object (a no-op once closed)."""
+        try:
+            self._send.send_nowait(dumps(note) + b"\n")
+        except trio.ClosedResourceError:
+            pass
+
+    def write(self, reply: Reply) -> None:
+        """Queue one of serve's own replies in its wire form."""
+        self.put(to_wire(reply))
+
+    def close(self) -> None:
+        self._send.close()
+
+    async def run(self) -> None:
+        """Write queued lines. Ends when the queue is closed and written out."""
+        try:
+            await self._write_all()
+        finally:
+            self.done.set()
+
+    async def _write_all(self) -> None:
+        """Write batches as they come. Ends when the queue is closed and empty (once the
+        controller is gone the rest is read and dropped), then closes stdout."""
+        async with self._recv:
+            async for data in self._recv:
+                batch = [data, *self._queued_now()]
+                if self.broken:
+                    continue
+                try:
+                    await self._stream.send_all(b"".join(batch))
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    self.broken = True  # the controller went away; receipts are still journaled
+        try:
+            await self._stream.aclose()
+        except OSError:
+            pass
+
+    def _queued_now(self) -> list[bytes]:
+        """Every line already queued (taken without waiting)."""
+        lines = []
+        while True:
+            try:
+                lines.append(self._recv.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
+                return lines
