@@ -137,14 +137,25 @@ def test_importing_the_core_loads_no_trio_and_no_other_layer() -> None:
     assert out.stdout.strip() == "[]", out.stdout
 
 
+MODEL_SERVER = PACKAGE / "demo" / "model_server"
+
+
 def test_the_scripted_model_server_imports_only_the_standard_library() -> None:
-    """Statically (every import of bridge/demo/model_server.py) and at run time (importing it, as
-    ``bridge demo`` and tools/model_server.py do, loads no third-party module and no other layer)."""
-    path = PACKAGE / "demo" / "model_server.py"
-    wrong = [f"{line}: {name}" for line, name in imports_of(path) if name.split(".")[0] not in sys.stdlib_module_names]
+    """Statically (every import of every module of bridge/demo/model_server/: the standard library
+    or the package itself) and at run time (importing each, as ``bridge demo`` and
+    tools/model_server.py do, loads no third-party module and no other layer)."""
+    files = sorted(MODEL_SERVER.glob("*.py"))
+    assert {p.stem for p in files} >= {"__init__", "__main__", "script", "reply", "handler", "server", "cli"}
+    wrong = [
+        f"{p.relative_to(ROOT)}:{line}: {name}"
+        for p in files
+        for line, name in imports_of(p)
+        if name.split(".")[0] not in sys.stdlib_module_names and not name.startswith("bridge.demo.model_server")
+    ]
     assert not wrong, "\n".join(wrong)
+    names = ["bridge.demo.model_server"] + [f"bridge.demo.model_server.{p.stem}" for p in files if p.stem != "__init__"]
     code = (
-        "import sys\nimport bridge.demo.model_server\n"
+        f"import sys\nimport {', '.join(names)}\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('trio', 'attrs', 'cattrs', 'orjson') "
         "or (m.startswith('bridge.') and not m.startswith('bridge.demo'))))"
     )

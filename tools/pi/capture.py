@@ -32,7 +32,7 @@ PI_CLI = HERE / "node_modules" / "@earendil-works" / "pi-coding-agent" / "dist" 
 CAPTURES = HERE / "captures"
 
 sys.path.insert(0, str(HERE.parents[1]))
-from bridge.profiles.pi import SEAL_ENV, SEAL_FLAGS  # noqa: E402  (the seal is bridge/profiles/pi.py's)
+from bridge.profiles.seal import SEAL_ENV, SEAL_FLAGS  # noqa: E402  (the seal is bridge/profiles/seal.py's)
 
 SEAL_ARGS = ["--mode", "rpc", "--no-session", *SEAL_FLAGS, "--provider", "scripted", "--model", "scripted-model"]
 
