@@ -49,3 +49,21 @@ def test_mypy_would_catch_a_misspelt_word(tmp_path: Path) -> None:
     p = run("mypy", "--strict", "--no-error-summary", "--no-incremental", str(bad))
     assert p.returncode == 1 and 'incompatible type "str"; expected "State"' in p.stdout, p.stdout + p.stderr
     assert "bad.py:4:" in p.stdout and "bad.py:3:" not in p.stdout, p.stdout
+
+
+#: How a wait's docstring says what ends it (trio's style: ``Process.wait``, "Block until the
+#: process exits.").
+WAIT_WORDS = ("ends", "until", "returns at once", "does not wait", "raises")
+
+
+def test_every_wait_says_what_ends_it() -> None:
+    import ast
+
+    missing = []
+    for path in sorted((ROOT / "bridge").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.AsyncFunctionDef):
+                doc = (ast.get_docstring(node) or "").lower()
+                if not any(word in doc for word in WAIT_WORDS):
+                    missing.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+    assert not missing, "async defs whose docstring does not say what ends the wait:\n" + "\n".join(missing)

@@ -258,27 +258,46 @@ class Session:
         return self.skip_updates and not self._fresh_needed and not self._streaming()
 
     def observe(self, value: Any, *, t: float | None = None) -> tuple[int, Sequence[Event]]:
-        """One observation: a parsed JSON object, or a :class:`RawLine`."""
+        """One observation: a parsed JSON object, or a :class:`RawLine`. SPEC §4's table, in
+        order: give it its index; a line that is not an object opens a gap; a response is
+        matched to what the bridge sent; anything else goes to the tracker, whose outputs are
+        then applied, and the session's own rules follow (streamed text, dialogs, retries,
+        tainted slots settling)."""
         if self._fresh_needed:
             self._fresh_tracker()
         self.observations += 1
-        tracker = self.tracker
-        idx = tracker.read()
+        idx = self.tracker.read()
         if type(value) is not dict:
-            if not isinstance(value, RawLine):
-                value = RawLine("not-object", repr(value), 0)
-            tracker.mark_gap(idx)
-            gap = GapOpened(idx, value.why, value.length)
-            gap_events: list[Event] = [gap]
-            if self.held is not None:
-                _add_signal(self.held, gap.to_json())
-            self._taint(Reason.GAP, idx, gap_events)
-            self._settle_tainted(idx, t, gap_events)
-            return idx, gap_events
+            return idx, self._gap(value, idx, t)
         kind = value.get("type")
         if kind == "response":
             return idx, self._response(value, idx, t)
-        events: list[Event] = tracker.event(value, idx)  # type: ignore[assignment]  # a fresh list we extend
+        events: list[Event] = self.tracker.event(value, idx)  # type: ignore[assignment]  # a fresh list we extend
+        self._apply_tracker(events, value, idx, t)
+        self._engine_event(kind, value, idx, events)
+        if self.taint is not None and self.held is not None and self.held.receipt is None:
+            self._settle_tainted(idx, t, events)
+        if self._displaced and self.taint is not None:
+            self._settle_displaced(idx, t, events)
+        return idx, events
+
+    def _gap(self, value: Any, idx: int, t: float | None) -> list[Event]:
+        """A line that is not a JSON object: the gap, and the taint it brings."""
+        if not isinstance(value, RawLine):
+            value = RawLine("not-object", repr(value), 0)
+        self.tracker.mark_gap(idx)
+        gap = GapOpened(idx, value.why, value.length)
+        events: list[Event] = [gap]
+        if self.held is not None:
+            _add_signal(self.held, gap.to_json())
+        self._taint(Reason.GAP, idx, events)
+        self._settle_tainted(idx, t, events)
+        return events
+
+    def _apply_tracker(self, events: list[Event], value: dict[str, Any], idx: int, t: float | None) -> None:
+        """The tracker's outputs for this line: overlaps taint the engine and go on the held
+        (and displaced) prompts' receipts; ``working`` marks the held prompt; a settlement
+        decides its receipt. ``events`` (the outputs) is extended in place."""
         for out in list(events):
             if type(out) is Overlap:
                 if self.collect:
@@ -289,11 +308,8 @@ class Session:
                     _add_signal(displaced, out.to_json())
                 # An `aborted` nobody asked for is the seed's own unknown: the
                 # receipt names it rather than the generic "overlap".
-                self._taint(
-                    Reason.ABORTED_WITHOUT_STOP if out.signal == Signal.ABORTED_WITHOUT_STOP else Reason.OVERLAP,
-                    idx,
-                    events,
-                )
+                aborted = out.signal == Signal.ABORTED_WITHOUT_STOP
+                self._taint(Reason.ABORTED_WITHOUT_STOP if aborted else Reason.OVERLAP, idx, events)
             elif type(out) is Working:
                 if self.collect:
                     self.working.append(out)
@@ -305,6 +321,10 @@ class Session:
                 if self.collect:
                     self.settled.append(out)
                 self._settle_from_tracker(out, value, t, events)
+
+    def _engine_event(self, kind: Any, value: dict[str, Any], idx: int, events: list[Event]) -> None:
+        """What the session itself makes of an engine event: streamed text, extension dialogs
+        and errors (seal diagnostics), the engine's own retries."""
         if kind == "message_end" or kind == "message_update":
             self._capture_text(kind, value, events)
         elif kind == "extension_ui_request" or kind == "extension_error":
@@ -320,11 +340,6 @@ class Session:
                     error[:500] if isinstance(error, str) else None,
                 )
             )
-        if self.taint is not None and self.held is not None and self.held.receipt is None:
-            self._settle_tainted(idx, t, events)
-        if self._displaced and self.taint is not None:
-            self._settle_displaced(idx, t, events)
-        return idx, events
 
     def release(self, request: Any, *, t: float | None = None, recorded: dict[str, Any] | None = None) -> list[Event]:
         """The bridge released ``request``'s slot.

@@ -157,6 +157,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _showcase(args: argparse.Namespace, ms: ModuleType, out: _Out, problems: list[str]) -> None:
+    """The four steps through one bridge on the real Pi. Ends when the bridge has closed
+    (every receipt settled, Pi reaped)."""
     import trio
 
     from bridge.live.api import open_bridge
@@ -182,6 +184,7 @@ async def _showcase(args: argparse.Namespace, ms: ModuleType, out: _Out, problem
             notes = bridge.signals()
 
             async def show_signals() -> None:
+                """Print the signals as they come. Ends when the bridge closes its notifications."""
                 async for note in notes:
                     if note.get("type") == "signal":
                         detail = ", ".join(f"{k}={v}" for k, v in note.items() if k not in ("type", "signal"))
@@ -213,6 +216,7 @@ async def _showcase(args: argparse.Namespace, ms: ModuleType, out: _Out, problem
 
 
 async def _stream(handle: Any, out: _Out, on_first: Any = None) -> str:
+    """Print the reply as it streams; returns it whole. Ends at the prompt's receipt."""
     out.piece("  reply    ")
     pieces = []
     async for piece in handle.text():
@@ -229,13 +233,15 @@ async def _ask(
     bridge: Any, out: _Out, heading: str, message: str, *, stop_after_first: bool = False
 ) -> tuple[Any, str, Any]:
     """One showcase step: announce it, send the prompt, stream the reply (stopping it
-    after its first text when asked), show the receipt. Returns (receipt, text, stop id)."""
+    after its first text when asked), show the receipt. Returns (receipt, text, stop id);
+    ends at the prompt's receipt."""
     out.say(f"\n{heading}")
     out.say(f"  prompt   {message}")
     h = await bridge.submit(message, stream=True)
     stop_ids: list[Any] = []
 
     async def stop() -> None:
+        """Stop the prompt from inside its stream; returns at once (the stop is queued)."""
         stop_ids.append(await h.stop())
 
     text = await _stream(h, out, on_first=stop if stop_after_first else None)
@@ -260,6 +266,7 @@ def _verdict(out: _Out, problems: list[str], what: str, wrong: list[str]) -> Non
 
 
 async def _plain(bridge: Any, out: _Out, problems: list[str], journal: Path, tag: str) -> Any:
+    """One showcase step (see :func:`_ask`). Ends at its prompt's receipt."""
     r, text, _ = await _ask(bridge, out, f"{tag} a plain reply", "Say hello to the bridge.")
     wrong = []
     if (r.state, r.reason) != ("finished", None):
@@ -271,6 +278,7 @@ async def _plain(bridge: Any, out: _Out, problems: list[str], journal: Path, tag
 
 
 async def _tool(bridge: Any, out: _Out, problems: list[str], journal: Path, tag: str) -> Any:
+    """One showcase step (see :func:`_ask`). Ends at its prompt's receipt."""
     r, _, _ = await _ask(
         bridge,
         out,
@@ -295,6 +303,7 @@ async def _tool(bridge: Any, out: _Out, problems: list[str], journal: Path, tag:
 
 
 async def _stopped(bridge: Any, out: _Out, problems: list[str], journal: Path, tag: str) -> Any:
+    """One showcase step (see :func:`_ask`). Ends at its prompt's receipt."""
     # The stop goes out from inside the stream, after its first text.
     r, _, stop_id = await _ask(
         bridge,
@@ -314,6 +323,7 @@ async def _stopped(bridge: Any, out: _Out, problems: list[str], journal: Path, t
 
 
 async def _retry(bridge: Any, out: _Out, problems: list[str], journal: Path, tag: str) -> Any:
+    """One showcase step (see :func:`_ask`). Ends at its prompt's receipt."""
     r, _, _ = await _ask(
         bridge,
         out,

@@ -161,6 +161,9 @@ class Engine:
         await self.send_bytes(dumps(cmd) + b"\n")
 
     async def send_bytes(self, data: bytes) -> None:
+        """Write ``data`` whole (one writer at a time). Ends when the pipe took it; raises
+        :class:`EngineGone` if the engine is gone or stopped reading. Unbounded here: the
+        bridge's writer task bounds it (``write_timeout``)."""
         proc = self.process
         if proc is None or proc.stdin is None or self.exited.is_set():
             raise EngineGone("the engine has exited")
@@ -173,6 +176,8 @@ class Engine:
     # -- tasks -------------------------------------------------------------------------
 
     async def _read_stdout(self) -> None:
+        """Read stdout into lines for the sink. Ends at EOF (the engine, and every process that
+        inherited its stdout, closed it) or when :meth:`_wait` cancels it after the drain grace."""
         assert self.process is not None and self.process.stdout is not None
         stdout = self.process.stdout
         splitter = LineSplitter(self.max_line)
@@ -195,6 +200,8 @@ class Engine:
         self.sink.stdout_closed(self)
 
     async def _drain_stderr(self) -> None:
+        """Read stderr a line at a time into the ring and the sink. Ends at EOF or when
+        :meth:`_wait` cancels it once the engine has exited."""
         assert self.process is not None and self.process.stderr is not None
         stderr = self.process.stderr
         splitter = LineSplitter(STDERR_LINE_MAX)
@@ -220,6 +227,8 @@ class Engine:
         self.sink.stderr(self, text)
 
     async def _wait(self) -> None:
+        """Reap the engine and tell the sink. Ends when the process has exited and its stdout is
+        read out (or ``STDOUT_DRAIN_GRACE`` has passed: a grandchild may hold it open)."""
         assert self.process is not None
         with self._waiter_scope:
             code = await self.process.wait()

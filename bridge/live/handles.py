@@ -57,4 +57,5 @@ class PromptHandle:
                 yield piece
 
     async def stop(self) -> str | None:
+        """Stop this prompt (:meth:`Bridge.stop`): returns at once with the stop's id, or None."""
         return await self._bridge.stop(self.request)

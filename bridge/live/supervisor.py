@@ -323,7 +323,8 @@ class Bridge:
             await self._finish()
 
     async def _force_close(self) -> None:
-        """The backstop: kill what still runs and settle every outstanding prompt."""
+        """The backstop: kill what still runs and settle every outstanding prompt. Does not
+        wait (async for its callers' sake): it returns once every prompt has its receipt."""
         engine = self.engine
         if engine is not None and engine.alive:
             engine.abandon()
@@ -336,7 +337,8 @@ class Bridge:
         self._closed.set()
 
     async def _finish(self) -> None:
-        """After the lifecycle closed: end the tasks, make the journal durable, close it."""
+        """After the lifecycle closed: end the tasks, make the journal durable, close it. Ends
+        when the fsync task has ended (an fsync in its thread finishes first; at most 10 s)."""
         if self._finished:
             return
         self._finished = True
