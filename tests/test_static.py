@@ -63,7 +63,7 @@ def test_every_wait_says_what_ends_it() -> None:
     for path in sorted((ROOT / "bridge").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.AsyncFunctionDef):
-                doc = (ast.get_docstring(node) or "").lower()
+                doc = " ".join((ast.get_docstring(node) or "").lower().split())
                 if not any(word in doc for word in WAIT_WORDS):
                     missing.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
     assert not missing, "async defs whose docstring does not say what ends the wait:\n" + "\n".join(missing)
