@@ -13,7 +13,8 @@ it and the fix); 128+N after signal N (129 SIGHUP, 130 SIGINT, 143 SIGTERM);
 case with a traceback).
 
 Each subcommand has ``_add_NAME`` (its parser, under "the parser" below) and ``_cmd_NAME`` (what
-it does); ``diagnose`` and ``demo`` bring their own (``add_parser`` in their packages). trio
+it does); ``diagnose`` and ``demo`` bring their own (``add_parser`` in their packages), and the
+two controllers are :mod:`bridge.controller.serve` and :mod:`bridge.controller.run`. trio
 and the live bridge are imported inside the commands that use them: ``--help`` and the
 readers never load them.
 """
@@ -23,16 +24,12 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeVar
-
-import attrs
 
 from bridge import __version__
 
 if TYPE_CHECKING:
-    from bridge.core.receipts import Receipt
-    from bridge.live.api import Bridge, PromptHandle
     from bridge.profiles.command import EngineProfile
 
 T = TypeVar("T")
@@ -319,7 +316,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     prompts = _run_prompts(args)
     if prompts is None:
         return 2
-    run = _Run(args, prompts, _profile(args, args.engine))
+    from bridge.controller.run import Run
+
+    run = Run(prompts, _profile(args, args.engine), journal=_journal(args), config=_config(args), json=args.json)
     try:
         if guard_setup("run", lambda: trio.run(run.main)) == 2:
             return 2
@@ -337,196 +336,6 @@ def _run_prompts(args: argparse.Namespace) -> list[str] | None:
         print("bridge run: give at least one PROMPT", file=sys.stderr)
         return None
     return list(args.prompts)
-
-
-@attrs.define
-class _Run:
-    """One ``bridge run``: the bridge it opens, and what it saw there that decides the
-    exit status (README "Exit codes")."""
-
-    args: argparse.Namespace
-    prompts: list[str]
-    profile: EngineProfile
-    handles: list[PromptHandle] = attrs.Factory(list)
-    #: 128+N after the first signal N (SIGINT, SIGTERM, SIGHUP), else 0.
-    interrupted: int = 0
-    journal_path: str | None = None
-    #: Why the journal could not be written.
-    journal_failed: str | None = None
-    #: Why the engine could not be launched.
-    launch_failed: str | None = None
-    #: Stdout was closed early (``| head``): nothing more is written there.
-    stdout_gone: bool = False
-
-    # -- in the bridge
-
-    async def main(self) -> None:
-        """Open the bridge, send the prompts, close it. Ends when the bridge has closed (after
-        the last receipt, or at once on a signal or a closed stdout): every handle then has
-        its receipt."""
-        import trio
-
-        from bridge.live.api import open_bridge
-
-        async with open_bridge(self.profile, journal=_journal(self.args), config=_config(self.args)) as bridge:
-            self._opened(bridge)
-            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._close_on_signals, bridge, signals)
-                    await self._send_all(bridge)
-                    nursery.cancel_scope.cancel()
-            self._closing(bridge)
-
-    def _opened(self, bridge: Bridge) -> None:
-        if bridge.journal is not None:
-            self.journal_path = str(bridge.journal.path)
-        if sys.stderr.isatty():
-            bridge.listeners.append(_progress_line)
-
-    async def _close_on_signals(self, bridge: Bridge, signals: AsyncIterator[int]) -> None:
-        """Close the bridge on each signal. Ends only when cancelled (the prompts are done)."""
-        async for signum in signals:
-            self.interrupted = self.interrupted or 128 + signum
-            # Closing begins: the running prompt is stopped (failed/closing), the rest
-            # rejected; the receipts are printed once the bridge has closed.
-            bridge.close_on_signal(signum)
-
-    async def _send_all(self, bridge: Bridge) -> None:
-        """One after another: the next prompt is submitted when the previous one has its
-        receipt (whatever their number; the queue bound is for controllers that submit at
-        once). Ends when the last prompt has its receipt."""
-        for prompt in self.prompts:
-            h = await bridge.submit(prompt, stream=True)
-            self.handles.append(h)
-            if len(self.prompts) > 1:
-                self.show(f"[{h.request}] ")
-            await self._stream(bridge, h)
-            self.show("\n")
-            await h.receipt()
-
-    async def _stream(self, bridge: Bridge, h: PromptHandle) -> None:
-        """Show the reply text as it arrives. Ends at the prompt's receipt."""
-        async for piece in h.text():
-            self.show(piece)
-            if self.stdout_gone:
-                bridge.close_now("close", "stdout was closed")
-
-    def show(self, text: str) -> None:
-        """Reply text: stdout (stderr with --json, which keeps stdout JSON only)."""
-        if self.stdout_gone:
-            return
-        out = sys.stderr if self.args.json else sys.stdout
-        try:
-            out.write(text)
-            out.flush()
-        except BrokenPipeError:
-            # `| head`: the reader is gone. No more text, no traceback; the
-            # bridge closes (the running prompt is stopped, failed/closing).
-            self._stdout_closed()
-
-    def _stdout_closed(self) -> None:
-        self.stdout_gone = True
-        _silence_stdout()
-
-    def _closing(self, bridge: Bridge) -> None:
-        if bridge.journal_failed:
-            self.journal_failed = bridge.journal_failed
-        if bridge.lifecycle.state.launch_failed:
-            self.launch_failed = bridge.down_reason or "the engine cannot be launched"
-
-    # -- after it closed
-
-    def receipts(self) -> list[Receipt]:
-        """Every prompt's receipt, in order (each handle has its own once the bridge has closed)."""
-        receipts = []
-        for h in self.handles:
-            receipt = h.receipt_nowait
-            assert receipt is not None, f"{h.request} has no receipt after the bridge closed"
-            receipts.append(receipt)
-        return receipts
-
-    def print_receipts(self, receipts: list[Receipt]) -> None:
-        """After a blank line on stderr: each receipt as a JSON line on stdout (--json, while
-        stdout is there), else as a line a person reads on stderr."""
-        from bridge.core.receipts import describe
-
-        print(file=sys.stderr)
-        for r in receipts:
-            if self.args.json and not self.stdout_gone:
-                self._print_json(r)
-            if not self.args.json or self.stdout_gone:
-                print(describe(r), file=sys.stderr)
-
-    def _print_json(self, r: Receipt) -> None:
-        from bridge.transcript import dumps
-
-        try:
-            sys.stdout.buffer.write(dumps(r.to_json()) + b"\n")
-            sys.stdout.flush()
-        except BrokenPipeError:
-            self._stdout_closed()
-
-    def print_ending(self) -> None:
-        """The journal's path, then the line for a journal or an engine that failed, if one did."""
-        if self.journal_path is not None:
-            print(f"journal: {self.journal_path}", file=sys.stderr)
-        if self.journal_failed is not None:
-            print(f"bridge run: {self.journal_failed}; the receipts above are complete", file=sys.stderr)
-        elif self.launch_failed is not None:
-            print(f"bridge run: {self.launch_failed}", file=sys.stderr)
-
-    def exit_status(self, receipts: list[Receipt]) -> int:
-        """README "Exit codes", first match wins: a journal that failed, 1 (or 128+N after a
-        signal); an engine that could not be launched, 2; a signal N, 128+N; stdout closed
-        early, 141; 0 when every prompt finished, else 1."""
-        from bridge.core.words import State
-
-        if self.journal_failed is not None:
-            return self.interrupted or 1
-        if self.launch_failed is not None:
-            return 2
-        if self.interrupted:
-            return self.interrupted
-        if self.stdout_gone:
-            return 128 + signal.SIGPIPE
-        return 0 if receipts and all(r.state == State.FINISHED for r in receipts) else 1
-
-
-def _progress_line(note: dict[str, Any]) -> None:
-    """On a terminal, one short line on stderr while nothing else shows: the engine
-    starting or restarting, and the engine retrying a prompt by itself."""
-    kind, event = note.get("type"), note.get("event")
-    if kind == "engine" and event == "started":
-        line = f"… engine started (pid {note.get('pid')}, generation {note.get('generation')})"
-    elif kind == "engine" and event == "exited" and not note.get("requested"):
-        line = f"… engine exited by itself (code {note.get('code')}, signal {note.get('signal')}); restarting"
-    elif kind == "progress" and event == "retrying":
-        delay = note.get("delayMs")
-        wait = f" in {delay / 1000:g} s" if isinstance(delay, (int, float)) else ""
-        line = (
-            f"… the engine retries {note.get('id')} (attempt {note.get('attempt')} of "
-            f"{note.get('maxAttempts')}{wait}): {str(note.get('error') or '')[:120]}"
-        )
-    elif kind == "signal" and note.get("signal") == "seal-check":
-        line = "… the engine failed its start-up check: " + "; ".join(map(str, note.get("problems") or []))[:160]
-    else:
-        return
-    try:
-        print(line, file=sys.stderr, flush=True)
-    except OSError:
-        pass
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so nothing more (not even the exit's flush) hits the closed pipe."""
-    import os
-
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):
-        pass
 
 
 # -- the parser ----------------------------------------------------------------------------------
@@ -647,7 +456,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        _silence_stdout()  # `| head`: the reader is gone; end quietly
+        from bridge.controller.output import silence_stdout
+
+        silence_stdout()  # `| head`: the reader is gone; end quietly
         return 128 + signal.SIGPIPE
     except SystemExit:
         raise
