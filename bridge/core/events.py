@@ -19,7 +19,7 @@ from bridge.core.framing import Oversize, RawLine
 from bridge.core.receipts import Receipt
 from bridge.core.tracker import Overlap, Settled, Working
 from bridge.core.wire import Wire, form
-from bridge.core.words import Reason, Signal
+from bridge.core.words import Reason, RequestId, Signal
 
 
 @form(tag={"signal": Signal.GAP}, rename={"length": "bytes"})
@@ -40,12 +40,12 @@ class SealBroken(Wire):
     #: The taint: ``overlap``, ``aborted-without-stop``, ``gap`` or ``disposition``.
     cause: Reason
     idx: int
-    request: Any
+    request: RequestId | None
 
 
 @attrs.frozen
 class Acked:
-    request: Any
+    request: RequestId | None
     idx: int
     disposition: str | None
 
@@ -54,7 +54,7 @@ class Acked:
 @attrs.frozen
 class DispositionSignal(Wire):
     idx: int
-    request: Any
+    request: RequestId | None
     disposition: Any
 
 
@@ -75,7 +75,7 @@ class Diagnostic(Wire):
 
 @attrs.frozen
 class TextDelta:
-    request: Any
+    request: RequestId | None
     text: str
 
 
@@ -92,7 +92,7 @@ class ReceiptReady:
 class Retrying(Wire):
     """The engine retries the held prompt's run by itself (Pi's ``auto_retry_start``)."""
 
-    request: Any
+    request: RequestId | None
     attempt: Any
     max_attempts: Any
     delay_ms: Any

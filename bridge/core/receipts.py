@@ -80,7 +80,8 @@ class Times:
 @form(rename=_WIRE_NAMES)
 @attrs.frozen
 class Receipt(Wire):
-    request: RequestId
+    #: None only in replay, for a journal's prompt that had no id.
+    request: RequestId | None
     state: State
     reason: Reason | None = None
     #: The id of the stop that aborted the run (the controller's, or the bridge's own

@@ -101,7 +101,8 @@ DIALOG_METHODS: Final = frozenset({"select", "confirm", "input", "editor"})
 class PromptState:
     """What the session knows of one sent prompt."""
 
-    request: Any
+    #: None only in replay, for a journal's prompt that had no id.
+    request: RequestId | None
     stream: bool = False
     ack_idx: int | None = None
     disposition: str | None = None
@@ -145,7 +146,7 @@ class Session:
         self._fresh_needed = False
         self._pending_clears: list[tuple[str, Any]] = []
         #: Sent prompts that have no receipt yet, by request id.
-        self.open: dict[Any, PromptState] = {}
+        self.open: dict[RequestId | None, PromptState] = {}
         #: The prompt in the tracker's slot (sent, not released).
         self.held: PromptState | None = None
         #: Prompts a later ``prompt`` command displaced from the slot before
@@ -341,7 +342,9 @@ class Session:
                 )
             )
 
-    def release(self, request: Any, *, t: float | None = None, recorded: dict[str, Any] | None = None) -> list[Event]:
+    def release(
+        self, request: RequestId | None, *, t: float | None = None, recorded: dict[str, Any] | None = None
+    ) -> list[Event]:
         """The bridge released ``request``'s slot.
 
         ``recorded`` is the receipt the journal recorded for it (replay): a
@@ -367,7 +370,7 @@ class Session:
         return events
 
     def give_up(
-        self, request: Any, why: Literal["ack", "settle", "taint", "exited"], *, t: float | None = None
+        self, request: RequestId, why: Literal["ack", "settle", "taint", "exited"], *, t: float | None = None
     ) -> list[Event]:
         """The lifecycle stopped waiting for ``request``'s evidence: ``why`` is the
         deadline that passed (``ack``, ``settle``, ``taint``) or ``exited``.
@@ -430,7 +433,7 @@ class Session:
     def sealed(self) -> bool:
         return self.taint is None
 
-    def prompt(self, request: Any) -> PromptState | None:
+    def prompt(self, request: RequestId | None) -> PromptState | None:
         return self.open.get(request)
 
     # -- internals -------------------------------------------------------------

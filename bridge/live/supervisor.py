@@ -467,7 +467,7 @@ class Bridge:
         self._resolve(receipt)
 
     def _resolve(self, receipt: Receipt) -> None:
-        p = self._handles.pop(receipt.request, None)
+        p = self._handles.pop(receipt.request, None) if receipt.request is not None else None
         if p is None or p.receipt is not None:
             return
         p.receipt = receipt
