@@ -75,6 +75,12 @@ def dumps(obj: Any) -> bytes:
     try:
         return orjson.dumps(obj)
     except TypeError:
+        pass
+    try:
+        # A dict keyed by the vocabulary's words (a StrEnum is a str subclass, which orjson
+        # takes as a value but not, by default, as a key): the same bytes as bare words.
+        return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:
         # orjson refuses str with lone surrogates (which JSON.parse accepts and
         # the framing's fallback parser keeps); json writes them as escapes.
         return json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode()
