@@ -81,6 +81,7 @@ from bridge.core.lifecycle import (
     Write,
     WriteFailed,
 )
+from bridge.core.notices import ReceiptNotice, TextNotice
 from bridge.core.receipts import Receipt
 from bridge.core.session import Session
 from bridge.core.tracker import Overlap
@@ -405,7 +406,7 @@ class Bridge:
                 self.journal.note(action.payload, self.now())
             self.session.note(action.payload)
         elif kind is Notify:
-            self._notify(action.payload)
+            self._notify(action.payload.to_json())
         elif kind is GiveUp:
             for event in self.session.give_up(action.request, action.why, t=self.now()):
                 if type(event) is ReceiptReady:
@@ -474,7 +475,7 @@ class Bridge:
         if p.text_send is not None:
             p.text_send.close()
         p.done.set()
-        self._notify({"type": "receipt", "id": receipt.request, "receipt": receipt.to_json()})
+        self._notify(ReceiptNotice(receipt.request, receipt).to_json())
 
     def _signal(self, payload: dict[str, Any]) -> None:
         note = {"type": "signal", **payload}
@@ -663,7 +664,7 @@ class Bridge:
                         p.text_send.send_nowait(event.text)
                     except (trio.BrokenResourceError, trio.ClosedResourceError):
                         pass
-                    self._notify({"type": "text", "id": event.request, "text": event.text})
+                    self._notify(TextNotice(event.request, event.text).to_json())
             elif kind is SessionAcked:
                 self._feed(Acked(generation, event.request))
             elif kind is SealBroken:

@@ -8,6 +8,7 @@ from typing import Any
 import attrs
 
 from bridge.core.lifecycle.state import GiveUpWhy
+from bridge.core.notices import Notice
 from bridge.core.receipts import Receipt
 
 # --------------------------------------------------------------------------
@@ -62,9 +63,9 @@ class Deliver:
 
 @attrs.frozen
 class Notify:
-    """A notification for the controller (engine lifecycle)."""
+    """A notice for the controller (the engine's life: :mod:`bridge.core.notices`)."""
 
-    payload: dict[str, Any]
+    payload: Notice
 
 
 @attrs.frozen

@@ -53,6 +53,7 @@ from bridge.core.lifecycle.state import (
     LifeState,
     PromptRec,
 )
+from bridge.core.notices import EngineDownNotice, EngineExitedNotice, EngineStartedNotice
 from bridge.core.receipts import Facts, Receipt, Times, decide, exit_words
 from bridge.core.words import Reason, StopBy
 
@@ -188,7 +189,7 @@ class Lifecycle:
         e.clearing = list(ev.clearing)
         e.seal = ev.seal
         self._note({"event": "engine-start", "pid": ev.pid, "generation": ev.generation, "argv": list(ev.argv)})
-        self._out.append(Notify({"type": "engine", "event": "started", "pid": ev.pid, "generation": ev.generation}))
+        self._out.append(Notify(EngineStartedNotice(ev.pid, ev.generation)))
         if self.state.closing is not None:
             self._stop_engine(requested=True)
         elif ev.startup:
@@ -317,19 +318,7 @@ class Lifecycle:
             self._crash(said)
         elif not requested:
             self._crash(exit_words(ev.code, ev.signal, ev.stderr))
-        self._out.append(
-            Notify(
-                {
-                    "type": "engine",
-                    "event": "exited",
-                    "pid": e.pid,
-                    "generation": e.generation,
-                    "code": ev.code,
-                    "signal": ev.signal,
-                    "requested": requested,
-                }
-            )
-        )
+        self._out.append(Notify(EngineExitedNotice(e.pid, e.generation, ev.code, ev.signal, requested)))
         s.deadlines.pop("startup", None)
         s.deadlines.pop("close", None)
         e.phase = "none"
@@ -481,7 +470,7 @@ class Lifecycle:
         while s.queue:
             self._reject(s.prompts[s.queue[0]], Reason.ENGINE_DOWN, why)
         self._signal({"signal": words.Signal.ENGINE_DOWN, "why": why})
-        self._out.append(Notify({"type": "engine", "event": "down", "why": why}))
+        self._out.append(Notify(EngineDownNotice(why)))
 
     # -- stops and closing ---------------------------------------------------------
 
