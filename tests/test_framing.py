@@ -175,3 +175,21 @@ def test_oversize_lengths_account_for_every_byte(data, chunks, max_line):
 def test_parse_line_never_raises(data):
     result = parse_line(data)
     assert isinstance(result, (dict, RawLine))
+
+
+def test_update_runs_splits_a_batch_into_runs_and_an_oversize_line_is_never_an_update() -> None:
+    from bridge.core.framing import MESSAGE_UPDATE, Oversize, all_utf8, update_runs
+
+    up = MESSAGE_UPDATE + b'"x":1}'
+    lines = [up, up, b'{"type":"agent_start"}', up[:-1], up, Oversize(10, up[:5]), up]
+    assert list(update_runs(lines, MESSAGE_UPDATE, b"}")) == [
+        (0, 2, True),
+        (2, 4, False),
+        (4, 5, True),
+        (5, 6, False),
+        (6, 7, True),
+    ]
+    # Without a suffix the prefix alone decides (the journal reader's case).
+    assert list(update_runs([up, up[:-1], b"{}"], MESSAGE_UPDATE)) == [(0, 2, True), (2, 3, False)]
+    assert list(update_runs([], MESSAGE_UPDATE)) == []
+    assert all_utf8([up, "é".encode()]) and not all_utf8([up, b"\xff"])

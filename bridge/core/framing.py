@@ -238,9 +238,11 @@ def update_runs(
     the batch makes it go line by line (it is never an update)."""
     count = len(lines)
     try:
-        flags = list(map(bytes.startswith, lines, itertools.repeat(prefix)))  # type: ignore[arg-type]
+        starts = map(bytes.startswith, lines, itertools.repeat(prefix))  # type: ignore[arg-type]
         if suffix:
-            flags = list(map(operator.and_, flags, map(bytes.endswith, lines, itertools.repeat(suffix))))  # type: ignore[arg-type]
+            flags = list(map(operator.and_, starts, map(bytes.endswith, lines, itertools.repeat(suffix))))  # type: ignore[arg-type]
+        else:
+            flags = list(starts)
     except TypeError:  # an Oversize line in the batch
         flags = [type(x) is bytes and x.startswith(prefix) and x.endswith(suffix) for x in lines]
     pos = 0
