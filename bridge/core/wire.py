@@ -8,7 +8,9 @@ like with :func:`form`, right under its definition; nothing builds these dicts b
 - ``rename``: a field's JSON key (the engine's protocol is camelCase: ``nativeError``);
 - ``tag``: constant keys written first (``{"signal": "gap"}``);
 - ``omit``: fields that stay on the Python side (a dialog's answer);
-- ``flatten``: a dict field whose keys are written inline, last (an overlap's seed ``detail``).
+- ``flatten``: a dict field whose keys are written inline, last (an overlap's seed ``detail``);
+- ``computed``: keys derived from the record, each written right after a named field
+  (``(key, after, function)``: a finding's ``slotWords`` after its ``slot``).
 
 Keys come out in field order after the tag, as the journals and fixtures have always had them.
 Records that mix in :class:`Wire` have ``to_json()``; :func:`bridge.core.receipts.Receipt.from_json`
@@ -45,6 +47,7 @@ def form(
     rename: Mapping[str, str] | None = None,
     omit: Sequence[str] = (),
     flatten: str | None = None,
+    computed: Sequence[tuple[str, str, Callable[[Any], Any]]] = (),
 ) -> Callable[[T], T]:
     """Declare a record's JSON form (a class decorator, placed above ``@attrs.frozen``)."""
 
@@ -59,9 +62,24 @@ def form(
             body: dict[str, Any] = base(obj)
             if flatten is not None:
                 body.update(body.pop(flatten))
+            if computed:
+                body = _with_computed(body, obj, computed)
             return {**head, **body} if head else body
 
         converter.register_unstructure_hook(cls, unstructure)
         return cls
 
     return register
+
+
+def _with_computed(
+    body: dict[str, Any], obj: Any, computed: Sequence[tuple[str, str, Callable[[Any], Any]]]
+) -> dict[str, Any]:
+    after = {field: (key, fn) for key, field, fn in computed}
+    out: dict[str, Any] = {}
+    for name, value in body.items():
+        out[name] = value
+        if name in after:
+            key, fn = after[name]
+            out[key] = fn(obj)
+    return out

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import attrs
 
+from bridge.core.wire import Wire, form
 from bridge.readers.diagnose.render import Item, item_json
 from bridge.readers.diagnose.slot import slot_words
 
@@ -30,8 +31,12 @@ AFTER_MAX: Final = 16
 MAX_FINDINGS: Final = 1000
 
 
+@form(
+    omit=["x", "after_left", "after_items"],
+    computed=[("slotWords", "slot", lambda f: slot_words(f.slot))],
+)
 @attrs.define
-class Finding:
+class Finding(Wire):
     """One thing in the journal worth a person's attention, with its evidence (``to_json`` is the
     ``--json`` form; ``x``, ``after_left`` and ``after_items`` are the diagnoser's own)."""
 
@@ -58,29 +63,6 @@ class Finding:
     related: list[int] = attrs.field(factory=list)
     after_left: int = AFTER
     after_items: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "n": self.n,
-            "kind": self.kind,
-            "signal": self.signal,
-            "title": self.title,
-            "explanation": self.explanation,
-            "idx": self.idx,
-            "t": self.t,
-            "line": self.line,
-            "request": self.request,
-            "run": self.run,
-            "generation": self.generation,
-            "detail": self.detail,
-            "slot": self.slot,
-            "slotWords": slot_words(self.slot),
-            "evidence": self.evidence,
-            "causes": self.causes,
-            "stderr": self.stderr,
-            "notes": self.notes,
-            "related": self.related,
-        }
 
 
 @attrs.define
