@@ -1,4 +1,4 @@
-"""Notices: what the bridge tells whoever listens, besides signals. ``bridge serve`` writes each
+"""Notices: what the bridge tells whoever listens, and the signals the lifecycle raises itself. ``bridge serve`` writes each
 as one line on stdout (SPEC §7); the Python API's ``Bridge.signals()`` channel and its listeners
 get the same JSON objects. Each record's JSON form is declared under it (:mod:`bridge.core.wire`);
 the engine's own retries are :class:`bridge.core.events.Retrying` (``{"type":"progress",...}``).
@@ -10,7 +10,7 @@ import attrs
 
 from bridge.core.receipts import Receipt
 from bridge.core.wire import Wire, form
-from bridge.core.words import RequestId
+from bridge.core.words import RequestId, Signal
 
 
 @form(tag={"type": "engine", "event": "started"})
@@ -61,3 +61,41 @@ class ReceiptNotice(Wire):
 
 
 Notice = EngineStartedNotice | EngineExitedNotice | EngineDownNotice | TextNotice | ReceiptNotice
+
+
+# --------------------------------------------------------------------------
+# The signals the lifecycle raises itself (the tracker's and the session's are in
+# bridge.core.tracker and bridge.core.events); each is stamped with its engine's generation.
+
+
+@form(tag={"signal": Signal.SEAL_CHECK})
+@attrs.frozen
+class SealCheckSignal(Wire):
+    """The engine failed its start-up (seal) check; ``action``: what ``--seal-check`` does about it."""
+
+    problems: list[str]
+    action: str
+
+
+@form(tag={"signal": Signal.ENGINE_DOWN})
+@attrs.frozen
+class EngineDownSignal(Wire):
+    """The engine will not be started again, and why."""
+
+    why: str
+
+
+@form(tag={"signal": Signal.JOURNAL_FAILED})
+@attrs.frozen
+class JournalFailedSignal(Wire):
+    """The journal could not be written (the bridge closes; no receipt is lost)."""
+
+    error: str
+
+
+@form(tag={"signal": Signal.SIGNALS_SUPPRESSED})
+@attrs.frozen
+class SignalsSuppressed(Wire):
+    """This engine raised more signals than are sent; the rest are counted, not sent."""
+
+    after: int

@@ -81,7 +81,7 @@ from bridge.core.lifecycle import (
     Write,
     WriteFailed,
 )
-from bridge.core.notices import ReceiptNotice, TextNotice
+from bridge.core.notices import JournalFailedSignal, ReceiptNotice, TextNotice
 from bridge.core.receipts import Receipt
 from bridge.core.session import Session
 from bridge.core.tracker import Overlap
@@ -387,7 +387,7 @@ class Bridge:
     def _on_journal_failure(self, why: str) -> None:
         if self.lifecycle.state.closed:
             # Its last flush, after the lifecycle closed: the controller is still told.
-            self._signal({"signal": "journal-failed", "error": why})
+            self._signal(JournalFailedSignal(why).to_json())
         elif self._stepping:
             self._journal_failure = why
         else:

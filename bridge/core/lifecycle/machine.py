@@ -7,7 +7,6 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from bridge.core import words
 from bridge.core.lifecycle.actions import (
     Action,
     Closed,
@@ -53,7 +52,15 @@ from bridge.core.lifecycle.state import (
     LifeState,
     PromptRec,
 )
-from bridge.core.notices import EngineDownNotice, EngineExitedNotice, EngineStartedNotice
+from bridge.core.notices import (
+    EngineDownNotice,
+    EngineDownSignal,
+    EngineExitedNotice,
+    EngineStartedNotice,
+    JournalFailedSignal,
+    SealCheckSignal,
+    SignalsSuppressed,
+)
 from bridge.core.receipts import Facts, Receipt, Times, decide, exit_words
 from bridge.core.words import Reason, StopBy
 
@@ -173,7 +180,7 @@ class Lifecycle:
         if s.journal_failed is not None:
             return
         s.journal_failed = ev.error
-        self._signal({"signal": words.Signal.JOURNAL_FAILED, "error": ev.error})
+        self._signal(JournalFailedSignal(ev.error).to_json())
         self._begin_closing("journal", ev.error)
 
     # -- engine inputs -----------------------------------------------------------
@@ -224,7 +231,7 @@ class Lifecycle:
         if not problems:
             e.phase = "ready"
             return
-        self._signal({"signal": words.Signal.SEAL_CHECK, "problems": problems, "action": self.config.seal_check})
+        self._signal(SealCheckSignal(problems, self.config.seal_check).to_json())
         if self.config.seal_check == "warn" and e.phase == "checking":
             e.phase = "ready"
             return
@@ -268,7 +275,7 @@ class Lifecycle:
             return
         payload = ev.payload
         if e.signals == SIGNALS_PER_GENERATION + 1:
-            payload = {"signal": words.Signal.SIGNALS_SUPPRESSED, "after": SIGNALS_PER_GENERATION}
+            payload = SignalsSuppressed(SIGNALS_PER_GENERATION).to_json()
         self._signal(payload)
 
     def _write_failed(self, ev: WriteFailed) -> None:
@@ -314,7 +321,7 @@ class Lifecycle:
             e.in_startup = False
             said = exit_words(ev.code, ev.signal, ev.stderr, when=" during its start-up check")
             self._note({"event": "seal-check", "generation": e.generation, "enforced": e.seal, "problems": [said]})
-            self._signal({"signal": words.Signal.SEAL_CHECK, "action": self.config.seal_check, "problems": [said]})
+            self._signal(SealCheckSignal([said], self.config.seal_check).to_json())
             self._crash(said)
         elif not requested:
             self._crash(exit_words(ev.code, ev.signal, ev.stderr))
@@ -469,7 +476,7 @@ class Lifecycle:
         s.down = why
         while s.queue:
             self._reject(s.prompts[s.queue[0]], Reason.ENGINE_DOWN, why)
-        self._signal({"signal": words.Signal.ENGINE_DOWN, "why": why})
+        self._signal(EngineDownSignal(why).to_json())
         self._out.append(Notify(EngineDownNotice(why)))
 
     # -- stops and closing ---------------------------------------------------------
