@@ -20,6 +20,12 @@ bytes and time between them and the world:
 The clock task, the writers and the engines' own tasks are shielded from
 cancellation until the bridge has closed: cancelling the code that uses the
 bridge must not leave a prompt without its receipt or an engine running.
+
+This module is longer than the others (~700 lines) on purpose: :class:`Bridge` is one
+object, the trio side of one lifecycle, and its parts share one input queue, one set
+of task scopes and one engine. What is not that object lives beside it: the API
+(:mod:`bridge.live.api`, :mod:`bridge.live.handles`), the engine process
+(:mod:`bridge.live.engine`), the journal (:mod:`bridge.live.journal`).
 """
 
 from __future__ import annotations
