@@ -21,11 +21,10 @@ The clock task, the writers and the engines' own tasks are shielded from
 cancellation until the bridge has closed: cancelling the code that uses the
 bridge must not leave a prompt without its receipt or an engine running.
 
-This module is longer than the others (~700 lines) on purpose: :class:`Bridge` is one
-object, the trio side of one lifecycle, and its parts share one input queue, one set
-of task scopes and one engine. What is not that object lives beside it: the API
-(:mod:`bridge.live.api`, :mod:`bridge.live.handles`), the engine process
-(:mod:`bridge.live.engine`), the journal (:mod:`bridge.live.journal`).
+What is not that one object lives beside it: the engines' side -- spawning, writing, and
+what an engine reports (:mod:`bridge.live.engines`) --, the API (:mod:`bridge.live.api`,
+:mod:`bridge.live.handles`), the engine process (:mod:`bridge.live.engine`) and the journal
+(:mod:`bridge.live.journal`).
 """
 
 from __future__ import annotations
@@ -38,7 +37,6 @@ import signal as signal_module
 from collections.abc import Callable
 from typing import Any
 
-import attrs
 import trio
 
 from bridge.core.events import Acked as SessionAcked
@@ -49,10 +47,8 @@ from bridge.core.events import (
     ReceiptReady,
     Retrying,
     SealBroken,
-    Skipped,
     TextDelta,
 )
-from bridge.core.framing import Oversize, RawLine
 from bridge.core.lifecycle import (
     RECENT_IDS,
     SIGNALS_PER_GENERATION,
@@ -74,10 +70,6 @@ from bridge.core.lifecycle import (
     Signal,
     SignalSeen,
     Spawn,
-    Spawned,
-    SpawnFailed,
-    StartupChecked,
-    StdoutClosed,
     Stop,
     StopAnswer,
     StopEngine,
@@ -85,16 +77,16 @@ from bridge.core.lifecycle import (
     Tick,
     Unsealed,
     Write,
-    WriteFailed,
 )
 from bridge.core.notices import JournalFailedSignal, ReceiptNotice, TextNotice
 from bridge.core.receipts import Receipt
 from bridge.core.session import Session
 from bridge.core.tracker import Overlap
 from bridge.live.engine import Engine, EngineGone
+from bridge.live.engines import EngineSide
 from bridge.live.handles import Pending, PromptHandle
 from bridge.live.journal import Journal
-from bridge.profiles.command import EngineProfile, Launch, ProfileError
+from bridge.profiles.command import EngineProfile, Launch
 from bridge.transcript import dumps
 
 __all__ = ["RECENT_IDS", "SIGNALS_PER_GENERATION", "Bridge", "BridgeConfig"]
@@ -125,19 +117,15 @@ class Bridge:
         self.profile = profile
         self.config = config
         self.journal = journal
-        self._launch: Launch | None = first_launch
         self._t0 = trio.current_time()
         self.lifecycle = Lifecycle(config)
         self.session = Session(first_launch.clearing, collect=collect, skip_updates=not config.journal_full)
-        self.engine: Engine | None = None
-        self._writers: dict[Engine, trio.MemorySendChannel[tuple[bytes, str | None]]] = {}
         self._handles: dict[str, Pending] = {}
         self._inputs: collections.deque[Input] = collections.deque()
         self._stepping = False
         self._changed = trio.Event()
         self._closed = trio.Event()
         self._stop_answers: dict[str, str | None] = {}
-        self._startup_waiting: dict[str, dict[str, Any] | None] = {}
         self._ids = itertools.count(1)
         self._fsync_wanted = trio.Event()
         self._fsync_scope = trio.CancelScope()
@@ -149,8 +137,26 @@ class Bridge:
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
         #: A journal failure seen while a step's actions run, fed once they have run.
         self._journal_failure: str | None = None
+        self.engines = EngineSide(
+            nursery,
+            profile,
+            config,
+            first_launch,
+            self.session,
+            journal,
+            feed=self._feed,
+            now=self.now,
+            shielded=self._shielded,
+            handle=self._handle,
+            generation=lambda: self.generation,
+        )
         if journal is not None:
             journal.on_failure = self._on_journal_failure
+
+    @property
+    def engine(self) -> Engine | None:
+        """The current engine process (None before the first prompt)."""
+        return self.engines.current
 
     # -- clock ---------------------------------------------------------------------
 
@@ -351,10 +357,10 @@ class Bridge:
         self._finished = True
         for scope in self._task_scopes:
             scope.cancel()
-        if self._launch is not None:
+        if self.engines.launch is not None:
             # Prepared at open and never spawned (no prompt came): its private folders go too.
-            self._launch.run_cleanup()
-            self._launch = None
+            self.engines.launch.run_cleanup()
+            self.engines.launch = None
         # The journal closes only after the fsync task has ended: an fsync
         # already in its thread finishes first (never on a closed descriptor).
         self._fsync_scope.cancel()
@@ -418,11 +424,11 @@ class Bridge:
                 if type(event) is ReceiptReady:
                     self._feed(Decided(event.receipt))
         elif kind is Spawn:
-            self._nursery.start_soon(self._spawn, action.generation)
+            self._nursery.start_soon(self.engines.spawn, action.generation)
         elif kind is StopEngine:
             engine = self.engine
             if engine is not None and engine.generation == action.generation and engine.alive:
-                self._nursery.start_soon(self._stop_engine, engine, action.requested)
+                self._nursery.start_soon(self.engines.stop, engine, action.requested)
         elif kind is StopAnswer:
             self._stop_answers[action.request] = action.stop
         elif kind is Closed:
@@ -446,9 +452,7 @@ class Bridge:
             state = self.session.prompt(action.request)
             if state is not None:
                 state.times["submitted"] = action.submitted
-        writer = self._writers.get(engine)
-        if writer is not None:
-            writer.send_nowait((dumps(cmd) + b"\n", action.request))
+        self.engines.queue(engine, dumps(cmd) + b"\n", action.request)
 
     def _record_send(self, cmd: dict[str, Any], *, stream: bool = False) -> None:
         """Journal a command and feed it to the session, before it is written:
@@ -530,58 +534,6 @@ class Bridge:
                 if deadline is not None and trio.current_time() >= at:
                     self._feed(Tick())
 
-    async def _spawn(self, generation: int) -> None:
-        """Prepare and launch one engine; answer the lifecycle. Ends once it is spawned."""
-        with self._shielded():
-            launch, self._launch = self._launch, None
-            try:
-                if launch is None:
-                    launch = self.profile.prepare()
-            except ProfileError as e:
-                self._feed(SpawnFailed(generation, str(e)))
-                return
-            try:
-                engine = await Engine.start(self._nursery, launch, generation, _Sink(self), self.config.max_line)
-            except OSError as e:
-                launch.run_cleanup()
-                self._feed(SpawnFailed(generation, f"cannot start the engine {launch.argv[0]!r}: {e.strerror or e}"))
-                return
-            self.engine = engine
-            send, recv = trio.open_memory_channel[tuple[bytes, "str | None"]](math.inf)
-            self._writers[engine] = send
-            self._nursery.start_soon(self._writer, engine, recv)
-            self._startup_waiting = {cmd["id"]: None for cmd in launch.startup}
-            self._feed(
-                Spawned(
-                    generation,
-                    engine.pid,
-                    list(launch.argv),
-                    [dict(c) for c in launch.startup],
-                    list(launch.clearing),
-                    launch.header.get("seal"),
-                )
-            )
-
-    async def _writer(self, engine: Engine, recv: trio.MemoryReceiveChannel[tuple[bytes, str | None]]) -> None:
-        """Write queued commands to ``engine`` in order, each bounded by ``write_timeout``.
-        Ends when the engine has exited (its channel is closed) or the bridge finished."""
-        with self._shielded():
-            async with recv:
-                async for data, request in recv:
-                    with trio.move_on_after(self.config.write_timeout) as scope:
-                        try:
-                            await engine.send_bytes(data)
-                        except EngineGone:
-                            if engine.alive:
-                                self._feed(WriteFailed(engine.generation, request, stuck=False))
-                            continue
-                    if scope.cancelled_caught:
-                        self._feed(WriteFailed(engine.generation, request, stuck=True))
-
-    async def _stop_engine(self, engine: Engine, requested: bool) -> None:
-        """The close ladder (shielded inside). Ends when the engine is reaped."""
-        await engine.aclose(self.config.stdin_grace, self.config.term_grace, requested=requested)
-
     async def _fsync_journal(self) -> None:
         """Make receipts durable off the event loop. Ends when the bridge closes
         (cancelled; an fsync running in its thread is waited for)."""
@@ -600,61 +552,6 @@ class Bridge:
                         journal.fail(e)
         finally:
             self._fsync_done.set()
-
-    # -- the engine's lines (EngineSink) --------------------------------------------------------
-
-    def _engine_lines(self, engine: Engine, lines: list[bytes | Oversize]) -> None:
-        """One read's lines, in order, with one clock read. The session observes them
-        (:meth:`~bridge.core.session.Session.observe_batch`: runs of ``message_update``
-        lines nobody streams are taken in bulk); here each is journaled and its events
-        carried out."""
-        if engine is not self.engine:
-            return
-        t = self.now()
-        journal = self.journal
-        for seen in self.session.observe_batch(lines, t=t):
-            if isinstance(seen, Skipped):
-                if journal is not None:
-                    journal.recv_elided_updates(seen.lines, seen.first, t)
-                continue
-            parsed = seen.parsed
-            if journal is not None:
-                if type(parsed) is RawLine:
-                    journal.recv_raw(seen.idx, parsed, t)
-                else:
-                    journal.recv(seen.idx, seen.line, parsed, t)  # type: ignore[arg-type]  # not a RawLine: bytes
-            if self._startup_waiting and type(parsed) is dict and parsed.get("type") == "response":
-                self._startup_answer(parsed)
-            if seen.events:
-                self._handle(seen.events)
-
-    def _engine_stderr(self, engine: Engine, text: str) -> None:
-        if self.journal is not None:
-            self.journal.stderr(text, self.now())
-        if engine is self.engine:
-            self.session.stderr(text)
-
-    def _engine_stdout_closed(self, engine: Engine) -> None:
-        self._feed(StdoutClosed(engine.generation))
-
-    def _engine_exited(self, engine: Engine, code: int | None, sig: int | None) -> None:
-        t = self.now()
-        if self.journal is not None:
-            self.journal.exit(code, sig, t)
-        writer = self._writers.pop(engine, None)
-        if writer is not None:
-            writer.close()
-        # First the lifecycle learns the engine can take nothing more (its stdout
-        # may still be held open by a grandchild), so the receipt decided below
-        # does not let the next prompt be written to a dead engine.
-        self._feed(StdoutClosed(engine.generation))
-        if engine is self.engine:
-            events = self.session.engine_exited(code, sig, t=t)
-            if events:
-                self._handle(events)
-        if engine.launch is not None:
-            engine.launch.run_cleanup()
-        self._feed(EngineExited(engine.generation, code, sig, list(self.session.stderr_tail)))
 
     def _handle(self, events: Any) -> None:
         """The session's events: receipts and signals go to the lifecycle, text to its reader."""
@@ -685,39 +582,4 @@ class Bridge:
                 engine = self.engine
                 if event.answer is not None and engine is not None and engine.alive:
                     self._record_send(event.answer)
-                    writer = self._writers.get(engine)
-                    if writer is not None:
-                        writer.send_nowait((dumps(event.answer) + b"\n", None))
-
-    def _startup_answer(self, response: dict[str, Any]) -> None:
-        rid = response.get("id")
-        if not isinstance(rid, str) or rid not in self._startup_waiting:
-            return
-        self._startup_waiting[rid] = response
-        if all(v is not None for v in self._startup_waiting.values()):
-            answers = {k: v for k, v in self._startup_waiting.items() if v is not None}
-            self._startup_waiting = {}
-            engine = self.engine
-            launch = engine.launch if engine is not None else None
-            problems = launch.check(answers) if launch is not None and launch.check is not None else []
-            self._feed(StartupChecked(self.generation, problems))
-
-
-@attrs.frozen
-class _Sink:
-    """What an :class:`~bridge.live.engine.Engine` reports, passed to its bridge (kept off the
-    bridge's public API)."""
-
-    bridge: Bridge
-
-    def lines(self, engine: Engine, lines: list[bytes | Oversize]) -> None:
-        self.bridge._engine_lines(engine, lines)
-
-    def stderr(self, engine: Engine, text: str) -> None:
-        self.bridge._engine_stderr(engine, text)
-
-    def stdout_closed(self, engine: Engine) -> None:
-        self.bridge._engine_stdout_closed(engine)
-
-    def exited(self, engine: Engine, code: int | None, sig: int | None) -> None:
-        self.bridge._engine_exited(engine, code, sig)
+                    self.engines.queue(engine, dumps(event.answer) + b"\n", None)

@@ -1,0 +1,200 @@
+"""The engine side of one bridge: spawning each engine, writing to it in order, and carrying
+what it reports -- its lines, its stderr, its exit -- into the session, the journal and the
+lifecycle.
+
+It is the :class:`~bridge.live.engine.EngineSink` every engine reports to. A read's lines go to
+the session as one batch (:meth:`~bridge.core.session.Session.observe_batch`, the fast path),
+each is journaled, and the session's events go back to the bridge (``handle``). The answers to
+the start-up (seal) check are gathered here and checked by the launch's own ``check``. What it
+needs of the bridge is passed in as functions: feed an input to the lifecycle, the clock, a
+shielded scope for a task, the session's events, the current generation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import trio
+
+from bridge.core.events import Event, Skipped
+from bridge.core.framing import Oversize, RawLine
+from bridge.core.lifecycle import (
+    BridgeConfig,
+    EngineExited,
+    Input,
+    Spawned,
+    SpawnFailed,
+    StartupChecked,
+    StdoutClosed,
+    WriteFailed,
+)
+from bridge.core.session import Session
+from bridge.live.engine import Engine, EngineGone
+from bridge.live.journal import Journal
+from bridge.profiles.command import EngineProfile, Launch, ProfileError
+
+
+class EngineSide:
+    """The engines of one bridge (one at a time: :attr:`current`)."""
+
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        profile: EngineProfile,
+        config: BridgeConfig,
+        first_launch: Launch,
+        session: Session,
+        journal: Journal | None,
+        *,
+        feed: Callable[[Input], None],
+        now: Callable[[], float],
+        shielded: Callable[[], trio.CancelScope],
+        handle: Callable[[Sequence[Event]], None],
+        generation: Callable[[], int],
+    ) -> None:
+        self._nursery = nursery
+        self.profile = profile
+        self.config = config
+        #: Prepared at open (so a setup problem is raised there); spawned on the first prompt.
+        self.launch: Launch | None = first_launch
+        self.session = session
+        self.journal = journal
+        self._feed = feed
+        self._now = now
+        self._shielded = shielded
+        self._handle = handle
+        self._generation = generation
+        #: The engine whose lines count (a stopped one's late lines are ignored).
+        self.current: Engine | None = None
+        self._writers: dict[Engine, trio.MemorySendChannel[tuple[bytes, str | None]]] = {}
+        self._startup_waiting: dict[str, dict[str, Any] | None] = {}
+
+    def queue(self, engine: Engine, data: bytes, request: str | None) -> None:
+        """Queue ``data`` (whole lines) for ``engine``'s writer; dropped if it has none (it exited)."""
+        writer = self._writers.get(engine)
+        if writer is not None:
+            writer.send_nowait((data, request))
+
+    # -- tasks ----------------------------------------------------------------------------
+
+    async def spawn(self, generation: int) -> None:
+        """Prepare and launch one engine; answer the lifecycle. Ends once it is spawned."""
+        with self._shielded():
+            launch, self.launch = self.launch, None
+            try:
+                if launch is None:
+                    launch = self.profile.prepare()
+            except ProfileError as e:
+                self._feed(SpawnFailed(generation, str(e)))
+                return
+            try:
+                engine = await Engine.start(self._nursery, launch, generation, self, self.config.max_line)
+            except OSError as e:
+                launch.run_cleanup()
+                self._feed(SpawnFailed(generation, f"cannot start the engine {launch.argv[0]!r}: {e.strerror or e}"))
+                return
+            self.current = engine
+            send, recv = trio.open_memory_channel[tuple[bytes, "str | None"]](math.inf)
+            self._writers[engine] = send
+            self._nursery.start_soon(self._writer, engine, recv)
+            self._startup_waiting = {cmd["id"]: None for cmd in launch.startup}
+            self._feed(
+                Spawned(
+                    generation,
+                    engine.pid,
+                    list(launch.argv),
+                    [dict(c) for c in launch.startup],
+                    list(launch.clearing),
+                    launch.header.get("seal"),
+                )
+            )
+
+    async def _writer(self, engine: Engine, recv: trio.MemoryReceiveChannel[tuple[bytes, str | None]]) -> None:
+        """Write queued commands to ``engine`` in order, each bounded by ``write_timeout``.
+        Ends when the engine has exited (its channel is closed) or the bridge finished."""
+        with self._shielded():
+            async with recv:
+                async for data, request in recv:
+                    with trio.move_on_after(self.config.write_timeout) as scope:
+                        try:
+                            await engine.send_bytes(data)
+                        except EngineGone:
+                            if engine.alive:
+                                self._feed(WriteFailed(engine.generation, request, stuck=False))
+                            continue
+                    if scope.cancelled_caught:
+                        self._feed(WriteFailed(engine.generation, request, stuck=True))
+
+    async def stop(self, engine: Engine, requested: bool) -> None:
+        """The close ladder (shielded inside). Ends when the engine is reaped."""
+        await engine.aclose(self.config.stdin_grace, self.config.term_grace, requested=requested)
+
+    # -- what an engine reports (it calls these: EngineSink) ------------------------------------
+
+    def lines(self, engine: Engine, lines: list[bytes | Oversize]) -> None:
+        """One read's lines, in order, with one clock read. The session observes them
+        (:meth:`~bridge.core.session.Session.observe_batch`: runs of ``message_update``
+        lines nobody streams are taken in bulk); here each is journaled and its events
+        carried out."""
+        if engine is not self.current:
+            return
+        t = self._now()
+        journal = self.journal
+        for seen in self.session.observe_batch(lines, t=t):
+            if isinstance(seen, Skipped):
+                if journal is not None:
+                    journal.recv_elided_updates(seen.lines, seen.first, t)
+                continue
+            parsed = seen.parsed
+            if journal is not None:
+                if type(parsed) is RawLine:
+                    journal.recv_raw(seen.idx, parsed, t)
+                else:
+                    journal.recv(seen.idx, seen.line, parsed, t)  # type: ignore[arg-type]  # not a RawLine: bytes
+            if self._startup_waiting and type(parsed) is dict and parsed.get("type") == "response":
+                self._startup_answer(parsed)
+            if seen.events:
+                self._handle(seen.events)
+
+    def stderr(self, engine: Engine, text: str) -> None:
+        if self.journal is not None:
+            self.journal.stderr(text, self._now())
+        if engine is self.current:
+            self.session.stderr(text)
+
+    def stdout_closed(self, engine: Engine) -> None:
+        self._feed(StdoutClosed(engine.generation))
+
+    def exited(self, engine: Engine, code: int | None, sig: int | None) -> None:
+        t = self._now()
+        if self.journal is not None:
+            self.journal.exit(code, sig, t)
+        writer = self._writers.pop(engine, None)
+        if writer is not None:
+            writer.close()
+        # First the lifecycle learns the engine can take nothing more (its stdout
+        # may still be held open by a grandchild), so the receipt decided below
+        # does not let the next prompt be written to a dead engine.
+        self._feed(StdoutClosed(engine.generation))
+        if engine is self.current:
+            events = self.session.engine_exited(code, sig, t=t)
+            if events:
+                self._handle(events)
+        if engine.launch is not None:
+            engine.launch.run_cleanup()
+        self._feed(EngineExited(engine.generation, code, sig, list(self.session.stderr_tail)))
+
+    def _startup_answer(self, response: dict[str, Any]) -> None:
+        rid = response.get("id")
+        if not isinstance(rid, str) or rid not in self._startup_waiting:
+            return
+        self._startup_waiting[rid] = response
+        if all(v is not None for v in self._startup_waiting.values()):
+            answers = {k: v for k, v in self._startup_waiting.items() if v is not None}
+            self._startup_waiting = {}
+            engine = self.current
+            launch = engine.launch if engine is not None else None
+            problems = launch.check(answers) if launch is not None and launch.check is not None else []
+            self._feed(StartupChecked(self._generation(), problems))
