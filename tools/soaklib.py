@@ -375,13 +375,7 @@ def compare_journal(
         problems.append(f"duplicate receipt entries in the journal: {dups}")
     if set(counts) != set(live_receipts):
         problems.append(f"journal receipts {sorted(map(str, counts))} != live {sorted(live_receipts)}")
-    for r in journaled:
-        live = live_receipts.get(r.get("request"))
-        if live is not None and (r.get("state"), r.get("reason")) != (live.state, live.reason):
-            problems.append(
-                f"journal receipt {r.get('request')}: {r.get('state')}/{r.get('reason')} "
-                f"!= live {live.state}/{live.reason}"
-            )
+    problems += receipts_disagree(journaled, live_receipts, "journal receipt")
     for rid, what in sent_after_receipt(entries).items():
         problems.append(f"prompt {rid} was sent to the engine after its receipt ({what})")
     sends = Counter(
@@ -484,6 +478,16 @@ def check_journal_readable(path: str | Path) -> tuple[list[str], int]:
     return [], count
 
 
+def receipts_disagree(journaled: list[dict[str, Any]], live: dict[str, Any], what: str) -> list[str]:
+    """Each journaled receipt whose state or reason differs from the controller's receipt."""
+    return [
+        f"{what} {r.get('request')}: {r.get('state')}/{r.get('reason')} != live {got.state}/{got.reason}"
+        for r in journaled
+        if (got := live.get(r.get("request"))) is not None
+        and (r.get("state"), r.get("reason")) != (got.state, got.reason)
+    ]
+
+
 def check_failed_journal(path: str | Path, live_receipts: dict[str, Any]) -> list[str]:
     """A journal that failed: readable up to its last complete line, and what it holds agrees
     with the live bridge (each receipt it recorded once, as reported live)."""
@@ -496,13 +500,7 @@ def check_failed_journal(path: str | Path, live_receipts: dict[str, Any]) -> lis
             problems.append(f"the failed journal records {rid}'s receipt {n} times")
         if rid not in live:
             problems.append(f"the failed journal records a receipt for {rid!r}, which the controller never got")
-    for r in journaled:
-        got = live.get(r.get("request"))
-        if got is not None and (r.get("state"), r.get("reason")) != (got.state, got.reason):
-            problems.append(
-                f"the failed journal's receipt {r.get('request')}: {r.get('state')}/{r.get('reason')} "
-                f"!= live {got.state}/{got.reason}"
-            )
+    problems += receipts_disagree(journaled, live, "the failed journal's receipt")
     return problems
 
 

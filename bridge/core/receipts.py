@@ -56,6 +56,12 @@ REASONS: Final[dict[State, frozenset[Reason | None]]] = {
 #: A receipt's ``(state, reason)``.
 Verdict = tuple[State, Reason | None]
 
+#: A deadline that passed for a held prompt: no ack; the stop after a timeout not obeyed; a
+#: tainted run that never settled.
+Deadline = Literal["ack", "settle", "taint"]
+#: Why the lifecycle stops waiting for a held prompt's evidence: a deadline, or the engine's exit.
+GiveUpWhy = Literal[Deadline, "exited"]
+
 
 #: The receipt's camelCase JSON keys (the engine's protocol's style).
 _WIRE_NAMES: Final = {
@@ -150,7 +156,7 @@ class Facts:
     refused: bool = False
     #: A deadline passed: ``ack`` (no ack), ``settle`` (the stop after a timeout
     #: was not obeyed), ``taint`` (a tainted slot's own run did not settle).
-    gave_up: Literal["ack", "settle", "taint"] | None = None
+    gave_up: Deadline | None = None
     #: The engine's first taint while the prompt was held: ``overlap``, ``gap``,
     #: ``disposition`` or ``aborted-without-stop``.
     taint: Reason | None = None

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterator, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import attrs
 
@@ -77,7 +77,7 @@ from bridge.core.events import (
     TextDelta,
 )
 from bridge.core.framing import MESSAGE_UPDATE, Oversize, RawLine, all_utf8, parse_line, update_runs, valid_utf8
-from bridge.core.receipts import Facts, Receipt, Times, decide, exit_words
+from bridge.core.receipts import Facts, GiveUpWhy, Receipt, Times, decide, exit_words
 from bridge.core.tracker import Overlap, Settled, Tracker, Working
 from bridge.core.words import Reason, RequestId, Signal, StopBy
 
@@ -369,9 +369,7 @@ class Session:
         self.open.pop(request, None)
         return events
 
-    def give_up(
-        self, request: RequestId, why: Literal["ack", "settle", "taint", "exited"], *, t: float | None = None
-    ) -> list[Event]:
+    def give_up(self, request: RequestId, why: GiveUpWhy, *, t: float | None = None) -> list[Event]:
         """The lifecycle stopped waiting for ``request``'s evidence: ``why`` is the
         deadline that passed (``ack``, ``settle``, ``taint``) or ``exited``.
 

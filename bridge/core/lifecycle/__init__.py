@@ -95,12 +95,12 @@ from bridge.core.lifecycle.machine import (
 )
 from bridge.core.lifecycle.state import (
     EngineRec,
-    GiveUpWhy,
     LifeState,
     PromptRec,
     restore,
     snapshot,
 )
+from bridge.core.receipts import GiveUpWhy
 
 __all__ = [
     "DEADLINES",

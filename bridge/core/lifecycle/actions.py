@@ -7,9 +7,8 @@ from typing import Any
 
 import attrs
 
-from bridge.core.lifecycle.state import GiveUpWhy
 from bridge.core.notices import Notice
-from bridge.core.receipts import Receipt
+from bridge.core.receipts import GiveUpWhy, Receipt
 
 # --------------------------------------------------------------------------
 # Actions

@@ -48,7 +48,6 @@ from bridge.core.lifecycle.inputs import (
     WriteFailed,
 )
 from bridge.core.lifecycle.state import (
-    GiveUpWhy,
     LifeState,
     PromptRec,
 )
@@ -61,7 +60,7 @@ from bridge.core.notices import (
     SealCheckSignal,
     SignalsSuppressed,
 )
-from bridge.core.receipts import Facts, Receipt, Times, decide, exit_words
+from bridge.core.receipts import Facts, GiveUpWhy, Receipt, Times, decide, exit_words
 from bridge.core.words import Reason, StopBy
 
 # --------------------------------------------------------------------------

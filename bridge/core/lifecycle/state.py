@@ -3,19 +3,13 @@ round-trip through cattrs (:func:`snapshot` / :func:`restore`)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 
-from bridge.core.receipts import Receipt
+from bridge.core.receipts import GiveUpWhy, Receipt
 from bridge.core.wire import converter
 from bridge.core.words import StopBy
-
-#: Why the lifecycle stops waiting for a held prompt's evidence: the deadline that passed
-#: (no ack; the stop after a timeout not obeyed; a tainted run that never settled) or the
-#: engine's exit.
-GiveUpWhy = Literal["ack", "settle", "taint", "exited"]
-
 
 # --------------------------------------------------------------------------
 # State
