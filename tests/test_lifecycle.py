@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import sys
 from collections import deque
@@ -43,6 +44,7 @@ from bridge.core.lifecycle import (
     HELD_DEADLINES,
     SIGNALS_PER_GENERATION,
     Acked,
+    Activity,
     BridgeConfig,
     Close,
     Closed,
@@ -95,6 +97,7 @@ def small_config(**changes: Any) -> BridgeConfig:
         "crash_window": 12.0,
         "close_grace": 3.0,
         "restart_backoff": (0.0, 1.0, 2.5),
+        "stall_timeout": None,
     }
     return BridgeConfig(**{**base, **changes})
 
@@ -258,7 +261,7 @@ class Harness:
                     self.violations.append("closing noted twice")
                 self.closing_noted = True
             elif payload.get("event") == "stop":
-                if payload["by"] not in ("controller", "timeout", "closing"):
+                if payload["by"] not in ("controller", "timeout", "closing", "stall"):
                     self.violations.append(f"a stop by {payload['by']!r}")
                 if payload["request"] in self.stop_notes:
                     self.violations.append(f"a second stop for {payload['request']!r}")
@@ -309,9 +312,9 @@ class Harness:
         self.now += dt
         return self.feed(Tick())
 
-    def submit(self, request: str, timeout: float | None = None) -> list[Any]:
+    def submit(self, request: str, timeout: float | None = None, stall: float | None = None) -> list[Any]:
         self.accepted.append(request)
-        return self.feed(Submit(request, f"message {request}", timeout=timeout))
+        return self.feed(Submit(request, f"message {request}", timeout=timeout, stall_timeout=stall))
 
     def stop(self, request: str) -> list[Any]:
         if request in self.lc.state.prompts:
@@ -394,11 +397,20 @@ class LifecycleMachine(RuleBasedStateMachine):
         stop_clears=st.booleans(),
         patience=st.integers(5, 80),
         prompts=st.lists(st.sampled_from([None, None, 1.0, 6.0]), max_size=4),
+        stall=st.sampled_from([None, 7.0]),
     )
     def configure(
-        self, seal_check: str, queue_max: int, stop_clears: bool, patience: int, prompts: list[float | None]
+        self,
+        seal_check: str,
+        queue_max: int,
+        stop_clears: bool,
+        patience: int,
+        prompts: list[float | None],
+        stall: float | None,
     ) -> None:
-        self.h = Harness(small_config(seal_check=seal_check, queue_max=queue_max, stop_clears_queue=stop_clears))
+        cfg = small_config(seal_check=seal_check, queue_max=queue_max, stop_clears_queue=stop_clears)
+        cfg.stall_timeout = stall
+        self.h = Harness(cfg)
         self.patience = patience
         for timeout in prompts:
             self.submit(timeout)
@@ -440,14 +452,14 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     # -- the controller --------------------------------------------------------------
 
-    @rule(timeout=st.sampled_from([None, None, None, 1.0, 6.0, 30.0]))
-    def submit(self, timeout: float | None) -> None:
+    @rule(timeout=st.sampled_from([None, None, None, 1.0, 6.0, 30.0]), stall=st.sampled_from([None, None, 0, 3.0]))
+    def submit(self, timeout: float | None, stall: float | None = None) -> None:
         s = self.lc.state
         self.serial += 1
         request = f"p{self.serial}"
         closing = s.closing is not None or s.draining or s.closed
         down, full = s.down is not None, len(s.queue) >= self.h.cfg.queue_max
-        got = delivered(self.h.submit(request, timeout)).get(request)
+        got = delivered(self.h.submit(request, timeout, stall)).get(request)
         if closing:
             assert got == ("rejected", "closing"), got
         elif down:
@@ -641,7 +653,27 @@ class LifecycleMachine(RuleBasedStateMachine):
         request = found[0]
         stop, by = self.h.stop_notes[request]
         out = self.h.settle(request, Facts(tracker=("failed", "interrupted"), stop_by=by), stop=stop)
-        assert delivered(out)[request] == ("failed", {"controller": "interrupted"}.get(by, by))
+        assert delivered(out)[request] == ("failed", {"controller": "interrupted", "stall": "stalled"}.get(by, by))
+
+    @precondition(lambda self: self._held_on_live_engine() is not None)
+    @rule(pause=st.sampled_from([0.0, 0.0, 2.0, math.inf]), ago=st.sampled_from([0.0, 0.0, 1.0, 50.0]))
+    def the_run_shows_activity(self, pause: float, ago: float) -> None:
+        """The engine wrote a line for the held run ``ago`` seconds back (the trio layer brings
+        this up to date before each tick): the stall deadline moves, never before now unless
+        it was due anyway, and a run that is stopped or has no stall timeout has none."""
+        found = self._held_on_live_engine()
+        assert found is not None
+        request, generation = found
+        rec = self.lc.state.prompts[request]
+        had = "stall" in self.lc.state.deadlines
+        self.h.feed(Activity(generation, request, self.h.now - ago, pause))
+        stall = self.lc.state.deadlines.get("stall")
+        if rec.stall is None or rec.stop is not None or not had:
+            assert stall is None
+        elif pause == math.inf:
+            assert stall == self.h.now + rec.stall
+        else:
+            assert stall == max(self.h.now - ago, rec.written or 0.0) + pause + rec.stall
 
     @precondition(lambda self: self._running() is not None)
     @rule(
@@ -743,7 +775,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 continue
             stop = self.h.stop_notes.get(request)
             assert stop is not None, r
-            assert stop[1] == {"interrupted": "controller"}.get(r.reason, r.reason), (r, stop)
+            assert stop[1] == {"interrupted": "controller", "stalled": "stall"}.get(r.reason, r.reason), (r, stop)
             if r.reason == "interrupted":
                 assert request in self.h.controller_stopped
 

@@ -70,6 +70,8 @@ class EngineSide:
         self.current: Engine | None = None
         self._writers: dict[Engine, trio.MemorySendChannel[tuple[bytes, str | None]]] = {}
         self._startup_waiting: dict[str, dict[str, Any] | None] = {}
+        #: When the current engine's last line was read (the stall timeout counts from it).
+        self.last_seen: float | None = None
 
     def queue(self, engine: Engine, data: bytes, request: str | None) -> None:
         """Queue ``data`` (whole lines) for ``engine``'s writer; dropped if it has none (it exited)."""
@@ -141,6 +143,7 @@ class EngineSide:
         if engine is not self.current:
             return
         t = self._now()
+        self.last_seen = t
         journal = self.journal
         for seen in self.session.observe_batch(lines, t=t):
             if isinstance(seen, Skipped):
