@@ -111,6 +111,24 @@ class Usage(Wire):
     model: str | None = None
     provider: str | None = None
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Usage:
+        return converter.structure(data, cls)
+
+    def plus(self, other: Usage) -> Usage:
+        """Two usages summed (a journal's prompts, say); model and provider are ``other``'s when it has them."""
+        return Usage(
+            input=self.input + other.input,
+            output=self.output + other.output,
+            cache_read=self.cache_read + other.cache_read,
+            cache_write=self.cache_write + other.cache_write,
+            total_tokens=self.total_tokens + other.total_tokens,
+            cost=round(self.cost + other.cost, 12),
+            messages=self.messages + other.messages,
+            model=other.model or self.model,
+            provider=other.provider or self.provider,
+        )
+
     def add(self, message: dict[str, Any]) -> Usage:
         """This usage with one more assistant message (Pi's message object) added."""
         usage = message.get("usage")

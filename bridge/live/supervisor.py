@@ -189,7 +189,11 @@ class Bridge:
             raise TypeError(f"message must be a str, not {type(message).__name__}")
         if timeout is not None and not _seconds(timeout):
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        if stall_timeout is not None and stall_timeout != 0 and not _seconds(stall_timeout):
+        if (
+            stall_timeout is not None
+            and (isinstance(stall_timeout, bool) or stall_timeout != 0)
+            and not _seconds(stall_timeout)
+        ):
             raise ValueError(f"stall_timeout must be 0 (none) or a positive number of seconds, got {stall_timeout!r}")
         if images is not None and not isinstance(images, list):
             raise TypeError(f"images must be a list, not {type(images).__name__}")
