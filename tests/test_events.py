@@ -161,6 +161,19 @@ async def test_a_tool_calling_run_with_thinking_as_a_controller_reads_it(pinned_
     assert not [x for x in sp.lines if x["type"] == "text"]
     (again,) = replay(str(tmp_path / "j.jsonl")).receipts
     assert again.usage == Usage.from_json(u)
+    report = diagnose(tmp_path / "j.jsonl")
+    assert (
+        "usage: 1 run(s), 2000 in / 80 out tokens, cache 200 read / 0 written, cost 0.00726 over 2 model calls"
+        in report
+    )
+
+
+def diagnose(journal: Path) -> str:
+    p = subprocess.run(
+        [sys.executable, "-m", "bridge", "diagnose", str(journal)], capture_output=True, text=True, timeout=60
+    )
+    assert p.returncode in (0, 1), p.stderr
+    return p.stdout
 
 
 async def test_a_500_then_a_retry_shows_its_retry_events_and_counts_both_attempts(
@@ -197,6 +210,9 @@ async def test_a_model_that_accepts_and_goes_silent_is_stopped_as_stalled(pinned
     notes = [e["note"] for e in read_journal(tmp_path / "j.jsonl") if isinstance(e.get("note"), dict)]
     assert [(n["by"], n["stop"]) for n in notes if n.get("event") == "stop"] == [("stall", r["stop"])]
     assert [(x.state, x.reason) for x in replay(str(tmp_path / "j.jsonl")).receipts] == [("failed", "stalled")]
+    report = diagnose(tmp_path / "j.jsonl")
+    assert "receipt: p: failed (stalled): stopped by the bridge, not the controller" in report
+    assert "--stall-timeout" in report and "showed nothing for 2 s" in report
 
 
 async def test_a_tool_that_runs_longer_than_the_stall_timeout_is_not_a_stall(pinned_pi: Any, tmp_path: Path) -> None:
