@@ -338,3 +338,41 @@ def test_serve_refuses_bad_events_and_stall_fields() -> None:
             parse_command(json.dumps({"type": "prompt", "id": "a", "message": "m", **bad}).encode())
     ok = parse_command(b'{"type":"prompt","id":"a","message":"m","events":true,"stallTimeout":0}')
     assert ok.events is True and ok.stall_timeout == 0  # type: ignore[union-attr]
+
+
+async def test_deltas_read_together_are_one_event_and_nothing_changes_order(tmp_path: Path) -> None:
+    """A tool call, then 1,000 text deltas: the text events join what one read brought
+    (``lines`` counts them, ``i`` is the first's), the tool's events keep their place before
+    them, and every delta is accounted for once."""
+    from bridge.profiles.command import CommandProfile
+    from tests.helpers_live import fake_engine_argv
+
+    reply = "".join(f"{n:04d} " for n in range(1000))  # 1,000 deltas of five characters
+    behaviour = {"reply": reply, "deltas": 1000, "tools": 1, "update_shape": "delta"}
+    profile = CommandProfile(fake_engine_argv({"prompts": [behaviour]}))
+    with trio.fail_after(30):
+        async with open_bridge(profile, journal=tmp_path / "j.jsonl", config=BridgeConfig()) as bridge:
+            handle = await bridge.submit("go", events=True)
+            seen = [e.to_json() async for e in handle.events()]
+            receipt = await handle.receipt()
+    assert receipt.state == "finished"
+    texts = [e for e in seen if e["event"] == "text"]
+    assert "".join(e["delta"] for e in texts) == reply
+    assert sum(e["lines"] for e in texts) == 1000 and len(texts) < 1000
+    deltas = [
+        e.i
+        for e in read_journal_entries(tmp_path / "j.jsonl")
+        if e.kind in ("recv", "recv_elided") and e.value.get("type") == "message_update"
+    ]
+    assert [e["i"] for e in texts] == sorted(e["i"] for e in texts) and texts[0]["i"] == deltas[0]
+    kinds = [e["event"] for e in seen]
+    assert kinds.index("tool-end") < max(n for n, k in enumerate(kinds) if k == "text")
+    assert [e["i"] for e in seen] == sorted(e["i"] for e in seen)
+
+
+def read_journal_entries(path: Path) -> list[Any]:
+    from bridge.transcript import open_transcript
+
+    stream, reader = open_transcript(str(path))
+    with stream:
+        return list(reader)

@@ -9,8 +9,8 @@ and the Pi lines they come from (Pi's ``docs/json.md``):
 =================  ==========================================  ===================================
 ``event``          fields                                      Pi's line
 =================  ==========================================  ===================================
-``text``           ``delta``                                   ``message_update`` ``text_delta``
-``thinking``       ``delta``                                   ``message_update`` ``thinking_delta``
+``text``           ``delta``, ``lines``                        ``message_update`` ``text_delta``
+``thinking``       ``delta``, ``lines``                        ``message_update`` ``thinking_delta``
 ``tool-start``     ``callId``, ``tool``, ``args``              ``tool_execution_start``
 ``tool-update``    ``callId``, ``tool``, ``output``,           ``tool_execution_update``
                    ``truncated``
@@ -26,6 +26,10 @@ start``
 ``turn-start``     (none)                                      ``turn_start``
 ``turn-end``       ``stopReason``, ``toolResults`` (a count)   ``turn_end``
 =================  ==========================================  ===================================
+
+Deltas read together are joined: consecutive ``text`` (or ``thinking``) deltas of one read of
+the engine's stdout are one event, ``i`` the first line's index and ``lines`` how many it joins
+(:func:`join_deltas`).
 
 Bounds, so that an event stays small whatever a tool prints:
 
@@ -75,6 +79,8 @@ class TextEvent(Wire):
     request: RequestId | None
     idx: int
     delta: str
+    #: How many delta lines it joins (:func:`join_deltas`); ``idx`` is the first one's.
+    lines: int = 1
 
 
 @_event("thinking")
@@ -83,6 +89,26 @@ class ThinkingEvent(Wire):
     request: RequestId | None
     idx: int
     delta: str
+    lines: int = 1
+
+
+#: The events :func:`join_deltas` may join.
+DELTA_TYPES: Final = (TextEvent, ThinkingEvent)
+
+
+def join_deltas(deltas: list[TextEvent] | list[ThinkingEvent]) -> TextEvent | ThinkingEvent:
+    """One event for consecutive deltas of one kind and one prompt, read together: their text
+    joined, ``idx`` the first one's, ``lines`` their count. The live bridge joins what one read
+    of the engine's stdout brought, so a fast stream costs a controller one event per read, not
+    one per token (and nothing waits for more: a read is joined only with itself)."""
+    first = deltas[0]
+    if len(deltas) == 1:
+        return first
+    text = "".join(d.delta for d in deltas)
+    lines = sum(d.lines for d in deltas)
+    if type(first) is TextEvent:
+        return TextEvent(first.request, first.idx, text, lines)
+    return ThinkingEvent(first.request, first.idx, text, lines)
 
 
 @_event("tool-start", call_id="callId", args_truncated="argsTruncated")

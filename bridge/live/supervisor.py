@@ -609,7 +609,8 @@ class Bridge:
                         p.event_send.send_nowait(event)
                     except (trio.BrokenResourceError, trio.ClosedResourceError):
                         pass
-                    self._notify(event.to_json())
+                    if self.listeners or self._subscribers:  # its JSON only for someone who reads it
+                        self._notify(event.to_json())
             elif kind is Diagnostic:
                 self._feed(SignalSeen(generation, event.to_json()))
                 engine = self.engine
