@@ -376,3 +376,74 @@ def read_journal_entries(path: Path) -> list[Any]:
     stream, reader = open_transcript(str(path))
     with stream:
         return list(reader)
+
+
+def test_compaction_and_retry_lines_become_their_events() -> None:
+    """Pi's compaction and retry lines (docs/json.md's examples), in the bridge's words."""
+    start = translate({"type": "compaction_start", "reason": "threshold"}, 4, "p")
+    end = translate(
+        {"type": "compaction_end", "reason": "overflow", "aborted": False, "willRetry": True, "result": {}}, 5, "p"
+    )
+    failed = translate({"type": "compaction_end", "reason": "manual", "errorMessage": "x" * 900}, 6, "p")
+    retry = translate(
+        {"type": "auto_retry_start", "attempt": 1, "maxAttempts": 3, "delayMs": 2000, "errorMessage": "529"}, 7, "p"
+    )
+    gave_up = translate({"type": "auto_retry_end", "success": False, "attempt": 3, "finalError": "boom"}, 8, "p")
+    assert [e.to_json() if e is not None else None for e in (start, end, failed, retry, gave_up)] == [
+        {"type": "event", "event": "compaction-start", "id": "p", "i": 4, "reason": "threshold"},
+        {
+            "type": "event",
+            "event": "compaction-end",
+            "id": "p",
+            "i": 5,
+            "reason": "overflow",
+            "aborted": False,
+            "willRetry": True,
+            "error": None,
+        },
+        {
+            "type": "event",
+            "event": "compaction-end",
+            "id": "p",
+            "i": 6,
+            "reason": "manual",
+            "aborted": False,
+            "willRetry": False,
+            "error": "x" * 500,
+        },
+        {
+            "type": "event",
+            "event": "retry-start",
+            "id": "p",
+            "i": 7,
+            "attempt": 1,
+            "maxAttempts": 3,
+            "delayMs": 2000,
+            "error": "529",
+        },
+        {"type": "event", "event": "retry-end", "id": "p", "i": 8, "success": False, "attempt": 3, "error": "boom"},
+    ]
+
+
+def test_a_retrys_wait_and_a_running_tool_pause_the_stall_clock() -> None:
+    """What the session tells the stall timeout: a tool running pauses it; the retry's
+    announced wait is added until the next line; anything else resumes it."""
+    s = Session(())
+    s.send({"type": "prompt", "id": "p", "message": "m"})
+    for obj in (
+        {"type": "response", "id": "p", "command": "prompt", "success": True, "data": {"disposition": "started"}},
+        {"type": "agent_start"},
+    ):
+        s.observe(obj)
+    assert s.stall_pause("p") == 0
+    s.observe({"type": "auto_retry_start", "attempt": 1, "maxAttempts": 3, "delayMs": 2500})
+    assert s.stall_pause("p") == 2.5
+    s.observe({"type": "agent_start"})
+    assert s.stall_pause("p") == 0
+    s.observe({"type": "tool_execution_start", "toolCallId": "c1", "toolName": "bash", "args": {}})
+    assert s.stall_pause("p") == float("inf")
+    s.observe({"type": "tool_execution_update", "toolCallId": "c1", "toolName": "bash", "partialResult": {}})
+    assert s.stall_pause("p") == float("inf")
+    s.observe({"type": "tool_execution_end", "toolCallId": "c1", "toolName": "bash", "result": {}})
+    assert s.stall_pause("p") == 0
+    assert s.stall_pause("unknown") == 0

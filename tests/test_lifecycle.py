@@ -1176,3 +1176,61 @@ def test_a_prompt_held_back_by_a_failed_journal_is_rejected_closing() -> None:
     assert of(h.exited(generation), Closed) == [Closed()]
     assert h.violations == []
     h.drive_to_completion()
+
+
+def test_a_stall_is_measured_from_the_runs_last_line_and_stops_it_as_the_bridges() -> None:
+    """The stall deadline starts at the write, moves with each Activity (plus a retry's wait;
+    while a tool runs it is looked at again one stall timeout later), and when it passes the
+    bridge signals ``stalled``, notes its stop ``by: stall``, aborts, and decides
+    ``failed``/``stalled``; a stop that is not obeyed ends ``settle-timeout``."""
+    h = Harness(small_config(stall_timeout=4.0))
+    generation = ready_engine(h, "p1")
+    assert h.lc.state.deadlines["stall"] == 4.0
+    h.now = 3.0
+    h.feed(Activity(generation, "p1", at=2.5))  # a line at 2.5 s
+    assert h.lc.state.deadlines["stall"] == 6.5
+    h.feed(Activity(generation, "p1", at=2.5, pause=2.0))  # ... an auto_retry_start announcing 2 s
+    assert h.lc.state.deadlines["stall"] == 8.5
+    h.feed(Activity(generation, "p1", at=2.9, pause=math.inf))  # a tool runs
+    assert h.lc.state.deadlines["stall"] == 3.0 + 4.0
+    assert h.advance(3.9) == []  # 6.9 s: the deadline (7 s) is not due
+    h.feed(Activity(generation, "p1", at=6.0))  # the tool ended at 6 s; nothing since
+    assert h.lc.state.deadlines["stall"] == 10.0
+    out = h.advance(10.0 - h.now)
+    assert payloads(out) == [{"signal": "stalled", "request": "p1", "after": 4.0, "stop": "stop-1"}]
+    (note,) = notes(out, "stop")
+    assert (note["by"], note["stop"]) == ("stall", "stop-1")
+    assert [w.cmd["type"] for w in of(out, Write)] == ["clear_queue", "abort"]
+    assert "stall" not in h.lc.state.deadlines and h.lc.state.deadlines["stop"] == 10.0 + h.cfg.stop_grace
+    assert h.feed(Activity(generation, "p1", at=10.0)) == [] and "stall" not in h.lc.state.deadlines
+    out = h.settle("p1", Facts(tracker=("failed", "interrupted"), stop_by=note["by"]), stop=note["stop"])
+    assert delivered(out) == {"p1": ("failed", "stalled")}
+    # The same, its stop not obeyed: the stop's grace, then settle-timeout.
+    h.submit("p2")
+    h.acked.add("p2")
+    h.feed(Acked(generation, "p2"))
+    out = h.advance(4.0)
+    assert notes(out, "stop")[0]["by"] == "stall"
+    out = h.advance(h.cfg.stop_grace)
+    (give_up,) = of(out, GiveUp)
+    assert (give_up.request, give_up.why) == ("p2", "settle")
+
+
+def test_a_prompt_without_a_stall_timeout_has_no_stall_deadline() -> None:
+    h = Harness(small_config(stall_timeout=4.0))
+    h.feed(Submit("p1", "m", stall_timeout=0))
+    h.accepted.append("p1")
+    generation = ready_engine(h)
+    h.acked.add("p1")
+    h.feed(Acked(generation, "p1"))
+    assert "stall" not in h.lc.state.deadlines
+    h.feed(Activity(generation, "p1", at=1.0))
+    assert "stall" not in h.lc.state.deadlines
+    # A controller's stop ends the stall clock too.
+    h.submit("p2")
+    h.settle("p1", Facts(tracker=("finished", None)))
+    h.acked.add("p2")
+    h.feed(Acked(generation, "p2"))
+    assert "stall" in h.lc.state.deadlines
+    h.stop("p2")
+    assert "stall" not in h.lc.state.deadlines
