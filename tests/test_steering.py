@@ -207,3 +207,29 @@ def test_configure_changes_what_later_prompts_ask_for_and_refuses_half_a_model()
         Wanted(model="m")
     with pytest.raises(ValueError, match="thinking level"):
         Wanted(thinking="enormous")
+
+
+async def test_a_new_conversation_forgets_the_old_context(pinned_pi: Any, tmp_path: Path) -> None:
+    """``new_conversation`` between two prompts: Pi's ``new_session`` (answered, nothing else
+    emitted), then ``get_state``, then the prompt -- whose request to the model carries none of
+    the first exchange. Without it the second request does."""
+    server = start_server([{"text": "noted"}, {"text": "which word?"}, {"text": "banana"}])
+    journal = tmp_path / "j.jsonl"
+    try:
+        with trio.fail_after(60):
+            async with open_bridge(scripted_profile(server.write_models(str(tmp_path))), journal=journal) as bridge:
+                await bridge.prompt("remember the word banana")
+                bridge.new_conversation()
+                fresh = await bridge.prompt("what was the word?")
+                again = await bridge.prompt("and now?")
+        requests = server.requests
+    finally:
+        server.close()
+    assert fresh.state == again.state == "finished"
+    users = [[m["content"] for m in r["body"]["messages"] if m["role"] == "user"] for r in requests]
+    assert len(users[0]) == 1 and len(users[1]) == 1, users  # the second starts afresh
+    assert len(users[2]) == 2, users  # the third goes on from the second
+    sends = [json.loads(line).get("send", {}).get("type") for line in journal.read_text().splitlines()]
+    sends = [s for s in sends if s is not None]
+    assert sends[sends.index("new_session") :][:3] == ["new_session", "get_state", "prompt"]
+    assert sends.count("new_session") == 1

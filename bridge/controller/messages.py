@@ -7,6 +7,7 @@ In (one JSON object per line), parsed by :func:`parse_command` into a :data:`Com
      "events"?:bool, "stallTimeout"?:seconds (0: none),
      "provider"?:P, "model"?:ID (together), "thinking"?:LEVEL}
     {"type":"configure", "provider"?:P, "model"?:ID, "thinking"?:LEVEL}  for the prompts that follow
+    {"type":"new_conversation"}                     a new conversation before the next prompt
     {"type":"stop","id":ID}
     {"type":"status"}
     {"type":"shutdown"}
@@ -59,7 +60,7 @@ from bridge.core.steering import Wanted
 from bridge.core.words import RequestId
 
 #: The ``"type"`` values a controller may send, in the order an unknown type's error lists them.
-COMMAND_TYPES: Final = ("prompt", "stop", "status", "shutdown", "configure")
+COMMAND_TYPES: Final = ("prompt", "stop", "status", "shutdown", "configure", "new_conversation")
 
 
 class ControllerError(Exception):
@@ -98,6 +99,13 @@ class Configure:
 
 
 @attrs.frozen
+class NewConversation:
+    """Start a new conversation before the next prompt (no answer)."""
+
+    TYPE: ClassVar[str] = "new_conversation"
+
+
+@attrs.frozen
 class Stop:
     """Stop the prompt ``id`` (queued: cancelled; running: aborted)."""
 
@@ -120,7 +128,7 @@ class Shutdown:
     TYPE: ClassVar[str] = "shutdown"
 
 
-Command: TypeAlias = Prompt | Stop | Status | Shutdown | Configure
+Command: TypeAlias = Prompt | Stop | Status | Shutdown | Configure | NewConversation
 
 
 def parse_command(line: bytes | Oversize) -> Command:
@@ -133,6 +141,8 @@ def parse_command(line: bytes | Oversize) -> Command:
         return Shutdown()
     if kind == "configure":
         return Configure(_wanted(value))
+    if kind == "new_conversation":
+        return NewConversation()
     rid = _request_id(value, kind)
     if kind == "stop":
         return Stop(rid)
@@ -157,7 +167,9 @@ def _kind(value: dict[str, Any]) -> str:
     if kind is None:
         raise ControllerError('missing "type"')
     if kind not in COMMAND_TYPES:
-        raise ControllerError(f"unknown type {kind!r} (expected prompt, stop, status, shutdown or configure)")
+        raise ControllerError(
+            f"unknown type {kind!r} (expected prompt, stop, status, shutdown, configure or new_conversation)"
+        )
     return str(kind)
 
 

@@ -46,6 +46,7 @@ from bridge.controller.messages import (
     Configured,
     ControllerError,
     LineError,
+    NewConversation,
     Prompt,
     Ready,
     Reply,
@@ -230,6 +231,8 @@ async def _act(bridge: Bridge, cmd: Command, lineno: int, drain_timeout: float |
             w = cmd.wanted
             bridge.configure(provider=w.provider, model=w.model, thinking=w.thinking)
             return Configured(converter.unstructure(bridge.lifecycle.state.wanted))
+        case NewConversation():
+            bridge.new_conversation()
         case Stop():
             if not bridge.knows(cmd.id):
                 return LineError.unknown_id(cmd.id, lineno)

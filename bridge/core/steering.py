@@ -122,7 +122,7 @@ def verify(
         return None, f"Pi did not answer get_state after the configuration: {why or 'no answer'}"
     got = from_state(state.get("data"))
     if got is None:
-        return None, "Pi's get_state shows no model after the configuration"
+        return None, (None if wanted.empty else "Pi's get_state shows no model after the configuration")
     if wanted.model is not None and (got.provider, got.model) != (wanted.provider, wanted.model):
         return got, (
             f"Pi answered set_model {wanted.provider}/{wanted.model} with success but get_state shows "

@@ -65,6 +65,7 @@ from bridge.core.lifecycle import (
     Input,
     JournalFailed,
     Lifecycle,
+    NewConversation,
     Note,
     Notify,
     NotWritten,
@@ -227,6 +228,11 @@ class Bridge:
         submitted from now on; what is left None stays as it was. Applied to the engine, and
         verified, before each such prompt is written. Raises ValueError as :meth:`submit`."""
         self._feed(Configure(Wanted(provider, model, thinking)))
+
+    def new_conversation(self) -> None:
+        """Start a new conversation before the next prompt is written: Pi's ``new_session``
+        (verified, with a ``get_state`` after it), or a fresh engine where Pi cancels it."""
+        self._feed(NewConversation())
 
     async def prompt(self, message: str, **kw: Any) -> Receipt:
         """Submit and wait for the receipt. Ends when it comes (it always does)."""

@@ -91,6 +91,12 @@ class StartupChecked:
 
 
 @attrs.frozen
+class NewConversation:
+    """Start a new conversation before the next prompt is written (Pi's ``new_session``; a
+    fresh engine where Pi cannot)."""
+
+
+@attrs.frozen
 class Configured:
     """Every configuration command written for ``request`` was answered (by id)."""
 
@@ -186,6 +192,7 @@ class Tick:
 Input = (
     Submit
     | Configure
+    | NewConversation
     | Configured
     | Stop
     | Shutdown

@@ -38,6 +38,7 @@ from bridge.core.lifecycle.inputs import (
     EngineExited,
     Input,
     JournalFailed,
+    NewConversation,
     NotWritten,
     Shutdown,
     SignalSeen,
@@ -86,6 +87,7 @@ class Lifecycle:
             Submit: self._submit,
             Configure: self._configure,
             Configured: self._configured,
+            NewConversation: self._new_conversation,
             Stop: self._stop,
             Shutdown: self._shutdown,
             Close: self._close,
@@ -179,6 +181,10 @@ class Lifecycle:
         self.state.wanted = ev.wanted.over(self.state.wanted)
         self._note({"event": "configure", "wanted": converter.unstructure(self.state.wanted)})
 
+    def _new_conversation(self, ev: NewConversation) -> None:
+        self.state.fresh = True
+        self._note({"event": "new-conversation"})
+
     def _configured(self, ev: Configured) -> None:
         s, e = self.state, self.state.engine
         rec = self._held()
@@ -186,7 +192,7 @@ class Lifecycle:
             return
         rec.config_answers.update(ev.answers)
         prefix = self._config_prefix(rec)
-        cmds = commands(rec.wanted, prefix)
+        cmds = self._config_commands(rec)
         if len(rec.config_answers) < len(cmds):
             # One at a time: Pi 1.6.0 runs commands concurrently, and answered a get_state
             # written right behind a set_model with the old model (and set_model after it).
@@ -194,6 +200,17 @@ class Lifecycle:
             s.deadlines["config"] = self._now + self.config.ack_timeout
             return
         s.deadlines.pop("config", None)
+        if rec.fresh:
+            new = rec.config_answers.get(f"{prefix}:new", {})
+            data = new.get("data")
+            if new.get("success") is not True or (isinstance(data, dict) and data.get("cancelled")):
+                # Pi would not start a new conversation (an extension cancelled it): a fresh
+                # engine is one. The prompt waits for it.
+                rec.fresh = False
+                e.recycle = True
+                self._note({"event": "new-conversation", "request": rec.request, "by": "recycling the engine"})
+                self._requeue(rec)
+                return
         config, problem = verify(rec.wanted, rec.config_answers, prefix)
         e.config = config if problem is None else None
         self._note(
@@ -531,6 +548,7 @@ class Lifecycle:
         e.in_startup = False
         e.config = None
         e.configs = 0
+        self.state.fresh = False  # a new engine's conversation is new
         self._out.append(Spawn(e.generation))
 
     def _write_prompt(self) -> None:
@@ -539,19 +557,34 @@ class Lifecycle:
         s, e = self.state, self.state.engine
         rec = s.prompts[s.queue.pop(0)]
         s.held = rec.request
-        if rec.wanted.empty or (e.config is not None and e.config.satisfies(rec.wanted)):
+        satisfied = rec.wanted.empty or (e.config is not None and e.config.satisfies(rec.wanted))
+        if satisfied and not s.fresh:
             self._send_prompt(rec)
             return
         rec.phase = "configuring"
+        rec.fresh, s.fresh = s.fresh, False
         e.configs += 1
-        prefix = self._config_prefix(rec)
-        self._note({"event": "configure", "request": rec.request, "wanted": converter.unstructure(rec.wanted)})
+        self._note(
+            {
+                "event": "configure",
+                "request": rec.request,
+                "wanted": converter.unstructure(rec.wanted),
+                "new_conversation": rec.fresh,
+            }
+        )
         rec.config_answers = {}
-        self._out.append(Write(e.generation, commands(rec.wanted, prefix)[0], "config", request=rec.request))
+        self._out.append(Write(e.generation, self._config_commands(rec)[0], "config", request=rec.request))
         s.deadlines["config"] = self._now + self.config.ack_timeout
 
     def _config_prefix(self, rec: PromptRec) -> str:
         return f"cfg-{self.state.engine.generation}-{self.state.engine.configs}"
+
+    def _config_commands(self, rec: PromptRec) -> list[dict[str, Any]]:
+        """What is written, one at a time, before ``rec``: ``new_session`` if a new
+        conversation was asked for, then its configuration, ``get_state`` last."""
+        prefix = self._config_prefix(rec)
+        first = [{"type": "new_session", "id": f"{prefix}:new"}] if rec.fresh else []
+        return first + commands(rec.wanted, prefix)
 
     def _requeue(self, rec: PromptRec) -> None:
         """A prompt holding the slot but never written goes back to the front of the queue."""

@@ -38,6 +38,8 @@ class PromptRec:
     wanted: Wanted = attrs.field(factory=Wanted)
     #: What the engine was verified to run it with.
     config: EngineConfig | None = None
+    #: A new conversation is started (``new_session``) before it is written.
+    fresh: bool = False
     #: The answers to its configuration commands so far (they are written one at a time).
     config_answers: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     stop: str | None = None
@@ -102,6 +104,8 @@ class LifeState:
     receipts: int = 0
     #: The bridge's own configuration for the prompts submitted from now on.
     wanted: Wanted = attrs.field(factory=Wanted)
+    #: The controller asked for a new conversation: started before the next prompt is written.
+    fresh: bool = False
 
 
 def snapshot(state: LifeState) -> dict[str, Any]:
