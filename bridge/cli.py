@@ -22,12 +22,14 @@ readers never load them.
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeVar
 
 from bridge import __version__
+from bridge.core.steering import THINKING_LEVELS
 
 if TYPE_CHECKING:
     from bridge.profiles.command import EngineProfile
@@ -214,6 +216,13 @@ def _add_bridge_options(p: argparse.ArgumentParser) -> None:
         "runs): stop it, failed/stalled; 0 turns it off (default 300)",
     )
     g.add_argument(
+        "--thinking",
+        choices=THINKING_LEVELS,
+        default=None,
+        help="the thinking level every prompt asks for (applied and verified before it is written; "
+        "default: the engine's own)",
+    )
+    g.add_argument(
         "--taint-grace",
         type=_positive(float),
         default=5.0,
@@ -295,6 +304,7 @@ def _config(args: argparse.Namespace) -> Any:
         ack_timeout=args.ack_timeout,
         settle_timeout=args.timeout,
         stall_timeout=args.stall_timeout or None,
+        thinking=args.thinking,
         taint_grace=args.taint_grace,
         seal_check=args.seal_check,
         journal_full=args.journal_full,
@@ -358,6 +368,47 @@ def _run_prompts(args: argparse.Namespace) -> list[str] | None:
     return list(args.prompts)
 
 
+# -- models ------------------------------------------------------------------------------------
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    """``bridge models``: start the engine, ask it what it offers, print it."""
+    import trio
+
+    profile = _profile(args, args.engine)
+
+    async def ask() -> list[dict[str, Any]] | str:
+        """The models, or why the engine could not say. Ends when the engine answers or cannot
+        (bounded by ``--ack-timeout``), and the bridge has closed."""
+        from bridge.live.api import open_bridge
+        from bridge.live.supervisor import EngineQuestionError
+
+        # A journal only when one is asked for: a question leaves nothing worth keeping.
+        async with open_bridge(profile, journal=args.journal or None, config=_config(args)) as bridge:
+            try:
+                return await bridge.models()
+            except EngineQuestionError as e:
+                return str(e)
+
+    models = guard_setup("models", lambda: trio.run(ask))
+    if isinstance(models, int):
+        return models
+    if isinstance(models, str):
+        print(f"bridge models: {models}", file=sys.stderr)
+        return 1
+    if args.json:
+        for m in models:
+            print(json.dumps(m))
+        return 0
+    print(f"{'provider':16} {'id':32} {'reasoning':9} {'context':>9}  name")
+    for m in models:
+        reasoning = "yes" if m.get("reasoning") else "no"
+        print(
+            f"{m['provider']!s:16} {m['id']!s:32} {reasoning:9} {m.get('contextWindow') or ''!s:>9}  {m.get('name') or ''}"
+        )
+    return 0
+
+
 # -- the parser ----------------------------------------------------------------------------------
 
 _Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -376,6 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_conform(sub)
     _add_serve(sub)
     _add_run(sub)
+    _add_models(sub)
 
     from bridge import demo
     from bridge.readers import diagnose
@@ -457,6 +509,20 @@ def _add_run(sub: _Subcommands) -> None:
     p.set_defaults(func=_cmd_run)
 
 
+def _add_models(sub: _Subcommands) -> None:
+    p = sub.add_parser(
+        "models",
+        help="list the models the engine offers (provider, id, reasoning, context window)",
+        usage="bridge models [OPTIONS] [-- ENGINE ARGV...]",
+        description="Start the engine (sealed, as for run and serve), ask it for its models "
+        "(get_available_models) and print them. Exit 0; 1 when the engine cannot answer; 2 for bad usage.",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object per model")
+    _add_engine_options(p)
+    _add_bridge_options(p)
+    p.set_defaults(func=_cmd_models)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list, engine = _split_engine(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -469,7 +535,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    if engine is not None and args.command not in ("serve", "run", "demo"):
+    if engine is not None and args.command not in ("serve", "run", "demo", "models"):
         parser.error(f"'{args.command}' takes no engine after --")
     try:
         return int(args.func(args))

@@ -21,6 +21,7 @@ import trio
 from bridge.core.events import Event, Skipped
 from bridge.core.framing import Oversize, RawLine
 from bridge.core.lifecycle import (
+    Answered,
     BridgeConfig,
     Configured,
     EngineExited,
@@ -78,6 +79,8 @@ class EngineSide:
         #: The configuration commands written for a prompt, and their answers so far.
         self._config_waiting: dict[str, dict[str, Any] | None] = {}
         self._config_for: tuple[int, str] | None = None
+        #: Questions written to the current engine (their ids), awaiting an answer.
+        self.asked: set[str] = set()
 
     def expect_config(self, generation: int, request: str, cid: str) -> None:
         """A configuration command for ``request`` is written: its answer is awaited (all of
@@ -171,7 +174,7 @@ class EngineSide:
                     journal.recv_raw(seen.idx, parsed, t)
                 else:
                     journal.recv(seen.idx, seen.line, parsed, t)  # type: ignore[arg-type]  # not a RawLine: bytes
-            waiting = self._startup_waiting or self._config_waiting
+            waiting = self._startup_waiting or self._config_waiting or self.asked
             if waiting and type(parsed) is dict and parsed.get("type") == "response":
                 self._answer(parsed)
             events = seen.events
@@ -223,6 +226,10 @@ class EngineSide:
         """A response to the start-up check or to a configuration: gathered until all are in."""
         rid = response.get("id")
         if not isinstance(rid, str):
+            return
+        if rid in self.asked:
+            self.asked.discard(rid)
+            self._feed(Answered(self._generation(), rid, response))
             return
         if rid in self._config_waiting and self._config_for is not None:
             self._config_waiting[rid] = response
