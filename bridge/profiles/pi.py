@@ -29,7 +29,8 @@ from typing import Any, Final
 import attrs
 
 from bridge.profiles.command import PI_CLEARING, Launch, ProfileError, filtered_env
-from bridge.profiles.sandbox import Confined, Sandbox, check_probe, confine, disabled_header, find_bwrap
+from bridge.profiles.netjail import ProviderLink, provider_address, relay_lines
+from bridge.profiles.sandbox import Bwrap, Confined, Sandbox, check_probe, confine, disabled_header, find_bwrap
 from bridge.profiles.seal import (
     DEFAULT_SETTINGS,
     RESOURCE_SETTINGS,
@@ -346,17 +347,7 @@ class PiProfile:
             argv = self._argv(install, folders.config, ext_args)
             env, removed = self._env(folders.config)
             if bwrap is not None:
-                needs = [install.root, os.path.join(install.root, "node_modules"), install.cli, install.node]
-                needs += [str(Path(install.node).resolve().parents[1])] + ext_args[1::2]
-                confined = confine(
-                    self.sandbox,
-                    bwrap,
-                    argv,
-                    cwd=cwd,
-                    config=str(folders.config),
-                    needs=needs,
-                    own_cwd=folders.own_cwd is not None,
-                )
+                confined = self._confine(bwrap, install, argv, cwd, folders, ext_args, models_bytes)
                 argv, env["TMPDIR"] = confined.argv, "/tmp"
         except BaseException:
             folders.remove()
@@ -378,6 +369,38 @@ class PiProfile:
             ),
             confinement=probe.verified if confined is not None else None,
             cleanup=folders.remove,
+        )
+
+    def _confine(
+        self,
+        bwrap: Bwrap,
+        install: PiInstall,
+        argv: list[str],
+        cwd: str,
+        folders: _PrivateFolders,
+        ext_args: list[str],
+        models_bytes: bytes | None,
+    ) -> Confined:
+        """Pi's argv wrapped in bubblewrap (:mod:`bridge.profiles.sandbox`); with ``--no-network``
+        the provider link too (:mod:`bridge.profiles.netjail`), closed with the folders."""
+        needs = [install.root, os.path.join(install.root, "node_modules"), install.cli, install.node]
+        needs += [str(Path(install.node).resolve().parents[1])] + ext_args[1::2]
+        relay, provider = "", None
+        if not self.sandbox.network:
+            host, port, listen = provider_address(self.provider, models_bytes)
+            sock, ready = folders.config / "provider.sock", folders.config / "provider.ready"
+            folders.link = ProviderLink(sock, host, port)
+            relay, provider = relay_lines(install.node, str(sock), str(ready), port, listen), f"{host}:{port}"
+        return confine(
+            self.sandbox,
+            bwrap,
+            argv,
+            cwd=cwd,
+            config=str(folders.config),
+            needs=needs,
+            own_cwd=folders.own_cwd is not None,
+            relay=relay,
+            provider=provider,
         )
 
     def _read_models(self) -> bytes | None:
@@ -488,8 +511,12 @@ class _PrivateFolders:
 
     config: Path
     own_cwd: Path | None = None
+    #: ``--no-network``: the bridge's end of the relay to the provider.
+    link: ProviderLink | None = None
 
     def remove(self) -> None:
+        if self.link is not None:
+            self.link.close()
         shutil.rmtree(self.config, ignore_errors=True)
         if self.own_cwd is not None:
             shutil.rmtree(self.own_cwd, ignore_errors=True)

@@ -32,7 +32,8 @@ where it comes from (``bwrap(1)`` of 0.8.0; verified on this machine, see the te
    ``CAP_SYS_ADMIN`` could unmount the hidden home), no further user namespaces
    (``--disable-userns``, bwrap ≥ 0.8.0), and a new IPC namespace.
 7. **Network** (:attr:`Sandbox.network`): the host's by default — the provider must be
-   reached. ``--no-network`` is :mod:`bridge.profiles.netjail`.
+   reached. ``--no-network``: a network namespace of its own with a relay to the provider
+   alone (:mod:`bridge.profiles.netjail`).
 8. **Fail closed** (:func:`find_bwrap`): no ``bwrap`` or a kernel that refuses the namespaces
    is a :class:`~bridge.profiles.command.ProfileError` naming the fix — never a fallback to an
    unconfined engine. ``--no-sandbox`` opts out, and the journal header says so.
@@ -185,6 +186,8 @@ def confine(
     config: str,
     needs: Iterable[str],
     own_cwd: bool,
+    relay: str = "",
+    provider: str | None = None,
 ) -> Confined:
     """Wrap ``argv`` (Pi's) in bwrap and the probe. ``needs``: what Pi reads (its install,
     its Node, extensions), bound back read-only wherever it is."""
@@ -225,6 +228,7 @@ def confine(
     refused = [p for p in ([home] if hide_home else []) + hidden + ["/"] if not any(_within(p, w) for w in writes)]
     probe = os.path.join(config, PROBE_FILE)
     script = _probe_script(probe, refused=refused, writable=writable, home=home if hide_home else None, hidden=hidden)
+    script = script.replace("{relay}", relay)
     full = [bwrap.path, *args, "--", "/bin/sh", "-c", script, "pi-bridge-probe", *argv]
     expect = {
         "refused": refused,
@@ -244,7 +248,7 @@ def confine(
         "pid_namespace": True,
         "die_with_parent": True,
         "capabilities": "none",
-        "network": "host" if sandbox.network else "provider only",
+        "network": "host" if sandbox.network else f"none but the provider at {provider}",
     }
     return Confined(argv=full, header=header, probe=probe, expect=expect)
 
@@ -279,7 +283,7 @@ for d in {home}; do ls -A "$d" 2>/dev/null | sed 's/^/home-entry=/'; done
 for d in {hidden}; do echo "hidden-entries=$(ls -A "$d" 2>/dev/null | wc -l) $d"; done
 sed -n '3,$s/^ *\([^:]*\):.*/net=\1/p' /proc/net/dev
 } > {probe} 2>/dev/null
-"$@"
+{relay}"$@"
 exit $?
 """
 
