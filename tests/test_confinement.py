@@ -405,7 +405,7 @@ def test_journal_says_what_was_enforced_and_verified_and_diagnose_shows_it(tmp_p
     verified = note["verified"]
     assert verified["pid"] == "1" and verified["capabilities"] == "0000000000000000"
     assert home in verified["writes_refused"] and "/" in verified["writes_refused"]
-    assert "/tmp" in verified["writes_allowed"] and verified["home_entries"] == []
+    assert "/tmp" in verified["writes_allowed"] and set(verified["home_entries"]) <= {".cache"}  # the compile cache
     text = subprocess.run(
         [sys.executable, "-m", "bridge", "diagnose", str(journal)], capture_output=True, text=True, check=False
     ).stdout

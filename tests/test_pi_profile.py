@@ -337,6 +337,7 @@ def test_env_allowlist_narrows(
         "PI_OFFLINE",
         "PI_SKIP_VERSION_CHECK",
         "PI_TELEMETRY",
+        "NODE_COMPILE_CACHE",  # the confined engine's, read-only (bridge.profiles.sandbox)
     }
     # No key given: no auth.json; no models.json without one.
     assert sorted(os.listdir(env["PI_CODING_AGENT_DIR"])) == ["models.json", "settings.json"]

@@ -30,7 +30,16 @@ import attrs
 
 from bridge.profiles.command import PI_CLEARING, Launch, ProfileError, filtered_env
 from bridge.profiles.netjail import ProviderLink, provider_address, relay_lines
-from bridge.profiles.sandbox import Bwrap, Confined, Sandbox, check_probe, confine, disabled_header, find_bwrap
+from bridge.profiles.sandbox import (
+    Bwrap,
+    Confined,
+    Sandbox,
+    check_probe,
+    compile_cache,
+    confine,
+    disabled_header,
+    find_bwrap,
+)
 from bridge.profiles.seal import (
     DEFAULT_SETTINGS,
     RESOURCE_SETTINGS,
@@ -347,7 +356,7 @@ class PiProfile:
             argv = self._argv(install, folders.config, ext_args)
             env, removed = self._env(folders.config)
             if bwrap is not None:
-                confined = self._confine(bwrap, install, argv, cwd, folders, ext_args, models_bytes)
+                confined = self._confine(bwrap, install, argv, cwd, folders, ext_args, models_bytes, env)
                 argv, env["TMPDIR"] = confined.argv, "/tmp"
         except BaseException:
             folders.remove()
@@ -380,11 +389,18 @@ class PiProfile:
         folders: _PrivateFolders,
         ext_args: list[str],
         models_bytes: bytes | None,
+        env: dict[str, str],
     ) -> Confined:
-        """Pi's argv wrapped in bubblewrap (:mod:`bridge.profiles.sandbox`); with ``--no-network``
-        the provider link too (:mod:`bridge.profiles.netjail`), closed with the folders."""
+        """Pi's argv wrapped in bubblewrap (:mod:`bridge.profiles.sandbox`), with Node's compile
+        cache read-only (set in ``env``); with ``--no-network`` the provider link too
+        (:mod:`bridge.profiles.netjail`), closed with the folders."""
         needs = [install.root, os.path.join(install.root, "node_modules"), install.cli, install.node]
         needs += [str(Path(install.node).resolve().parents[1])] + ext_args[1::2]
+        cache = compile_cache(
+            bwrap, install.version, [install.node, install.cli], needs=needs, env=env, scratch=str(folders.config)
+        )
+        if cache is not None:
+            env["NODE_COMPILE_CACHE"] = cache
         relay, provider = "", None
         if not self.sandbox.network:
             host, port, listen = provider_address(self.provider, models_bytes)
@@ -401,6 +417,7 @@ class PiProfile:
             own_cwd=folders.own_cwd is not None,
             relay=relay,
             provider=provider,
+            cache=cache,
         )
 
     def _read_models(self) -> bytes | None:

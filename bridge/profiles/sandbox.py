@@ -42,15 +42,19 @@ where it comes from (``bwrap(1)`` of 0.8.0; verified on this machine, see the te
    the home and the hidden folders, reads its PID, its namespace's init and its capabilities,
    and writes what it saw into the private config folder. :func:`check_probe` turns that
    into the seal check's problems and the journal's ``confinement`` note.
+10. **Node's compile cache**, shared by the confined engines, read-only to them
+    (:func:`compile_cache`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shlex
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -188,13 +192,14 @@ def confine(
     own_cwd: bool,
     relay: str = "",
     provider: str | None = None,
+    cache: str | None = None,
 ) -> Confined:
     """Wrap ``argv`` (Pi's) in bwrap and the probe. ``needs``: what Pi reads (its install,
     its Node, extensions), bound back read-only wherever it is."""
     reads = _existing(sandbox.allow_read, "--allow-read")
     writes = _existing(sandbox.allow_write, "--allow-write")
     cwd, config = _real(cwd), _real(config)
-    needed = sorted({_real(p) for p in needs if os.path.exists(p)})
+    needed = sorted({_real(p) for p in [*needs, *([cache] if cache else [])] if os.path.exists(p)})
     home = _real(os.environ.get("HOME") or "/")
     hide_home = home != "/" and os.path.isdir(home) and not any(_within(home, a) for a in reads + writes)
     binds = [("--ro-bind", p) for p in needed + reads] + [("--bind", p) for p in writes + [cwd, config]]
@@ -248,9 +253,61 @@ def confine(
         "pid_namespace": True,
         "die_with_parent": True,
         "capabilities": "none",
+        "compile_cache": f"{cache} (read-only)" if cache else None,
         "network": "host" if sandbox.network else f"none but the provider at {provider}",
     }
     return Confined(argv=full, header=header, probe=probe, expect=expect)
+
+
+def compile_cache(
+    bwrap: Bwrap, pi_version: str, pi_argv: Sequence[str], *, needs: Sequence[str], env: Mapping[str, str], scratch: str
+) -> str | None:
+    """Node's compile cache for the confined Pi, read-only to it (rule 10); None when it cannot
+    be made (the engine then only starts slower).
+
+    Pi turns Node's compile cache on (``module.enableCompileCache()``), in ``$TMPDIR`` by
+    default: in the private ``/tmp`` it is empty at every start, and compiling Pi's bundle
+    again costs about 200 ms of CPU per start (``tools/bench_sandbox``). A cache the engine
+    could write would outlive it and be loaded by the next engine — code a tool left behind
+    would run in every later Pi — so the engine only reads it. It is filled once per Pi version
+    by ``pi --version`` (no model, no tools: it loads the same 23 files as an RPC start) in a
+    sandbox where the cache alone is writable.
+    """
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    # One per install and runtime: V8 refuses another version's entries anyway.
+    key = hashlib.sha256("\0".join([pi_version, *map(_real, pi_argv)]).encode()).hexdigest()[:12]
+    folder = Path(base) / "pi-bridge" / "node-compile-cache" / f"pi-{pi_version}-{key}"
+    if (folder / ".warm").exists():
+        return str(folder)
+    work = tempfile.mkdtemp(prefix="warm-up-", dir=scratch)
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        warm = confine(
+            Sandbox(allow_write=(str(folder),)),
+            bwrap,
+            [*pi_argv, "--version"],
+            cwd=work,
+            config=work,
+            needs=needs,
+            own_cwd=False,
+        )
+        done = subprocess.run(
+            warm.argv,
+            env={**env, "NODE_COMPILE_CACHE": str(folder), "TMPDIR": "/tmp"},
+            cwd=work,
+            capture_output=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+        if done.returncode != 0:
+            return None
+        (folder / ".warm").touch()
+    except (OSError, subprocess.TimeoutExpired, ProfileError):
+        return None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return str(folder)
 
 
 def _first_below(path: str, folder: str) -> str:
