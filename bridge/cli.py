@@ -151,6 +151,10 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
         action="append",
         help="for a -- engine: command types whose response closes a clear window (default: clear_queue)",
     )
+    _add_confinement_options(p)
+
+
+def _add_confinement_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
         "confinement of the sealed Pi (bubblewrap: read-only files, writes only in its working folder, its "
         "private config folder and a private /tmp; your home and the journals hidden; nothing it starts "

@@ -181,6 +181,55 @@ def _existing(paths: Iterable[str], flag: str) -> list[str]:
     return out
 
 
+@attrs.frozen
+class _Layout:
+    """Where things are, as the sandbox shows them (real paths)."""
+
+    home: str
+    hide_home: bool
+    #: (bwrap flag, path) in mount order: what Pi needs and ``--allow-read`` read-only, then
+    #: ``--allow-write``, the working and the config folder read-write.
+    binds: list[tuple[str, str]]
+    #: Folders hidden on top of the binds (those not already out of sight).
+    hidden: list[str]
+
+
+def _layout(sandbox: Sandbox, reads: list[str], writes: list[str], needed: list[str], own: list[str]) -> _Layout:
+    home = _real(os.environ.get("HOME") or "/")
+    hide_home = home != "/" and os.path.isdir(home) and not any(_within(home, a) for a in reads + writes)
+    binds = [("--ro-bind", p) for p in needed + reads] + [("--bind", p) for p in writes + own]
+    covered = ["/tmp"] + ([home] if hide_home else [])
+    hidden = sorted(
+        h
+        for h in {_real(h) for h in sandbox.hidden if os.path.isdir(h)} - {"/"}
+        # Under the private /tmp or the hidden home it is out of sight already, unless a bind shows it.
+        if not any(_within(h, c) for c in covered) or any(_within(h, p) for _, p in binds)
+    )
+    return _Layout(home=home, hide_home=hide_home, binds=binds, hidden=hidden)
+
+
+def _bwrap_args(lay: _Layout, sandbox: Sandbox, bwrap: Bwrap, cwd: str) -> list[str]:
+    """The mounts in order (rules 1–4: later ones go on top), then the namespaces (5–7)."""
+    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    if lay.hide_home:
+        args += ["--tmpfs", lay.home]
+    for flag, p in lay.binds:
+        args += [flag, p, p]
+    for h in lay.hidden:
+        args += ["--tmpfs", h]
+        for flag, p in lay.binds:
+            if _within(p, h) and p != h:
+                args += [flag, p, p]
+        args += ["--remount-ro", h]
+    if lay.hide_home:
+        args += ["--remount-ro", lay.home]
+    args += ["--unshare-user", "--unshare-pid", "--as-pid-1", "--unshare-ipc", "--die-with-parent"]
+    args += ["--cap-drop", "ALL"]
+    args += ["--disable-userns"] if bwrap.disable_userns else []
+    args += [] if sandbox.network else ["--unshare-net"]
+    return args + ["--chdir", cwd]
+
+
 def confine(
     sandbox: Sandbox,
     bwrap: Bwrap,
@@ -195,52 +244,27 @@ def confine(
     cache: str | None = None,
 ) -> Confined:
     """Wrap ``argv`` (Pi's) in bwrap and the probe. ``needs``: what Pi reads (its install,
-    its Node, extensions), bound back read-only wherever it is."""
+    its Node, extensions), bound back read-only wherever it is; ``relay``: ``sh`` lines run
+    before Pi (``--no-network``'s); ``cache``: Node's compile cache, read-only."""
     reads = _existing(sandbox.allow_read, "--allow-read")
     writes = _existing(sandbox.allow_write, "--allow-write")
     cwd, config = _real(cwd), _real(config)
     needed = sorted({_real(p) for p in [*needs, *([cache] if cache else [])] if os.path.exists(p)})
-    home = _real(os.environ.get("HOME") or "/")
-    hide_home = home != "/" and os.path.isdir(home) and not any(_within(home, a) for a in reads + writes)
-    binds = [("--ro-bind", p) for p in needed + reads] + [("--bind", p) for p in writes + [cwd, config]]
-    covered = ["/tmp"] + ([home] if hide_home else [])
-    hidden = sorted(
-        h
-        for h in {_real(h) for h in sandbox.hidden if os.path.isdir(h)} - {"/"}
-        # Under the private /tmp or the hidden home it is out of sight already, unless a bind shows it.
-        if not any(_within(h, c) for c in covered) or any(_within(h, p) for _, p in binds)
-    )
-    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    if hide_home:
-        args += ["--tmpfs", home]
-    for flag, p in binds:
-        args += [flag, p, p]
-    for h in hidden:
-        args += ["--tmpfs", h]
-        for flag, p in binds:
-            if _within(p, h) and p != h:
-                args += [flag, p, p]
-        args += ["--remount-ro", h]
-    if hide_home:
-        args += ["--remount-ro", home]
-    args += ["--unshare-user", "--unshare-pid", "--as-pid-1", "--unshare-ipc", "--die-with-parent"]
-    args += ["--cap-drop", "ALL"]
-    args += ["--disable-userns"] if bwrap.disable_userns else []
-    if not sandbox.network:
-        args += ["--unshare-net"]
-    args += ["--chdir", cwd]
+    lay = _layout(sandbox, reads, writes, needed, [cwd, config])
+    home = lay.home if lay.hide_home else None
     writable = [config, "/tmp"] + ([cwd] if own_cwd else [])
-    refused = [p for p in ([home] if hide_home else []) + hidden + ["/"] if not any(_within(p, w) for w in writes)]
+    refused = [p for p in ([home] if home else []) + lay.hidden + ["/"] if not any(_within(p, w) for w in writes)]
     probe = os.path.join(config, PROBE_FILE)
-    script = _probe_script(probe, refused=refused, writable=writable, home=home if hide_home else None, hidden=hidden)
-    script = script.replace("{relay}", relay)
-    full = [bwrap.path, *args, "--", "/bin/sh", "-c", script, "pi-bridge-probe", *argv]
+    script = _probe_script(probe, refused=refused, writable=writable, home=home, hidden=lay.hidden)
+    full = [bwrap.path, *_bwrap_args(lay, sandbox, bwrap, cwd), "--", "/bin/sh", "-c", script.replace("{relay}", relay)]
     expect = {
         "refused": refused,
         "writable": writable,
-        "home": home if hide_home else None,
-        "home_entries": sorted({_first_below(p, home) for flag, p in binds if _within(p, home) and p != home}),
-        "hidden": hidden,
+        "home": home,
+        "home_entries": sorted(
+            {_first_below(p, lay.home) for _, p in lay.binds if home and _within(p, home) and p != home}
+        ),
+        "hidden": lay.hidden,
         "network": sandbox.network,
     }
     header = {
@@ -248,15 +272,15 @@ def confine(
         "read_only": "/",
         "write": [cwd, config, "/tmp (private)", *writes],
         "read": reads,
-        "home": f"{home} hidden (empty, read-only)" if hide_home else "visible (allowed)",
-        "hidden": hidden,
+        "home": f"{home} hidden (empty, read-only)" if home else "visible (allowed)",
+        "hidden": lay.hidden,
         "pid_namespace": True,
         "die_with_parent": True,
         "capabilities": "none",
         "compile_cache": f"{cache} (read-only)" if cache else None,
         "network": "host" if sandbox.network else f"none but the provider at {provider}",
     }
-    return Confined(argv=full, header=header, probe=probe, expect=expect)
+    return Confined(argv=[*full, "pi-bridge-probe", *argv], header=header, probe=probe, expect=expect)
 
 
 def compile_cache(
