@@ -192,6 +192,24 @@ def test_allow_write_and_allow_read_open_one_path_each(tmp_path: Path, server_fo
     assert str(planted["outside"]) in sandbox["write"] and sandbox["read"] == [str(planted["secret"])]
 
 
+def test_the_journals_folder_is_invisible_and_read_only(tmp_path: Path, server_for: Any, planted: Any):
+    """A journal outside the private /tmp and the home (where it would be out of sight anyway),
+    even inside an allowed folder: the engine sees an empty folder it cannot write."""
+    folder = planted["outside"] / "journals"
+    folder.mkdir()
+    (folder / "older.jsonl").write_text("an older journal\n")
+    command = f"ls -A {folder} | wc -l; echo x > {folder}/new.txt; echo write=$?; cat {folder}/older.jsonl"
+    server = server_for(tool_script(command))
+    journal = folder / "j.jsonl"
+    allow = ["--allow-write", str(planted["outside"])]
+    out = run_cli("run", "go", "--json", "--journal", str(journal), *allow, *pi_args(server, tmp_path))
+    assert out.returncode == 0, out.stderr
+    said = tool_output(journal)
+    assert said.startswith("0\n") and "write=1" in said and "an older journal" not in said, said
+    assert not (folder / "new.txt").exists()
+    assert read_journal(journal)[0]["seal"]["sandbox"]["hidden"] == [str(folder)]
+
+
 # --------------------------------------------------------------------------- processes
 
 
