@@ -222,6 +222,16 @@ def spawn_command(mark: str) -> str:
     )
 
 
+def kill_marked(mark: str) -> None:
+    """End what an unconfined run left: each marked ``sh`` leads its own session (``setsid``),
+    its ``sleep`` with it."""
+    for pid in with_marker(f"nohup-{mark}") + with_marker(f"daemon-{mark}"):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def assert_both_running(mark: str) -> None:
     assert wait_for(lambda: with_marker(f"nohup-{mark}") and with_marker(f"daemon-{mark}"), 5), (
         "the tool's background processes never ran: the test would prove nothing"
@@ -262,8 +272,7 @@ def test_what_the_tools_start_ends_when_the_bridge_exits(tmp_path: Path, server_
         assert out.returncode == 0, out.stderr
         assert with_marker(f"nohup-{mark}") and with_marker(f"daemon-{mark}")
     finally:
-        for pid in with_marker(f"nohup-{mark}") + with_marker(f"daemon-{mark}"):
-            os.kill(pid, signal.SIGKILL)
+        kill_marked(mark)
 
 
 class Serve:
@@ -316,8 +325,7 @@ def test_what_the_tools_start_ends_when_the_bridge_is_sigkilled(tmp_path: Path, 
     finally:
         if serve.proc.poll() is None:
             serve.proc.kill()
-        for pid in with_marker(f"nohup-{mark}") + with_marker(f"daemon-{mark}"):
-            os.kill(pid, signal.SIGKILL)
+        kill_marked(mark)
 
 
 # --------------------------------------------------------------------------- network
