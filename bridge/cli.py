@@ -153,6 +153,35 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
         action="append",
         help="for a -- engine: command types whose response closes a clear window (default: clear_queue)",
     )
+    _add_confinement_options(p)
+
+
+def _add_confinement_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "confinement of the sealed Pi (bubblewrap: read-only files, writes only in its working folder, its "
+        "private config folder and a private /tmp; your home and the journals hidden; nothing it starts "
+        "outlives it)"
+    )
+    g.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="run the sealed Pi unconfined (said in the journal header); without it, no bubblewrap is an error",
+    )
+    g.add_argument(
+        "--allow-read",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="show PATH to the engine read-only; repeatable",
+    )
+    g.add_argument(
+        "--allow-write", metavar="PATH", action="append", default=[], help="let the engine write PATH; repeatable"
+    )
+    g.add_argument(
+        "--no-network",
+        action="store_true",
+        help="cut the engine off the network but for its provider (a --models-json provider on this machine)",
+    )
 
 
 def _positive(kind: type) -> Any:
@@ -266,6 +295,9 @@ def _command_profile(args: argparse.Namespace, engine_argv: list[str]) -> Engine
 
     if not engine_argv:
         _refuse("bridge: no engine command after -- (give the engine's argv, e.g. -- python tools/fake_engine.py)")
+    confinement = _confinement_options(args)
+    if confinement:
+        _refuse(f"bridge {args.command}: {confinement[0]} is for the sealed Pi, not an engine given after --")
     return CommandProfile(
         engine_argv,
         clearing=tuple(args.clearing) if args.clearing else PI_CLEARING,
@@ -282,8 +314,18 @@ def _pi_profile(args: argparse.Namespace) -> EngineProfile:
             "without a model id; see the README's custom providers)"
         )
     from bridge.profiles.pi import PiProfile
+    from bridge.profiles.sandbox import Sandbox
 
+    if args.no_sandbox and _confinement_options(args)[1:]:
+        _refuse(f"bridge {args.command}: {_confinement_options(args)[1]} has no effect with --no-sandbox")
+    sandbox = Sandbox(
+        enabled=not args.no_sandbox,
+        allow_read=tuple(args.allow_read),
+        allow_write=tuple(args.allow_write),
+        network=not args.no_network,
+    )
     return PiProfile(
+        sandbox=sandbox,
         pi_dir=args.pi_dir,
         allow_other_version=args.allow_other_pi_version,
         provider=args.provider,
@@ -294,6 +336,13 @@ def _pi_profile(args: argparse.Namespace) -> EngineProfile:
         cwd=args.engine_cwd,
         env_allowlist=args.env_allow,
     )
+
+
+def _confinement_options(args: argparse.Namespace) -> list[str]:
+    """The confinement options given, as typed (``--no-sandbox`` first)."""
+    given = ["--no-sandbox"] if args.no_sandbox else []
+    given += [f"--allow-read {p}" for p in args.allow_read] + [f"--allow-write {p}" for p in args.allow_write]
+    return given + (["--no-network"] if args.no_network else [])
 
 
 def _config(args: argparse.Namespace) -> Any:

@@ -248,6 +248,9 @@ class EngineSide:
             engine = self.current
             launch = engine.launch if engine is not None else None
             problems = launch.check(answers) if launch is not None and launch.check is not None else []
+            if launch is not None and launch.confinement is not None and self.journal is not None:
+                note = {"event": "confinement", "generation": self._generation(), **launch.confinement()}
+                self.journal.note(note, self._now())
             state = answers.get("seal-state")
             config = from_state(state.get("data")) if state is not None and state.get("success") else None
             self._feed(StartupChecked(self._generation(), problems, config))
