@@ -122,8 +122,8 @@ class Lifecycle:
         if not self.state.closed:
             self._handlers[type(event)](event)
             self._pump()
-        elif type(event) is Submit:
-            self._handlers[Submit](event)
+        elif type(event) in (Submit, Ask):  # a receipt, or an answer, is owed even now
+            self._handlers[type(event)](event)
         self._out = []
         return out
 
@@ -188,8 +188,8 @@ class Lifecycle:
 
     def _ask(self, ev: Ask) -> None:
         s = self.state
-        if s.closing is not None or s.down is not None:
-            why = "the bridge is closing" if s.closing is not None else f"the engine is down: {s.down}"
+        if s.closing is not None or s.down is not None or s.closed:
+            why = "the bridge is closing" if s.closing is not None or s.closed else f"the engine is down: {s.down}"
             self._out.append(Answer(ev.token, error=why))
             return
         s.asks[ev.token] = {**ev.cmd, "id": ev.token}
@@ -556,6 +556,12 @@ class Lifecycle:
             elif e.phase == "backoff" and s.closing is not None:
                 e.phase = "none"
                 s.deadlines.pop("backoff", None)
+        if s.draining and s.closing is None and not s.prompts and not s.asks:
+            # The last prompt's receipt can come from the steps above (the engine going down
+            # rejects the queue): shutdown is over then too.
+            self._begin_closing("close", "shutdown: every prompt has its receipt")
+            if e.phase in ("checking", "ready") and s.held is None:
+                self._stop_engine(requested=True)
         if s.closing is not None and not s.prompts and e.phase == "none" and not s.closed:
             s.closed = True
             s.deadlines.clear()
