@@ -167,6 +167,19 @@ def test_bash_writes_inside_only_and_the_homes_secret_is_unreadable(tmp_path: Pa
     assert planted["token"] not in journal.read_text()
 
 
+def test_a_confined_engine_outlives_the_thread_that_started_it(tmp_path: Path, server_for: Any):
+    """A tool call of 13 s: trio forks the engine in a worker thread that ends after 10 s idle,
+    and bwrap's --die-with-parent (PR_SET_PDEATHSIG, tied to that thread) used to SIGKILL the
+    engine then (found by trying it). The run finishes, on one engine."""
+    server = server_for(tool_script("sleep 13; echo slept"))
+    journal = tmp_path / "j.jsonl"
+    out = run_cli("run", "go", "--json", "--journal", str(journal), *pi_args(server, tmp_path), timeout=120)
+    assert out.returncode == 0, out.stderr
+    [r] = [json.loads(line) for line in out.stdout.splitlines()]
+    assert (r["state"], r["reply"], r["generation"]) == ("finished", MODEL_REPLY, 1), r
+    assert "slept" in tool_output(journal)
+
+
 def test_without_the_sandbox_the_same_call_writes_everywhere(tmp_path: Path, server_for: Any, planted: Any):
     """The control: the tests above can fail."""
     server = server_for(tool_script(file_command(planted)))

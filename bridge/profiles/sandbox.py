@@ -21,10 +21,11 @@ where it comes from (``bwrap(1)`` of 0.8.0; verified on this machine, see the te
    is the probe's ``sh`` (``--as-pid-1``), which runs Pi as its child, reaps whatever is
    orphaned to it while it waits, and exits with Pi's status. When PID 1 exits, the kernel
    kills every process left in the namespace: ``setsid``, ``nohup`` and double forks do not
-   leave it. ``--die-with-parent`` sets ``PR_SET_PDEATHSIG`` (SIGKILL) on the outer ``bwrap``
-   (its parent: the bridge) and on the init (its parent: the outer ``bwrap``), so SIGTERM or
-   SIGKILL of the engine's process group (the close ladder) or of the bridge itself takes
-   the init, and so the namespace, down. Not bwrap's own init (without ``--as-pid-1``): the
+   leave it. The close ladder's SIGTERM / SIGKILL go to the engine's process group, which the
+   init and Pi share with the outer ``bwrap``; a bridge that is SIGKILLed closes Pi's stdin, Pi
+   exits, and the init with it. Not ``--die-with-parent``: its ``PR_SET_PDEATHSIG`` is tied to
+   the *thread* that forked ``bwrap``, and trio forks in a worker thread that ends after 10 s
+   idle, so every engine was SIGKILLed 10 s after its start. Not bwrap's own init (without ``--as-pid-1``): the
    outer ``bwrap`` exits on its status without reaping it, and the zombie waits for the
    system's init (seen here for up to 2 s).
 6. **No way back out**: a new user namespace (``--unshare-user``) with every capability
@@ -223,7 +224,10 @@ def _bwrap_args(lay: _Layout, sandbox: Sandbox, bwrap: Bwrap, cwd: str) -> list[
         args += ["--remount-ro", h]
     if lay.hide_home:
         args += ["--remount-ro", lay.home]
-    args += ["--unshare-user", "--unshare-pid", "--as-pid-1", "--unshare-ipc", "--die-with-parent"]
+    # Not --die-with-parent: its PR_SET_PDEATHSIG belongs to the *thread* that forked bwrap, and
+    # trio forks in a worker thread that ends after 10 s idle -- which killed every engine 10 s
+    # after its start (found by trying it). Rule 5 says what ends the namespace instead.
+    args += ["--unshare-user", "--unshare-pid", "--as-pid-1", "--unshare-ipc"]
     args += ["--cap-drop", "ALL"]
     args += ["--disable-userns"] if bwrap.disable_userns else []
     args += [] if sandbox.network else ["--unshare-net"]
@@ -275,7 +279,7 @@ def confine(
         "home": f"{home} hidden (empty, read-only)" if home else "visible (allowed)",
         "hidden": lay.hidden,
         "pid_namespace": True,
-        "die_with_parent": True,
+        "die_with_parent": False,
         "capabilities": "none",
         "compile_cache": f"{cache} (read-only)" if cache else None,
         "network": "host" if sandbox.network else f"none but the provider at {provider}",
