@@ -447,3 +447,24 @@ def test_a_retrys_wait_and_a_running_tool_pause_the_stall_clock() -> None:
     s.observe({"type": "tool_execution_end", "toolCallId": "c1", "toolName": "bash", "result": {}})
     assert s.stall_pause("p") == 0
     assert s.stall_pause("unknown") == 0
+
+
+async def test_answers_to_the_bridges_questions_do_not_keep_a_stalled_run_alive(tmp_path: Path) -> None:
+    """The stall timeout counts from the engine's own lines: a controller asking for the models
+    every half second while the run is silent does not put the stall off (found by trying it)."""
+    from bridge.profiles.command import CommandProfile
+    from tests.helpers_live import fake_engine_argv
+
+    profile = CommandProfile(fake_engine_argv({"prompts": [{"hang": True}]}))
+    with trio.fail_after(30):
+        async with open_bridge(profile, journal=None, config=BridgeConfig()) as bridge:
+            handle = await bridge.submit("quiet", stall_timeout=1.5)
+            for _ in range(16):  # 8 s of questions, unless the receipt comes first
+                if handle.receipt_nowait is not None:
+                    break
+                await bridge.models()
+                await trio.sleep(0.5)
+            r = await handle.receipt()
+    assert (r.state, r.reason) == ("failed", "stalled")
+    assert r.times.sent is not None and r.times.settled is not None
+    assert r.times.settled - r.times.sent < 5.0, r.times

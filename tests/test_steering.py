@@ -292,3 +292,25 @@ async def test_models_from_an_engine_that_cannot_start_is_an_error_not_a_hang(tm
         ) as bridge:
             with pytest.raises(EngineQuestionError, match="down"):
                 await bridge.models()
+
+
+async def test_a_new_conversation_goes_with_the_next_prompt_submitted_not_the_next_written(tmp_path: Path) -> None:
+    """a1 runs, a2 waits, then new_conversation, then a3: the new conversation comes before a3
+    (the controller's order), not before a2 (found by trying it: it went to whichever prompt
+    was written next)."""
+    from bridge.profiles.command import CommandProfile
+    from tests.helpers_live import fake_engine_argv
+
+    journal = tmp_path / "j.jsonl"
+    profile = CommandProfile(fake_engine_argv({"defaults": {"delta_delay": 0.02}}))
+    with trio.fail_after(30):
+        async with open_bridge(profile, journal=journal) as bridge:
+            handles = [await bridge.submit("one", request="a1"), await bridge.submit("two", request="a2")]
+            bridge.new_conversation()
+            handles.append(await bridge.submit("three", request="a3"))
+            receipts = [await h.receipt() for h in handles]
+    assert [r.state for r in receipts] == ["finished"] * 3
+    sends = [json.loads(line).get("send") for line in journal.read_text().splitlines()]
+    order = [s.get("id") if s.get("type") == "prompt" else s.get("type") for s in sends if isinstance(s, dict)]
+    order = [x for x in order if x in ("a1", "a2", "a3", "new_session")]
+    assert order == ["a1", "a2", "new_session", "a3"], order

@@ -160,15 +160,18 @@ class EngineSide:
         if engine is not self.current:
             return
         t = self._now()
-        self.last_seen = t
+        shown = False  # a line of the engine's own (not an answer to a command of ours)
         journal = self.journal
         deltas: list[Any] = []  # a prompt's text / thinking deltas of this read, joined when handed on
         for seen in self.session.observe_batch(lines, t=t):
             if isinstance(seen, Skipped):
+                shown = True
                 if journal is not None:
                     journal.recv_elided_updates(seen.lines, seen.first, t)
                 continue
             parsed = seen.parsed
+            if not shown and (type(parsed) is not dict or parsed.get("type") != "response"):
+                shown = True
             if journal is not None:
                 if type(parsed) is RawLine:
                     journal.recv_raw(seen.idx, parsed, t)
@@ -193,6 +196,10 @@ class EngineSide:
                 self._handle(events)
         if deltas:
             self._handle((join_deltas(deltas),))
+        if shown:
+            # The stall timeout counts from the engine's own lines: answers to the bridge's
+            # questions (a controller asking for the models) say nothing of the run.
+            self.last_seen = t
 
     def stderr(self, engine: Engine, text: str) -> None:
         if self.journal is not None:

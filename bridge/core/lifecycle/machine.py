@@ -148,8 +148,10 @@ class Lifecycle:
         if self.knows(ev.request):
             raise ValueError(f"request id {ev.request!r} is already in use")
         stall = ev.stall_timeout if ev.stall_timeout is not None else self.config.stall_timeout
+        fresh, s.fresh = s.fresh, False  # a new conversation goes with the next prompt submitted
         rec = PromptRec(
             request=ev.request,
+            fresh=fresh,
             message=ev.message,
             images=ev.images,
             stream=ev.stream,
@@ -599,7 +601,6 @@ class Lifecycle:
         e.in_startup = False
         e.config = None
         e.configs = 0
-        self.state.fresh = False  # a new engine's conversation is new
         self._out.append(Spawn(e.generation))
 
     def _write_prompt(self) -> None:
@@ -609,11 +610,10 @@ class Lifecycle:
         rec = s.prompts[s.queue.pop(0)]
         s.held = rec.request
         satisfied = rec.wanted.empty or (e.config is not None and e.config.satisfies(rec.wanted))
-        if satisfied and not s.fresh:
+        if satisfied and not rec.fresh:
             self._send_prompt(rec)
             return
         rec.phase = "configuring"
-        rec.fresh, s.fresh = s.fresh, False
         e.configs += 1
         self._note(
             {

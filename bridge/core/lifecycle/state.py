@@ -104,7 +104,8 @@ class LifeState:
     receipts: int = 0
     #: The bridge's own configuration for the prompts submitted from now on.
     wanted: Wanted = attrs.field(factory=Wanted)
-    #: The controller asked for a new conversation: started before the next prompt is written.
+    #: The controller asked for a new conversation: it goes with the next prompt submitted,
+    #: started before that prompt is written.
     fresh: bool = False
     #: Questions for the engine not answered yet (token -> command), and those written to the
     #: current engine.
