@@ -520,7 +520,8 @@ def _add_serve(sub: _Subcommands) -> None:
         "serve",
         help="the controller protocol: JSONL prompts/stops on stdin, receipts and signals on stdout",
         usage="bridge serve [OPTIONS] [-- ENGINE ARGV...]",
-        description="Read controller commands (prompt, stop, status, shutdown) as JSON lines on stdin; write "
+        description="Read controller commands (prompt, stop, status, shutdown, configure, new_conversation, "
+        "models) as JSON lines on stdin; write "
         "receipts, signals, streamed text and engine lifecycle as JSON lines on stdout (see the README). "
         "stdin EOF or shutdown: every outstanding prompt gets its receipt, the engine is stopped, exit 0.",
     )
