@@ -4,12 +4,13 @@ For each version: install it into its own folder from a lock file made for it, p
 run every scenario of ``tools/pi_scenarios.py`` against it through the live bridge, and
 write a table of version x scenario -> receipts, signals, and the engine features seen.
 
-**Installs.** ``tools/pi-matrix/VERSION/`` holds ``package.json`` and ``package-lock.json``
+**Installs.** The pin is ``tools/pi`` (its own lock, ``tools/setup_pi``). For any other
+version ``tools/pi-matrix/VERSION/`` holds ``package.json`` and ``package-lock.json``
 (committed; made by :func:`make_lock` with ``npm install --package-lock-only``) and, after
 ``npm ci``, ``node_modules/`` (gitignored). The package.json pins Pi at VERSION and every
 sibling ``@earendil-works/*`` package it depends on at the same version with npm
-``overrides``: a plain install of 0.80.6 pulls ``pi-ai`` 0.80.10, whose missing export kills
-the CLI at start-up. A sibling the registry does not hold at that version gets the newest
+``overrides``: a plain install of 0.80.6 pulls ``pi-ai`` 0.80.10, and the CLI dies at start-up
+(``@earendil-works/pi-ai/oauth`` does not provide an export named ``getOAuthApiKey``). A sibling the registry does not hold at that version gets the newest
 one it holds below it, recorded in the package.json's ``pi-bridge-matrix`` note and in the
 table (:data:`FALLBACKS`: 0.99.1 and 1.0.3 depend on ``@earendil-works/chord`` ^0.99.1 /
 ^1.0.3; the registry has chord up to 0.87.1 only: "not installable as published"). Node is
@@ -137,7 +138,17 @@ def _stamp(folder: Path) -> str:
 
 
 def install(version: str, log: Log = print) -> Path:
-    """Install Pi ``version`` into ``tools/pi-matrix/VERSION`` (``npm ci``; idempotent by a stamp)."""
+    """Install Pi ``version`` into ``tools/pi-matrix/VERSION`` (``npm ci``; idempotent by a stamp).
+
+    The pin is already installed, from its own lock, in ``tools/pi`` (``tools/setup_pi``): that
+    folder is used for it.
+    """
+    from bridge.profiles.pi import PI_PIN
+
+    if version == PI_PIN:
+        subprocess.run([str(ROOT / "tools" / "setup_pi")], check=True)
+        log(f"pi {version}: the pin, in tools/pi (tools/setup_pi)")
+        return ROOT / "tools" / "pi"
     folder = MATRIX_DIR / version
     if not (folder / "package-lock.json").is_file():
         make_lock(version, log)
@@ -381,7 +392,7 @@ def _cell(sc: ModuleType, name: str, pi_dir: Path, out_dir: Path, log: Log) -> d
         except Exception as e:
             cell["status"] = "error"
             why = str(e).splitlines()[0] if str(e) else "a wait of the scenario passed its bound"
-            cell["detail"] = f"{type(e).__name__}: {why}"[:300]
+            cell["detail"] = plain_detail(f"{type(e).__name__}: {why}")
             outcome = None
         if outcome is not None:
             try:
@@ -390,7 +401,7 @@ def _cell(sc: ModuleType, name: str, pi_dir: Path, out_dir: Path, log: Log) -> d
                 cell["status"] = "as 1.6.0"
             except AssertionError as e:
                 cell["status"] = "differs"
-                cell["detail"] = str(e).splitlines()[0][:300]
+                cell["detail"] = plain_detail(str(e).splitlines()[0])
             cell["receipts"] = {
                 k: {"state": str(r.state), "reason": None if r.reason is None else str(r.reason)}
                 for k, r in outcome.receipts.items()
@@ -418,6 +429,12 @@ def _cell(sc: ModuleType, name: str, pi_dir: Path, out_dir: Path, log: Log) -> d
     detail = f"({cell['detail']}) " if cell["status"] == "error" else ""
     log(f"  {name:24} {cell['status']:9} {cell['seconds']:5.1f} s  {detail}{_cell_text(cell)}")
     return cell
+
+
+def plain_detail(text: str) -> str:
+    """A check's message fit for the table: enum reprs as their words, no checkout path, at most 300 characters."""
+    text = re.sub(r"<\w+\.\w+: '([^']*)'>", r"'\1'", text).replace(str(ROOT) + "/", "")
+    return text if len(text) <= 300 else text[:299] + "…"
 
 
 def _signal_text(n: dict[str, Any]) -> str:
@@ -571,10 +588,24 @@ def markdown(data: dict[str, Any]) -> str:
                 mark = "=" if c["status"] == "as 1.6.0" else "≠"
                 cells.append(mark + " " + _cell_text(c))
         lines.append(f"| {name} | " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
+    lines += ["", "## What differs from 1.6.0, first difference per scenario", ""]
+    for r in rows:
+        differ = [(n, c) for n, c in r["scenarios"].items() if c["status"] in ("differs", "error")]
+        if not differ:
+            lines.append(f"- **{r['version']}**: every scenario as 1.6.0" + (" (the pin)" if _is_pin(r) else ""))
+            continue
+        lines.append(f"- **{r['version']}**:")
+        lines += [f"  - `{n}` ({c['status']}): {c['detail']}" for n, c in differ]
     total = sum(r.get("seconds", 0) for r in rows)
     each = ", ".join(f"{r['version']}: {r.get('seconds')} s" for r in rows)
     lines += ["", f"Recorded in {total:.0f} s ({each}).", ""]
     return "\n".join(lines)
+
+
+def _is_pin(row: dict[str, Any]) -> bool:
+    from bridge.profiles.pi import PI_PIN
+
+    return bool(row["version"] == PI_PIN)
 
 
 def _think(f: dict[str, Any]) -> str:
