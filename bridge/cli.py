@@ -170,6 +170,17 @@ def _positive(kind: type) -> Any:
     return parse
 
 
+def _stall_seconds(text: str) -> float:
+    """``--stall-timeout``: 0 (off) or a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value != 0 and (not value > 0 or value == float("inf")):
+        raise argparse.ArgumentTypeError(f"must be 0 (off) or more, got {text}")
+    return value
+
+
 def _add_bridge_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("bridge")
     g.add_argument(
@@ -196,6 +207,14 @@ def _add_bridge_options(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="S",
         help="default settle timeout per prompt: stop it, then give up (default: none)",
+    )
+    g.add_argument(
+        "--stall-timeout",
+        type=_stall_seconds,
+        default=300.0,
+        metavar="S",
+        help="no engine line for S seconds while a prompt's run waits on the model (not while a tool "
+        "runs): stop it, failed/stalled; 0 turns it off (default 300)",
     )
     g.add_argument(
         "--taint-grace",
@@ -300,6 +319,7 @@ def _config(args: argparse.Namespace) -> Any:
         queue_max=args.queue_max,
         ack_timeout=args.ack_timeout,
         settle_timeout=args.timeout,
+        stall_timeout=args.stall_timeout or None,
         taint_grace=args.taint_grace,
         seal_check=args.seal_check,
         journal_full=args.journal_full,

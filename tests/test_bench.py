@@ -41,7 +41,15 @@ def test_quick_bench_prints_the_table_and_the_targets() -> None:
     data = json.loads(out[-1])
     rows = {(r["section"], r["stream"], r["reader"]) for r in data["rows"]}
     for stream in ("pi16", "tools", "legacy"):
-        for reader in ("raw drain", "json loop", "orjson loop", "node (Pi jsonl)", "bridge API", "bridge serve"):
+        for reader in (
+            "raw drain",
+            "json loop",
+            "orjson loop",
+            "node (Pi jsonl)",
+            "bridge API",
+            "bridge API, events",
+            "bridge serve",
+        ):
             assert ("stream", stream, reader) in rows
     assert ("replay", "journal", "bridge replay --json") in rows
     assert {r[2] for r in rows if r[0] == "scale"} >= {"bridge API", "bridge serve", "node (Pi jsonl)"}

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import sys
 from collections import deque
@@ -43,6 +44,7 @@ from bridge.core.lifecycle import (
     HELD_DEADLINES,
     SIGNALS_PER_GENERATION,
     Acked,
+    Activity,
     BridgeConfig,
     Close,
     Closed,
@@ -95,6 +97,7 @@ def small_config(**changes: Any) -> BridgeConfig:
         "crash_window": 12.0,
         "close_grace": 3.0,
         "restart_backoff": (0.0, 1.0, 2.5),
+        "stall_timeout": None,
     }
     return BridgeConfig(**{**base, **changes})
 
@@ -258,7 +261,7 @@ class Harness:
                     self.violations.append("closing noted twice")
                 self.closing_noted = True
             elif payload.get("event") == "stop":
-                if payload["by"] not in ("controller", "timeout", "closing"):
+                if payload["by"] not in ("controller", "timeout", "closing", "stall"):
                     self.violations.append(f"a stop by {payload['by']!r}")
                 if payload["request"] in self.stop_notes:
                     self.violations.append(f"a second stop for {payload['request']!r}")
@@ -309,9 +312,9 @@ class Harness:
         self.now += dt
         return self.feed(Tick())
 
-    def submit(self, request: str, timeout: float | None = None) -> list[Any]:
+    def submit(self, request: str, timeout: float | None = None, stall: float | None = None) -> list[Any]:
         self.accepted.append(request)
-        return self.feed(Submit(request, f"message {request}", timeout=timeout))
+        return self.feed(Submit(request, f"message {request}", timeout=timeout, stall_timeout=stall))
 
     def stop(self, request: str) -> list[Any]:
         if request in self.lc.state.prompts:
@@ -394,11 +397,20 @@ class LifecycleMachine(RuleBasedStateMachine):
         stop_clears=st.booleans(),
         patience=st.integers(5, 80),
         prompts=st.lists(st.sampled_from([None, None, 1.0, 6.0]), max_size=4),
+        stall=st.sampled_from([None, 7.0]),
     )
     def configure(
-        self, seal_check: str, queue_max: int, stop_clears: bool, patience: int, prompts: list[float | None]
+        self,
+        seal_check: str,
+        queue_max: int,
+        stop_clears: bool,
+        patience: int,
+        prompts: list[float | None],
+        stall: float | None,
     ) -> None:
-        self.h = Harness(small_config(seal_check=seal_check, queue_max=queue_max, stop_clears_queue=stop_clears))
+        cfg = small_config(seal_check=seal_check, queue_max=queue_max, stop_clears_queue=stop_clears)
+        cfg.stall_timeout = stall
+        self.h = Harness(cfg)
         self.patience = patience
         for timeout in prompts:
             self.submit(timeout)
@@ -440,14 +452,14 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     # -- the controller --------------------------------------------------------------
 
-    @rule(timeout=st.sampled_from([None, None, None, 1.0, 6.0, 30.0]))
-    def submit(self, timeout: float | None) -> None:
+    @rule(timeout=st.sampled_from([None, None, None, 1.0, 6.0, 30.0]), stall=st.sampled_from([None, None, 0, 3.0]))
+    def submit(self, timeout: float | None, stall: float | None = None) -> None:
         s = self.lc.state
         self.serial += 1
         request = f"p{self.serial}"
         closing = s.closing is not None or s.draining or s.closed
         down, full = s.down is not None, len(s.queue) >= self.h.cfg.queue_max
-        got = delivered(self.h.submit(request, timeout)).get(request)
+        got = delivered(self.h.submit(request, timeout, stall)).get(request)
         if closing:
             assert got == ("rejected", "closing"), got
         elif down:
@@ -641,7 +653,27 @@ class LifecycleMachine(RuleBasedStateMachine):
         request = found[0]
         stop, by = self.h.stop_notes[request]
         out = self.h.settle(request, Facts(tracker=("failed", "interrupted"), stop_by=by), stop=stop)
-        assert delivered(out)[request] == ("failed", {"controller": "interrupted"}.get(by, by))
+        assert delivered(out)[request] == ("failed", {"controller": "interrupted", "stall": "stalled"}.get(by, by))
+
+    @precondition(lambda self: self._held_on_live_engine() is not None)
+    @rule(pause=st.sampled_from([0.0, 0.0, 2.0, math.inf]), ago=st.sampled_from([0.0, 0.0, 1.0, 50.0]))
+    def the_run_shows_activity(self, pause: float, ago: float) -> None:
+        """The engine wrote a line for the held run ``ago`` seconds back (the trio layer brings
+        this up to date before each tick): the stall deadline moves, never before now unless
+        it was due anyway, and a run that is stopped or has no stall timeout has none."""
+        found = self._held_on_live_engine()
+        assert found is not None
+        request, generation = found
+        rec = self.lc.state.prompts[request]
+        had = "stall" in self.lc.state.deadlines
+        self.h.feed(Activity(generation, request, self.h.now - ago, pause))
+        stall = self.lc.state.deadlines.get("stall")
+        if rec.stall is None or rec.stop is not None or not had:
+            assert stall is None
+        elif pause == math.inf:
+            assert stall == self.h.now + rec.stall
+        else:
+            assert stall == max(self.h.now - ago, rec.written or 0.0) + pause + rec.stall
 
     @precondition(lambda self: self._running() is not None)
     @rule(
@@ -743,7 +775,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 continue
             stop = self.h.stop_notes.get(request)
             assert stop is not None, r
-            assert stop[1] == {"interrupted": "controller"}.get(r.reason, r.reason), (r, stop)
+            assert stop[1] == {"interrupted": "controller", "stalled": "stall"}.get(r.reason, r.reason), (r, stop)
             if r.reason == "interrupted":
                 assert request in self.h.controller_stopped
 
@@ -1144,3 +1176,61 @@ def test_a_prompt_held_back_by_a_failed_journal_is_rejected_closing() -> None:
     assert of(h.exited(generation), Closed) == [Closed()]
     assert h.violations == []
     h.drive_to_completion()
+
+
+def test_a_stall_is_measured_from_the_runs_last_line_and_stops_it_as_the_bridges() -> None:
+    """The stall deadline starts at the write, moves with each Activity (plus a retry's wait;
+    while a tool runs it is looked at again one stall timeout later), and when it passes the
+    bridge signals ``stalled``, notes its stop ``by: stall``, aborts, and decides
+    ``failed``/``stalled``; a stop that is not obeyed ends ``settle-timeout``."""
+    h = Harness(small_config(stall_timeout=4.0))
+    generation = ready_engine(h, "p1")
+    assert h.lc.state.deadlines["stall"] == 4.0
+    h.now = 3.0
+    h.feed(Activity(generation, "p1", at=2.5))  # a line at 2.5 s
+    assert h.lc.state.deadlines["stall"] == 6.5
+    h.feed(Activity(generation, "p1", at=2.5, pause=2.0))  # ... an auto_retry_start announcing 2 s
+    assert h.lc.state.deadlines["stall"] == 8.5
+    h.feed(Activity(generation, "p1", at=2.9, pause=math.inf))  # a tool runs
+    assert h.lc.state.deadlines["stall"] == 3.0 + 4.0
+    assert h.advance(3.9) == []  # 6.9 s: the deadline (7 s) is not due
+    h.feed(Activity(generation, "p1", at=6.0))  # the tool ended at 6 s; nothing since
+    assert h.lc.state.deadlines["stall"] == 10.0
+    out = h.advance(10.0 - h.now)
+    assert payloads(out) == [{"signal": "stalled", "request": "p1", "after": 4.0, "stop": "stop-1"}]
+    (note,) = notes(out, "stop")
+    assert (note["by"], note["stop"]) == ("stall", "stop-1")
+    assert [w.cmd["type"] for w in of(out, Write)] == ["clear_queue", "abort"]
+    assert "stall" not in h.lc.state.deadlines and h.lc.state.deadlines["stop"] == 10.0 + h.cfg.stop_grace
+    assert h.feed(Activity(generation, "p1", at=10.0)) == [] and "stall" not in h.lc.state.deadlines
+    out = h.settle("p1", Facts(tracker=("failed", "interrupted"), stop_by=note["by"]), stop=note["stop"])
+    assert delivered(out) == {"p1": ("failed", "stalled")}
+    # The same, its stop not obeyed: the stop's grace, then settle-timeout.
+    h.submit("p2")
+    h.acked.add("p2")
+    h.feed(Acked(generation, "p2"))
+    out = h.advance(4.0)
+    assert notes(out, "stop")[0]["by"] == "stall"
+    out = h.advance(h.cfg.stop_grace)
+    (give_up,) = of(out, GiveUp)
+    assert (give_up.request, give_up.why) == ("p2", "settle")
+
+
+def test_a_prompt_without_a_stall_timeout_has_no_stall_deadline() -> None:
+    h = Harness(small_config(stall_timeout=4.0))
+    h.feed(Submit("p1", "m", stall_timeout=0))
+    h.accepted.append("p1")
+    generation = ready_engine(h)
+    h.acked.add("p1")
+    h.feed(Acked(generation, "p1"))
+    assert "stall" not in h.lc.state.deadlines
+    h.feed(Activity(generation, "p1", at=1.0))
+    assert "stall" not in h.lc.state.deadlines
+    # A controller's stop ends the stall clock too.
+    h.submit("p2")
+    h.settle("p1", Facts(tracker=("finished", None)))
+    h.acked.add("p2")
+    h.feed(Acked(generation, "p2"))
+    assert "stall" in h.lc.state.deadlines
+    h.stop("p2")
+    assert "stall" not in h.lc.state.deadlines

@@ -539,7 +539,7 @@ async def test_a_settle_timeout_fires_on_the_bridges_clock_not_the_wall(tmp_path
     mock_clock.rate = 1.0  # time passes as usual (the engine is a real process); 600 s are jumped
 
     async def body(bridge: Bridge) -> list[Receipt]:
-        handle = await bridge.submit("hang on", timeout=600)
+        handle = await bridge.submit("hang on", timeout=600, stall_timeout=0)  # (no stall first)
         while not (
             handle.request == bridge.lifecycle.state.held and bridge.lifecycle.state.prompts[handle.request].acked
         ):
@@ -552,6 +552,32 @@ async def test_a_settle_timeout_fires_on_the_bridges_clock_not_the_wall(tmp_path
     run, rs = await session(tmp_path, fake({"prompts": [{"hang": True}]}), body, bound=630)
     assert (rs[0].state, rs[0].reason) == ("failed", "timeout")
     assert rs[0].times.settled is not None and rs[0].times.settled >= 600
+
+
+async def test_a_stall_fires_on_the_bridges_clock_from_the_runs_last_line(tmp_path: Path, mock_clock: Any):
+    """A run that goes quiet after its ack is stopped one stall timeout after its last line:
+    a ``stalled`` signal, the bridge's stop (``by: stall``), ``failed``/``stalled``."""
+    mock_clock.rate = 1.0
+    signals: list[dict[str, Any]] = []
+
+    async def body(bridge: Bridge) -> list[Receipt]:
+        bridge.listeners.append(lambda note: signals.append(note) if note.get("type") == "signal" else None)
+        handle = await bridge.submit("hang on", stall_timeout=400)
+        while not (
+            handle.request == bridge.lifecycle.state.held and bridge.lifecycle.state.prompts[handle.request].acked
+        ):
+            await bridge._wait_change()
+        assert bridge.lifecycle.state.deadlines["stall"] > 390
+        mock_clock.jump(401)
+        return [await handle.receipt()]
+
+    run, rs = await session(tmp_path, fake({"prompts": [{"hang": True}]}), body, bound=430)
+    assert (rs[0].state, rs[0].reason) == ("failed", "stalled")
+    assert rs[0].times.settled is not None and 400 <= rs[0].times.settled < 420
+    assert [(s["signal"], s["request"], s["after"], s["stop"]) for s in signals] == [
+        ("stalled", rs[0].request, 400, rs[0].stop)
+    ]
+    assert [(r.state, r.reason) for r in replay(str(run.journal)).receipts] == [("failed", "stalled")]
 
 
 async def test_a_controller_stop_then_its_timeout_stays_interrupted(tmp_path: Path, mock_clock: Any):

@@ -127,6 +127,23 @@ async def test_tool_use(pinned_pi: Any, tmp_path: Path) -> None:
     assert_as_recorded(o)
 
 
+async def test_thinking_tool_usage(pinned_pi: Any, tmp_path: Path) -> None:
+    o = await run_scenario("thinking_tool_usage", tmp_path)
+    assert states(o) == {"p1": ("finished", None, None)}
+    assert [e["event"] for e in o.facts["events"]][:2] == ["turn-start", "thinking"]
+    assert signal_names(o) == []
+    assert_replay_matches_live(o)
+    assert_as_recorded(o)
+
+
+async def test_stalled(pinned_pi: Any, tmp_path: Path) -> None:
+    o = await run_scenario("stalled", tmp_path)
+    assert states(o) == {"p1": ("failed", "stalled", o.receipts["p1"].stop)}
+    assert signal_names(o) == ["stalled"]
+    assert_replay_matches_live(o)
+    assert_as_recorded(o)
+
+
 async def test_two_prompts(pinned_pi: Any, tmp_path: Path) -> None:
     o = await run_scenario("two_prompts", tmp_path)
     assert states(o) == {"p1": ("finished", None, None), "p2": ("finished", None, None)}
@@ -268,6 +285,8 @@ def test_every_scenario_has_a_test() -> None:
     tested = {
         "plain",
         "tool_use",
+        "thinking_tool_usage",
+        "stalled",
         "two_prompts",
         "stopped_mid_stream",
         "retry_after_500",

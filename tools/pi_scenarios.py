@@ -235,6 +235,8 @@ class Scenario:
     #: Commands of Pi's protocol the scenario sends itself (``tools/record --matrix`` marks it
     #: "cannot run" on a version without one; the bridge's own commands adapt by themselves).
     requires: tuple[str, ...] = ()
+    #: The scripted model's prices per million tokens (Pi costs each message by them).
+    prices: dict[str, float] | None = None
 
     def check(self, fn: ScenarioCheck) -> ScenarioCheck:
         self.checker = fn
@@ -274,7 +276,7 @@ async def run(
     notes: list[dict[str, Any]] = []
     t0 = time.monotonic()
     try:
-        models = server.write_models(tmp)
+        models = server.write_models(tmp, cost=sc.prices)
         extensions = [str(EXTENSIONS / e) for e in sc.extensions]
         profile = scripted_profile(models, extensions=extensions, pi_dir=pi_dir, allow_other_version=other_version)
         config = BridgeConfig(**{**BASE_CONFIG, **sc.config})
@@ -490,6 +492,86 @@ def _check_tool_use(o: Outcome) -> None:
     expect(len(o.requests) == 2, f"tool_use: {len(o.requests)} model requests")
     tool_msgs = [m for m in o.requests[1]["body"]["messages"] if m.get("role") == "tool"]
     expect(tool_msgs and "tool says hi" in json.dumps(tool_msgs), "tool_use: the tool result went back to the model")
+
+
+THINK_TEXT = "Three lines are wanted; bash can print them."
+EVENTS_COMMAND = "for i in 1 2 3; do echo line$i; sleep 0.3; done"
+EVENTS_REPLY = "It printed line1, line2 and line3."
+PRICES = {"input": 3.0, "output": 15.0, "cacheRead": 0.3, "cacheWrite": 3.75}
+
+
+@scenario(
+    "thinking_tool_usage",
+    "thinking, then a bash call that prints three lines over 0.9 s, then a reply; the prompt asks for its "
+    "events, and the model reports usage (with cached tokens) at priced rates",
+    script=[
+        {
+            "reasoning": THINK_TEXT,
+            "tool_call": {"name": "bash", "arguments": {"command": EVENTS_COMMAND}},
+            "usage": {"prompt_tokens": 1000, "completion_tokens": 50, "cached_tokens": 200},
+        },
+        {"text": EVENTS_REPLY, "usage": {"prompt_tokens": 1200, "completion_tokens": 30}},
+    ],
+    prices=PRICES,
+)
+async def thinking_tool_usage(ctx: Ctx) -> None:
+    handle = await ctx.bridge.submit("Print three lines with bash.", events=True)
+    ctx.submitted.append(handle.request)
+    ctx.facts["events"] = [e.to_json() async for e in handle.events()]
+    await handle.receipt()
+
+
+@thinking_tool_usage.check
+def _check_thinking_tool_usage(o: Outcome) -> None:
+    name = o.name
+    r = expect_receipt(o, "p1", "finished", reply=EVENTS_REPLY)
+    events = o.facts["events"]
+    kinds = [e["event"] for e in events]
+    expect(all(e["id"] == "p1" for e in events), f"{name}: events of another prompt")
+    expect("".join(e["delta"] for e in events if e["event"] == "thinking") == THINK_TEXT, f"{name}: thinking")
+    expect("".join(e["delta"] for e in events if e["event"] == "text") == EVENTS_REPLY, f"{name}: text")
+    expect(kinds.count("tool-start") == 1 and kinds.count("tool-end") == 1, f"{name}: tool events {kinds}")
+    expect(kinds.count("tool-update") >= 2, f"{name}: tool updates {kinds.count('tool-update')}")
+    end = next(e for e in events if e["event"] == "tool-end")
+    expect(end["result"].split() == ["line1", "line2", "line3"] and not end["isError"], f"{name}: {end}")
+    expect(kinds.count("turn-start") == 2 and kinds.count("turn-end") == 2, f"{name}: turns {kinds}")
+    u = r.usage
+    expect(u is not None, f"{name}: no usage")
+    assert u is not None
+    got = (u.input, u.output, u.cache_read, u.cache_write, u.total_tokens, u.messages)
+    expect(got == (2000, 80, 200, 0, 2280, 2), f"{name}: usage {got}")
+    cost = (2000 * PRICES["input"] + 80 * PRICES["output"] + 200 * PRICES["cacheRead"]) / 1e6
+    expect(abs(u.cost - cost) < 1e-12, f"{name}: cost {u.cost} != {cost}")
+    expect((u.provider, u.model) == ("scripted", "scripted-model"), f"{name}: answered by {u.provider}/{u.model}")
+    expect_overlaps(o)
+    expect(o.signal_names() == [], f"{name}: signals {o.signal_names()}")
+
+
+@scenario(
+    "stalled",
+    "the provider accepts the request and never answers: the stall timeout (1.5 s) stops the run",
+    script=[{"hang": True}],
+    config={"stall_timeout": 1.5},
+)
+async def stalled(ctx: Ctx) -> None:
+    await ctx.prompt("Anyone there?")
+
+
+@stalled.check
+def _check_stalled(o: Outcome) -> None:
+    name = o.name
+    notes = [e.value for e in o.entries if e.kind == "note" and e.value.get("event") == "stop"]
+    expect([n["by"] for n in notes] == ["stall"], f"{name}: stop notes {notes}")
+    r = expect_receipt(o, "p1", "failed", "stalled", stop=notes[0]["stop"])
+    signals = [n for n in o.signals if n["signal"] == "stalled"]
+    expect(
+        len(signals) == 1 and signals[0]["request"] == "p1" and signals[0]["stop"] == r.stop,
+        f"{name}: stalled signals {signals}",
+    )
+    assert r.times.sent is not None and r.times.settled is not None
+    took = r.times.settled - r.times.sent
+    expect(1.5 <= took < 1.5 + 5.0, f"{name}: settled {took:.2f} s after the send")
+    expect(len(o.requests) == 1, f"{name}: {len(o.requests)} model requests")
 
 
 @scenario(

@@ -3,7 +3,8 @@ bridge writes back. Sans-IO: lines in, typed commands out; typed replies in, JSO
 
 In (one JSON object per line), parsed by :func:`parse_command` into a :data:`Command`::
 
-    {"type":"prompt","id":ID,"message":TEXT, "stream"?:bool, "timeout"?:seconds, "images"?:[...]}
+    {"type":"prompt","id":ID,"message":TEXT, "stream"?:bool, "timeout"?:seconds, "images"?:[...],
+     "events"?:bool, "stallTimeout"?:seconds (0: none)}
     {"type":"stop","id":ID}
     {"type":"status"}
     {"type":"shutdown"}
@@ -14,6 +15,8 @@ Out (one JSON object per line)::
     {"type":"receipt","id":ID,"receipt":{...}}          exactly one per accepted prompt id
     {"type":"signal","signal":...,...}                  overlaps, gaps, seal diagnostics, as they happen
     {"type":"text","id":ID,"text":...}                  streamed reply text ("stream": true)
+    {"type":"event","event":KIND,"id":ID,"i":IDX,...}   what the engine does ("events": true;
+                                                        bridge.core.progress)
     {"type":"engine","event":"started"|"exited"|"down",...}
     {"type":"progress","event":"retrying","id":ID,...}  the engine retries the running prompt itself
     {"type":"stopping","id":ID,"stop":STOP_ID|null}     Stopping: answer to a stop
@@ -21,7 +24,7 @@ Out (one JSON object per line)::
     {"type":"error","error":WHAT,"line":N,"id"?:ID}     LineError: a bad controller line
     {"type":"bye","receipts":N}                         Bye: last line before exit 0
 
-``receipt``, ``signal``, ``text``, ``engine`` and ``progress`` are the live bridge's own
+``receipt``, ``signal``, ``text``, ``event``, ``engine`` and ``progress`` are the live bridge's own
 notifications, passed through as they are; the rest are the classes here, written through
 :data:`converter` (``"type"`` first, then the fields in the order above).
 
@@ -30,7 +33,8 @@ Rules:
 - A line is a command when it is valid UTF-8 JSON, an object, with a known ``"type"``; a
   ``prompt`` or ``stop`` has an ``"id"`` that is a non-empty string; a ``prompt`` has a
   ``"message"`` string, and if given a boolean ``"stream"``, a positive finite ``"timeout"``
-  (seconds; not a boolean) and a list of ``"images"``. Other keys are ignored. Anything else
+  (seconds; not a boolean), a list of ``"images"``, a boolean ``"events"`` and a
+  ``"stallTimeout"`` that is 0 or a positive finite number of seconds. Other keys are ignored. Anything else
   is a :class:`ControllerError` whose message names the first problem, in that order; the
   bridge answers it with a :class:`LineError` and keeps running.
 - Whether an id is new (a prompt) or known (a stop) is the bridge's to say, not the line's:
@@ -73,6 +77,9 @@ class Prompt:
     #: Seconds, as the controller gave them (an int stays an int).
     timeout: float | None = None
     images: list[Any] | None = None
+    events: bool = False
+    #: Seconds (0: no stall detection; None: the bridge's ``--stall-timeout``).
+    stall_timeout: float | None = None
 
 
 @attrs.frozen
@@ -159,7 +166,13 @@ def _prompt(value: dict[str, Any], rid: RequestId) -> Prompt:
     images = value.get("images")
     if images is not None and not isinstance(images, list):
         raise ControllerError('"images" must be a list')
-    return Prompt(rid, message, stream, timeout, images)
+    events = value.get("events", False)
+    if not isinstance(events, bool):
+        raise ControllerError('"events" must be true or false')
+    stall = value.get("stallTimeout")
+    if isinstance(stall, bool) or (stall is not None and stall != 0 and not _positive_seconds(stall)):
+        raise ControllerError('"stallTimeout" must be 0 (none) or a positive number of seconds')
+    return Prompt(rid, message, stream, timeout, images, events, stall)
 
 
 def _positive_seconds(value: object) -> bool:

@@ -211,7 +211,15 @@ async def _act(bridge: Bridge, cmd: Command, lineno: int, drain_timeout: float |
         case Prompt():
             if bridge.knows(cmd.id):
                 return LineError.duplicate_id(cmd.id, lineno)
-            await bridge.submit(cmd.message, request=cmd.id, stream=cmd.stream, timeout=cmd.timeout, images=cmd.images)
+            await bridge.submit(
+                cmd.message,
+                request=cmd.id,
+                stream=cmd.stream,
+                timeout=cmd.timeout,
+                images=cmd.images,
+                events=cmd.events,
+                stall_timeout=cmd.stall_timeout,
+            )
         case Stop():
             if not bridge.knows(cmd.id):
                 return LineError.unknown_id(cmd.id, lineno)

@@ -2,7 +2,8 @@
 order, for what it was fed (besides the tracker's own :class:`~bridge.core.tracker.Overlap`,
 :class:`~bridge.core.tracker.Working` and :class:`~bridge.core.tracker.Settled`), and what it
 yields for each engine line (:class:`Observed`, or :class:`Skipped` for a run of
-``message_update`` lines the fast path took in bulk).
+``message_update`` lines the fast path took in bulk). The events a prompt asked for (tool
+calls, thinking, ...) are :mod:`bridge.core.progress`'s.
 
 Each event that reaches the controller as a ``signal`` has its wire form here (``to_json``);
 the words are :mod:`bridge.core.words`.
@@ -16,6 +17,7 @@ from typing import Any, Final
 import attrs
 
 from bridge.core.framing import Oversize, RawLine
+from bridge.core.progress import ProgressEvent
 from bridge.core.receipts import Receipt
 from bridge.core.tracker import Overlap, Settled, Working
 from bridge.core.wire import Wire, form
@@ -111,6 +113,7 @@ Event = (
     | TextDelta
     | ReceiptReady
     | Retrying
+    | ProgressEvent
 )
 
 #: Returned for the lines that cause nothing (most of them); never mutated.

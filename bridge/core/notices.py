@@ -93,6 +93,17 @@ class JournalFailedSignal(Wire):
     error: str
 
 
+@form(tag={"signal": Signal.STALLED})
+@attrs.frozen
+class StalledSignal(Wire):
+    """The held prompt's run showed nothing for ``after`` seconds while it waited on the
+    model; the bridge stops it (``stop``), and it settles ``failed``/``stalled``."""
+
+    request: RequestId
+    after: float
+    stop: str | None
+
+
 @form(tag={"signal": Signal.SIGNALS_SUPPRESSED})
 @attrs.frozen
 class SignalsSuppressed(Wire):

@@ -8,6 +8,8 @@ finished            (no reason) the slot's own run settled after ``stop``,
                     ``length`` or ``toolUse``
 failed              (no reason) the run ended in ``error``; ``nativeError`` says why
 failed              ``interrupted``: aborted by this controller's stop (``stop``)
+failed              ``timeout``, ``closing``, ``stalled``: aborted by the bridge's own stop
+                    (the prompt's timeout or the drain bound; closing; a stall)
 rejected            ``engine``, ``queue-full``, ``cancelled``, ``closing``,
                     ``engine-down``: certainly not delivered
 delivery-unknown    ``ack-without-start``, ``no-ack``, ``engine-exited``
@@ -25,6 +27,7 @@ engine's protocol; the :func:`~bridge.core.wire.form` under the class declares i
 from __future__ import annotations
 
 from collections.abc import Sequence
+from math import inf
 from typing import Any, Final, Literal
 
 import attrs
@@ -36,7 +39,7 @@ from bridge.core.words import Reason, RequestId, State, StopBy
 #: The reasons each state admits (None: no reason).
 REASONS: Final[dict[State, frozenset[Reason | None]]] = {
     State.FINISHED: frozenset({None}),
-    State.FAILED: frozenset({None, Reason.INTERRUPTED, Reason.TIMEOUT, Reason.CLOSING}),
+    State.FAILED: frozenset({None, Reason.INTERRUPTED, Reason.TIMEOUT, Reason.CLOSING, Reason.STALLED}),
     State.REJECTED: frozenset({Reason.ENGINE, Reason.QUEUE_FULL, Reason.CANCELLED, Reason.CLOSING, Reason.ENGINE_DOWN}),
     State.DELIVERY_UNKNOWN: frozenset({Reason.ACK_WITHOUT_START, Reason.NO_ACK, Reason.ENGINE_EXITED}),
     State.OUTCOME_UNKNOWN: frozenset(
@@ -71,6 +74,9 @@ _WIRE_NAMES: Final = {
     "settle_idx": "settleIdx",
 }
 
+#: The usage's camelCase JSON keys (Pi's own ``usage`` words).
+_USAGE_NAMES: Final = {"cache_read": "cacheRead", "cache_write": "cacheWrite", "total_tokens": "totalTokens"}
+
 
 @attrs.frozen
 class Times:
@@ -81,6 +87,77 @@ class Times:
     acked: float | None = None
     working: float | None = None
     settled: float | None = None
+
+
+@form(rename=_USAGE_NAMES)
+@attrs.frozen
+class Usage(Wire):
+    """What a prompt's run cost: Pi's ``usage`` of every assistant message of the run, summed.
+
+    Failed attempts that Pi retried by itself are included (a provider that answered an
+    attempt with an error usually reports no tokens for it, but one that streamed and then
+    failed does): ``messages`` counts the assistant messages summed. ``model`` and
+    ``provider`` are the last message's (the one that answered). ``cost`` is Pi's total, in
+    the currency of the model's configured prices (Pi's ``cost.total``).
+    """
+
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    total_tokens: int = 0
+    cost: float = 0.0
+    messages: int = 0
+    model: str | None = None
+    provider: str | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Usage:
+        return converter.structure(data, cls)
+
+    def plus(self, other: Usage) -> Usage:
+        """Two usages summed (a journal's prompts, say); model and provider are ``other``'s when it has them."""
+        return Usage(
+            input=self.input + other.input,
+            output=self.output + other.output,
+            cache_read=self.cache_read + other.cache_read,
+            cache_write=self.cache_write + other.cache_write,
+            total_tokens=self.total_tokens + other.total_tokens,
+            cost=round(self.cost + other.cost, 12),
+            messages=self.messages + other.messages,
+            model=other.model or self.model,
+            provider=other.provider or self.provider,
+        )
+
+    def add(self, message: dict[str, Any]) -> Usage:
+        """This usage with one more assistant message (Pi's message object) added."""
+        usage = message.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
+        cost = usage.get("cost")
+        raw = cost.get("total") if isinstance(cost, dict) else None
+        total = float(raw) if isinstance(raw, (int, float)) and _number(raw) else 0.0
+        model, provider = message.get("model"), message.get("provider")
+        return Usage(
+            input=self.input + _count(usage.get("input")),
+            output=self.output + _count(usage.get("output")),
+            cache_read=self.cache_read + _count(usage.get("cacheRead")),
+            cache_write=self.cache_write + _count(usage.get("cacheWrite")),
+            total_tokens=self.total_tokens + _count(usage.get("totalTokens")),
+            # Rounded so that a sum of prices reads as the prices do (no 0.30000000000000004).
+            cost=round(self.cost + total, 12),
+            messages=self.messages + 1,
+            model=model if isinstance(model, str) else self.model,
+            provider=provider if isinstance(provider, str) else self.provider,
+        )
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) != inf
+
+
+def _count(value: Any) -> int:
+    """A token count from the engine: a non-negative number, else 0."""
+    return int(value) if _number(value) and value > 0 else 0
 
 
 @form(rename=_WIRE_NAMES)
@@ -106,6 +183,8 @@ class Receipt(Wire):
     times: Times = Times()
     pid: int | None = None
     generation: int | None = None
+    #: Tokens and cost of the run (None: the prompt had no run of its own).
+    usage: Usage | None = None
 
     def __attrs_post_init__(self) -> None:
         # Words from a file arrive as bare strings: a StrEnum hashes and compares as its word.
@@ -135,6 +214,7 @@ STOP_REASONS: Final[dict[StopBy, Reason]] = {
     StopBy.CONTROLLER: Reason.INTERRUPTED,
     StopBy.TIMEOUT: Reason.TIMEOUT,
     StopBy.CLOSING: Reason.CLOSING,
+    StopBy.STALL: Reason.STALLED,
 }
 
 #: The tracker's settlements that our own stop may have caused (Pi aborted in a
@@ -213,6 +293,10 @@ def exit_words(code: int | None, signal: int | None, stderr: Sequence[str] = (),
 
 # A receipt read back (replay, the soak's checks) takes the same names.
 converter.register_structure_hook(
+    Usage,
+    make_dict_structure_fn(Usage, converter, **{n: override(rename=w) for n, w in _USAGE_NAMES.items()}),  # type: ignore[arg-type]
+)
+converter.register_structure_hook(
     Receipt,
     make_dict_structure_fn(Receipt, converter, **{n: override(rename=w) for n, w in _WIRE_NAMES.items()}),  # type: ignore[arg-type]
 )
@@ -230,6 +314,16 @@ def describe(r: Receipt) -> str:
         parts.append(f"{r.times.settled - r.times.sent:.2f} s")
     if r.signals:
         parts.append("signals " + ", ".join(f"{s.get('signal')}@{s.get('idx')}" for s in r.signals))
+    if r.usage is not None and r.usage.messages:
+        parts.append(usage_words(r.usage))
     if r.native_error:
         parts.append(f"error: {r.native_error[:200]}")
     return head + (f" [{'; '.join(parts)}]" if parts else "")
+
+
+def usage_words(u: Usage) -> str:
+    """A run's usage in a line a person reads: tokens in / out (cache), cost, who answered."""
+    cache = f", cache {u.cache_read} read / {u.cache_write} written" if u.cache_read or u.cache_write else ""
+    who = f" from {u.provider}/{u.model}" if u.model else ""
+    calls = f" over {u.messages} model calls" if u.messages > 1 else ""
+    return f"{u.input} in / {u.output} out tokens{cache}, cost {u.cost:g}{calls}{who}"

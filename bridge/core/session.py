@@ -56,6 +56,7 @@ The bridge's own rules on top (SPEC §5):
 from __future__ import annotations
 
 import collections
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
@@ -77,7 +78,8 @@ from bridge.core.events import (
     TextDelta,
 )
 from bridge.core.framing import MESSAGE_UPDATE, Oversize, RawLine, all_utf8, parse_line, update_runs, valid_utf8
-from bridge.core.receipts import Facts, GiveUpWhy, Receipt, Times, decide, exit_words
+from bridge.core.progress import EVENT_LINES, translate
+from bridge.core.receipts import Facts, GiveUpWhy, Receipt, Times, Usage, decide, exit_words
 from bridge.core.tracker import Overlap, Settled, Tracker, Working
 from bridge.core.words import Reason, RequestId, Signal, StopBy
 
@@ -104,6 +106,8 @@ class PromptState:
     #: None only in replay, for a journal's prompt that had no id.
     request: RequestId | None
     stream: bool = False
+    #: The controller asked for its events (:mod:`bridge.core.progress`).
+    events: bool = False
     ack_idx: int | None = None
     disposition: str | None = None
     working_idx: int | None = None
@@ -118,6 +122,12 @@ class PromptState:
     receipt: Receipt | None = None
     #: The run attributed to it, remembered when another prompt displaced it.
     run_id: str | None = None
+    #: Its run's assistant messages' usage, summed.
+    usage: Usage = attrs.field(factory=Usage)
+    #: Tool calls of its run that started and have not ended (no stall while one runs).
+    tools_running: set[str] = attrs.field(factory=set)
+    #: Seconds the engine said it waits before retrying (its last line was ``auto_retry_start``).
+    retry_delay: float = 0.0
 
 
 class Session:
@@ -173,12 +183,14 @@ class Session:
         if generation is not None:
             self.generation = generation
 
-    def send(self, cmd: dict[str, Any], *, t: float | None = None, stream: bool = False) -> Sequence[Event]:
+    def send(
+        self, cmd: dict[str, Any], *, t: float | None = None, stream: bool = False, events: bool = False
+    ) -> Sequence[Event]:
         """The bridge wrote ``cmd`` to the engine."""
         if self._fresh_needed:
             self._fresh_tracker()
         kind = cmd.get("type")
-        events: list[Event] = []
+        out: list[Event] = []
         if kind == "prompt":
             request = cmd.get("id")
             previous = self.held
@@ -189,9 +201,9 @@ class Session:
                 if slot is not None and slot.request == previous.request:
                     previous.run_id = slot.run_id
                 self._displaced.append(previous)
-                self._taint(Reason.OVERLAP, self.tracker.idx, events)
+                self._taint(Reason.OVERLAP, self.tracker.idx, out)
             self.tracker.attach(request)
-            state = PromptState(request, stream=stream, pid=self.pid, generation=self.generation)
+            state = PromptState(request, stream=stream, events=events, pid=self.pid, generation=self.generation)
             if t is not None:
                 state.times["sent"] = t
             self.open[request] = state
@@ -206,7 +218,7 @@ class Session:
         if kind in self.clearing:
             self.tracker.open_clear_window()
             self._pending_clears.append((kind, cmd.get("id")))
-        return events or NO_EVENTS
+        return out or NO_EVENTS
 
     def observe_batch(self, lines: Sequence[bytes | Oversize], *, t: float | None = None) -> Iterator[Observation]:
         """One read's lines from the engine's stdout, in order: the one entry point for them.
@@ -324,8 +336,16 @@ class Session:
                 self._settle_from_tracker(out, value, t, events)
 
     def _engine_event(self, kind: Any, value: dict[str, Any], idx: int, events: list[Event]) -> None:
-        """What the session itself makes of an engine event: streamed text, extension dialogs
-        and errors (seal diagnostics), the engine's own retries."""
+        """What the session itself makes of an engine event: streamed text, the prompt's events
+        and what its run is doing (a tool, a retry's wait), extension dialogs and errors (seal
+        diagnostics), the engine's own retries."""
+        held = self.held
+        if held is not None and held.receipt is None:
+            if held.events and kind in EVENT_LINES and self.taint is None and self._in_slots_run():
+                event = translate(value, idx, held.request)
+                if event is not None:
+                    events.append(event)
+            self._track_run(held, kind, value)
         if kind == "message_end" or kind == "message_update":
             self._capture_text(kind, value, events)
         elif kind == "extension_ui_request" or kind == "extension_error":
@@ -437,8 +457,41 @@ class Session:
     # -- internals -------------------------------------------------------------
 
     def _streaming(self) -> bool:
+        """The held prompt wants its ``message_update`` lines read (its text or its events)."""
         held = self.held
-        return held is not None and held.stream and held.receipt is None
+        return held is not None and (held.stream or held.events) and held.receipt is None
+
+    def _in_slots_run(self) -> bool:
+        slot = self.tracker.slot
+        return slot is not None and slot.run_id is not None and self.tracker.current == slot.run_id
+
+    @staticmethod
+    def _track_run(held: PromptState, kind: Any, value: dict[str, Any]) -> None:
+        """What the held prompt's run is doing, for the stall timeout: a tool running, or the
+        engine's wait before a retry (any other line ends that wait)."""
+        if kind == "tool_execution_start":
+            call = value.get("toolCallId")
+            held.tools_running.add(call if isinstance(call, str) else "")
+        elif kind == "tool_execution_end":
+            call = value.get("toolCallId")
+            held.tools_running.discard(call if isinstance(call, str) else "")
+        if kind == "auto_retry_start":
+            delay = value.get("delayMs")
+            if isinstance(delay, (int, float)) and not isinstance(delay, bool) and 0 < delay < 86_400_000:
+                held.retry_delay = delay / 1000
+            else:
+                held.retry_delay = 0.0
+        elif held.retry_delay:
+            held.retry_delay = 0.0
+
+    def stall_pause(self, request: RequestId | None) -> float:
+        """How long past its last line ``request``'s run may stay quiet before the stall
+        timeout counts: ``inf`` while a tool runs, the retry's wait after ``auto_retry_start``,
+        else 0."""
+        prompt = self.open.get(request)
+        if prompt is None or prompt.receipt is not None:
+            return 0.0
+        return math.inf if prompt.tools_running else prompt.retry_delay
 
     def _new_tracker(self, idx: int) -> Tracker:
         # Replay keeps everything (the seed's tracker does); the live bridge
@@ -573,6 +626,7 @@ class Session:
             times=Times(**prompt.times),
             pid=prompt.pid,
             generation=prompt.generation,
+            usage=prompt.usage if run is not None else None,
         )
         prompt.receipt = receipt
         if self.collect:
@@ -589,6 +643,7 @@ class Session:
         if kind == "message_end":
             message = value.get("message")
             if isinstance(message, dict) and message.get("role") == "assistant":
+                held.usage = held.usage.add(message)
                 text = message_text(message)
                 if text:
                     held.reply = text

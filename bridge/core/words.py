@@ -15,7 +15,8 @@ when these were bare strings. What the enums add is that a misspelt word is a ty
   :class:`Cause`: the ``cause`` of an O5. (The ``cause`` of an ``unsealed`` signal is the
   taint, which is a :class:`Reason`: ``overlap``, ``aborted-without-stop``, ``gap`` or
   ``disposition``.)
-- :class:`StopBy`: whose stop aborted a run (SPEC §5: the controller's, a timeout's, closing's).
+- :class:`StopBy`: whose stop aborted a run (SPEC §5: the controller's, a timeout's, closing's;
+  and the bridge's stall detection, README "Stalls").
 - :data:`RequestId`: a prompt's id: a non-empty string.
 """
 
@@ -49,6 +50,8 @@ class Reason(StrEnum):
     INTERRUPTED = "interrupted"
     TIMEOUT = "timeout"
     CLOSING = "closing"
+    #: The run went quiet while it waited on the model (``--stall-timeout``) and was stopped.
+    STALLED = "stalled"
     # rejected (CLOSING too)
     ENGINE = "engine"
     QUEUE_FULL = "queue-full"
@@ -88,6 +91,8 @@ class Signal(StrEnum):
     ENGINE_DOWN = "engine-down"
     JOURNAL_FAILED = "journal-failed"
     SIGNALS_SUPPRESSED = "signals-suppressed"
+    #: The held prompt's run showed nothing for the stall timeout while it waited on the model.
+    STALLED = "stalled"
     MORE_SIGNALS_NOT_KEPT = "more-signals-not-kept"
 
 
@@ -120,3 +125,5 @@ class StopBy(StrEnum):
     CONTROLLER = "controller"
     TIMEOUT = "timeout"
     CLOSING = "closing"
+    #: The stall timeout's stop (``--stall-timeout``).
+    STALL = "stall"

@@ -30,6 +30,7 @@ from bridge.core.lifecycle import (
     StdoutClosed,
     WriteFailed,
 )
+from bridge.core.progress import DELTA_TYPES, join_deltas
 from bridge.core.session import Session
 from bridge.live.engine import Engine, EngineGone
 from bridge.live.journal import Journal
@@ -70,6 +71,8 @@ class EngineSide:
         self.current: Engine | None = None
         self._writers: dict[Engine, trio.MemorySendChannel[tuple[bytes, str | None]]] = {}
         self._startup_waiting: dict[str, dict[str, Any] | None] = {}
+        #: When the current engine's last line was read (the stall timeout counts from it).
+        self.last_seen: float | None = None
 
     def queue(self, engine: Engine, data: bytes, request: str | None) -> None:
         """Queue ``data`` (whole lines) for ``engine``'s writer; dropped if it has none (it exited)."""
@@ -141,7 +144,9 @@ class EngineSide:
         if engine is not self.current:
             return
         t = self._now()
+        self.last_seen = t
         journal = self.journal
+        deltas: list[Any] = []  # a prompt's text / thinking deltas of this read, joined when handed on
         for seen in self.session.observe_batch(lines, t=t):
             if isinstance(seen, Skipped):
                 if journal is not None:
@@ -155,8 +160,22 @@ class EngineSide:
                     journal.recv(seen.idx, seen.line, parsed, t)  # type: ignore[arg-type]  # not a RawLine: bytes
             if self._startup_waiting and type(parsed) is dict and parsed.get("type") == "response":
                 self._startup_answer(parsed)
-            if seen.events:
-                self._handle(seen.events)
+            events = seen.events
+            if not events:
+                continue
+            one = events[0] if len(events) == 1 else None
+            if isinstance(one, DELTA_TYPES) and (not deltas or type(deltas[0]) is type(one)):
+                deltas.append(one)
+                continue
+            if deltas:  # handed on before what follows them, in order
+                self._handle((join_deltas(deltas),))
+                deltas = []
+            if isinstance(one, DELTA_TYPES):
+                deltas.append(one)
+            else:
+                self._handle(events)
+        if deltas:
+            self._handle((join_deltas(deltas),))
 
     def stderr(self, engine: Engine, text: str) -> None:
         if self.journal is not None:

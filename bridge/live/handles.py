@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from bridge.core.progress import ProgressEvent
 from bridge.core.receipts import Receipt
 
 if TYPE_CHECKING:
@@ -24,6 +25,15 @@ class Pending:
     receipt: Receipt | None = None
     text_send: trio.MemorySendChannel[str] | None = None
     text_recv: trio.MemoryReceiveChannel[str] | None = None
+    event_send: trio.MemorySendChannel[ProgressEvent] | None = None
+    event_recv: trio.MemoryReceiveChannel[ProgressEvent] | None = None
+
+    def close_channels(self) -> None:
+        """The receipt came: whoever reads the text or the events reaches their end."""
+        if self.text_send is not None:
+            self.text_send.close()
+        if self.event_send is not None:
+            self.event_send.close()
 
 
 class PromptHandle:
@@ -55,6 +65,17 @@ class PromptHandle:
         async with recv:
             async for piece in recv:
                 yield piece
+
+    async def events(self) -> AsyncIterator[ProgressEvent]:
+        """What the engine does for this prompt, as it happens (``submit(..., events=True)``):
+        :mod:`bridge.core.progress`'s records (``event.to_json()`` is the JSON ``bridge
+        serve`` writes). Ends at the receipt."""
+        recv = self._prompt.event_recv
+        if recv is None:
+            raise RuntimeError("submit the prompt with events=True to read its events")
+        async with recv:
+            async for event in recv:
+                yield event
 
     async def stop(self) -> str | None:
         """Stop this prompt (:meth:`Bridge.stop`): returns at once with the stop's id, or None."""

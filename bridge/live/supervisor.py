@@ -53,6 +53,7 @@ from bridge.core.lifecycle import (
     RECENT_IDS,
     SIGNALS_PER_GENERATION,
     Acked,
+    Activity,
     BridgeConfig,
     Close,
     Closed,
@@ -79,6 +80,7 @@ from bridge.core.lifecycle import (
     Write,
 )
 from bridge.core.notices import JournalFailedSignal, ReceiptNotice, TextNotice
+from bridge.core.progress import PROGRESS_TYPES
 from bridge.core.receipts import Receipt
 from bridge.core.session import Session
 from bridge.core.tracker import Overlap
@@ -173,16 +175,26 @@ class Bridge:
         stream: bool = False,
         timeout: float | None = None,
         images: list[Any] | None = None,
+        events: bool = False,
+        stall_timeout: float | None = None,
     ) -> PromptHandle:
         """Accept a prompt; returns at once. It always gets a receipt (maybe at once: a rejection).
-        Raises TypeError / ValueError (and accepts nothing) for a message that is not
-        text, a used or empty id, or a bad timeout."""
+
+        ``stream``: its reply text on :meth:`PromptHandle.text`; ``events``: what the engine
+        does for it on :meth:`PromptHandle.events`; ``timeout``: seconds to its settle;
+        ``stall_timeout``: seconds the run may stay quiet while it waits on the model (None:
+        the bridge's; 0: none). Raises TypeError / ValueError (and accepts nothing) for a
+        message that is not text, a used or empty id, or a bad timeout."""
         if not isinstance(message, str):
             raise TypeError(f"message must be a str, not {type(message).__name__}")
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0 or timeout == math.inf
-        ):
+        if timeout is not None and not _seconds(timeout):
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if (
+            stall_timeout is not None
+            and (isinstance(stall_timeout, bool) or stall_timeout != 0)
+            and not _seconds(stall_timeout)
+        ):
+            raise ValueError(f"stall_timeout must be 0 (none) or a positive number of seconds, got {stall_timeout!r}")
         if images is not None and not isinstance(images, list):
             raise TypeError(f"images must be a list, not {type(images).__name__}")
         if request is None:
@@ -196,8 +208,10 @@ class Bridge:
         p = Pending(request)
         if stream:
             p.text_send, p.text_recv = trio.open_memory_channel[str](math.inf)
+        if events:
+            p.event_send, p.event_recv = trio.open_memory_channel[Any](math.inf)
         self._handles[request] = p
-        self._feed(Submit(request, message, images, stream, timeout))
+        self._feed(Submit(request, message, images, stream, timeout, events, stall_timeout))
         return PromptHandle(p, self)
 
     async def prompt(self, message: str, **kw: Any) -> Receipt:
@@ -447,22 +461,22 @@ class Bridge:
             return
         assert engine is not None
         cmd = action.cmd
-        self._record_send(cmd, stream=action.stream)
+        self._record_send(cmd, stream=action.stream, events=action.events)
         if action.kind == "prompt" and action.submitted is not None:
             state = self.session.prompt(action.request)
             if state is not None:
                 state.times["submitted"] = action.submitted
         self.engines.queue(engine, dumps(cmd) + b"\n", action.request)
 
-    def _record_send(self, cmd: dict[str, Any], *, stream: bool = False) -> None:
+    def _record_send(self, cmd: dict[str, Any], *, stream: bool = False, events: bool = False) -> None:
         """Journal a command and feed it to the session, before it is written:
         every line the engine writes in answer is read after it."""
         t = self.now()
         if self.journal is not None:
             self.journal.send(cmd, t)
-        events = self.session.send(cmd, t=t, stream=stream)
-        if events:
-            self._handle(events)
+        seen = self.session.send(cmd, t=t, stream=stream, events=events)
+        if seen:
+            self._handle(seen)
 
     def _deliver(self, receipt: Receipt, release: bool) -> None:
         t = self.now()
@@ -482,8 +496,7 @@ class Bridge:
         if p is None or p.receipt is not None:
             return
         p.receipt = receipt
-        if p.text_send is not None:
-            p.text_send.close()
+        p.close_channels()
         p.done.set()
         self._notify(ReceiptNotice(receipt.request, receipt).to_json())
 
@@ -532,7 +545,19 @@ class Bridge:
                 with trio.move_on_at(at):
                     await changed.wait()
                 if deadline is not None and trio.current_time() >= at:
+                    self._bring_activity_up_to_date()
                     self._feed(Tick())
+
+    def _bring_activity_up_to_date(self) -> None:
+        """Before a Tick: tell the lifecycle when the held prompt's run last showed anything
+        (the engine's last line, noted per read for nothing), so its stall deadline is
+        measured from there. Costs one step per deadline, not one per line."""
+        held = self.lifecycle.state.held
+        if held is None or "stall" not in self.lifecycle.state.deadlines:
+            return
+        seen = self.engines.last_seen
+        if seen is not None:
+            self._feed(Activity(self.generation, held, seen, self.session.stall_pause(held)))
 
     async def _fsync_journal(self) -> None:
         """Make receipts durable off the event loop. Ends when the bridge closes
@@ -577,9 +602,23 @@ class Bridge:
                 self._feed(SignalSeen(generation, event.to_json()))
             elif kind is Retrying:
                 self._notify(event.to_json())
+            elif kind in PROGRESS_TYPES:
+                p = self._handles.get(event.request)
+                if p is not None and p.event_send is not None:
+                    try:
+                        p.event_send.send_nowait(event)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        pass
+                    if self.listeners or self._subscribers:  # its JSON only for someone who reads it
+                        self._notify(event.to_json())
             elif kind is Diagnostic:
                 self._feed(SignalSeen(generation, event.to_json()))
                 engine = self.engine
                 if event.answer is not None and engine is not None and engine.alive:
                     self._record_send(event.answer)
                     self.engines.queue(engine, dumps(event.answer) + b"\n", None)
+
+
+def _seconds(value: Any) -> bool:
+    """A positive, finite number of seconds (not a boolean)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0 and value != math.inf

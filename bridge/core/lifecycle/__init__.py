@@ -22,11 +22,11 @@ exit). This machine owns the rest of SPEC §5 and §7:
   with its deadline, recycling an unsealed or stuck engine, crash counting
   (one count per unrequested exit or failed check, never two), backoff and
   ``engine-down``;
-- **deadlines**: ack, settle (a stop first, then the stop's grace), taint
+- **deadlines**: ack, settle and stall (a stop first, then the stop's grace), taint
   grace, close grace, start-up, backoff, drain (see :data:`DEADLINES`);
 - **stops and whose they are**: the controller's (``interrupted``), a
   timeout's (``timeout``: a prompt's own or the drain bound), closing's
-  (``closing``). Each stop is preceded by a journal ``note`` naming its owner,
+  (``closing``), a stall's (``stalled``). Each stop is preceded by a journal ``note`` naming its owner,
   so replay reaches the same receipt;
 - **shutdown and closing**: shutdown refuses new prompts and works the queue
   off; closing (a signal, the API's close, the drain bound, a journal that
@@ -46,7 +46,8 @@ Inputs come from the controller (:class:`Submit`, :class:`Stop`,
 :class:`Acked`, :class:`Decided`, :class:`Unsealed`, :class:`SignalSeen`,
 :class:`WriteFailed`, :class:`StdoutClosed`, :class:`EngineExited`), from the
 journal (:class:`JournalFailed`), and from time (:class:`Tick`: the trio layer
-sleeps until :meth:`Lifecycle.next_deadline` and then ticks).
+sleeps until :meth:`Lifecycle.next_deadline` and then ticks, first bringing the held run's
+:class:`Activity` up to date so that the stall deadline is measured from its last line).
 """
 
 from bridge.core.lifecycle.actions import (
@@ -64,6 +65,7 @@ from bridge.core.lifecycle.actions import (
 )
 from bridge.core.lifecycle.config import (
     DEADLINES,
+    DEFAULT_STALL_TIMEOUT,
     HELD_DEADLINES,
     RECENT_IDS,
     SIGNALS_PER_GENERATION,
@@ -71,6 +73,7 @@ from bridge.core.lifecycle.config import (
 )
 from bridge.core.lifecycle.inputs import (
     Acked,
+    Activity,
     Close,
     Decided,
     EngineExited,
@@ -104,11 +107,13 @@ from bridge.core.receipts import GiveUpWhy
 
 __all__ = [
     "DEADLINES",
+    "DEFAULT_STALL_TIMEOUT",
     "HELD_DEADLINES",
     "RECENT_IDS",
     "SIGNALS_PER_GENERATION",
     "Acked",
     "Action",
+    "Activity",
     "BridgeConfig",
     "Close",
     "Closed",

@@ -32,6 +32,7 @@ class Write:
     kind: str
     request: str | None = None
     stream: bool = False
+    events: bool = False
     submitted: float | None = None
 
 

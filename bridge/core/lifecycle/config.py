@@ -18,14 +18,20 @@ SIGNALS_PER_GENERATION: Final = 1000
 #:
 #: ``ack``      the held prompt was written and not acked: give up (``no-ack``), recycle
 #: ``settle``   the held prompt's own timeout: send a stop (``timeout``), arm ``stop``
+#: ``stall``    the held prompt's run showed nothing for its stall timeout while it waited on
+#:              the model: a ``stalled`` signal, a stop (``stall``), arm ``stop``. Moved on by
+#:              every :class:`~bridge.core.lifecycle.inputs.Activity`
 #: ``stop``     the timeout's stop was not obeyed: give up (``settle-timeout``), recycle
 #: ``taint``    an unsealed engine's held prompt did not settle: give up (the taint)
 #: ``close``    closing, the stopped prompt did not settle: stop the engine
 #: ``startup``  the start-up check was not answered: a failed check
 #: ``backoff``  the wait before respawning after crashes is over: spawn
 #: ``drain``    shutdown's bound passed: closing, the held prompt stopped (``timeout``)
-DEADLINES: Final = ("ack", "settle", "stop", "taint", "close", "startup", "backoff", "drain")
-HELD_DEADLINES: Final = ("ack", "settle", "stop", "taint", "close")
+DEADLINES: Final = ("ack", "settle", "stall", "stop", "taint", "close", "startup", "backoff", "drain")
+HELD_DEADLINES: Final = ("ack", "settle", "stall", "stop", "taint", "close")
+
+#: The default stall timeout, seconds (README "Stalls" says why this long).
+DEFAULT_STALL_TIMEOUT: Final = 300.0
 
 
 def _positive(instance: Any, attribute: Any, value: Any) -> None:
@@ -43,7 +49,17 @@ class BridgeConfig:
     ack_timeout: float = attrs.field(default=30.0, validator=_positive)
     #: A prompt's own settle timeout (None: wait for the engine). Per prompt too.
     settle_timeout: float | None = attrs.field(default=None, validator=attrs.validators.optional(_positive))
-    #: After the stop a settle timeout sends, how long to wait before giving up.
+    #: No engine line for this long while the held prompt's run waits on the model (not
+    #: while a tool runs; a retry's announced wait is added): stop it, ``failed``/``stalled``.
+    #: None: no stall detection. Per prompt too.
+    stall_timeout: float | None = attrs.field(default=DEFAULT_STALL_TIMEOUT)
+
+    @stall_timeout.validator
+    def _stall_positive(self, attribute: Any, value: float | None) -> None:
+        if value is not None:
+            _positive(self, attribute, value)
+
+    #: After the stop a settle timeout (or a stall) sends, how long to wait before giving up.
     stop_grace: float = attrs.field(default=5.0, validator=_positive)
     #: After an overlap / gap / bad disposition, how long the held slot waits for
     #: its own run to settle before it is given up.

@@ -21,6 +21,10 @@ class Submit:
     stream: bool = False
     #: Seconds from send to settle (None: the config's ``settle_timeout``).
     timeout: float | None = None
+    #: Its events are wanted (:mod:`bridge.core.progress`).
+    events: bool = False
+    #: Its stall timeout in seconds (None: the config's ``stall_timeout``; 0: none).
+    stall_timeout: float | None = None
 
 
 @attrs.frozen
@@ -141,6 +145,18 @@ class JournalFailed:
 
 
 @attrs.frozen
+class Activity:
+    """What the held prompt's run last showed, brought up to date before each :class:`Tick`:
+    ``at`` is when the engine's last line was read, ``pause`` how much longer than the stall
+    timeout the run may stay quiet after it (``inf`` while a tool runs; a retry's wait)."""
+
+    generation: int
+    request: str
+    at: float
+    pause: float = 0.0
+
+
+@attrs.frozen
 class Tick:
     """Time passed: every deadline at or before ``now`` fires."""
 
@@ -162,5 +178,6 @@ Input = (
     | StdoutClosed
     | EngineExited
     | JournalFailed
+    | Activity
     | Tick
 )

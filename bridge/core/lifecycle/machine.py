@@ -4,6 +4,7 @@ The rules it follows are the package's (:mod:`bridge.core.lifecycle`)."""
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,7 @@ from bridge.core.lifecycle.config import (
 )
 from bridge.core.lifecycle.inputs import (
     Acked,
+    Activity,
     Close,
     Decided,
     EngineExited,
@@ -59,6 +61,7 @@ from bridge.core.notices import (
     JournalFailedSignal,
     SealCheckSignal,
     SignalsSuppressed,
+    StalledSignal,
 )
 from bridge.core.receipts import Facts, GiveUpWhy, Receipt, Times, decide, exit_words
 from bridge.core.words import Reason, StopBy
@@ -92,6 +95,7 @@ class Lifecycle:
             StdoutClosed: self._stdout_closed,
             EngineExited: self._exited,
             JournalFailed: self._journal_failed,
+            Activity: self._activity,
             Tick: self._tick,
         }
 
@@ -130,12 +134,15 @@ class Lifecycle:
         s = self.state
         if self.knows(ev.request):
             raise ValueError(f"request id {ev.request!r} is already in use")
+        stall = ev.stall_timeout if ev.stall_timeout is not None else self.config.stall_timeout
         rec = PromptRec(
             request=ev.request,
             message=ev.message,
             images=ev.images,
             stream=ev.stream,
+            events=ev.events,
             timeout=ev.timeout if ev.timeout is not None else self.config.settle_timeout,
+            stall=stall or None,
             submitted=self._now,
         )
         s.prompts[ev.request] = rec
@@ -334,6 +341,23 @@ class Lifecycle:
             # The evidence half decides it on the exit; this asks in case it did not.
             self._give_up(rec, "exited")
 
+    def _activity(self, ev: Activity) -> None:
+        rec = self._held()
+        s = self.state
+        if (
+            rec is None
+            or rec.request != ev.request
+            or not self._current(ev.generation)
+            or "stall" not in s.deadlines
+            or rec.stall is None
+        ):
+            return
+        if ev.pause == math.inf:
+            # A tool runs: nothing to measure, so look again one stall timeout from now.
+            s.deadlines["stall"] = self._now + rec.stall
+        else:
+            s.deadlines["stall"] = max(ev.at, rec.written or 0.0) + ev.pause + rec.stall
+
     # -- time ----------------------------------------------------------------------
 
     def _tick(self, ev: Tick) -> None:
@@ -355,6 +379,14 @@ class Lifecycle:
             return
         if rec.stop is None:
             self._send_stop(rec, StopBy.TIMEOUT, f"the prompt's timeout ({rec.timeout:g} s) passed")
+        self.state.deadlines["stop"] = self._now + self.config.stop_grace
+
+    def _deadline_stall(self) -> None:
+        rec = self._held()
+        if rec is None or rec.gave_up is not None or rec.stop is not None or rec.stall is None:
+            return
+        self._send_stop(rec, StopBy.STALL, f"the run showed nothing for {rec.stall:g} s while it waited on the model")
+        self._signal(StalledSignal(rec.request, rec.stall, rec.stop).to_json())
         self.state.deadlines["stop"] = self._now + self.config.stop_grace
 
     def _deadline_stop(self) -> None:
@@ -453,11 +485,22 @@ class Lifecycle:
         if rec.images:
             cmd["images"] = rec.images
         self._out.append(
-            Write(e.generation, cmd, "prompt", request=rec.request, stream=rec.stream, submitted=rec.submitted)
+            Write(
+                e.generation,
+                cmd,
+                "prompt",
+                request=rec.request,
+                stream=rec.stream,
+                events=rec.events,
+                submitted=rec.submitted,
+            )
         )
+        rec.written = self._now
         s.deadlines["ack"] = self._now + self.config.ack_timeout
         if rec.timeout is not None:
             s.deadlines["settle"] = self._now + rec.timeout
+        if rec.stall is not None:
+            s.deadlines["stall"] = self._now + rec.stall
 
     def _stop_engine(self, *, requested: bool) -> None:
         e = self.state.engine
@@ -485,6 +528,7 @@ class Lifecycle:
         s.stop_serial += 1
         stop = f"stop-{s.stop_serial}"
         rec.stop, rec.stop_by = stop, by
+        s.deadlines.pop("stall", None)  # a stopped run is waited for by its stop's own bounds
         self._note({"event": "stop", "stop": stop, "request": rec.request, "by": by, "why": why})
         if e.phase not in ("checking", "ready"):
             return  # no engine to tell: its exit settles the prompt

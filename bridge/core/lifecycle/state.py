@@ -23,8 +23,13 @@ class PromptRec:
     message: str
     images: list[Any] | None = None
     stream: bool = False
+    events: bool = False
     timeout: float | None = None
+    #: Its stall timeout (None: none).
+    stall: float | None = None
     submitted: float = 0.0
+    #: When it was written to the engine.
+    written: float | None = None
     #: ``queued`` until written, then ``held``.
     phase: str = "queued"
     stop: str | None = None

@@ -7,7 +7,7 @@ token usage. It has two wire forms, both OpenAI's chat completions API as Pi's
 
 - ``"stream": false``: one ``chat.completion`` object (:func:`completion`).
 - ``"stream": true``: ``chat.completion.chunk`` objects (:func:`chunks`): a first chunk with
-  ``delta.role = "assistant"``, content deltas, then per tool call one delta naming it and
+  ``delta.role = "assistant"``, thinking deltas (``reasoning_content``), content deltas, then per tool call one delta naming it and
   deltas with its arguments in pieces, a final chunk with an empty delta and
   ``finish_reason``, then (if ``stream_options.include_usage``) a chunk with
   ``choices: []`` and ``usage``. The HTTP handler sends them as Server-Sent Events and ends
@@ -34,6 +34,8 @@ class Reply:
     created: int
     model: str
     text: str
+    #: Thinking text (``reasoning_content``), "" for none.
+    reasoning: str
     #: ``{"id", "name", "arguments"}``, the arguments a JSON string.
     calls: list[dict[str, Any]]
     finish: str
@@ -52,6 +54,7 @@ def make_reply(req: dict[str, Any], step: dict[str, Any], n: int, model_id: str)
         created=int(time.time()),
         model=req.get("model") or model_id,
         text=text,
+        reasoning=str(step.get("reasoning") or ""),
         calls=calls_norm,
         finish=step.get("finish_reason") or ("tool_calls" if calls_norm else "stop"),
         usage=_usage(req, text, calls_norm, step.get("usage")),
@@ -73,15 +76,26 @@ def _usage(
     """About four characters a token, unless the step says."""
     prompt = max(1, len(json.dumps(req.get("messages", []))) // 4)
     completion = max(1, (len(text) + sum(len(c["arguments"]) for c in calls)) // 4)
+    cached = 0
     if override:
         prompt = int(override.get("prompt_tokens", prompt))
         completion = int(override.get("completion_tokens", completion))
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        cached = int(override.get("cached_tokens", 0))
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+    if cached:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return usage
 
 
 def completion(reply: Reply) -> dict[str, Any]:
     """The ``chat.completion`` object (the answer to ``"stream": false``)."""
     message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+    if reply.reasoning:
+        message["reasoning_content"] = reply.reasoning
     if reply.calls:
         message["tool_calls"] = [
             {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
@@ -100,6 +114,7 @@ def completion(reply: Reply) -> dict[str, Any]:
 def chunks(reply: Reply, size: int, include_usage: bool) -> list[dict[str, Any]]:
     """The ``chat.completion.chunk`` objects of a streamed reply, text and arguments in ``size``-character pieces."""
     events = [_chunk(reply, {"role": "assistant", "content": ""})]
+    events += [_chunk(reply, {"reasoning_content": piece}) for piece in _pieces(reply.reasoning, size)]
     events += [_chunk(reply, {"content": piece}) for piece in _pieces(reply.text, size)]
     for j, c in enumerate(reply.calls):
         named = {"index": j, "id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": ""}}

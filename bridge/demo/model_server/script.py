@@ -15,6 +15,9 @@ Reply content:
                            ``{"path": "..."}``); finish_reason becomes
                            ``"tool_calls"``. ``tool_calls``: [..] for several.
                            May follow ``text`` in the same reply.
+  ``reasoning``: str       thinking text, streamed before the reply as
+                           ``delta.reasoning_content`` (what llama.cpp and
+                           DeepSeek send; Pi reads it as a thinking block).
 Streaming shape:
   ``chunk``: int           characters per content delta (default 8); tool-call
                            arguments are streamed in pieces of the same size.
@@ -22,7 +25,9 @@ Streaming shape:
                            stream is text with a large delay.
   ``latency``: float       seconds to wait before sending anything (headers).
   ``finish_reason``: str   override the final finish_reason (e.g. ``"length"``).
-  ``usage``: {...}         override ``prompt_tokens`` / ``completion_tokens``.
+  ``usage``: {...}         override ``prompt_tokens`` / ``completion_tokens``;
+                           ``cached_tokens`` (sent as
+                           ``prompt_tokens_details.cached_tokens``: cache reads).
 Failures:
   ``status``: int          answer with this HTTP status (e.g. 500, 429, 529)
                            and an OpenAI-style error body; no step content.
@@ -65,6 +70,7 @@ STEP_KEYS = frozenset(
     {
         "text",
         "words",
+        "reasoning",
         "tool_call",
         "tool_calls",
         "chunk",

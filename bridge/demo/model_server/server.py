@@ -38,12 +38,15 @@ def models_json(
     base_url: str,
     provider: str = DEFAULT_PROVIDER,
     model_id: str = DEFAULT_MODEL_ID,
+    cost: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """The ``models.json`` content that points Pi 1.6.0 at this server.
 
     Format from Pi's docs/models.md ("Configure a compatible endpoint") and
     docs/models-configuration.md: a custom provider needs ``baseUrl`` and
-    ``api``; the dummy ``apiKey`` makes the model available.
+    ``api``; the dummy ``apiKey`` makes the model available. ``cost``: the model's
+    prices per million tokens (``input``, ``output``, ``cacheRead``, ``cacheWrite``;
+    default all 0), from which Pi computes each message's ``usage.cost``.
     """
     model = {
         "id": model_id,
@@ -52,7 +55,7 @@ def models_json(
         "input": ["text"],
         "contextWindow": 128000,
         "maxTokens": 16384,
-        "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
+        "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, **(cost or {})},
     }
     compat = {
         "supportsStore": False,
@@ -80,13 +83,14 @@ def write_models(
     base_url: str,
     provider: str = DEFAULT_PROVIDER,
     model_id: str = DEFAULT_MODEL_ID,
+    cost: dict[str, float] | None = None,
 ) -> str:
     """Write ``directory/models.json`` atomically; return its path."""
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, "models.json")
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(models_json(base_url, provider, model_id), f, indent=2)
+        json.dump(models_json(base_url, provider, model_id, cost), f, indent=2)
         f.write("\n")
     os.replace(tmp, path)
     return path
@@ -114,8 +118,14 @@ class ServerHandle:
         """Script steps not yet consumed."""
         return self._server.script.remaining
 
-    def write_models(self, directory: str, provider: str = DEFAULT_PROVIDER, model_id: str | None = None) -> str:
-        return write_models(directory, self.base_url, provider, model_id or self._server.model_id)
+    def write_models(
+        self,
+        directory: str,
+        provider: str = DEFAULT_PROVIDER,
+        model_id: str | None = None,
+        cost: dict[str, float] | None = None,
+    ) -> str:
+        return write_models(directory, self.base_url, provider, model_id or self._server.model_id, cost)
 
     def close(self) -> None:
         """Stop serving: waiting handlers see the stop flag and end; the thread is joined (≤ 5 s)."""

@@ -59,6 +59,16 @@ def timeout(facts: Facts, why: str) -> dict[str, str]:
     }
 
 
+def stalled() -> dict[str, str]:
+    """The bridge's stall detection stopped a run that went quiet while it waited on the model."""
+    return {
+        "cause": "the model's provider accepted the request and then sent nothing (no token, no error) for "
+        "the stall timeout, or a model thinks that long before its first token",
+        "check": "the provider's status and the engine's stderr around the stop; raise --stall-timeout (or "
+        'the prompt\'s "stallTimeout") for a model that is silent that long by design, 0 turns it off',
+    }
+
+
 def closing(facts: Facts) -> dict[str, str]:
     """The bridge stopped a run because it was closing: what its first closing note says made it close."""
     why = facts.closing_why()

@@ -322,6 +322,9 @@ class Diagnoser:
         by = self.tally.receipts.setdefault(r.state, {})
         reason = r.reason or "-"
         by[reason] = by.get(reason, 0) + 1
+        if r.usage is not None:
+            self.tally.runs += 1
+            self.tally.usage = self.tally.usage.plus(r.usage)
         if not explained(r):
             if self.timeline is not None:
                 self.timeline.receipt(r, self._pos, unsent=unsent)
@@ -532,6 +535,7 @@ class Diagnoser:
             "journal": {"live": tally.engine_starts > 0, "closed": self.closed, "failed": facts.journal_error},
             "prompts": {"sent": tally.prompts_sent, "receipts": total},
             "receipts": {state: dict(sorted(reasons.items())) for state, reasons in sorted(tally.receipts.items())},
+            "usage": {"runs": tally.runs, **tally.usage.to_json()} if tally.runs else None,
             "signals": dict(sorted(tally.signals.items())),
             "gaps": {"count": sum(facts.gaps.values()), "why": dict(sorted(facts.gaps.items()))},
             "engine_starts": tally.engine_starts,

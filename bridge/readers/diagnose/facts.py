@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import attrs
 
+from bridge.core.receipts import Usage
 from bridge.readers.diagnose.findings import Finding
 from bridge.readers.diagnose.render import CLOSING_WORDS, Item, fmt_t, short
 from bridge.transcript import Header
@@ -150,6 +151,9 @@ class Tally:
     engine_exits: int = 0
     abnormal_exits: int = 0
     engine_down: int = 0
+    #: Receipts that had a run, and their usage summed.
+    runs: int = 0
+    usage: Usage = attrs.field(factory=Usage)
 
     def count(self, name: str) -> None:
         self.signals[name] = self.signals.get(name, 0) + 1

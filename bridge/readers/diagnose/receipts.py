@@ -3,7 +3,7 @@
 Rules (SPEC section 5): a receipt gets a finding when a controller cannot act on it without doubt
 (:data:`UNCERTAIN`: ``pending``, ``delivery-unknown``, ``outcome-unknown``) or when it is
 ``failed`` with a reason of :data:`BRIDGE_STOPS` (the bridge, not the controller, stopped the run:
-``timeout`` or ``closing``). A pending receipt says why the transcript does not finish the prompt's
+``timeout``, ``closing`` or ``stalled``). A pending receipt says why the transcript does not finish the prompt's
 story; a bridge stop says which stop, why (its ``stop`` note) and what made the bridge close (its
 ``closing`` note); any other says what the evidence shows for its reason, one step per reason.
 """
@@ -26,7 +26,7 @@ from bridge.transcript import Entry
 UNCERTAIN: Final = frozenset({"pending", "delivery-unknown", "outcome-unknown"})
 #: Reasons of a ``failed`` receipt whose run the bridge itself stopped (SPEC section 5):
 #: each gets a finding too. They are also the ``by`` of the bridge's ``stop`` notes.
-BRIDGE_STOPS: Final = frozenset({"timeout", "closing"})
+BRIDGE_STOPS: Final = frozenset({"timeout", "closing", "stalled"})
 
 
 def explained(r: Receipt) -> bool:
@@ -163,6 +163,8 @@ def _bridge_stop(at: ReceiptAt) -> Words:
     )
     if r.reason == "timeout":
         return Words("", text, [causes.timeout(facts, why)])
+    if r.reason == "stalled":
+        return Words("", text, [causes.stalled()])
     text += " " + facts.closing_words()
     failed = facts.journal_failed
     related = [failed.n] if failed is not None and facts.closing_why() == "journal" else []
@@ -174,6 +176,8 @@ def stop_why(note: dict[str, Any] | None, reason: str | None) -> str:
     why = note.get("why") if note is not None else None
     if isinstance(why, str) and why.strip():
         return short(why.strip(), 300).rstrip(".")
+    if reason == "stalled":
+        return "the run showed nothing for the stall timeout while it waited on the model"
     return "a timeout passed" if reason == "timeout" else "the bridge was closing"
 
 

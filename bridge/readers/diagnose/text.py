@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bridge.core.receipts import Usage, usage_words
 from bridge.readers.diagnose.diagnoser import Diagnoser
 from bridge.readers.diagnose.findings import MAX_FINDINGS, Finding
 from bridge.readers.diagnose.render import fmt_t, short
@@ -92,6 +93,10 @@ def _summary(s: dict[str, Any]) -> list[str]:
         out.append("  receipts: " + "; ".join(parts))
     else:
         out.append("  receipts: none")
+    usage = s.get("usage")
+    if usage:
+        u = Usage.from_json({k: v for k, v in usage.items() if k != "runs"})
+        out.append(f"  usage: {usage['runs']} run(s), " + usage_words(u))
     out.append("  signals: " + (", ".join(f"{k} {v}" for k, v in s["signals"].items()) or "none"))
     gaps = s["gaps"]
     out.append(
