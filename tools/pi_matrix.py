@@ -90,7 +90,15 @@ def _npm_json(args: Sequence[str], cwd: Path) -> Any:
 
 
 def make_lock(version: str, log: Log = print) -> Path:
-    """Write ``tools/pi-matrix/VERSION/package.json`` (siblings pinned by ``overrides``) and its lock."""
+    """Write ``tools/pi-matrix/VERSION/package.json`` (siblings pinned by ``overrides``) and its lock.
+
+    Not for the pin: its lock is ``tools/pi/package-lock.json`` (README "Moving the pin").
+    """
+    from bridge.profiles.pi import PI_PIN
+
+    if version == PI_PIN:
+        log(f"pi {version}: the pin's lock is tools/pi/package-lock.json (README: moving the pin)")
+        return ROOT / "tools" / "pi"
     folder = MATRIX_DIR / version
     folder.mkdir(parents=True, exist_ok=True)
     (folder / ".npmrc").write_text(NPMRC)
