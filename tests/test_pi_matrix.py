@@ -167,7 +167,7 @@ def test_startup_refuses_the_oldest_version_naming_the_first_version_with_each_n
 
 
 def test_the_oldest_version_allowed_gives_receipts_that_say_what_is_unknown(oldest: Path, scripted: Any) -> None:
-    p = _bridge_run(oldest, "--allow-other-pi-version", "hello", "again", models=scripted.models)
+    p = _bridge_run(oldest, "--allow-other-pi-version", "--taint-grace", "1", "hello", "again", models=scripted.models)
     assert p.returncode == 1, p.stdout + p.stderr
     assert f"running Pi {OLDEST} anyway" in p.stderr and "no prompt can finish" in p.stderr
     receipts = [json.loads(line) for line in p.stdout.splitlines()]
