@@ -42,8 +42,11 @@ from bridge import __version__
 from bridge.controller.messages import (
     Bye,
     Command,
+    Configure,
+    Configured,
     ControllerError,
     LineError,
+    NewConversation,
     Prompt,
     Ready,
     Reply,
@@ -56,6 +59,7 @@ from bridge.controller.messages import (
 )
 from bridge.controller.output import Output
 from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
+from bridge.core.wire import converter
 from bridge.live.api import Bridge, BridgeConfig, open_bridge
 from bridge.profiles.command import EngineProfile
 
@@ -219,7 +223,16 @@ async def _act(bridge: Bridge, cmd: Command, lineno: int, drain_timeout: float |
                 images=cmd.images,
                 events=cmd.events,
                 stall_timeout=cmd.stall_timeout,
+                provider=cmd.wanted.provider,
+                model=cmd.wanted.model,
+                thinking=cmd.wanted.thinking,
             )
+        case Configure():
+            w = cmd.wanted
+            bridge.configure(provider=w.provider, model=w.model, thinking=w.thinking)
+            return Configured(converter.unstructure(bridge.lifecycle.state.wanted))
+        case NewConversation():
+            bridge.new_conversation()
         case Stop():
             if not bridge.knows(cmd.id):
                 return LineError.unknown_id(cmd.id, lineno)

@@ -78,8 +78,9 @@ from bridge.core.events import (
     TextDelta,
 )
 from bridge.core.framing import MESSAGE_UPDATE, Oversize, RawLine, all_utf8, parse_line, update_runs, valid_utf8
-from bridge.core.progress import EVENT_LINES, translate
+from bridge.core.progress import EVENT_LINES, TextEvent, ThinkingEvent, translate
 from bridge.core.receipts import Facts, GiveUpWhy, Receipt, Times, Usage, decide, exit_words
+from bridge.core.steering import EngineConfig
 from bridge.core.tracker import Overlap, Settled, Tracker, Working
 from bridge.core.words import Reason, RequestId, Signal, StopBy
 
@@ -128,6 +129,8 @@ class PromptState:
     tools_running: set[str] = attrs.field(factory=set)
     #: Seconds the engine said it waits before retrying (its last line was ``auto_retry_start``).
     retry_delay: float = 0.0
+    #: The model and thinking level the engine was verified to have (a ``config`` note).
+    config: EngineConfig | None = None
 
 
 class Session:
@@ -169,6 +172,8 @@ class Session:
         #: Whose stop each stop id is, from the ``stop`` notes (a stop with no
         #: note is the controller's: journals before the notes existed).
         self._stop_by: dict[RequestId, StopBy] = {}
+        #: Configurations noted for prompts about to be sent (``config`` notes), by request.
+        self._configs: dict[RequestId, EngineConfig] = {}
         #: The current engine's last stderr lines, for ``engine-exited`` receipts.
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_QUOTED)
 
@@ -204,6 +209,8 @@ class Session:
                 self._taint(Reason.OVERLAP, self.tracker.idx, out)
             self.tracker.attach(request)
             state = PromptState(request, stream=stream, events=events, pid=self.pid, generation=self.generation)
+            if self._configs and isinstance(request, str):
+                state.config = self._configs.pop(request, None)
             if t is not None:
                 state.times["sent"] = t
             self.open[request] = state
@@ -285,6 +292,10 @@ class Session:
         kind = value.get("type")
         if kind == "response":
             return idx, self._response(value, idx, t)
+        if kind == "message_update":
+            # The tracker reads none of them (the fast path skips them whole): only streamed
+            # text and the prompt's events come of one.
+            return idx, self._update(value, idx)
         events: list[Event] = self.tracker.event(value, idx)  # type: ignore[assignment]  # a fresh list we extend
         self._apply_tracker(events, value, idx, t)
         self._engine_event(kind, value, idx, events)
@@ -293,6 +304,30 @@ class Session:
         if self._displaced and self.taint is not None:
             self._settle_displaced(idx, t, events)
         return idx, events
+
+    def _update(self, value: dict[str, Any], idx: int) -> Sequence[Event]:
+        """A ``message_update``: a text delta for a streamed prompt (:class:`TextDelta`) and,
+        for a prompt that asked for its events, its text or thinking delta; only for the held
+        prompt's own run while the engine is sealed (Pi 1.6 writes only the delta and the usage,
+        no partial message)."""
+        held = self.held
+        if held is None or held.receipt is not None or self.taint is not None or not (held.stream or held.events):
+            return NO_EVENTS
+        if not self._in_slots_run():
+            return NO_EVENTS
+        held.retry_delay = 0.0
+        delta = value.get("assistantMessageEvent")
+        piece = delta.get("delta") if type(delta) is dict else None
+        if type(piece) is not str or not piece:
+            return NO_EVENTS
+        kind = delta.get("type")  # type: ignore[union-attr]  # a dict: piece came from it
+        if kind == "text_delta":
+            if held.events and held.stream:
+                return (TextEvent(held.request, idx, piece), TextDelta(held.request, piece))
+            return (TextEvent(held.request, idx, piece),) if held.events else (TextDelta(held.request, piece),)
+        if kind == "thinking_delta" and held.events:
+            return (ThinkingEvent(held.request, idx, piece),)
+        return NO_EVENTS
 
     def _gap(self, value: Any, idx: int, t: float | None) -> list[Event]:
         """A line that is not a JSON object: the gap, and the taint it brings."""
@@ -346,8 +381,8 @@ class Session:
                 if event is not None:
                     events.append(event)
             self._track_run(held, kind, value)
-        if kind == "message_end" or kind == "message_update":
-            self._capture_text(kind, value, events)
+        if kind == "message_end":
+            self._capture_reply(value)
         elif kind == "extension_ui_request" or kind == "extension_error":
             events.append(self._diagnostic(kind, value, idx))
         elif kind == "auto_retry_start" and self.held is not None and self.held.receipt is None:
@@ -423,6 +458,10 @@ class Session:
             stop, by = value.get("stop"), value.get("by")
             if isinstance(stop, str) and by in _STOP_BY:
                 self._stop_by[stop] = StopBy(by)
+        elif event == "config":
+            request, config = value.get("request"), value.get("config")
+            if isinstance(request, str) and isinstance(config, dict):
+                self._configs[request] = EngineConfig.from_json(config)
         elif event == "engine-start":
             pid, generation = value.get("pid"), value.get("generation")
             self.engine_started(
@@ -627,33 +666,25 @@ class Session:
             pid=prompt.pid,
             generation=prompt.generation,
             usage=prompt.usage if run is not None else None,
+            config=prompt.config,
         )
         prompt.receipt = receipt
         if self.collect:
             self.receipts.append(receipt)
         events.append(ReceiptReady(receipt))
 
-    def _capture_text(self, kind: str, value: dict[str, Any], events: list[Event]) -> None:
+    def _capture_reply(self, value: dict[str, Any]) -> None:
+        """An assistant ``message_end`` of the held prompt's own run: its reply text (the last
+        one wins) and its usage (summed)."""
         held = self.held
-        slot = self.tracker.slot
-        if held is None or held.receipt is not None or slot is None or slot.run_id is None:
+        if held is None or held.receipt is not None or not self._in_slots_run():
             return
-        if self.tracker.current != slot.run_id:
-            return
-        if kind == "message_end":
-            message = value.get("message")
-            if isinstance(message, dict) and message.get("role") == "assistant":
-                held.usage = held.usage.add(message)
-                text = message_text(message)
-                if text:
-                    held.reply = text
-        elif held.stream and self.taint is None:
-            # Pi 1.6 writes only the delta and the usage (no partial message).
-            delta = value.get("assistantMessageEvent")
-            if isinstance(delta, dict) and delta.get("type") == "text_delta":
-                piece = delta.get("delta")
-                if isinstance(piece, str) and piece:
-                    events.append(TextDelta(held.request, piece))
+        message = value.get("message")
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            held.usage = held.usage.add(message)
+            text = message_text(message)
+            if text:
+                held.reply = text
 
     def _diagnostic(self, kind: str, value: dict[str, Any], idx: int) -> Diagnostic:
         if kind == "extension_ui_request":

@@ -25,7 +25,8 @@ class Spawn:
 class Write:
     """Journal ``cmd``, feed it to the session, then write it to engine ``generation``.
 
-    ``kind``: ``startup``, ``prompt``, ``clear`` or ``abort``."""
+    ``kind``: ``startup``, ``prompt``, ``clear``, ``abort`` or ``config`` (answered by
+    :class:`~bridge.core.lifecycle.inputs.Configured` once every one of the batch is)."""
 
     generation: int
     cmd: dict[str, Any]

@@ -16,6 +16,7 @@ SIGNALS_PER_GENERATION: Final = 1000
 
 #: The deadlines, and what happens when each passes:
 #:
+#: ``config``   the held prompt's configuration was not answered: ``rejected``/``config``, recycle
 #: ``ack``      the held prompt was written and not acked: give up (``no-ack``), recycle
 #: ``settle``   the held prompt's own timeout: send a stop (``timeout``), arm ``stop``
 #: ``stall``    the held prompt's run showed nothing for its stall timeout while it waited on
@@ -27,8 +28,8 @@ SIGNALS_PER_GENERATION: Final = 1000
 #: ``startup``  the start-up check was not answered: a failed check
 #: ``backoff``  the wait before respawning after crashes is over: spawn
 #: ``drain``    shutdown's bound passed: closing, the held prompt stopped (``timeout``)
-DEADLINES: Final = ("ack", "settle", "stall", "stop", "taint", "close", "startup", "backoff", "drain")
-HELD_DEADLINES: Final = ("ack", "settle", "stall", "stop", "taint", "close")
+DEADLINES: Final = ("config", "ack", "settle", "stall", "stop", "taint", "close", "startup", "backoff", "drain")
+HELD_DEADLINES: Final = ("config", "ack", "settle", "stall", "stop", "taint", "close")
 
 #: The default stall timeout, seconds (README "Stalls" says why this long).
 DEFAULT_STALL_TIMEOUT: Final = 300.0

@@ -32,10 +32,13 @@ from bridge.core.lifecycle.inputs import (
     Acked,
     Activity,
     Close,
+    Configure,
+    Configured,
     Decided,
     EngineExited,
     Input,
     JournalFailed,
+    NewConversation,
     NotWritten,
     Shutdown,
     SignalSeen,
@@ -64,6 +67,8 @@ from bridge.core.notices import (
     StalledSignal,
 )
 from bridge.core.receipts import Facts, GiveUpWhy, Receipt, Times, decide, exit_words
+from bridge.core.steering import commands, verify
+from bridge.core.wire import converter
 from bridge.core.words import Reason, StopBy
 
 # --------------------------------------------------------------------------
@@ -80,6 +85,9 @@ class Lifecycle:
         self._now = 0.0
         self._handlers: dict[type, Callable[[Any], None]] = {
             Submit: self._submit,
+            Configure: self._configure,
+            Configured: self._configured,
+            NewConversation: self._new_conversation,
             Stop: self._stop,
             Shutdown: self._shutdown,
             Close: self._close,
@@ -144,6 +152,7 @@ class Lifecycle:
             timeout=ev.timeout if ev.timeout is not None else self.config.settle_timeout,
             stall=stall or None,
             submitted=self._now,
+            wanted=ev.wanted.over(s.wanted),
         )
         s.prompts[ev.request] = rec
         if s.closing is not None or s.draining or s.closed:
@@ -160,14 +169,64 @@ class Lifecycle:
         rec = s.prompts.get(ev.request)
         if rec is None:
             self._out.append(StopAnswer(ev.request, None))
-        elif rec.phase == "queued":
-            s.queue.remove(rec.request)
+        elif rec.phase in ("queued", "configuring"):  # never written: nothing to abort
             self._reject(rec, Reason.CANCELLED)
             self._out.append(StopAnswer(ev.request, None))
         else:
             if rec.stop is None and rec.gave_up is None:
                 self._send_stop(rec, StopBy.CONTROLLER, "the controller asked")
             self._out.append(StopAnswer(ev.request, rec.stop))
+
+    def _configure(self, ev: Configure) -> None:
+        self.state.wanted = ev.wanted.over(self.state.wanted)
+        self._note({"event": "configure", "wanted": converter.unstructure(self.state.wanted)})
+
+    def _new_conversation(self, ev: NewConversation) -> None:
+        self.state.fresh = True
+        self._note({"event": "new-conversation"})
+
+    def _configured(self, ev: Configured) -> None:
+        s, e = self.state, self.state.engine
+        rec = self._held()
+        if rec is None or rec.phase != "configuring" or rec.request != ev.request or not self._current(ev.generation):
+            return
+        rec.config_answers.update(ev.answers)
+        prefix = self._config_prefix(rec)
+        cmds = self._config_commands(rec)
+        if len(rec.config_answers) < len(cmds):
+            # One at a time: Pi 1.6.0 runs commands concurrently, and answered a get_state
+            # written right behind a set_model with the old model (and set_model after it).
+            self._out.append(Write(e.generation, cmds[len(rec.config_answers)], "config", request=rec.request))
+            s.deadlines["config"] = self._now + self.config.ack_timeout
+            return
+        s.deadlines.pop("config", None)
+        if rec.fresh:
+            new = rec.config_answers.get(f"{prefix}:new", {})
+            data = new.get("data")
+            if new.get("success") is not True or (isinstance(data, dict) and data.get("cancelled")):
+                # Pi would not start a new conversation (an extension cancelled it): a fresh
+                # engine is one. The prompt waits for it.
+                rec.fresh = False
+                e.recycle = True
+                self._note({"event": "new-conversation", "request": rec.request, "by": "recycling the engine"})
+                self._requeue(rec)
+                return
+        config, problem = verify(rec.wanted, rec.config_answers, prefix)
+        e.config = config if problem is None else None
+        self._note(
+            {
+                "event": "configured",
+                "request": rec.request,
+                "config": config.to_json() if config is not None else None,
+                "problem": problem,
+            }
+        )
+        if problem is not None:
+            self._reject(rec, Reason.CONFIG, problem)
+        elif not e.sealed or e.recycle or e.phase != "ready":
+            self._requeue(rec)  # not onto this engine: it is replaced first
+        else:
+            self._send_prompt(rec)
 
     def _shutdown(self, ev: Shutdown) -> None:
         s = self.state
@@ -226,6 +285,7 @@ class Lifecycle:
         e = self.state.engine
         if not self._current(ev.generation) or e.phase != "checking":
             return
+        e.config = ev.config
         self._end_check(list(ev.problems))
 
     def _end_check(self, problems: list[str]) -> None:
@@ -267,7 +327,7 @@ class Lifecycle:
             return
         e.sealed = False
         rec = self._held()
-        if rec is not None and rec.gave_up is None and "taint" not in self.state.deadlines:
+        if rec is not None and rec.phase == "held" and rec.gave_up is None and "taint" not in self.state.deadlines:
             self.state.deadlines["taint"] = self._now + self.config.taint_grace
 
     def _signal_seen(self, ev: SignalSeen) -> None:
@@ -295,7 +355,9 @@ class Lifecycle:
             return
         e.recycle = True
         rec = self._held()
-        if rec is not None and rec.request == ev.request and not rec.acked:
+        if rec is not None and rec.phase == "configuring":
+            self._reject(rec, Reason.CONFIG, "the engine stopped reading its configuration commands")
+        elif rec is not None and rec.request == ev.request and not rec.acked:
             self._give_up(rec, "ack")
 
     def _not_written(self, ev: NotWritten) -> None:
@@ -337,7 +399,9 @@ class Lifecycle:
         e.phase = "none"
         e.pid = None
         rec = self._held()
-        if rec is not None and rec.gave_up is None:
+        if rec is not None and rec.phase == "configuring":
+            self._requeue(rec)  # never written: it waits for the next engine
+        elif rec is not None and rec.gave_up is None:
             # The evidence half decides it on the exit; this asks in case it did not.
             self._give_up(rec, "exited")
 
@@ -366,6 +430,14 @@ class Lifecycle:
         for _, _, name in due:
             if s.deadlines.pop(name, None) is not None:
                 getattr(self, "_deadline_" + name)()
+
+    def _deadline_config(self) -> None:
+        rec = self._held()
+        if rec is not None and rec.phase == "configuring":
+            self.state.engine.recycle = True
+            self._reject(
+                rec, Reason.CONFIG, f"the engine did not answer its configuration in {self.config.ack_timeout:g} s"
+            )
 
     def _deadline_ack(self) -> None:
         rec = self._held()
@@ -474,13 +546,62 @@ class Lifecycle:
         e.recycle = False
         e.signals = 0
         e.in_startup = False
+        e.config = None
+        e.configs = 0
+        self.state.fresh = False  # a new engine's conversation is new
         self._out.append(Spawn(e.generation))
 
     def _write_prompt(self) -> None:
+        """The queue's first prompt takes the slot: configured first if it asks for what the
+        engine is not known to have, else written."""
         s, e = self.state, self.state.engine
         rec = s.prompts[s.queue.pop(0)]
+        s.held = rec.request
+        satisfied = rec.wanted.empty or (e.config is not None and e.config.satisfies(rec.wanted))
+        if satisfied and not s.fresh:
+            self._send_prompt(rec)
+            return
+        rec.phase = "configuring"
+        rec.fresh, s.fresh = s.fresh, False
+        e.configs += 1
+        self._note(
+            {
+                "event": "configure",
+                "request": rec.request,
+                "wanted": converter.unstructure(rec.wanted),
+                "new_conversation": rec.fresh,
+            }
+        )
+        rec.config_answers = {}
+        self._out.append(Write(e.generation, self._config_commands(rec)[0], "config", request=rec.request))
+        s.deadlines["config"] = self._now + self.config.ack_timeout
+
+    def _config_prefix(self, rec: PromptRec) -> str:
+        return f"cfg-{self.state.engine.generation}-{self.state.engine.configs}"
+
+    def _config_commands(self, rec: PromptRec) -> list[dict[str, Any]]:
+        """What is written, one at a time, before ``rec``: ``new_session`` if a new
+        conversation was asked for, then its configuration, ``get_state`` last."""
+        prefix = self._config_prefix(rec)
+        first = [{"type": "new_session", "id": f"{prefix}:new"}] if rec.fresh else []
+        return first + commands(rec.wanted, prefix)
+
+    def _requeue(self, rec: PromptRec) -> None:
+        """A prompt holding the slot but never written goes back to the front of the queue."""
+        s = self.state
+        s.held = None
+        for name in HELD_DEADLINES:
+            s.deadlines.pop(name, None)
+        rec.phase = "queued"
+        s.queue.insert(0, rec.request)
+
+    def _send_prompt(self, rec: PromptRec) -> None:
+        s, e = self.state, self.state.engine
         rec.phase = "held"
         s.held = rec.request
+        rec.config = e.config
+        if e.config is not None:
+            self._note({"event": "config", "request": rec.request, "config": e.config.to_json()})
         cmd: dict[str, Any] = {"type": "prompt", "id": rec.request, "message": rec.message}
         if rec.images:
             cmd["images"] = rec.images
@@ -545,7 +666,9 @@ class Lifecycle:
         for name in ("drain", "backoff"):
             s.deadlines.pop(name, None)
         rec = self._held()
-        if rec is not None and rec.gave_up is None:
+        if rec is not None and rec.phase == "configuring":
+            self._reject(rec, Reason.CLOSING)  # never written
+        elif rec is not None and rec.gave_up is None:
             if rec.stop is None:
                 if why == "drain-timeout":
                     self._send_stop(rec, StopBy.TIMEOUT, "the drain bound (--drain-timeout) passed")
@@ -580,8 +703,9 @@ class Lifecycle:
 
     def _deliver(self, rec: PromptRec, receipt: Receipt) -> None:
         s = self.state
+        # Only a written prompt has a slot in the evidence half to release.
         release = rec.phase == "held"
-        if release:
+        if rec.phase in ("held", "configuring") and s.held == rec.request:
             s.held = None
             for name in HELD_DEADLINES:
                 s.deadlines.pop(name, None)
