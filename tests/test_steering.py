@@ -233,3 +233,62 @@ async def test_a_new_conversation_forgets_the_old_context(pinned_pi: Any, tmp_pa
     sends = [s for s in sends if s is not None]
     assert sends[sends.index("new_session") :][:3] == ["new_session", "get_state", "prompt"]
     assert sends.count("new_session") == 1
+
+
+async def test_models_through_the_api_serve_and_the_cli(pinned_pi: Any, tmp_path: Path) -> None:
+    """What the engine offers, asked through the lifecycle (an engine started for it), three ways."""
+    server = start_server([])
+    models = two_models(server, tmp_path / "models.json")
+    try:
+        with trio.fail_after(60):
+            async with open_bridge(scripted_profile(models), journal=None) as bridge:
+                offered = await bridge.models()
+        pick = {(m["provider"], m["id"]): m["reasoning"] for m in offered}
+        assert pick[("scripted", "scripted-model")] is False and pick[("scripted", THINKER)] is True
+        assert all(m["contextWindow"] == 128000 for m in offered if m["provider"] == "scripted")
+        flags = ["--models-json", models, "--provider", "scripted", "--model", "scripted-model"]
+        cli = subprocess.run(
+            [sys.executable, "-m", "bridge", "models", *flags], capture_output=True, text=True, timeout=60, cwd=ROOT
+        )
+        assert cli.returncode == 0, cli.stderr
+        assert cli.stdout.splitlines()[0].split()[:4] == ["provider", "id", "reasoning", "context"]
+        assert any(line.split()[:3] == ["scripted", THINKER, "yes"] for line in cli.stdout.splitlines())
+        as_json = subprocess.run(
+            [sys.executable, "-m", "bridge", "models", "--json", *flags],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+        assert as_json.returncode == 0 and {json.loads(x)["id"] for x in as_json.stdout.splitlines()} >= {
+            "scripted-model",
+            THINKER,
+        }
+        serve = subprocess.run(
+            [sys.executable, "-m", "bridge", "serve", "--no-journal", *flags],
+            input='{"type":"models"}\n',
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+        assert serve.returncode == 0, serve.stderr
+        lines = [json.loads(x) for x in serve.stdout.splitlines()]
+        (answer,) = [x for x in lines if x["type"] == "models"]
+        assert {m["id"] for m in answer["models"]} >= {"scripted-model", THINKER}
+        assert lines[-1] == {"type": "bye", "receipts": 0}
+    finally:
+        server.close()
+
+
+async def test_models_from_an_engine_that_cannot_start_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    from bridge.live.supervisor import EngineQuestionError
+    from bridge.profiles.command import CommandProfile
+
+    config = BridgeConfig(restart_backoff=(0.0,), crash_limit=1)
+    with trio.fail_after(30):
+        async with open_bridge(
+            CommandProfile([sys.executable, "-c", "raise SystemExit(3)"]), journal=None, config=config
+        ) as bridge:
+            with pytest.raises(EngineQuestionError, match="down"):
+                await bridge.models()

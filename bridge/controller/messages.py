@@ -8,6 +8,7 @@ In (one JSON object per line), parsed by :func:`parse_command` into a :data:`Com
      "provider"?:P, "model"?:ID (together), "thinking"?:LEVEL}
     {"type":"configure", "provider"?:P, "model"?:ID, "thinking"?:LEVEL}  for the prompts that follow
     {"type":"new_conversation"}                     a new conversation before the next prompt
+    {"type":"models"}                               what the engine offers
     {"type":"stop","id":ID}
     {"type":"status"}
     {"type":"shutdown"}
@@ -24,6 +25,7 @@ Out (one JSON object per line)::
     {"type":"progress","event":"retrying","id":ID,...}  the engine retries the running prompt itself
     {"type":"stopping","id":ID,"stop":STOP_ID|null}     Stopping: answer to a stop
     {"type":"configured","wanted":{...}}                Configured: answer to a configure
+    {"type":"models","models":[{...}]}                  Models: answer to a models (an error: LineError)
     {"type":"status",...}                               StatusReport: answer to a status
     {"type":"error","error":WHAT,"line":N,"id"?:ID}     LineError: a bad controller line
     {"type":"bye","receipts":N}                         Bye: last line before exit 0
@@ -60,7 +62,7 @@ from bridge.core.steering import Wanted
 from bridge.core.words import RequestId
 
 #: The ``"type"`` values a controller may send, in the order an unknown type's error lists them.
-COMMAND_TYPES: Final = ("prompt", "stop", "status", "shutdown", "configure", "new_conversation")
+COMMAND_TYPES: Final = ("prompt", "stop", "status", "shutdown", "configure", "new_conversation", "models")
 
 
 class ControllerError(Exception):
@@ -106,6 +108,13 @@ class NewConversation:
 
 
 @attrs.frozen
+class ModelsQuery:
+    """Ask the engine what models it offers (answered with :class:`Models`)."""
+
+    TYPE: ClassVar[str] = "models"
+
+
+@attrs.frozen
 class Stop:
     """Stop the prompt ``id`` (queued: cancelled; running: aborted)."""
 
@@ -128,7 +137,7 @@ class Shutdown:
     TYPE: ClassVar[str] = "shutdown"
 
 
-Command: TypeAlias = Prompt | Stop | Status | Shutdown | Configure | NewConversation
+Command: TypeAlias = Prompt | Stop | Status | Shutdown | Configure | NewConversation | ModelsQuery
 
 
 def parse_command(line: bytes | Oversize) -> Command:
@@ -143,6 +152,8 @@ def parse_command(line: bytes | Oversize) -> Command:
         return Configure(_wanted(value))
     if kind == "new_conversation":
         return NewConversation()
+    if kind == "models":
+        return ModelsQuery()
     rid = _request_id(value, kind)
     if kind == "stop":
         return Stop(rid)
@@ -168,7 +179,7 @@ def _kind(value: dict[str, Any]) -> str:
         raise ControllerError('missing "type"')
     if kind not in COMMAND_TYPES:
         raise ControllerError(
-            f"unknown type {kind!r} (expected prompt, stop, status, shutdown, configure or new_conversation)"
+            f"unknown type {kind!r} (expected prompt, stop, status, shutdown, configure, new_conversation or models)"
         )
     return str(kind)
 
@@ -289,6 +300,16 @@ class Configured:
 
 
 @attrs.frozen
+class Models:
+    """The answer to a models: the engine's models (``provider``, ``id``, ``name``,
+    ``reasoning``, ``contextWindow``, ``maxTokens``, ``input``)."""
+
+    TYPE: ClassVar[str] = "models"
+
+    models: list[dict[str, Any]]
+
+
+@attrs.frozen
 class Bye:
     """The last line before the bridge exits: how many receipts it gave."""
 
@@ -297,13 +318,13 @@ class Bye:
     receipts: int
 
 
-Reply: TypeAlias = Ready | LineError | Stopping | StatusReport | Configured | Bye
+Reply: TypeAlias = Ready | LineError | Stopping | StatusReport | Configured | Models | Bye
 
 
 def _make_converter() -> cattrs.Converter:
     """Each reply as ``{"type": TYPE, **fields}``; a LineError leaves out an id it lacks."""
     c = cattrs.Converter()
-    for cls in (Ready, Stopping, Configured, Bye):
+    for cls in (Ready, Stopping, Configured, Models, Bye):
         c.register_unstructure_hook(cls, _typed(cls.TYPE, make_dict_unstructure_fn(cls, c)))
     error_fields = make_dict_unstructure_fn(LineError, c, id=override(omit_if_default=True))
     c.register_unstructure_hook(LineError, _typed(LineError.TYPE, error_fields))

@@ -95,6 +95,17 @@ def from_state(data: Any) -> EngineConfig | None:
     )
 
 
+#: What :func:`model_summary` keeps of Pi's model object (docs/rpc-commands.md, "Model object").
+MODEL_FIELDS: Final = ("provider", "id", "name", "reasoning", "contextWindow", "maxTokens", "input")
+
+
+def model_summary(model: Any) -> dict[str, Any] | None:
+    """One of ``get_available_models``' models, its fields a controller chooses by (None: not a model)."""
+    if not isinstance(model, Mapping) or not isinstance(model.get("id"), str):
+        return None
+    return {key: model.get(key) for key in MODEL_FIELDS}
+
+
 def commands(wanted: Wanted, prefix: str) -> list[dict[str, Any]]:
     """The commands that apply ``wanted`` and then read back what the engine has."""
     out: list[dict[str, Any]] = []

@@ -21,6 +21,7 @@ import trio
 from bridge.core.events import Event, Skipped
 from bridge.core.framing import Oversize, RawLine
 from bridge.core.lifecycle import (
+    Answered,
     BridgeConfig,
     Configured,
     EngineExited,
@@ -78,6 +79,8 @@ class EngineSide:
         #: The configuration commands written for a prompt, and their answers so far.
         self._config_waiting: dict[str, dict[str, Any] | None] = {}
         self._config_for: tuple[int, str] | None = None
+        #: Questions written to the current engine (their ids), awaiting an answer.
+        self.asked: set[str] = set()
 
     def expect_config(self, generation: int, request: str, cid: str) -> None:
         """A configuration command for ``request`` is written: its answer is awaited (all of
@@ -171,7 +174,7 @@ class EngineSide:
                     journal.recv_raw(seen.idx, parsed, t)
                 else:
                     journal.recv(seen.idx, seen.line, parsed, t)  # type: ignore[arg-type]  # not a RawLine: bytes
-            waiting = self._startup_waiting or self._config_waiting
+            waiting = self._startup_waiting or self._config_waiting or self.asked
             if waiting and type(parsed) is dict and parsed.get("type") == "response":
                 self._answer(parsed)
             events = seen.events
@@ -224,6 +227,10 @@ class EngineSide:
         rid = response.get("id")
         if not isinstance(rid, str):
             return
+        if rid in self.asked:
+            self.asked.discard(rid)
+            self._feed(Answered(self._generation(), rid, response))
+            return
         if rid in self._config_waiting and self._config_for is not None:
             self._config_waiting[rid] = response
             if all(v is not None for v in self._config_waiting.values()):
@@ -241,6 +248,9 @@ class EngineSide:
             engine = self.current
             launch = engine.launch if engine is not None else None
             problems = launch.check(answers) if launch is not None and launch.check is not None else []
+            if launch is not None and launch.confinement is not None and self.journal is not None:
+                note = {"event": "confinement", "generation": self._generation(), **launch.confinement()}
+                self.journal.note(note, self._now())
             state = answers.get("seal-state")
             config = from_state(state.get("data")) if state is not None and state.get("success") else None
             self._feed(StartupChecked(self._generation(), problems, config))

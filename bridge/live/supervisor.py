@@ -54,6 +54,8 @@ from bridge.core.lifecycle import (
     SIGNALS_PER_GENERATION,
     Acked,
     Activity,
+    Answer,
+    Ask,
     BridgeConfig,
     Close,
     Closed,
@@ -85,7 +87,7 @@ from bridge.core.notices import JournalFailedSignal, ReceiptNotice, TextNotice
 from bridge.core.progress import PROGRESS_TYPES
 from bridge.core.receipts import Receipt
 from bridge.core.session import Session
-from bridge.core.steering import Wanted
+from bridge.core.steering import Wanted, model_summary
 from bridge.core.tracker import Overlap
 from bridge.live.engine import Engine, EngineGone
 from bridge.live.engines import EngineSide
@@ -103,6 +105,10 @@ CLOSE_BACKSTOP = 30.0
 
 #: Signal numbers to names, for the closing note.
 _SIGNAL_NAMES = {int(s): s.name for s in signal_module.Signals}
+
+
+class EngineQuestionError(Exception):
+    """A question for the engine (:meth:`Bridge.models`) could not be answered; the message says why."""
 
 
 class Bridge:
@@ -131,6 +137,9 @@ class Bridge:
         self._changed = trio.Event()
         self._closed = trio.Event()
         self._stop_answers: dict[str, str | None] = {}
+        self._asks: dict[str, trio.Event] = {}
+        self._ask_ids = itertools.count(1)
+        self._answers: dict[str, Answer] = {}
         self._ids = itertools.count(1)
         self._fsync_wanted = trio.Event()
         self._fsync_scope = trio.CancelScope()
@@ -228,6 +237,27 @@ class Bridge:
         submitted from now on; what is left None stays as it was. Applied to the engine, and
         verified, before each such prompt is written. Raises ValueError as :meth:`submit`."""
         self._feed(Configure(Wanted(provider, model, thinking)))
+
+    async def models(self) -> list[dict[str, Any]]:
+        """What the engine offers (Pi's ``get_available_models``): ``provider``, ``id``,
+        ``name``, ``reasoning``, ``contextWindow``, ``maxTokens``, ``input`` each. Asked
+        through the lifecycle (an engine is started for it if none runs). Ends when the engine
+        answers, or with :class:`EngineQuestionError` when it cannot (down, closing, no answer
+        within ``ack_timeout``, or a refusal)."""
+        token = f"ask-{next(self._ask_ids)}"
+        done = self._asks[token] = trio.Event()
+        self._feed(Ask(token, {"type": "get_available_models"}))
+        await done.wait()
+        answer = self._answers.pop(token)
+        if answer.error is not None:
+            raise EngineQuestionError(answer.error)
+        response = answer.response or {}
+        if response.get("success") is not True:
+            raise EngineQuestionError(f"the engine refused get_available_models: {response.get('error')}")
+        data = response.get("data")
+        listed = data.get("models") if isinstance(data, dict) else None
+        models = [model_summary(m) for m in listed] if isinstance(listed, list) else []
+        return [m for m in models if m is not None]
 
     def new_conversation(self) -> None:
         """Start a new conversation before the next prompt is written: Pi's ``new_session``
@@ -465,6 +495,11 @@ class Bridge:
                 self._nursery.start_soon(self.engines.stop, engine, action.requested)
         elif kind is StopAnswer:
             self._stop_answers[action.request] = action.stop
+        elif kind is Answer:
+            waiter = self._asks.pop(action.token, None)
+            if waiter is not None:
+                self._answers[action.token] = action
+                waiter.set()
         elif kind is Closed:
             self._closed.set()
 
@@ -481,6 +516,8 @@ class Bridge:
             return
         assert engine is not None
         cmd = action.cmd
+        if action.kind == "ask":
+            self.engines.asked.add(cmd["id"])
         if action.kind == "config" and action.request is not None:
             self.engines.expect_config(action.generation, action.request, cmd["id"])
         self._record_send(cmd, stream=action.stream, events=action.events)

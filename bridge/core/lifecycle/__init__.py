@@ -52,6 +52,7 @@ sleeps until :meth:`Lifecycle.next_deadline` and then ticks, first bringing the 
 
 from bridge.core.lifecycle.actions import (
     Action,
+    Answer,
     Closed,
     Deliver,
     GiveUp,
@@ -74,6 +75,8 @@ from bridge.core.lifecycle.config import (
 from bridge.core.lifecycle.inputs import (
     Acked,
     Activity,
+    Answered,
+    Ask,
     Close,
     Configure,
     Configured,
@@ -117,6 +120,9 @@ __all__ = [
     "Acked",
     "Action",
     "Activity",
+    "Answer",
+    "Answered",
+    "Ask",
     "BridgeConfig",
     "Close",
     "Closed",

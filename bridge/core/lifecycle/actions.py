@@ -92,8 +92,17 @@ class StopAnswer:
 
 
 @attrs.frozen
+class Answer:
+    """The answer to an Ask: the engine's response, or ``error`` (down, closing, no answer)."""
+
+    token: str
+    response: dict[str, Any] | None = None
+    error: str | None = None
+
+
+@attrs.frozen
 class Closed:
     """Every accepted prompt has its receipt and no engine runs: the bridge is closed."""
 
 
-Action = Spawn | Write | StopEngine | GiveUp | Deliver | Notify | Signal | Note | StopAnswer | Closed
+Action = Spawn | Write | StopEngine | GiveUp | Deliver | Notify | Signal | Note | StopAnswer | Answer | Closed

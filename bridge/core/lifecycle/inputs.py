@@ -97,6 +97,25 @@ class NewConversation:
 
 
 @attrs.frozen
+class Ask:
+    """A question for the engine that changes nothing (``get_available_models``): written to
+    the engine once one is ready (one is started for it), answered with
+    :class:`~bridge.core.lifecycle.actions.Answer`."""
+
+    token: str
+    cmd: dict[str, Any]
+
+
+@attrs.frozen
+class Answered:
+    """The engine answered the question ``token``."""
+
+    generation: int
+    token: str
+    response: dict[str, Any]
+
+
+@attrs.frozen
 class Configured:
     """Every configuration command written for ``request`` was answered (by id)."""
 
@@ -193,6 +212,8 @@ Input = (
     Submit
     | Configure
     | NewConversation
+    | Ask
+    | Answered
     | Configured
     | Stop
     | Shutdown

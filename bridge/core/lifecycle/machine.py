@@ -10,6 +10,7 @@ from typing import Any
 
 from bridge.core.lifecycle.actions import (
     Action,
+    Answer,
     Closed,
     Deliver,
     GiveUp,
@@ -31,6 +32,8 @@ from bridge.core.lifecycle.config import (
 from bridge.core.lifecycle.inputs import (
     Acked,
     Activity,
+    Answered,
+    Ask,
     Close,
     Configure,
     Configured,
@@ -67,7 +70,7 @@ from bridge.core.notices import (
     StalledSignal,
 )
 from bridge.core.receipts import Facts, GiveUpWhy, Receipt, Times, decide, exit_words
-from bridge.core.steering import commands, verify
+from bridge.core.steering import Wanted, commands, verify
 from bridge.core.wire import converter
 from bridge.core.words import Reason, StopBy
 
@@ -80,7 +83,7 @@ class Lifecycle:
 
     def __init__(self, config: BridgeConfig | None = None, state: LifeState | None = None) -> None:
         self.config = config or BridgeConfig()
-        self.state = state or LifeState()
+        self.state = state or LifeState(wanted=Wanted(thinking=self.config.thinking))
         self._out: list[Action] = []
         self._now = 0.0
         self._handlers: dict[type, Callable[[Any], None]] = {
@@ -88,6 +91,8 @@ class Lifecycle:
             Configure: self._configure,
             Configured: self._configured,
             NewConversation: self._new_conversation,
+            Ask: self._ask,
+            Answered: self._answered,
             Stop: self._stop,
             Shutdown: self._shutdown,
             Close: self._close,
@@ -180,6 +185,33 @@ class Lifecycle:
     def _configure(self, ev: Configure) -> None:
         self.state.wanted = ev.wanted.over(self.state.wanted)
         self._note({"event": "configure", "wanted": converter.unstructure(self.state.wanted)})
+
+    def _ask(self, ev: Ask) -> None:
+        s = self.state
+        if s.closing is not None or s.down is not None:
+            why = "the bridge is closing" if s.closing is not None else f"the engine is down: {s.down}"
+            self._out.append(Answer(ev.token, error=why))
+            return
+        s.asks[ev.token] = {**ev.cmd, "id": ev.token}
+
+    def _answered(self, ev: Answered) -> None:
+        s = self.state
+        if ev.token not in s.asks or not self._current(ev.generation):
+            return
+        del s.asks[ev.token]
+        if ev.token in s.asked:
+            s.asked.remove(ev.token)
+        if not s.asked:
+            s.deadlines.pop("ask", None)
+        self._out.append(Answer(ev.token, ev.response))
+
+    def _answer_all(self, error: str) -> None:
+        s = self.state
+        for token in list(s.asks):
+            self._out.append(Answer(token, error=error))
+        s.asks.clear()
+        s.asked.clear()
+        s.deadlines.pop("ask", None)
 
     def _new_conversation(self, ev: NewConversation) -> None:
         self.state.fresh = True
@@ -398,6 +430,8 @@ class Lifecycle:
         s.deadlines.pop("close", None)
         e.phase = "none"
         e.pid = None
+        s.asked.clear()  # written to an engine that is gone: asked again of the next one
+        s.deadlines.pop("ask", None)
         rec = self._held()
         if rec is not None and rec.phase == "configuring":
             self._requeue(rec)  # never written: it waits for the next engine
@@ -430,6 +464,9 @@ class Lifecycle:
         for _, _, name in due:
             if s.deadlines.pop(name, None) is not None:
                 getattr(self, "_deadline_" + name)()
+
+    def _deadline_ask(self) -> None:
+        self._answer_all(f"the engine did not answer in {self.config.ack_timeout:g} s")
 
     def _deadline_config(self) -> None:
         rec = self._held()
@@ -499,7 +536,15 @@ class Lifecycle:
             why = Reason.CLOSING if s.closing is not None else Reason.ENGINE_DOWN
             while s.queue:
                 self._reject(s.prompts[s.queue[0]], why, s.down if why == Reason.ENGINE_DOWN else None)
-        if s.draining and s.closing is None and not s.prompts:
+        if s.asks and (s.closing is not None or s.down is not None):
+            self._answer_all("the bridge is closing" if s.closing is not None else f"the engine is down: {s.down}")
+        if e.phase == "ready" and len(s.asked) < len(s.asks):
+            for token, cmd in s.asks.items():
+                if token not in s.asked:
+                    s.asked.append(token)
+                    self._out.append(Write(e.generation, dict(cmd), "ask"))
+            s.deadlines.setdefault("ask", self._now + self.config.ack_timeout)
+        if s.draining and s.closing is None and not s.prompts and not s.asks:
             self._begin_closing("close", "shutdown: every prompt has its receipt")
         if s.held is None:
             if e.phase in ("checking", "ready") and (s.closing is not None or e.recycle or not e.sealed):
@@ -518,7 +563,7 @@ class Lifecycle:
 
     def _wants_engine(self) -> bool:
         s = self.state
-        return bool(s.queue) and s.closing is None and s.down is None
+        return bool(s.queue or s.asks) and s.closing is None and s.down is None
 
     def _spawn_or_wait(self) -> None:
         s, cfg = self.state, self.config
@@ -639,6 +684,8 @@ class Lifecycle:
         s.down = why
         while s.queue:
             self._reject(s.prompts[s.queue[0]], Reason.ENGINE_DOWN, why)
+        if s.asks:
+            self._answer_all(f"the engine is down: {why}")
         self._signal(EngineDownSignal(why).to_json())
         self._out.append(Notify(EngineDownNotice(why)))
 
@@ -663,6 +710,8 @@ class Lifecycle:
             return
         s.closing = why
         self._note({"event": "closing", "why": why, "detail": detail})
+        if s.asks:
+            self._answer_all("the bridge is closing")
         for name in ("drain", "backoff"):
             s.deadlines.pop(name, None)
         rec = self._held()

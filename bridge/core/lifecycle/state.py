@@ -106,6 +106,10 @@ class LifeState:
     wanted: Wanted = attrs.field(factory=Wanted)
     #: The controller asked for a new conversation: started before the next prompt is written.
     fresh: bool = False
+    #: Questions for the engine not answered yet (token -> command), and those written to the
+    #: current engine.
+    asks: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    asked: list[str] = attrs.field(factory=list)
 
 
 def snapshot(state: LifeState) -> dict[str, Any]:
