@@ -133,7 +133,10 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
 
     g.add_argument("--pi-dir", metavar="DIR", help=PI_DIR_HELP)
     g.add_argument(
-        "--allow-other-pi-version", action="store_true", help="run a Pi whose version differs from the pin (1.6.0)"
+        "--allow-other-pi-version",
+        action="store_true",
+        help="run a Pi whose version differs from the pin (1.6.0), also one older than 0.99.1 that lacks what the "
+        "tracker needs (agent_settled, the ack's disposition): its receipts then say outcome-unknown",
     )
     g.add_argument(
         "--engine-cwd",
@@ -316,6 +319,8 @@ def _pi_profile(args: argparse.Namespace) -> EngineProfile:
     from bridge.profiles.pi import PiProfile
     from bridge.profiles.sandbox import Sandbox
 
+    if args.allow_other_pi_version:
+        _warn_other_version(args)
     if args.no_sandbox and _confinement_options(args)[1:]:
         _refuse(f"bridge {args.command}: {_confinement_options(args)[1]} has no effect with --no-sandbox")
     sandbox = Sandbox(
@@ -336,6 +341,26 @@ def _pi_profile(args: argparse.Namespace) -> EngineProfile:
         cwd=args.engine_cwd,
         env_allowlist=args.env_allow,
     )
+
+
+def _warn_other_version(args: argparse.Namespace) -> None:
+    """One line on stderr when ``--allow-other-pi-version`` runs a Pi lacking what the tracker needs."""
+    from bridge.profiles.command import ProfileError
+    from bridge.profiles.pi import find_install
+    from bridge.profiles.pi_versions import lacking
+
+    try:
+        install = find_install(args.pi_dir, allow_other_version=True)
+    except ProfileError:
+        return  # said when the engine is launched, the usual way
+    missing = lacking(install.version)
+    if missing:
+        what = ", ".join(f"{f.name} (first in Pi {f.first})" for f in missing)
+        print(
+            f"bridge {args.command}: running Pi {install.version} anyway (--allow-other-pi-version); it lacks {what}, "
+            "so no prompt can finish: a delivered one is outcome-unknown (disposition), then the engine is restarted",
+            file=sys.stderr,
+        )
 
 
 def _confinement_options(args: argparse.Namespace) -> list[str]:

