@@ -481,3 +481,14 @@ def test_confinement_options_are_for_the_sealed_pi_only():
     assert out.returncode == 2 and "is for the sealed Pi" in out.stderr
     out = run_cli("run", "hi", "--no-sandbox", "--no-network")
     assert out.returncode == 2 and "--no-network has no effect with --no-sandbox" in out.stderr
+
+
+def test_a_path_the_sandbox_cannot_open_is_refused_in_one_line(tmp_path: Path):
+    """``--allow-write /`` would undo the sandbox, and the kernel's file systems cannot be
+    bound into it: one line and exit 2, before any engine (it used to fail five start-up checks
+    and go down; found by trying it)."""
+    for path in ("/", "/dev/null", "/proc/self", "/sys"):
+        for flag in ("--allow-write", "--allow-read"):
+            out = run_cli("run", "hi", flag, path, "--no-journal", timeout=30)
+            assert out.returncode == 2, (flag, path, out.stderr)
+            assert out.stderr.count("\n") == 1 and "not a path the sandbox can open" in out.stderr, out.stderr

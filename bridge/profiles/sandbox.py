@@ -178,6 +178,10 @@ def _existing(paths: Iterable[str], flag: str) -> list[str]:
         real = _real(p)
         if "\n" in real or not os.path.exists(real):
             raise ProfileError(f"{flag} {p}: no such file or folder")
+        if real == "/" or any(_within(real, k) for k in ("/proc", "/dev", "/sys")):
+            # / would undo the sandbox; the kernel's file systems cannot be bound into it
+            # (tried: every start-up check then failed, five times, then engine-down).
+            raise ProfileError(f"{flag} {p}: not a path the sandbox can open (give a folder or file of yours)")
         out.append(real)
     return out
 
