@@ -208,7 +208,7 @@ def _stall_seconds(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if value != 0 and (not value > 0 or value == float("inf")):
-        raise argparse.ArgumentTypeError(f"must be 0 (off) or more, got {text}")
+        raise argparse.ArgumentTypeError(f"must be 0 (off) or a positive, finite number of seconds, got {text}")
     return value
 
 

@@ -255,6 +255,8 @@ async def test_the_api_refuses_events_it_was_not_asked_for(tmp_path: Path) -> No
                 pass
         with pytest.raises(ValueError, match="stall_timeout"):
             await bridge.submit("again", stall_timeout=-1)
+        with pytest.raises(TypeError, match="events must be True or False"):
+            await bridge.submit("again", events="yes")  # type: ignore[arg-type]
         await handle.receipt()
 
 

@@ -223,10 +223,12 @@ def _wanted(value: dict[str, Any]) -> Wanted:
         if got is not None and (not isinstance(got, str) or not got):
             raise ControllerError(f'"{key}" must be a non-empty string')
         fields[key] = got
+    if (fields["provider"] is None) != (fields["model"] is None):
+        raise ControllerError('"provider" and "model" go together: a model is named by both')
     try:
         return Wanted(fields["provider"], fields["model"], fields["thinking"])
     except ValueError as e:
-        raise ControllerError(f'{e} ("provider" and "model" go together)') from None
+        raise ControllerError(f'"thinking": {e}') from None
 
 
 def _positive_seconds(value: object) -> bool:

@@ -204,6 +204,9 @@ class Bridge:
         used or empty id, a bad timeout, a model without its provider or an unknown level."""
         if not isinstance(message, str):
             raise TypeError(f"message must be a str, not {type(message).__name__}")
+        for name, flag in (("stream", stream), ("events", events)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be True or False, not {flag!r}")
         if timeout is not None and not _seconds(timeout):
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
         if (
