@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -193,3 +195,31 @@ def test_update_runs_splits_a_batch_into_runs_and_an_oversize_line_is_never_an_u
     assert list(update_runs([up, up[:-1], b"{}"], MESSAGE_UPDATE)) == [(0, 2, True), (2, 3, False)]
     assert list(update_runs([], MESSAGE_UPDATE)) == []
     assert all_utf8([up, "é".encode()]) and not all_utf8([up, b"\xff"])
+
+
+_UP = b'{"type":"message_update",'
+_SHAPES = [
+    _UP + b'"d":"x"}',
+    _UP + b"}",
+    _UP + b'"d":"}"',  # no closing brace: not an update
+    b'{"type":"turn_end"}',
+    b"",
+    b"}",
+    _UP[:-1],
+    b'}{"type":"message_update",',
+    b'x}\n{"type":"message_update",'.split(b"\n")[0],
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(range(len(_SHAPES))), max_size=300), st.booleans())
+def test_update_runs_halving_classifies_every_line_as_one_by_one_would(picks: list[int], suffix: bool) -> None:
+    """Long batches (halved, counted in bulk) give the runs a line-by-line check gives."""
+    from bridge.core.framing import update_runs
+
+    lines = [_SHAPES[k] for k in picks]
+    end = b"}" if suffix else b""
+    flags = [x.startswith(_UP) and x.endswith(end) for x in lines]
+    runs = list(update_runs(lines, _UP, end))
+    assert [f for s, e, f in runs for _ in range(s, e)] == flags
+    assert all(a[1] == b[0] and a[2] != b[2] for a, b in itertools.pairwise(runs))
