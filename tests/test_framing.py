@@ -184,15 +184,16 @@ def test_update_runs_splits_a_batch_into_runs_and_an_oversize_line_is_never_an_u
 
     up = MESSAGE_UPDATE + b'"x":1}'
     lines = [up, up, b'{"type":"agent_start"}', up[:-1], up, Oversize(10, up[:5]), up]
+    n = len(up)
     assert list(update_runs(lines, MESSAGE_UPDATE, b"}")) == [
-        (0, 2, True),
-        (2, 4, False),
-        (4, 5, True),
-        (5, 6, False),
-        (6, 7, True),
+        (0, 2, True, 2 * n),
+        (2, 4, False, 0),
+        (4, 5, True, n),
+        (5, 6, False, 0),
+        (6, 7, True, n),
     ]
     # Without a suffix the prefix alone decides (the journal reader's case).
-    assert list(update_runs([up, up[:-1], b"{}"], MESSAGE_UPDATE)) == [(0, 2, True), (2, 3, False)]
+    assert list(update_runs([up, up[:-1], b"{}"], MESSAGE_UPDATE)) == [(0, 2, True, 2 * n - 1), (2, 3, False, 0)]
     assert list(update_runs([], MESSAGE_UPDATE)) == []
     assert all_utf8([up, "é".encode()]) and not all_utf8([up, b"\xff"])
 
@@ -221,5 +222,6 @@ def test_update_runs_halving_classifies_every_line_as_one_by_one_would(picks: li
     end = b"}" if suffix else b""
     flags = [x.startswith(_UP) and x.endswith(end) for x in lines]
     runs = list(update_runs(lines, _UP, end))
-    assert [f for s, e, f in runs for _ in range(s, e)] == flags
+    assert [f for s, e, f, _ in runs for _ in range(s, e)] == flags
     assert all(a[1] == b[0] and a[2] != b[2] for a, b in itertools.pairwise(runs))
+    assert [n for s, e, f, n in runs] == [sum(map(len, lines[s:e])) if f else 0 for s, e, f, _ in runs]

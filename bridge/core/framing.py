@@ -240,12 +240,11 @@ JOURNAL_UPDATE: Final = b'{"recv":' + MESSAGE_UPDATE
 RUNS_BY_LINE = 32
 
 
-def update_runs(
-    lines: Sequence[bytes | Oversize], prefix: bytes, suffix: bytes = b""
-) -> Iterator[tuple[int, int, bool]]:
-    """Split a batch into runs: ``(start, end, is_update)`` for ``lines[start:end]``, in order,
-    covering the batch; adjacent runs differ in ``is_update``. A line is an update when it is
-    bytes starting with ``prefix`` and ending with ``suffix``.
+def update_runs(lines: Sequence[bytes | Oversize], prefix: bytes, suffix: bytes = b"") -> Iterator[Run]:
+    """Split a batch into runs: ``(start, end, is_update, nbytes)`` for ``lines[start:end]``, in
+    order, covering the batch; adjacent runs differ in ``is_update``; ``nbytes`` is an update
+    run's bytes together (0 for the others). A line is an update when it is bytes starting with
+    ``prefix`` and ending with ``suffix``.
 
     No per-line Python, and for a batch of updates not even a per-line call: the batch joined
     by LF is an all-update stretch when it starts with ``prefix``, ends with ``suffix`` and holds
@@ -261,10 +260,14 @@ def update_runs(
         joined = b"\n".join(lines)  # type: ignore[arg-type]  # an Oversize raises TypeError
     except TypeError:
         flags = [type(x) is bytes and x.startswith(prefix) and x.endswith(suffix) for x in lines]
-        yield from _merged(_flag_runs(flags, 0))
+        yield from _merged(_flag_runs(flags, 0, lines))  # type: ignore[arg-type]  # flagged lines are bytes
         return
     finder = _RunFinder(lines, joined, prefix, suffix)  # type: ignore[arg-type]  # bytes only here
     yield from _merged(finder.segments(0, count))
+
+
+#: ``(start, end, is_update, nbytes)``: see :func:`update_runs`.
+Run = tuple[int, int, bool, int]
 
 
 class _RunFinder:
@@ -282,22 +285,26 @@ class _RunFinder:
             self._starts = list(itertools.accumulate(lengths, initial=0))
         return self._starts
 
-    def all_updates(self, a: int, b: int) -> bool:
+    def updates_bytes(self, a: int, b: int) -> int | None:
+        """The bytes of ``lines[a:b]`` when all are updates, else None."""
         if a == 0 and b == len(self.lines):
             s, e = 0, len(self.joined)
         else:
             starts = self.starts()
             s, e = starts[a], starts[b] - 1
         joined = self.joined
-        return (
+        if (
             joined.startswith(self.prefix, s)
             and joined.endswith(self.suffix, s, e)
             and joined.count(self.sep, s, e) == b - a - 1
-        )
+        ):
+            return e - s - (b - a - 1)
+        return None
 
-    def segments(self, a: int, b: int) -> Iterator[tuple[int, int, bool]]:
-        if self.all_updates(a, b):
-            yield a, b, True
+    def segments(self, a: int, b: int) -> Iterator[Run]:
+        nbytes = self.updates_bytes(a, b)
+        if nbytes is not None:
+            yield a, b, True, nbytes
         elif b - a <= RUNS_BY_LINE:
             part = self.lines[a:b]
             starts = map(bytes.startswith, part, itertools.repeat(self.prefix))
@@ -306,14 +313,15 @@ class _RunFinder:
                 flags = list(map(operator.and_, starts, ends))
             else:
                 flags = list(starts)
-            yield from _flag_runs(flags, a)
+            yield from _flag_runs(flags, a, self.lines)
         else:
             mid = (a + b) // 2
             yield from self.segments(a, mid)
             yield from self.segments(mid, b)
 
 
-def _flag_runs(flags: list[bool], offset: int) -> Iterator[tuple[int, int, bool]]:
+def _flag_runs(flags: list[bool], offset: int, lines: Sequence[bytes]) -> Iterator[Run]:
+    """Runs of equal flags (``flags[k]`` is ``lines[offset + k]``'s)."""
     count = len(flags)
     pos = 0
     while pos < count:
@@ -322,16 +330,17 @@ def _flag_runs(flags: list[bool], offset: int) -> Iterator[tuple[int, int, bool]
             end = flags.index(not flag, pos)
         except ValueError:
             end = count
-        yield offset + pos, offset + end, flag
+        nbytes = sum(map(len, lines[offset + pos : offset + end])) if flag else 0
+        yield offset + pos, offset + end, flag, nbytes
         pos = end
 
 
-def _merged(segments: Iterator[tuple[int, int, bool]]) -> Iterator[tuple[int, int, bool]]:
+def _merged(segments: Iterator[Run]) -> Iterator[Run]:
     """Adjacent segments of the same kind as one run."""
-    held: tuple[int, int, bool] | None = None
+    held: Run | None = None
     for seg in segments:
         if held is not None and held[2] == seg[2] and held[1] == seg[0]:
-            held = (held[0], seg[1], held[2])
+            held = (held[0], seg[1], held[2], held[3] + seg[3])
             continue
         if held is not None:
             yield held

@@ -232,11 +232,11 @@ class Session:
             for line in lines:
                 yield self._receive_line(line, t)
             return
-        for start, end, is_update in update_runs(lines, MESSAGE_UPDATE, b"}"):
+        for start, end, is_update, nbytes in update_runs(lines, MESSAGE_UPDATE, b"}"):
             if is_update and self._updates_skippable():
                 run: Sequence[bytes] = lines[start:end]  # type: ignore[assignment]  # update runs are bytes
                 if all_utf8(run):
-                    yield Skipped(self.observe_updates(len(run)), run)
+                    yield Skipped(self.observe_updates(len(run)), run, nbytes)
                     continue
             for line in lines[start:end]:  # the one with invalid UTF-8 is a gap
                 yield self._receive_line(line, t)

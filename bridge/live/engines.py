@@ -150,7 +150,7 @@ class EngineSide:
         for seen in self.session.observe_batch(lines, t=t):
             if isinstance(seen, Skipped):
                 if journal is not None:
-                    journal.recv_elided_updates(seen.lines, seen.first, t)
+                    journal.recv_elided_updates(len(seen.lines), seen.nbytes, seen.first, t)
                 continue
             parsed = seen.parsed
             if journal is not None:

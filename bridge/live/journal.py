@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import datetime
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -168,12 +168,12 @@ class Journal:
         except OSError as e:
             self.fail(e)
 
-    def recv_elided_updates(self, lines: Sequence[bytes], first: int, t: float) -> None:
-        """A run of ``message_update`` lines, indices ``first`` on: one version 2 ``updates``
-        entry (their count and their bytes together), whatever the run's length."""
+    def recv_elided_updates(self, count: int, nbytes: int, first: int, t: float) -> None:
+        """A run of ``count`` ``message_update`` lines (``nbytes`` together), indices ``first``
+        on: one version 2 ``updates`` entry, whatever the run's length."""
         if self.closed:
             return
-        entry = UPDATES_ENTRY % (len(lines), sum(map(len, lines)), first, repr(round(t, 6)).encode())
+        entry = UPDATES_ENTRY % (count, nbytes, first, repr(round(t, 6)).encode())
         try:
             self._stream.write(entry)
         except OSError as e:
