@@ -184,16 +184,15 @@ def test_update_runs_splits_a_batch_into_runs_and_an_oversize_line_is_never_an_u
 
     up = MESSAGE_UPDATE + b'"x":1}'
     lines = [up, up, b'{"type":"agent_start"}', up[:-1], up, Oversize(10, up[:5]), up]
-    n = len(up)
     assert list(update_runs(lines, MESSAGE_UPDATE, b"}")) == [
-        (0, 2, True, 2 * n),
-        (2, 4, False, 0),
-        (4, 5, True, n),
-        (5, 6, False, 0),
-        (6, 7, True, n),
+        (0, 2, True),
+        (2, 4, False),
+        (4, 5, True),
+        (5, 6, False),
+        (6, 7, True),
     ]
     # Without a suffix the prefix alone decides (the journal reader's case).
-    assert list(update_runs([up, up[:-1], b"{}"], MESSAGE_UPDATE)) == [(0, 2, True, 2 * n - 1), (2, 3, False, 0)]
+    assert list(update_runs([up, up[:-1], b"{}"], MESSAGE_UPDATE)) == [(0, 2, True), (2, 3, False)]
     assert list(update_runs([], MESSAGE_UPDATE)) == []
     assert all_utf8([up, "é".encode()]) and not all_utf8([up, b"\xff"])
 
@@ -214,14 +213,16 @@ _SHAPES = [
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(range(len(_SHAPES))), max_size=300), st.booleans())
-def test_update_runs_halving_classifies_every_line_as_one_by_one_would(picks: list[int], suffix: bool) -> None:
-    """Long batches (halved, counted in bulk) give the runs a line-by-line check gives."""
-    from bridge.core.framing import update_runs
+def test_sized_update_runs_classify_every_line_as_one_by_one_would(picks: list[int], all_updates: bool) -> None:
+    """A batch of updates (counted in bulk) or a mixed one gives the runs and sizes a
+    line-by-line check gives."""
+    from bridge.core.framing import sized_update_runs
 
     lines = [_SHAPES[k] for k in picks]
-    end = b"}" if suffix else b""
-    flags = [x.startswith(_UP) and x.endswith(end) for x in lines]
-    runs = list(update_runs(lines, _UP, end))
+    if all_updates:
+        lines = [x for x in lines if x.startswith(_UP) and x.endswith(b"}")]
+    flags = [x.startswith(_UP) and x.endswith(b"}") for x in lines]
+    runs = list(sized_update_runs(lines, _UP, b"}"))
     assert [f for s, e, f, _ in runs for _ in range(s, e)] == flags
     assert all(a[1] == b[0] and a[2] != b[2] for a, b in itertools.pairwise(runs))
     assert [n for s, e, f, n in runs] == [sum(map(len, lines[s:e])) if f else 0 for s, e, f, _ in runs]

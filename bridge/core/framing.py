@@ -236,93 +236,22 @@ MESSAGE_UPDATE: Final = b'{"type":"message_update",'
 JOURNAL_UPDATE: Final = b'{"recv":' + MESSAGE_UPDATE
 
 
-#: A part of a batch this short is classified line by line rather than halved again.
-RUNS_BY_LINE = 32
-
-
-def update_runs(lines: Sequence[bytes | Oversize], prefix: bytes, suffix: bytes = b"") -> Iterator[Run]:
-    """Split a batch into runs: ``(start, end, is_update, nbytes)`` for ``lines[start:end]``, in
-    order, covering the batch; adjacent runs differ in ``is_update``; ``nbytes`` is an update
-    run's bytes together (0 for the others). A line is an update when it is bytes starting with
-    ``prefix`` and ending with ``suffix``.
-
-    No per-line Python, and for a batch of updates not even a per-line call: the batch joined
-    by LF is an all-update stretch when it starts with ``prefix``, ends with ``suffix`` and holds
-    ``suffix + LF + prefix`` once per line boundary (every LF is a boundary, each occurrence
-    holds one LF). A batch that is not is halved until its parts are (only the halves with
-    another line in them are looked at again), or short enough (:data:`RUNS_BY_LINE`) to go
-    line by line with C-level maps. An :class:`Oversize` in the batch makes the whole of it go
-    line by line (it is never an update)."""
+def update_runs(
+    lines: Sequence[bytes | Oversize], prefix: bytes, suffix: bytes = b""
+) -> Iterator[tuple[int, int, bool]]:
+    """Split a batch into runs: ``(start, end, is_update)`` for ``lines[start:end]``, in order,
+    covering the batch. A line is an update when it is bytes starting with ``prefix`` and
+    ending with ``suffix``. The classification is two C-level maps; an :class:`Oversize` in
+    the batch makes it go line by line (it is never an update)."""
     count = len(lines)
-    if not count:
-        return
     try:
-        joined = b"\n".join(lines)  # type: ignore[arg-type]  # an Oversize raises TypeError
-    except TypeError:
+        starts = map(bytes.startswith, lines, itertools.repeat(prefix))  # type: ignore[arg-type]
+        if suffix:
+            flags = list(map(operator.and_, starts, map(bytes.endswith, lines, itertools.repeat(suffix))))  # type: ignore[arg-type]
+        else:
+            flags = list(starts)
+    except TypeError:  # an Oversize line in the batch
         flags = [type(x) is bytes and x.startswith(prefix) and x.endswith(suffix) for x in lines]
-        yield from _merged(_flag_runs(flags, 0, lines))  # type: ignore[arg-type]  # flagged lines are bytes
-        return
-    finder = _RunFinder(lines, joined, prefix, suffix)  # type: ignore[arg-type]  # bytes only here
-    yield from _merged(finder.segments(0, count))
-
-
-#: ``(start, end, is_update, nbytes)``: see :func:`update_runs`.
-Run = tuple[int, int, bool, int]
-
-
-class _RunFinder:
-    """:func:`update_runs`'s halving over one joined batch of bytes lines."""
-
-    def __init__(self, lines: Sequence[bytes], joined: bytes, prefix: bytes, suffix: bytes) -> None:
-        self.lines, self.joined, self.prefix, self.suffix = lines, joined, prefix, suffix
-        self.sep = suffix + b"\n" + prefix
-        self._starts: list[int] | None = None
-
-    def starts(self) -> list[int]:
-        """Where each line starts in the joined batch (and one past the end): only for a mixed batch."""
-        if self._starts is None:
-            lengths = map(operator.add, map(len, self.lines), itertools.repeat(1))
-            self._starts = list(itertools.accumulate(lengths, initial=0))
-        return self._starts
-
-    def updates_bytes(self, a: int, b: int) -> int | None:
-        """The bytes of ``lines[a:b]`` when all are updates, else None."""
-        if a == 0 and b == len(self.lines):
-            s, e = 0, len(self.joined)
-        else:
-            starts = self.starts()
-            s, e = starts[a], starts[b] - 1
-        joined = self.joined
-        if (
-            joined.startswith(self.prefix, s)
-            and joined.endswith(self.suffix, s, e)
-            and joined.count(self.sep, s, e) == b - a - 1
-        ):
-            return e - s - (b - a - 1)
-        return None
-
-    def segments(self, a: int, b: int) -> Iterator[Run]:
-        nbytes = self.updates_bytes(a, b)
-        if nbytes is not None:
-            yield a, b, True, nbytes
-        elif b - a <= RUNS_BY_LINE:
-            part = self.lines[a:b]
-            starts = map(bytes.startswith, part, itertools.repeat(self.prefix))
-            if self.suffix:
-                ends = map(bytes.endswith, part, itertools.repeat(self.suffix))
-                flags = list(map(operator.and_, starts, ends))
-            else:
-                flags = list(starts)
-            yield from _flag_runs(flags, a, self.lines)
-        else:
-            mid = (a + b) // 2
-            yield from self.segments(a, mid)
-            yield from self.segments(mid, b)
-
-
-def _flag_runs(flags: list[bool], offset: int, lines: Sequence[bytes]) -> Iterator[Run]:
-    """Runs of equal flags (``flags[k]`` is ``lines[offset + k]``'s)."""
-    count = len(flags)
     pos = 0
     while pos < count:
         flag = flags[pos]
@@ -330,23 +259,37 @@ def _flag_runs(flags: list[bool], offset: int, lines: Sequence[bytes]) -> Iterat
             end = flags.index(not flag, pos)
         except ValueError:
             end = count
-        nbytes = sum(map(len, lines[offset + pos : offset + end])) if flag else 0
-        yield offset + pos, offset + end, flag, nbytes
+        yield pos, end, flag
         pos = end
 
 
-def _merged(segments: Iterator[Run]) -> Iterator[Run]:
-    """Adjacent segments of the same kind as one run."""
-    held: Run | None = None
-    for seg in segments:
-        if held is not None and held[2] == seg[2] and held[1] == seg[0]:
-            held = (held[0], seg[1], held[2], held[3] + seg[3])
-            continue
-        if held is not None:
-            yield held
-        held = seg
-    if held is not None:
-        yield held
+def sized_update_runs(
+    lines: Sequence[bytes | Oversize], prefix: bytes, suffix: bytes
+) -> Iterator[tuple[int, int, bool, int]]:
+    """:func:`update_runs` with each update run's bytes together (0 for the other runs), and
+    for a batch of nothing but updates not even a per-line call: the batch joined by LF is
+    all updates when it starts with ``prefix``, ends with ``suffix`` and holds
+    ``suffix + LF + prefix`` once per line boundary (every LF is a boundary and each occurrence
+    holds one), which one C-level count tells. Most of a Pi stream's reads are such batches; a
+    batch with another line in it goes line by line (counting its parts again costs more than
+    the per-line maps once a few other lines are scattered in it)."""
+    count = len(lines)
+    if not count:
+        return
+    try:
+        joined = b"\n".join(lines)  # type: ignore[arg-type]  # an Oversize raises TypeError
+    except TypeError:
+        joined = None
+    if (
+        joined is not None
+        and joined.startswith(prefix)
+        and joined.endswith(suffix)
+        and joined.count(suffix + b"\n" + prefix) == count - 1
+    ):
+        yield 0, count, True, len(joined) - (count - 1)
+        return
+    for start, end, is_update in update_runs(lines, prefix, suffix):
+        yield start, end, is_update, sum(map(len, lines[start:end])) if is_update else 0  # type: ignore[arg-type]
 
 
 def valid_utf8(line: bytes) -> bool:

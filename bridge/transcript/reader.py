@@ -103,7 +103,7 @@ class TranscriptReader:
             if rest:
                 lines[0] = rest + lines[0]  # not rest + chunk: no copy of the whole chunk
             rest = lines.pop()
-            for start, end, is_update, _ in update_runs(lines, JOURNAL_UPDATE):
+            for start, end, is_update in update_runs(lines, JOURNAL_UPDATE):
                 if is_update:
                     run = end - start
                     self._observations += run
