@@ -37,11 +37,11 @@ replay (:data:`JOURNAL_UPDATE`).
 from __future__ import annotations
 
 import collections
-import io
 import itertools
 import json
 import operator
 from collections.abc import Iterator, Sequence
+from io import BytesIO  # a buffer in memory, no I/O: its readlines finds LFs with memchr
 from typing import Any, Final, Literal
 
 import attrs
@@ -118,7 +118,7 @@ class LineSplitter:
                 # The common case, all in C: no CR to strip, no line can be oversize. BytesIO
                 # shares ``data`` and finds each LF with memchr (bytes.split(b"\n") looks at
                 # every byte in a loop of its own: 5x the instructions on Pi's short lines).
-                whole = io.BytesIO(data)
+                whole = BytesIO(data)
                 whole.seek(start)
                 out += map(bytes.removesuffix, whole.readlines(last + 1 - start), _LF)
             else:
