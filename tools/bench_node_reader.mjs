@@ -54,7 +54,18 @@ function attachJsonlLineReader(stream, onLine) {
 }
 // -------------------------------------------------------------------------------------------------
 
-const nowSec = () => (performance.timeOrigin + performance.now()) / 1000;
+// The wall clock (the engine stamps benchT with Python's time.time()) at microsecond resolution.
+// Not performance.timeOrigin + performance.now(): timeOrigin can be off the wall clock by a few
+// ms (a run of tools/bench saw Node "settle" 2 ms before the engine wrote the line). Instead, the
+// moment Date.now() turns to a new millisecond is taken as that millisecond exactly, and
+// performance.now() carries on from it.
+const wallOrigin = (() => {
+    const start = Date.now();
+    let ms = start;
+    while (ms === start) ms = Date.now();
+    return ms - performance.now();
+})();
+const nowSec = () => (wallOrigin + performance.now()) / 1000;
 
 class Client {
     // The parts of RpcClient the reading path touches.
