@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from bridge.profiles.command import ProfileError as ProfileError
     from bridge.profiles.pi import PiProfile as PiProfile
     from bridge.profiles.pi import scripted_profile as scripted_profile
+    from bridge.profiles.sandbox import Sandbox as Sandbox
 
 #: Where each public name lives.
 _HOMES = {
@@ -35,6 +36,7 @@ _HOMES = {
     "ProfileError": "bridge.profiles.command",
     "PromptHandle": "bridge.live.handles",
     "Receipt": "bridge.core.receipts",
+    "Sandbox": "bridge.profiles.sandbox",
     "open_bridge": "bridge.live.api",
     "scripted_profile": "bridge.profiles.pi",
 }

@@ -22,12 +22,14 @@ readers never load them.
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeVar
 
 from bridge import __version__
+from bridge.core.steering import THINKING_LEVELS
 
 if TYPE_CHECKING:
     from bridge.profiles.command import EngineProfile
@@ -151,6 +153,35 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
         action="append",
         help="for a -- engine: command types whose response closes a clear window (default: clear_queue)",
     )
+    _add_confinement_options(p)
+
+
+def _add_confinement_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "confinement of the sealed Pi (bubblewrap: read-only files, writes only in its working folder, its "
+        "private config folder and a private /tmp; your home and the journals hidden; nothing it starts "
+        "outlives it)"
+    )
+    g.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="run the sealed Pi unconfined (said in the journal header); without it, no bubblewrap is an error",
+    )
+    g.add_argument(
+        "--allow-read",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="show PATH to the engine read-only; repeatable",
+    )
+    g.add_argument(
+        "--allow-write", metavar="PATH", action="append", default=[], help="let the engine write PATH; repeatable"
+    )
+    g.add_argument(
+        "--no-network",
+        action="store_true",
+        help="cut the engine off the network but for its provider (a --models-json provider on this machine)",
+    )
 
 
 def _positive(kind: type) -> Any:
@@ -214,6 +245,13 @@ def _add_bridge_options(p: argparse.ArgumentParser) -> None:
         "runs): stop it, failed/stalled; 0 turns it off (default 300)",
     )
     g.add_argument(
+        "--thinking",
+        choices=THINKING_LEVELS,
+        default=None,
+        help="the thinking level every prompt asks for (applied and verified before it is written; "
+        "default: the engine's own)",
+    )
+    g.add_argument(
         "--taint-grace",
         type=_positive(float),
         default=5.0,
@@ -257,6 +295,9 @@ def _command_profile(args: argparse.Namespace, engine_argv: list[str]) -> Engine
 
     if not engine_argv:
         _refuse("bridge: no engine command after -- (give the engine's argv, e.g. -- python tools/fake_engine.py)")
+    confinement = _confinement_options(args)
+    if confinement:
+        _refuse(f"bridge {args.command}: {confinement[0]} is for the sealed Pi, not an engine given after --")
     return CommandProfile(
         engine_argv,
         clearing=tuple(args.clearing) if args.clearing else PI_CLEARING,
@@ -273,8 +314,18 @@ def _pi_profile(args: argparse.Namespace) -> EngineProfile:
             "without a model id; see the README's custom providers)"
         )
     from bridge.profiles.pi import PiProfile
+    from bridge.profiles.sandbox import Sandbox
 
+    if args.no_sandbox and _confinement_options(args)[1:]:
+        _refuse(f"bridge {args.command}: {_confinement_options(args)[1]} has no effect with --no-sandbox")
+    sandbox = Sandbox(
+        enabled=not args.no_sandbox,
+        allow_read=tuple(args.allow_read),
+        allow_write=tuple(args.allow_write),
+        network=not args.no_network,
+    )
     return PiProfile(
+        sandbox=sandbox,
         pi_dir=args.pi_dir,
         allow_other_version=args.allow_other_pi_version,
         provider=args.provider,
@@ -287,6 +338,13 @@ def _pi_profile(args: argparse.Namespace) -> EngineProfile:
     )
 
 
+def _confinement_options(args: argparse.Namespace) -> list[str]:
+    """The confinement options given, as typed (``--no-sandbox`` first)."""
+    given = ["--no-sandbox"] if args.no_sandbox else []
+    given += [f"--allow-read {p}" for p in args.allow_read] + [f"--allow-write {p}" for p in args.allow_write]
+    return given + (["--no-network"] if args.no_network else [])
+
+
 def _config(args: argparse.Namespace) -> Any:
     from bridge.live.supervisor import BridgeConfig
 
@@ -295,6 +353,7 @@ def _config(args: argparse.Namespace) -> Any:
         ack_timeout=args.ack_timeout,
         settle_timeout=args.timeout,
         stall_timeout=args.stall_timeout or None,
+        thinking=args.thinking,
         taint_grace=args.taint_grace,
         seal_check=args.seal_check,
         journal_full=args.journal_full,
@@ -358,6 +417,47 @@ def _run_prompts(args: argparse.Namespace) -> list[str] | None:
     return list(args.prompts)
 
 
+# -- models ------------------------------------------------------------------------------------
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    """``bridge models``: start the engine, ask it what it offers, print it."""
+    import trio
+
+    profile = _profile(args, args.engine)
+
+    async def ask() -> list[dict[str, Any]] | str:
+        """The models, or why the engine could not say. Ends when the engine answers or cannot
+        (bounded by ``--ack-timeout``), and the bridge has closed."""
+        from bridge.live.api import open_bridge
+        from bridge.live.supervisor import EngineQuestionError
+
+        # A journal only when one is asked for: a question leaves nothing worth keeping.
+        async with open_bridge(profile, journal=args.journal or None, config=_config(args)) as bridge:
+            try:
+                return await bridge.models()
+            except EngineQuestionError as e:
+                return str(e)
+
+    models = guard_setup("models", lambda: trio.run(ask))
+    if isinstance(models, int):
+        return models
+    if isinstance(models, str):
+        print(f"bridge models: {models}", file=sys.stderr)
+        return 1
+    if args.json:
+        for m in models:
+            print(json.dumps(m))
+        return 0
+    print(f"{'provider':16} {'id':32} {'reasoning':9} {'context':>9}  name")
+    for m in models:
+        reasoning = "yes" if m.get("reasoning") else "no"
+        print(
+            f"{m['provider']!s:16} {m['id']!s:32} {reasoning:9} {m.get('contextWindow') or ''!s:>9}  {m.get('name') or ''}"
+        )
+    return 0
+
+
 # -- the parser ----------------------------------------------------------------------------------
 
 _Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -376,6 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_conform(sub)
     _add_serve(sub)
     _add_run(sub)
+    _add_models(sub)
 
     from bridge import demo
     from bridge.readers import diagnose
@@ -457,6 +558,20 @@ def _add_run(sub: _Subcommands) -> None:
     p.set_defaults(func=_cmd_run)
 
 
+def _add_models(sub: _Subcommands) -> None:
+    p = sub.add_parser(
+        "models",
+        help="list the models the engine offers (provider, id, reasoning, context window)",
+        usage="bridge models [OPTIONS] [-- ENGINE ARGV...]",
+        description="Start the engine (sealed, as for run and serve), ask it for its models "
+        "(get_available_models) and print them. Exit 0; 1 when the engine cannot answer; 2 for bad usage.",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object per model")
+    _add_engine_options(p)
+    _add_bridge_options(p)
+    p.set_defaults(func=_cmd_models)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list, engine = _split_engine(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -469,7 +584,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    if engine is not None and args.command not in ("serve", "run", "demo"):
+    if engine is not None and args.command not in ("serve", "run", "demo", "models"):
         parser.error(f"'{args.command}' takes no engine after --")
     try:
         return int(args.func(args))

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,13 @@ from hypothesis import settings
 # a busy neighbour made examples "too slow" that take 30 ms alone. Speed is the benchmark's job.
 settings.register_profile("pi-bridge", deadline=None)
 settings.load_profile("pi-bridge")
+
+# The confined Pi's compile cache (bridge.profiles.sandbox.compile_cache) lives under
+# $XDG_CACHE_HOME, one per install: the fake installs of the tests would leave theirs in the
+# user's ~/.cache. One folder for the session, the bridges started by the tests included.
+_CACHE = tempfile.mkdtemp(prefix="pi-bridge-test-cache-")
+os.environ["XDG_CACHE_HOME"] = _CACHE
+atexit.register(shutil.rmtree, _CACHE, True)
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"

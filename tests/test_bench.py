@@ -61,3 +61,20 @@ def test_quick_bench_prints_the_table_and_the_targets() -> None:
     assert any(n.startswith("pi16 API obs/s / orjson loop") for n in names)
     assert any(n.startswith("RSS(") for n in names)
     assert not data["notes"], data["notes"]
+
+
+def test_sandbox_bench_prints_the_ratios() -> None:
+    """``tools/bench_sandbox`` (what confinement costs at start-up) runs and reports every mode."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "bench_sandbox"), "--rounds", "1", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    modes = json.loads(proc.stdout)["modes"]
+    assert set(modes) == {"unconfined (--no-sandbox)", "sandbox (default)", "sandbox --no-network"}
+    assert modes["unconfined (--no-sandbox)"]["ratio"] == 1.0
+    for row in modes.values():
+        assert set(row) == {"start_ms", "start_min_ms", "stop_ms", "ratio", "cpu_ms", "cpu_ratio"}

@@ -45,9 +45,14 @@ from bridge.core.lifecycle import (
     SIGNALS_PER_GENERATION,
     Acked,
     Activity,
+    Answer,
+    Answered,
+    Ask,
     BridgeConfig,
     Close,
     Closed,
+    Configure,
+    Configured,
     Decided,
     Deliver,
     EngineExited,
@@ -80,6 +85,7 @@ from bridge.core.lifecycle import (
     step,
 )
 from bridge.core.receipts import Facts, Receipt, decide
+from bridge.core.steering import Wanted
 
 SEAL_STATE = {"type": "get_state", "id": "seal-state"}
 LICENCE = "fatal: licence file expired"
@@ -133,6 +139,12 @@ class Harness:
         self.engine_has: dict[int, str] = {}
         self.aborts: dict[int, set[str]] = {}
         self.startup_pending: set[int] = set()
+        #: The configuration command each engine was last given (generation -> (request, command)).
+        self.config_pending: dict[int, tuple[str, dict[str, Any]]] = {}
+        #: Questions asked, written to each engine, and the answers the controller got.
+        self.asked: list[str] = []
+        self.asks_written: dict[int, list[dict[str, Any]]] = {}
+        self.answers: dict[str, list[Any]] = {}
         #: (write, closing had begun when it was written)
         self.writes: list[tuple[Write, bool]] = []
         self.closing_noted = False
@@ -225,6 +237,12 @@ class Harness:
                 self.aborts.setdefault(action.generation, set()).add(action.cmd["id"])
             elif action.kind == "startup":
                 self.startup_pending.add(action.generation)
+            elif action.kind == "config":
+                if action.request != s.held or s.prompts[action.request].phase != "configuring":
+                    self.violations.append(f"{action!r} for a prompt not being configured")
+                self.config_pending[action.generation] = (action.request, action.cmd)
+            elif action.kind == "ask":
+                self.asks_written.setdefault(action.generation, []).append(action.cmd)
         elif kind is GiveUp:
             rec = s.prompts.get(action.request)
             if rec is None or rec.phase != "held":
@@ -273,6 +291,10 @@ class Harness:
             self.closed += 1
             if self.closed > 1:
                 self.violations.append("Closed twice")
+        elif kind is Answer:
+            self.answers.setdefault(action.token, []).append(action)
+            if len(self.answers[action.token]) > 1 or action.token not in self.asked:
+                self.violations.append(f"{action!r}: a second answer, or one never asked for")
         elif kind in (Notify, StopAnswer):
             pass
         else:
@@ -348,6 +370,8 @@ class Harness:
         assert not self.procs and not self.pending_spawns
         assert self.lc.next_deadline() is None
         assert self.violations == [], self.violations
+        # Every question was answered, once.
+        assert sorted(self.answers) == sorted(self.asked) and all(len(a) == 1 for a in self.answers.values())
 
 
 def of(actions: list[Any], kind: type) -> list[Any]:
@@ -485,7 +509,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         assert len(answers) == 1 and answers[0].request == request
         if was is None:
             assert answers[0].stop is None and not of(out, Deliver)
-        elif was[0] == "queued":
+        elif was[0] in ("queued", "configuring"):  # never written
             assert delivered(out)[request] == ("rejected", "cancelled")
             assert answers[0].stop is None
         elif was[1] is None:
@@ -625,6 +649,57 @@ class LifecycleMachine(RuleBasedStateMachine):
         request, generation = found
         self.h.acked.add(request)
         self.h.feed(Acked(generation, request))
+
+    @precondition(lambda self: self._config_to_answer() is not None)
+    @rule(confirms=st.sampled_from([True, True, True, False]))
+    def the_engine_answers_a_configuration_command(self, confirms: bool) -> None:
+        """Pi answers the configuration command it was given; ``get_state`` shows the level
+        asked for, or (``confirms`` False) another one the model offers: not confirmed."""
+        found = self._config_to_answer()
+        assert found is not None
+        generation, request, cmd = found
+        del self.h.config_pending[generation]
+        wanted = self.lc.state.prompts[request].wanted
+        reply: dict[str, Any] = {"type": "response", "id": cmd["id"], "command": cmd["type"], "success": True}
+        if cmd["type"] == "get_available_thinking_levels":
+            reply["data"] = {"levels": ["off", "low", "high"]}
+        elif cmd["type"] == "get_state":
+            level = wanted.thinking if confirms else "low"
+            reply["data"] = {
+                "model": {"provider": wanted.provider or "p", "id": wanted.model or "m"},
+                "thinkingLevel": level,
+            }
+        out = self.h.feed(Configured(generation, request, {cmd["id"]: reply}))
+        got = delivered(out).get(request)
+        if cmd["type"] == "get_state":
+            assert got == (None if confirms or wanted.thinking in (None, "low") else ("rejected", "config")), got
+
+    @rule(thinking=st.sampled_from(["high", "low"]))
+    def the_controller_configures(self, thinking: str) -> None:
+        closed = self.lc.state.closed  # a closed lifecycle takes only Submit
+        self.h.feed(Configure(Wanted(thinking=thinking)))
+        assert closed or self.lc.state.wanted.thinking == thinking
+
+    @rule()
+    def ask_the_engine(self) -> None:
+        self.unknown += 1
+        token = f"ask-{self.unknown}"
+        self.h.asked.append(token)
+        self.h.feed(Ask(token, {"type": "get_available_models"}))
+
+    @precondition(lambda self: any(self.h.asks_written.get(g) for g in self.h.procs if self.h.procs[g] == "running"))
+    @rule()
+    def the_engine_answers_a_question(self) -> None:
+        g = next(g for g in self.h.procs if self.h.procs[g] == "running" and self.h.asks_written.get(g))
+        cmd = self.h.asks_written[g].pop(0)
+        self.h.feed(Answered(g, cmd["id"], {"type": "response", "id": cmd["id"], "success": True, "data": {}}))
+
+    def _config_to_answer(self) -> tuple[int, str, dict[str, Any]] | None:
+        for g, (request, cmd) in self.h.config_pending.items():
+            rec = self.lc.state.prompts.get(request)
+            if self.h.procs.get(g) == "running" and rec is not None and rec.phase == "configuring":
+                return g, request, cmd
+        return None
 
     @precondition(lambda self: self._held_on_live_engine() is not None)
     @rule(
@@ -787,12 +862,14 @@ class LifecycleMachine(RuleBasedStateMachine):
     @invariant()
     def one_slot_and_a_bounded_queue(self) -> None:
         s = self.lc.state
-        assert len(s.queue) <= self.h.cfg.queue_max
+        # (One more than the bound while a prompt that took the slot, unwritten -- it was being
+        # configured when its engine died -- waits at the front again.)
+        assert len(s.queue) <= self.h.cfg.queue_max + 1
         assert len(set(s.queue)) == len(s.queue)
         assert s.held not in s.queue
         assert all(s.prompts[r].phase == "queued" for r in s.queue)
         if s.held is not None:
-            assert s.prompts[s.held].phase == "held"
+            assert s.prompts[s.held].phase in ("held", "configuring")
         # Every outstanding prompt is queued or held: none is lost.
         assert set(s.prompts) == set(s.queue) | ({s.held} if s.held is not None else set())
         assert set(s.deadlines) <= set(DEADLINES)
@@ -823,8 +900,10 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert not h.procs and not h.pending_spawns
         assert "gone" not in h.procs.values()
         if s.held is not None:
-            # The held prompt was written to this engine, which still lives.
-            assert h.engine_has.get(e.generation) == s.held
+            # The held prompt was written to this engine, which still lives (or is being
+            # configured on it, not written yet).
+            if s.prompts[s.held].phase == "held":
+                assert h.engine_has.get(e.generation) == s.held
             assert e.phase in ("ready", "stopping")
         if s.down is not None or s.closing is not None:
             assert ("backoff" not in s.deadlines and e.phase != "backoff") or s.down is not None
@@ -1234,3 +1313,22 @@ def test_a_prompt_without_a_stall_timeout_has_no_stall_deadline() -> None:
     assert "stall" in h.lc.state.deadlines
     h.stop("p2")
     assert "stall" not in h.lc.state.deadlines
+
+
+def test_a_shutdown_closes_when_the_engine_going_down_gave_the_last_receipts() -> None:
+    """Shutdown while prompts wait, then the engine crashes until it is down: the queue's
+    rejections are the last receipts, given inside the step that goes down -- and closing
+    follows in that same step (it used to wait for an input that never came)."""
+    h = Harness(small_config(crash_limit=2, restart_backoff=(0.0,)))
+    for request in ("p1", "p2", "p3"):
+        h.submit(request)
+    h.feed(Shutdown(None))
+    for _ in range(4):
+        if h.lc.state.closed:
+            break
+        (spawn,) = [a for a in h.log if isinstance(a, Spawn) and a.generation in h.pending_spawns]
+        h.spawned(spawn.generation)
+        h.exited(spawn.generation, 3)
+    assert h.lc.state.down is not None and h.lc.state.closed, h.lc.state
+    assert sorted(h.receipts) == ["p1", "p2", "p3"] and h.closed == 1
+    assert (h.receipts["p3"][0].state, h.receipts["p3"][0].reason) == ("rejected", "engine-down")

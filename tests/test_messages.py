@@ -50,7 +50,10 @@ def test_stop_status_and_shutdown_lines() -> None:
         (b"[1]", "line is JSON but not an object"),
         (b'{"message":"\xff"}', "line is not valid UTF-8"),
         (b'{"type":null}', 'missing "type"'),
-        (b'{"type":"steer"}', "unknown type 'steer' (expected prompt, stop, status or shutdown)"),
+        (
+            b'{"type":"steer"}',
+            "unknown type 'steer' (expected prompt, stop, status, shutdown, configure, new_conversation or models)",
+        ),
         (b'{"type":"stop"}', 'stop needs an "id"'),
         (b'{"type":"prompt","id":"","message":"x"}', '"id" must be a non-empty string'),
         (b'{"type":"prompt","id":"a"}', 'prompt needs a "message" string'),

@@ -22,6 +22,7 @@ import pytest
 
 from bridge.profiles.command import Launch, ProfileError
 from bridge.profiles.pi import PI_PACKAGE, PI_PIN, PiProfile, find_install, scripted_profile
+from bridge.profiles.sandbox import PROBE_FILE
 from bridge.profiles.seal import SEAL_FLAGS, check_seal
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -199,6 +200,11 @@ def test_system_node_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 # --------------------------------------------------------------------------- prepare
 
 
+def pi_argv(argv: list[str]) -> list[str]:
+    """Pi's own argv inside a confined launch (after bwrap and the probe's ``sh -c``)."""
+    return argv[argv.index("pi-bridge-probe") + 1 :] if "pi-bridge-probe" in argv else argv
+
+
 @needs_pi
 def test_prepare_config_dir_and_argv(
     models_json: str, launches: list[Launch], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
@@ -226,7 +232,7 @@ def test_prepare_config_dir_and_argv(
     assert json.loads((cfg / "auth.json").read_text()) == {"scripted": {"type": "api_key", "key": "${SECRET_KEY_VAR}"}}
 
     inst = find_install()
-    argv = launch.argv
+    argv = pi_argv(launch.argv)
     assert argv[:4] == [inst.node, inst.cli, "--mode", "rpc"]
     for flag in (*SEAL_FLAGS, "--no-session"):
         assert flag in argv
@@ -293,7 +299,7 @@ def test_pi_reads_the_key_back(
     launch = prof.prepare()
     launches.append(launch)
     out = subprocess.run(
-        [launch.argv[0], launch.argv[1], "auth", "print-api-key", "--provider", "scripted"],
+        [*pi_argv(launch.argv)[:2], "auth", "print-api-key", "--provider", "scripted"],
         env=launch.env,
         cwd=launch.cwd,
         capture_output=True,
@@ -331,6 +337,7 @@ def test_env_allowlist_narrows(
         "PI_OFFLINE",
         "PI_SKIP_VERSION_CHECK",
         "PI_TELEMETRY",
+        "NODE_COMPILE_CACHE",  # the confined engine's, read-only (bridge.profiles.sandbox)
     }
     # No key given: no auth.json; no models.json without one.
     assert sorted(os.listdir(env["PI_CODING_AGENT_DIR"])) == ["models.json", "settings.json"]
@@ -349,11 +356,12 @@ def test_session_cwd_and_extensions(tmp_path: Path, launches: list[Launch], monk
     ).prepare()
     launches.append(launch)
     cfg = launch.env["PI_CODING_AGENT_DIR"]
-    assert "--no-session" not in launch.argv
-    i = launch.argv.index("--session-dir")
-    assert launch.argv[i + 1] == os.path.join(cfg, "sessions")
+    argv = pi_argv(launch.argv)
+    assert "--no-session" not in argv
+    i = argv.index("--session-dir")
+    assert argv[i + 1] == os.path.join(cfg, "sessions")
     ext = str(EXTENSIONS / "select_dialog.ts")
-    assert launch.argv[-4:] == ["-e", ext, "-e", "builtin:mcp"]
+    assert argv[-4:] == ["-e", ext, "-e", "builtin:mcp"]
     assert launch.header["seal"]["extensions"] == [ext, "builtin:mcp"]
     assert launch.header["seal"]["session"] is True
     assert launch.cwd == str(work)
@@ -528,7 +536,7 @@ def test_real_pi_sealed_smoke(scripted_server: Any, tmp_path: Path, launches: li
         assert eng.proc.wait(timeout=5) == 0
         # Pi itself only added its empty stores to the isolated folder.
         cfg = launch.env["PI_CODING_AGENT_DIR"]
-        assert set(os.listdir(cfg)) <= {"models.json", "settings.json", "auth.json", "models-store.json"}
+        assert set(os.listdir(cfg)) <= {"models.json", "settings.json", "auth.json", "models-store.json", PROBE_FILE}
         assert not any(Path(launch.cwd or "").iterdir())
     finally:
         eng.kill()

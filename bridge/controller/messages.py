@@ -4,7 +4,11 @@ bridge writes back. Sans-IO: lines in, typed commands out; typed replies in, JSO
 In (one JSON object per line), parsed by :func:`parse_command` into a :data:`Command`::
 
     {"type":"prompt","id":ID,"message":TEXT, "stream"?:bool, "timeout"?:seconds, "images"?:[...],
-     "events"?:bool, "stallTimeout"?:seconds (0: none)}
+     "events"?:bool, "stallTimeout"?:seconds (0: none),
+     "provider"?:P, "model"?:ID (together), "thinking"?:LEVEL}
+    {"type":"configure", "provider"?:P, "model"?:ID, "thinking"?:LEVEL}  for the prompts that follow
+    {"type":"new_conversation"}                     a new conversation before the next prompt
+    {"type":"models"}                               what the engine offers
     {"type":"stop","id":ID}
     {"type":"status"}
     {"type":"shutdown"}
@@ -20,6 +24,8 @@ Out (one JSON object per line)::
     {"type":"engine","event":"started"|"exited"|"down",...}
     {"type":"progress","event":"retrying","id":ID,...}  the engine retries the running prompt itself
     {"type":"stopping","id":ID,"stop":STOP_ID|null}     Stopping: answer to a stop
+    {"type":"configured","wanted":{...}}                Configured: answer to a configure
+    {"type":"models","models":[{...}]}                  Models: answer to a models (an error: LineError)
     {"type":"status",...}                               StatusReport: answer to a status
     {"type":"error","error":WHAT,"line":N,"id"?:ID}     LineError: a bad controller line
     {"type":"bye","receipts":N}                         Bye: last line before exit 0
@@ -52,10 +58,11 @@ import cattrs
 from cattrs.gen import make_dict_unstructure_fn, override
 
 from bridge.core.framing import Oversize, RawLine, parse_line
+from bridge.core.steering import Wanted
 from bridge.core.words import RequestId
 
 #: The ``"type"`` values a controller may send, in the order an unknown type's error lists them.
-COMMAND_TYPES: Final = ("prompt", "stop", "status", "shutdown")
+COMMAND_TYPES: Final = ("prompt", "stop", "status", "shutdown", "configure", "new_conversation", "models")
 
 
 class ControllerError(Exception):
@@ -80,6 +87,31 @@ class Prompt:
     events: bool = False
     #: Seconds (0: no stall detection; None: the bridge's ``--stall-timeout``).
     stall_timeout: float | None = None
+    #: The model and thinking level it asks for (over the bridge's ``configure``).
+    wanted: Wanted = attrs.field(factory=Wanted)
+
+
+@attrs.frozen
+class Configure:
+    """The model and thinking level for the prompts that follow."""
+
+    TYPE: ClassVar[str] = "configure"
+
+    wanted: Wanted
+
+
+@attrs.frozen
+class NewConversation:
+    """Start a new conversation before the next prompt (no answer)."""
+
+    TYPE: ClassVar[str] = "new_conversation"
+
+
+@attrs.frozen
+class ModelsQuery:
+    """Ask the engine what models it offers (answered with :class:`Models`)."""
+
+    TYPE: ClassVar[str] = "models"
 
 
 @attrs.frozen
@@ -105,7 +137,7 @@ class Shutdown:
     TYPE: ClassVar[str] = "shutdown"
 
 
-Command: TypeAlias = Prompt | Stop | Status | Shutdown
+Command: TypeAlias = Prompt | Stop | Status | Shutdown | Configure | NewConversation | ModelsQuery
 
 
 def parse_command(line: bytes | Oversize) -> Command:
@@ -116,6 +148,12 @@ def parse_command(line: bytes | Oversize) -> Command:
         return Status()
     if kind == "shutdown":
         return Shutdown()
+    if kind == "configure":
+        return Configure(_wanted(value))
+    if kind == "new_conversation":
+        return NewConversation()
+    if kind == "models":
+        return ModelsQuery()
     rid = _request_id(value, kind)
     if kind == "stop":
         return Stop(rid)
@@ -140,7 +178,9 @@ def _kind(value: dict[str, Any]) -> str:
     if kind is None:
         raise ControllerError('missing "type"')
     if kind not in COMMAND_TYPES:
-        raise ControllerError(f"unknown type {kind!r} (expected prompt, stop, status or shutdown)")
+        raise ControllerError(
+            f"unknown type {kind!r} (expected prompt, stop, status, shutdown, configure, new_conversation or models)"
+        )
     return str(kind)
 
 
@@ -172,7 +212,21 @@ def _prompt(value: dict[str, Any], rid: RequestId) -> Prompt:
     stall = value.get("stallTimeout")
     if isinstance(stall, bool) or (stall is not None and stall != 0 and not _positive_seconds(stall)):
         raise ControllerError('"stallTimeout" must be 0 (none) or a positive number of seconds')
-    return Prompt(rid, message, stream, timeout, images, events, stall)
+    return Prompt(rid, message, stream, timeout, images, events, stall, _wanted(value))
+
+
+def _wanted(value: dict[str, Any]) -> Wanted:
+    """A line's ``provider``, ``model`` and ``thinking``: strings, a model with its provider."""
+    fields = {}
+    for key in ("provider", "model", "thinking"):
+        got = value.get(key)
+        if got is not None and (not isinstance(got, str) or not got):
+            raise ControllerError(f'"{key}" must be a non-empty string')
+        fields[key] = got
+    try:
+        return Wanted(fields["provider"], fields["model"], fields["thinking"])
+    except ValueError as e:
+        raise ControllerError(f'{e} ("provider" and "model" go together)') from None
 
 
 def _positive_seconds(value: object) -> bool:
@@ -237,6 +291,25 @@ class StatusReport:
 
 
 @attrs.frozen
+class Configured:
+    """The answer to a configure: what the prompts that follow will ask for."""
+
+    TYPE: ClassVar[str] = "configured"
+
+    wanted: dict[str, Any]
+
+
+@attrs.frozen
+class Models:
+    """The answer to a models: the engine's models (``provider``, ``id``, ``name``,
+    ``reasoning``, ``contextWindow``, ``maxTokens``, ``input``)."""
+
+    TYPE: ClassVar[str] = "models"
+
+    models: list[dict[str, Any]]
+
+
+@attrs.frozen
 class Bye:
     """The last line before the bridge exits: how many receipts it gave."""
 
@@ -245,13 +318,13 @@ class Bye:
     receipts: int
 
 
-Reply: TypeAlias = Ready | LineError | Stopping | StatusReport | Bye
+Reply: TypeAlias = Ready | LineError | Stopping | StatusReport | Configured | Models | Bye
 
 
 def _make_converter() -> cattrs.Converter:
     """Each reply as ``{"type": TYPE, **fields}``; a LineError leaves out an id it lacks."""
     c = cattrs.Converter()
-    for cls in (Ready, Stopping, Bye):
+    for cls in (Ready, Stopping, Configured, Models, Bye):
         c.register_unstructure_hook(cls, _typed(cls.TYPE, make_dict_unstructure_fn(cls, c)))
     error_fields = make_dict_unstructure_fn(LineError, c, id=override(omit_if_default=True))
     c.register_unstructure_hook(LineError, _typed(LineError.TYPE, error_fields))

@@ -42,8 +42,13 @@ from bridge import __version__
 from bridge.controller.messages import (
     Bye,
     Command,
+    Configure,
+    Configured,
     ControllerError,
     LineError,
+    Models,
+    ModelsQuery,
+    NewConversation,
     Prompt,
     Ready,
     Reply,
@@ -56,7 +61,9 @@ from bridge.controller.messages import (
 )
 from bridge.controller.output import Output
 from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
+from bridge.core.wire import converter
 from bridge.live.api import Bridge, BridgeConfig, open_bridge
+from bridge.live.supervisor import EngineQuestionError
 from bridge.profiles.command import EngineProfile
 
 #: The signals that close the bridge (exit 128+N).
@@ -163,7 +170,7 @@ async def _serve_loop(bridge: Bridge, out: Output, stdin_fd: int, drain_timeout:
 
         async def read_controller() -> None:
             """Read stdin, then shut down. Ends after EOF (when the shutdown is asked for)."""
-            await _read_controller(bridge, out, stdin_fd, drain_timeout)
+            await _read_controller(bridge, out, stdin_fd, drain_timeout, nursery)
             bridge.shutdown(drain_timeout)  # EOF
 
         nursery.start_soon(read_controller)
@@ -171,7 +178,9 @@ async def _serve_loop(bridge: Bridge, out: Output, stdin_fd: int, drain_timeout:
         nursery.cancel_scope.cancel()
 
 
-async def _read_controller(bridge: Bridge, out: Output, stdin_fd: int, drain_timeout: float | None) -> None:
+async def _read_controller(
+    bridge: Bridge, out: Output, stdin_fd: int, drain_timeout: float | None, nursery: trio.Nursery
+) -> None:
     """Read controller lines until EOF (also after ``shutdown``); a read error counts as EOF."""
     stream = trio.lowlevel.FdStream(os.dup(stdin_fd))
     splitter = LineSplitter(DEFAULT_MAX_LINE)
@@ -187,22 +196,42 @@ async def _read_controller(bridge: Bridge, out: Output, stdin_fd: int, drain_tim
                 lineno += 1
                 if isinstance(line, bytes) and not line.strip():
                     continue
-                await _take(bridge, out, line, lineno, drain_timeout)
+                await _take(bridge, out, line, lineno, drain_timeout, nursery)
             if not data:
                 return
 
 
-async def _take(bridge: Bridge, out: Output, line: bytes | Oversize, lineno: int, drain_timeout: float | None) -> None:
+async def _take(
+    bridge: Bridge,
+    out: Output,
+    line: bytes | Oversize,
+    lineno: int,
+    drain_timeout: float | None,
+    nursery: trio.Nursery,
+) -> None:
     """Act on one controller line, and answer it if it asks for an answer. Does not wait: a
-    prompt, a stop and a shutdown are only handed to the bridge."""
+    prompt, a stop and a shutdown are only handed to the bridge; a models question is answered
+    by a task of ``nursery`` when the engine answers."""
     try:
         cmd = parse_command(line)
     except ControllerError as e:
         out.write(LineError(str(e), lineno))
         return
+    if isinstance(cmd, ModelsQuery):
+        nursery.start_soon(_answer_models, bridge, out, lineno)
+        return
     reply = await _act(bridge, cmd, lineno, drain_timeout)
     if reply is not None:
         out.write(reply)
+
+
+async def _answer_models(bridge: Bridge, out: Output, lineno: int) -> None:
+    """Ask the engine for its models and write the answer. Ends when the engine answers or
+    cannot (bounded by ``--ack-timeout``; closing answers it at once)."""
+    try:
+        out.write(Models(await bridge.models()))
+    except EngineQuestionError as e:
+        out.write(LineError(str(e), lineno))
 
 
 async def _act(bridge: Bridge, cmd: Command, lineno: int, drain_timeout: float | None) -> Reply | None:
@@ -219,7 +248,16 @@ async def _act(bridge: Bridge, cmd: Command, lineno: int, drain_timeout: float |
                 images=cmd.images,
                 events=cmd.events,
                 stall_timeout=cmd.stall_timeout,
+                provider=cmd.wanted.provider,
+                model=cmd.wanted.model,
+                thinking=cmd.wanted.thinking,
             )
+        case Configure():
+            w = cmd.wanted
+            bridge.configure(provider=w.provider, model=w.model, thinking=w.thinking)
+            return Configured(converter.unstructure(bridge.lifecycle.state.wanted))
+        case NewConversation():
+            bridge.new_conversation()
         case Stop():
             if not bridge.knows(cmd.id):
                 return LineError.unknown_id(cmd.id, lineno)

@@ -11,7 +11,7 @@ failed              ``interrupted``: aborted by this controller's stop (``stop``
 failed              ``timeout``, ``closing``, ``stalled``: aborted by the bridge's own stop
                     (the prompt's timeout or the drain bound; closing; a stall)
 rejected            ``engine``, ``queue-full``, ``cancelled``, ``closing``,
-                    ``engine-down``: certainly not delivered
+                    ``engine-down``, ``config``: certainly not delivered
 delivery-unknown    ``ack-without-start``, ``no-ack``, ``engine-exited``
 outcome-unknown     the seed's ``aborted-without-stop``, ``no-final-assistant-message``,
                     ``unrecognised-stop-reason``; the bridge's ``overlap``, ``gap``,
@@ -33,6 +33,7 @@ from typing import Any, Final, Literal
 import attrs
 from cattrs.gen import make_dict_structure_fn, override
 
+from bridge.core.steering import EngineConfig
 from bridge.core.wire import Wire, converter, form
 from bridge.core.words import Reason, RequestId, State, StopBy
 
@@ -40,7 +41,9 @@ from bridge.core.words import Reason, RequestId, State, StopBy
 REASONS: Final[dict[State, frozenset[Reason | None]]] = {
     State.FINISHED: frozenset({None}),
     State.FAILED: frozenset({None, Reason.INTERRUPTED, Reason.TIMEOUT, Reason.CLOSING, Reason.STALLED}),
-    State.REJECTED: frozenset({Reason.ENGINE, Reason.QUEUE_FULL, Reason.CANCELLED, Reason.CLOSING, Reason.ENGINE_DOWN}),
+    State.REJECTED: frozenset(
+        {Reason.ENGINE, Reason.QUEUE_FULL, Reason.CANCELLED, Reason.CLOSING, Reason.ENGINE_DOWN, Reason.CONFIG}
+    ),
     State.DELIVERY_UNKNOWN: frozenset({Reason.ACK_WITHOUT_START, Reason.NO_ACK, Reason.ENGINE_EXITED}),
     State.OUTCOME_UNKNOWN: frozenset(
         {
@@ -185,6 +188,8 @@ class Receipt(Wire):
     generation: int | None = None
     #: Tokens and cost of the run (None: the prompt had no run of its own).
     usage: Usage | None = None
+    #: The model and thinking level the engine was verified to run it with (None: not known).
+    config: EngineConfig | None = None
 
     def __attrs_post_init__(self) -> None:
         # Words from a file arrive as bare strings: a StrEnum hashes and compares as its word.

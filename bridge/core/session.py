@@ -88,6 +88,7 @@ from bridge.core.framing import (
 )
 from bridge.core.progress import EVENT_LINES, TextEvent, ThinkingEvent, translate
 from bridge.core.receipts import Facts, GiveUpWhy, Receipt, Times, Usage, decide, exit_words
+from bridge.core.steering import EngineConfig
 from bridge.core.tracker import Overlap, Settled, Tracker, Working
 from bridge.core.words import Reason, RequestId, Signal, StopBy
 
@@ -136,6 +137,8 @@ class PromptState:
     tools_running: set[str] = attrs.field(factory=set)
     #: Seconds the engine said it waits before retrying (its last line was ``auto_retry_start``).
     retry_delay: float = 0.0
+    #: The model and thinking level the engine was verified to have (a ``config`` note).
+    config: EngineConfig | None = None
 
 
 class Session:
@@ -177,6 +180,8 @@ class Session:
         #: Whose stop each stop id is, from the ``stop`` notes (a stop with no
         #: note is the controller's: journals before the notes existed).
         self._stop_by: dict[RequestId, StopBy] = {}
+        #: Configurations noted for prompts about to be sent (``config`` notes), by request.
+        self._configs: dict[RequestId, EngineConfig] = {}
         #: The current engine's last stderr lines, for ``engine-exited`` receipts.
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_QUOTED)
 
@@ -212,6 +217,8 @@ class Session:
                 self._taint(Reason.OVERLAP, self.tracker.idx, out)
             self.tracker.attach(request)
             state = PromptState(request, stream=stream, events=events, pid=self.pid, generation=self.generation)
+            if self._configs and isinstance(request, str):
+                state.config = self._configs.pop(request, None)
             if t is not None:
                 state.times["sent"] = t
             self.open[request] = state
@@ -459,6 +466,10 @@ class Session:
             stop, by = value.get("stop"), value.get("by")
             if isinstance(stop, str) and by in _STOP_BY:
                 self._stop_by[stop] = StopBy(by)
+        elif event == "config":
+            request, config = value.get("request"), value.get("config")
+            if isinstance(request, str) and isinstance(config, dict):
+                self._configs[request] = EngineConfig.from_json(config)
         elif event == "engine-start":
             pid, generation = value.get("pid"), value.get("generation")
             self.engine_started(
@@ -663,6 +674,7 @@ class Session:
             pid=prompt.pid,
             generation=prompt.generation,
             usage=prompt.usage if run is not None else None,
+            config=prompt.config,
         )
         prompt.receipt = receipt
         if self.collect:

@@ -57,6 +57,8 @@ class Reason(StrEnum):
     QUEUE_FULL = "queue-full"
     CANCELLED = "cancelled"
     ENGINE_DOWN = "engine-down"
+    #: The model or thinking level the prompt asked for was refused, or not confirmed.
+    CONFIG = "config"
     # delivery-unknown
     ACK_WITHOUT_START = "ack-without-start"
     NO_ACK = "no-ack"

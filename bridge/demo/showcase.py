@@ -81,6 +81,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="print the receipts as JSON lines on stdout (everything else goes to stderr)",
     )
     p.add_argument("--pi-dir", metavar="DIR", help=PI_DIR_HELP)
+    p.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help='run the sealed Pi unconfined (by default it runs in a bubblewrap sandbox: README "Confinement")',
+    )
     p.set_defaults(func=run)
 
 
@@ -156,6 +161,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sandbox(args: argparse.Namespace) -> Any:
+    from bridge.profiles.sandbox import Sandbox
+
+    return Sandbox(enabled=not args.no_sandbox)
+
+
+def _confined(args: argparse.Namespace) -> str:
+    return "unconfined (--no-sandbox)" if args.no_sandbox else "confined"
+
+
 async def _showcase(args: argparse.Namespace, ms: ModuleType, out: _Out, problems: list[str]) -> None:
     """The four steps through one bridge on the real Pi. Ends when the bridge has closed
     (every receipt settled, Pi reaped)."""
@@ -174,9 +189,9 @@ async def _showcase(args: argparse.Namespace, ms: ModuleType, out: _Out, problem
     receipts: list[Any] = []
     try:
         models = server.write_models(tmp)
-        profile = scripted_profile(models, pi_dir=args.pi_dir)
+        profile = scripted_profile(models, pi_dir=args.pi_dir, sandbox=_sandbox(args))
         out.say(
-            f"bridge demo: Pi {install.version} (node {install.node_version}), sealed, "
+            f"bridge demo: Pi {install.version} (node {install.node_version}), sealed, {_confined(args)}, "
             f"against a scripted model server at {server.base_url}"
         )
         async with open_bridge(profile, journal=journal, config=BridgeConfig(ack_timeout=20.0)) as bridge:

@@ -21,9 +21,10 @@ import trio
 from bridge import __version__
 from bridge.core.lifecycle import BridgeConfig
 from bridge.live.handles import PromptHandle
-from bridge.live.journal import Journal, default_journal_path
+from bridge.live.journal import Journal, default_journal_dir, default_journal_path, private_dir
 from bridge.live.supervisor import Bridge
 from bridge.profiles.command import EngineProfile
+from bridge.profiles.pi import PiProfile
 
 __all__ = ["Bridge", "BridgeConfig", "PromptHandle", "open_bridge"]
 
@@ -46,11 +47,12 @@ async def open_bridge(
     Raises :class:`~bridge.profiles.command.ProfileError` when the engine can't be prepared.
     """
     config = config or BridgeConfig()
+    path = (default_journal_path() if journal is True else Path(journal)) if journal else None
+    profile = _hide_journals(profile, path)
     launch = profile.prepare()
     jr: Journal | None = None
     try:
-        if journal:
-            path = default_journal_path() if journal is True else Path(journal)
+        if path is not None:
             jr = Journal(
                 path,
                 clearing=launch.clearing,
@@ -75,6 +77,23 @@ async def open_bridge(
             with trio.CancelScope(shield=True):
                 await bridge.aclose()
             nursery.cancel_scope.cancel()
+
+
+def _hide_journals(profile: EngineProfile, path: Path | None) -> EngineProfile:
+    """A confined Pi does not see the journal's folder, nor the default one (SPEC §2)."""
+    if not isinstance(profile, PiProfile) or not profile.sandbox.enabled:
+        return profile
+    folders = [default_journal_dir()]
+    if path is not None:
+        try:
+            private_dir(path.parent)  # made now, as the journal would, so it can be hidden
+        except OSError:
+            pass  # the journal says why when it is opened
+        folders.append(path.parent)
+    for folder in folders:
+        if folder.is_dir():
+            profile = profile.hiding(folder)
+    return profile
 
 
 def _utc_now() -> str:

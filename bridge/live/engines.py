@@ -21,7 +21,9 @@ import trio
 from bridge.core.events import Event, Skipped
 from bridge.core.framing import Oversize, RawLine
 from bridge.core.lifecycle import (
+    Answered,
     BridgeConfig,
+    Configured,
     EngineExited,
     Input,
     Spawned,
@@ -32,6 +34,7 @@ from bridge.core.lifecycle import (
 )
 from bridge.core.progress import DELTA_TYPES, join_deltas
 from bridge.core.session import Session
+from bridge.core.steering import from_state
 from bridge.live.engine import Engine, EngineGone
 from bridge.live.journal import Journal
 from bridge.profiles.command import EngineProfile, Launch, ProfileError
@@ -73,6 +76,19 @@ class EngineSide:
         self._startup_waiting: dict[str, dict[str, Any] | None] = {}
         #: When the current engine's last line was read (the stall timeout counts from it).
         self.last_seen: float | None = None
+        #: The configuration commands written for a prompt, and their answers so far.
+        self._config_waiting: dict[str, dict[str, Any] | None] = {}
+        self._config_for: tuple[int, str] | None = None
+        #: Questions written to the current engine (their ids), awaiting an answer.
+        self.asked: set[str] = set()
+
+    def expect_config(self, generation: int, request: str, cid: str) -> None:
+        """A configuration command for ``request`` is written: its answer is awaited (all of
+        them answered: :class:`~bridge.core.lifecycle.Configured`)."""
+        if self._config_for != (generation, request):
+            self._config_for = (generation, request)
+            self._config_waiting = {}
+        self._config_waiting[cid] = None
 
     def queue(self, engine: Engine, data: bytes, request: str | None) -> None:
         """Queue ``data`` (whole lines) for ``engine``'s writer; dropped if it has none (it exited)."""
@@ -158,8 +174,9 @@ class EngineSide:
                     journal.recv_raw(seen.idx, parsed, t)
                 else:
                     journal.recv(seen.idx, seen.line, parsed, t)  # type: ignore[arg-type]  # not a RawLine: bytes
-            if self._startup_waiting and type(parsed) is dict and parsed.get("type") == "response":
-                self._startup_answer(parsed)
+            waiting = self._startup_waiting or self._config_waiting or self.asked
+            if waiting and type(parsed) is dict and parsed.get("type") == "response":
+                self._answer(parsed)
             events = seen.events
             if not events:
                 continue
@@ -205,9 +222,24 @@ class EngineSide:
             engine.launch.run_cleanup()
         self._feed(EngineExited(engine.generation, code, sig, list(self.session.stderr_tail)))
 
-    def _startup_answer(self, response: dict[str, Any]) -> None:
+    def _answer(self, response: dict[str, Any]) -> None:
+        """A response to the start-up check or to a configuration: gathered until all are in."""
         rid = response.get("id")
-        if not isinstance(rid, str) or rid not in self._startup_waiting:
+        if not isinstance(rid, str):
+            return
+        if rid in self.asked:
+            self.asked.discard(rid)
+            self._feed(Answered(self._generation(), rid, response))
+            return
+        if rid in self._config_waiting and self._config_for is not None:
+            self._config_waiting[rid] = response
+            if all(v is not None for v in self._config_waiting.values()):
+                answers = {k: v for k, v in self._config_waiting.items() if v is not None}
+                (generation, request), self._config_for = self._config_for, None
+                self._config_waiting = {}
+                self._feed(Configured(generation, request, answers))
+            return
+        if rid not in self._startup_waiting:
             return
         self._startup_waiting[rid] = response
         if all(v is not None for v in self._startup_waiting.values()):
@@ -216,4 +248,9 @@ class EngineSide:
             engine = self.current
             launch = engine.launch if engine is not None else None
             problems = launch.check(answers) if launch is not None and launch.check is not None else []
-            self._feed(StartupChecked(self._generation(), problems))
+            if launch is not None and launch.confinement is not None and self.journal is not None:
+                note = {"event": "confinement", "generation": self._generation(), **launch.confinement()}
+                self.journal.note(note, self._now())
+            state = answers.get("seal-state")
+            config = from_state(state.get("data")) if state is not None and state.get("success") else None
+            self._feed(StartupChecked(self._generation(), problems, config))

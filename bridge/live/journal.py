@@ -87,11 +87,15 @@ def open_private(path: Path) -> BinaryIO:
         raise JournalError(f"cannot create the journal {path}: {e.strerror or e}") from None
 
 
+def private_dir(folder: Path) -> None:
+    """Create a journal folder 0700 when it does not exist (an existing one is left as it is)."""
+    if not folder.exists():
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(folder, 0o700)
+
+
 def _open_private(path: Path) -> BinaryIO:
-    parent = path.parent
-    if not parent.exists():
-        parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(parent, 0o700)
+    private_dir(path.parent)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     return os.fdopen(fd, "wb", buffering=JOURNAL_BUFFER)
 

@@ -54,9 +54,12 @@ from bridge.core.lifecycle import (
     SIGNALS_PER_GENERATION,
     Acked,
     Activity,
+    Answer,
+    Ask,
     BridgeConfig,
     Close,
     Closed,
+    Configure,
     Decided,
     Deliver,
     EngineExited,
@@ -64,6 +67,7 @@ from bridge.core.lifecycle import (
     Input,
     JournalFailed,
     Lifecycle,
+    NewConversation,
     Note,
     Notify,
     NotWritten,
@@ -83,6 +87,7 @@ from bridge.core.notices import JournalFailedSignal, ReceiptNotice, TextNotice
 from bridge.core.progress import PROGRESS_TYPES
 from bridge.core.receipts import Receipt
 from bridge.core.session import Session
+from bridge.core.steering import Wanted, model_summary
 from bridge.core.tracker import Overlap
 from bridge.live.engine import Engine, EngineGone
 from bridge.live.engines import EngineSide
@@ -100,6 +105,10 @@ CLOSE_BACKSTOP = 30.0
 
 #: Signal numbers to names, for the closing note.
 _SIGNAL_NAMES = {int(s): s.name for s in signal_module.Signals}
+
+
+class EngineQuestionError(Exception):
+    """A question for the engine (:meth:`Bridge.models`) could not be answered; the message says why."""
 
 
 class Bridge:
@@ -128,6 +137,9 @@ class Bridge:
         self._changed = trio.Event()
         self._closed = trio.Event()
         self._stop_answers: dict[str, str | None] = {}
+        self._asks: dict[str, trio.Event] = {}
+        self._ask_ids = itertools.count(1)
+        self._answers: dict[str, Answer] = {}
         self._ids = itertools.count(1)
         self._fsync_wanted = trio.Event()
         self._fsync_scope = trio.CancelScope()
@@ -177,14 +189,19 @@ class Bridge:
         images: list[Any] | None = None,
         events: bool = False,
         stall_timeout: float | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+        thinking: str | None = None,
     ) -> PromptHandle:
         """Accept a prompt; returns at once. It always gets a receipt (maybe at once: a rejection).
 
         ``stream``: its reply text on :meth:`PromptHandle.text`; ``events``: what the engine
         does for it on :meth:`PromptHandle.events`; ``timeout``: seconds to its settle;
         ``stall_timeout``: seconds the run may stay quiet while it waits on the model (None:
-        the bridge's; 0: none). Raises TypeError / ValueError (and accepts nothing) for a
-        message that is not text, a used or empty id, or a bad timeout."""
+        the bridge's; 0: none); ``provider`` and ``model`` (together), ``thinking``: what it
+        runs with, applied and verified before it is written (over :meth:`configure`'s).
+        Raises TypeError / ValueError (and accepts nothing) for a message that is not text, a
+        used or empty id, a bad timeout, a model without its provider or an unknown level."""
         if not isinstance(message, str):
             raise TypeError(f"message must be a str, not {type(message).__name__}")
         if timeout is not None and not _seconds(timeout):
@@ -197,6 +214,7 @@ class Bridge:
             raise ValueError(f"stall_timeout must be 0 (none) or a positive number of seconds, got {stall_timeout!r}")
         if images is not None and not isinstance(images, list):
             raise TypeError(f"images must be a list, not {type(images).__name__}")
+        wanted = Wanted(provider, model, thinking)
         if request is None:
             request = f"p{next(self._ids)}"
             while self.knows(request):
@@ -211,8 +229,40 @@ class Bridge:
         if events:
             p.event_send, p.event_recv = trio.open_memory_channel[Any](math.inf)
         self._handles[request] = p
-        self._feed(Submit(request, message, images, stream, timeout, events, stall_timeout))
+        self._feed(Submit(request, message, images, stream, timeout, events, stall_timeout, wanted))
         return PromptHandle(p, self)
+
+    def configure(self, *, provider: str | None = None, model: str | None = None, thinking: str | None = None) -> None:
+        """The model (``provider`` and ``model`` together) and thinking level for the prompts
+        submitted from now on; what is left None stays as it was. Applied to the engine, and
+        verified, before each such prompt is written. Raises ValueError as :meth:`submit`."""
+        self._feed(Configure(Wanted(provider, model, thinking)))
+
+    async def models(self) -> list[dict[str, Any]]:
+        """What the engine offers (Pi's ``get_available_models``): ``provider``, ``id``,
+        ``name``, ``reasoning``, ``contextWindow``, ``maxTokens``, ``input`` each. Asked
+        through the lifecycle (an engine is started for it if none runs). Ends when the engine
+        answers, or with :class:`EngineQuestionError` when it cannot (down, closing, no answer
+        within ``ack_timeout``, or a refusal)."""
+        token = f"ask-{next(self._ask_ids)}"
+        done = self._asks[token] = trio.Event()
+        self._feed(Ask(token, {"type": "get_available_models"}))
+        await done.wait()
+        answer = self._answers.pop(token)
+        if answer.error is not None:
+            raise EngineQuestionError(answer.error)
+        response = answer.response or {}
+        if response.get("success") is not True:
+            raise EngineQuestionError(f"the engine refused get_available_models: {response.get('error')}")
+        data = response.get("data")
+        listed = data.get("models") if isinstance(data, dict) else None
+        models = [model_summary(m) for m in listed] if isinstance(listed, list) else []
+        return [m for m in models if m is not None]
+
+    def new_conversation(self) -> None:
+        """Start a new conversation before the next prompt is written: Pi's ``new_session``
+        (verified, with a ``get_state`` after it), or a fresh engine where Pi cancels it."""
+        self._feed(NewConversation())
 
     async def prompt(self, message: str, **kw: Any) -> Receipt:
         """Submit and wait for the receipt. Ends when it comes (it always does)."""
@@ -445,6 +495,11 @@ class Bridge:
                 self._nursery.start_soon(self.engines.stop, engine, action.requested)
         elif kind is StopAnswer:
             self._stop_answers[action.request] = action.stop
+        elif kind is Answer:
+            waiter = self._asks.pop(action.token, None)
+            if waiter is not None:
+                self._answers[action.token] = action
+                waiter.set()
         elif kind is Closed:
             self._closed.set()
 
@@ -456,11 +511,15 @@ class Bridge:
         if unwritable or (action.kind in ("prompt", "startup") and self.journal_failed):
             # No engine to take it (its exit is on the way), or the journal failed
             # and closing is about to begin: a prompt goes back to the lifecycle unwritten.
-            if action.kind == "prompt" and action.request is not None:
+            if action.kind in ("prompt", "config") and action.request is not None:
                 self._feed(NotWritten(action.generation, action.request))
             return
         assert engine is not None
         cmd = action.cmd
+        if action.kind == "ask":
+            self.engines.asked.add(cmd["id"])
+        if action.kind == "config" and action.request is not None:
+            self.engines.expect_config(action.generation, action.request, cmd["id"])
         self._record_send(cmd, stream=action.stream, events=action.events)
         if action.kind == "prompt" and action.submitted is not None:
             state = self.session.prompt(action.request)

@@ -38,6 +38,9 @@ class Launch:
     startup: list[dict[str, Any]] = attrs.field(factory=list)
     #: ``check(responses)`` -> problems; ``responses`` maps startup id -> response.
     check: Callable[[dict[str, dict[str, Any]]], list[str]] | None = None
+    #: After ``check``: what the engine's confinement enforced and what was verified from
+    #: inside it (the journal's ``confinement`` note); None when not confined.
+    confinement: Callable[[], dict[str, Any]] | None = None
     cleanup: Callable[[], None] | None = None
 
     def run_cleanup(self) -> None:

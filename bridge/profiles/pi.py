@@ -29,6 +29,17 @@ from typing import Any, Final
 import attrs
 
 from bridge.profiles.command import PI_CLEARING, Launch, ProfileError, filtered_env
+from bridge.profiles.netjail import ProviderLink, provider_address, relay_lines
+from bridge.profiles.sandbox import (
+    Bwrap,
+    Confined,
+    Sandbox,
+    check_probe,
+    compile_cache,
+    confine,
+    disabled_header,
+    find_bwrap,
+)
 from bridge.profiles.seal import (
     DEFAULT_SETTINGS,
     RESOURCE_SETTINGS,
@@ -285,7 +296,13 @@ class PiProfile:
     env_allowlist: Sequence[str] | None = None
     #: Explicit ``-e`` extensions. **Unseals the engine**: tests/fixtures only.
     extensions: Sequence[str] = ()
+    #: The confinement (:mod:`bridge.profiles.sandbox`); ``Sandbox(enabled=False)``: ``--no-sandbox``.
+    sandbox: Sandbox = attrs.field(factory=Sandbox)
     name: str = "pi"
+
+    def hiding(self, folder: str | Path) -> PiProfile:
+        """This profile with ``folder`` (a journal's) invisible to the confined engine."""
+        return attrs.evolve(self, sandbox=attrs.evolve(self.sandbox, hidden=(*self.sandbox.hidden, str(folder))))
 
     def _validate(self) -> None:
         if self.api_key is not None and self.api_key_env is not None:
@@ -323,24 +340,32 @@ class PiProfile:
         return out
 
     def prepare(self) -> Launch:
-        """One sealed Pi's launch. Its private folders are made here; ``Launch.cleanup`` removes them."""
+        """One sealed Pi's launch. Its private folders are made here; ``Launch.cleanup`` removes them.
+        Confined unless the sandbox is off; a sandbox that cannot be made is a :class:`ProfileError`."""
         install = find_install(self.pi_dir, allow_other_version=self.allow_other_version)
         self._validate()
+        bwrap = find_bwrap() if self.sandbox.enabled else None
         ext_args = self._extension_args()
         models_bytes = self._read_models()
         remove_orphans_once()
         folders = _PrivateFolders(Path(tempfile.mkdtemp(prefix=f"pi-bridge-pi-{os.getpid()}-")))
+        confined: Confined | None = None
         try:
             key_kind = self._write_config(folders.config, models_bytes)
             cwd = self._working_folder(folders)
             argv = self._argv(install, folders.config, ext_args)
             env, removed = self._env(folders.config)
+            if bwrap is not None:
+                confined = self._confine(bwrap, install, argv, cwd, folders, ext_args, models_bytes, env)
+                argv, env["TMPDIR"] = confined.argv, "/tmp"
         except BaseException:
             folders.remove()
             raise
         header = self._header(install, ext_args, key_kind, own_cwd=folders.own_cwd is not None, removed=removed)
+        header["seal"]["sandbox"] = confined.header if confined is not None else disabled_header()
         # Read now: the profile is mutable, the check is of this launch.
         session, provider, config_dir = self.session, self.provider, str(folders.config)
+        probe = _Probe(confined)
         return Launch(
             argv=argv,
             env=env,
@@ -348,8 +373,51 @@ class PiProfile:
             clearing=PI_CLEARING,
             header=header,
             startup=[dict(c) for c in STARTUP],
-            check=lambda responses: check_seal(responses, session=session, config_dir=config_dir, provider=provider),
+            check=lambda responses: (
+                check_seal(responses, session=session, config_dir=config_dir, provider=provider) + probe.problems()
+            ),
+            confinement=probe.verified if confined is not None else None,
             cleanup=folders.remove,
+        )
+
+    def _confine(
+        self,
+        bwrap: Bwrap,
+        install: PiInstall,
+        argv: list[str],
+        cwd: str,
+        folders: _PrivateFolders,
+        ext_args: list[str],
+        models_bytes: bytes | None,
+        env: dict[str, str],
+    ) -> Confined:
+        """Pi's argv wrapped in bubblewrap (:mod:`bridge.profiles.sandbox`), with Node's compile
+        cache read-only (set in ``env``); with ``--no-network`` the provider link too
+        (:mod:`bridge.profiles.netjail`), closed with the folders."""
+        needs = [install.root, os.path.join(install.root, "node_modules"), install.cli, install.node]
+        needs += [str(Path(install.node).resolve().parents[1])] + ext_args[1::2]
+        cache = compile_cache(
+            bwrap, install.version, [install.node, install.cli], needs=needs, env=env, scratch=str(folders.config)
+        )
+        if cache is not None:
+            env["NODE_COMPILE_CACHE"] = cache
+        relay, provider = "", None
+        if not self.sandbox.network:
+            host, port, listen = provider_address(self.provider, models_bytes)
+            sock, ready = folders.config / "provider.sock", folders.config / "provider.ready"
+            folders.link = ProviderLink(sock, host, port)
+            relay, provider = relay_lines(install.node, str(sock), str(ready), port, listen), f"{host}:{port}"
+        return confine(
+            self.sandbox,
+            bwrap,
+            argv,
+            cwd=cwd,
+            config=str(folders.config),
+            needs=needs,
+            own_cwd=folders.own_cwd is not None,
+            relay=relay,
+            provider=provider,
+            cache=cache,
         )
 
     def _read_models(self) -> bytes | None:
@@ -437,14 +505,35 @@ class PiProfile:
 
 
 @attrs.define
+class _Probe:
+    """What the sandbox probe saw, read once at the start-up check (rule 9 of the sandbox)."""
+
+    confined: Confined | None
+    _verified: dict[str, Any] | None = None
+
+    def problems(self) -> list[str]:
+        if self.confined is None:
+            return []
+        problems, self._verified = check_probe(self.confined.probe, self.confined.expect)
+        return problems
+
+    def verified(self) -> dict[str, Any]:
+        return {"enforced": self.confined.header if self.confined else None, "verified": self._verified}
+
+
+@attrs.define
 class _PrivateFolders:
     """One engine process's own folders: its config folder and, unless it was given a
     working folder, that one too (named for our pid, see :func:`remove_orphans`)."""
 
     config: Path
     own_cwd: Path | None = None
+    #: ``--no-network``: the bridge's end of the relay to the provider.
+    link: ProviderLink | None = None
 
     def remove(self) -> None:
+        if self.link is not None:
+            self.link.close()
         shutil.rmtree(self.config, ignore_errors=True)
         if self.own_cwd is not None:
             shutil.rmtree(self.own_cwd, ignore_errors=True)

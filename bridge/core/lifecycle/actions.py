@@ -25,7 +25,8 @@ class Spawn:
 class Write:
     """Journal ``cmd``, feed it to the session, then write it to engine ``generation``.
 
-    ``kind``: ``startup``, ``prompt``, ``clear`` or ``abort``."""
+    ``kind``: ``startup``, ``prompt``, ``clear``, ``abort`` or ``config`` (answered by
+    :class:`~bridge.core.lifecycle.inputs.Configured` once every one of the batch is)."""
 
     generation: int
     cmd: dict[str, Any]
@@ -91,8 +92,17 @@ class StopAnswer:
 
 
 @attrs.frozen
+class Answer:
+    """The answer to an Ask: the engine's response, or ``error`` (down, closing, no answer)."""
+
+    token: str
+    response: dict[str, Any] | None = None
+    error: str | None = None
+
+
+@attrs.frozen
 class Closed:
     """Every accepted prompt has its receipt and no engine runs: the bridge is closed."""
 
 
-Action = Spawn | Write | StopEngine | GiveUp | Deliver | Notify | Signal | Note | StopAnswer | Closed
+Action = Spawn | Write | StopEngine | GiveUp | Deliver | Notify | Signal | Note | StopAnswer | Answer | Closed

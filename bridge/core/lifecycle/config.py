@@ -16,6 +16,8 @@ SIGNALS_PER_GENERATION: Final = 1000
 
 #: The deadlines, and what happens when each passes:
 #:
+#: ``ask``      a question written to the engine was not answered: answered with an error
+#: ``config``   the held prompt's configuration was not answered: ``rejected``/``config``, recycle
 #: ``ack``      the held prompt was written and not acked: give up (``no-ack``), recycle
 #: ``settle``   the held prompt's own timeout: send a stop (``timeout``), arm ``stop``
 #: ``stall``    the held prompt's run showed nothing for its stall timeout while it waited on
@@ -27,8 +29,8 @@ SIGNALS_PER_GENERATION: Final = 1000
 #: ``startup``  the start-up check was not answered: a failed check
 #: ``backoff``  the wait before respawning after crashes is over: spawn
 #: ``drain``    shutdown's bound passed: closing, the held prompt stopped (``timeout``)
-DEADLINES: Final = ("ack", "settle", "stall", "stop", "taint", "close", "startup", "backoff", "drain")
-HELD_DEADLINES: Final = ("ack", "settle", "stall", "stop", "taint", "close")
+DEADLINES: Final = ("ask", "config", "ack", "settle", "stall", "stop", "taint", "close", "startup", "backoff", "drain")
+HELD_DEADLINES: Final = ("config", "ack", "settle", "stall", "stop", "taint", "close")
 
 #: The default stall timeout, seconds (README "Stalls" says why this long).
 DEFAULT_STALL_TIMEOUT: Final = 300.0
@@ -85,4 +87,7 @@ class BridgeConfig:
     stdin_grace: float = attrs.field(default=2.0, validator=_positive)
     term_grace: float = attrs.field(default=2.0, validator=_positive)
     max_line: int = attrs.field(default=DEFAULT_MAX_LINE, validator=_positive)
+    #: The thinking level every prompt asks for unless it or a Configure says otherwise (None:
+    #: the engine's own).
+    thinking: str | None = None
     journal_full: bool = False

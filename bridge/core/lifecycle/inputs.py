@@ -8,6 +8,7 @@ from typing import Any
 import attrs
 
 from bridge.core.receipts import Receipt
+from bridge.core.steering import EngineConfig, Wanted
 
 # --------------------------------------------------------------------------
 # Inputs
@@ -25,6 +26,16 @@ class Submit:
     events: bool = False
     #: Its stall timeout in seconds (None: the config's ``stall_timeout``; 0: none).
     stall_timeout: float | None = None
+    #: The model and thinking level it asks for (over the bridge's :class:`Configure`).
+    wanted: Wanted = attrs.field(factory=Wanted)
+
+
+@attrs.frozen
+class Configure:
+    """The model and thinking level for the prompts submitted from now on (what it leaves
+    as is stays as it was)."""
+
+    wanted: Wanted
 
 
 @attrs.frozen
@@ -75,6 +86,42 @@ class StartupChecked:
 
     generation: int
     problems: list[str] = attrs.field(factory=list)
+    #: The model and thinking level the check's ``get_state`` showed.
+    config: EngineConfig | None = None
+
+
+@attrs.frozen
+class NewConversation:
+    """Start a new conversation before the next prompt is written (Pi's ``new_session``; a
+    fresh engine where Pi cannot)."""
+
+
+@attrs.frozen
+class Ask:
+    """A question for the engine that changes nothing (``get_available_models``): written to
+    the engine once one is ready (one is started for it), answered with
+    :class:`~bridge.core.lifecycle.actions.Answer`."""
+
+    token: str
+    cmd: dict[str, Any]
+
+
+@attrs.frozen
+class Answered:
+    """The engine answered the question ``token``."""
+
+    generation: int
+    token: str
+    response: dict[str, Any]
+
+
+@attrs.frozen
+class Configured:
+    """Every configuration command written for ``request`` was answered (by id)."""
+
+    generation: int
+    request: str
+    answers: dict[str, dict[str, Any]] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -163,6 +210,11 @@ class Tick:
 
 Input = (
     Submit
+    | Configure
+    | NewConversation
+    | Ask
+    | Answered
+    | Configured
     | Stop
     | Shutdown
     | Close

@@ -10,6 +10,7 @@ from typing import Any
 
 from bridge.core.lifecycle.actions import (
     Action,
+    Answer,
     Closed,
     Deliver,
     GiveUp,
@@ -31,11 +32,16 @@ from bridge.core.lifecycle.config import (
 from bridge.core.lifecycle.inputs import (
     Acked,
     Activity,
+    Answered,
+    Ask,
     Close,
+    Configure,
+    Configured,
     Decided,
     EngineExited,
     Input,
     JournalFailed,
+    NewConversation,
     NotWritten,
     Shutdown,
     SignalSeen,
@@ -64,6 +70,8 @@ from bridge.core.notices import (
     StalledSignal,
 )
 from bridge.core.receipts import Facts, GiveUpWhy, Receipt, Times, decide, exit_words
+from bridge.core.steering import Wanted, commands, verify
+from bridge.core.wire import converter
 from bridge.core.words import Reason, StopBy
 
 # --------------------------------------------------------------------------
@@ -75,11 +83,16 @@ class Lifecycle:
 
     def __init__(self, config: BridgeConfig | None = None, state: LifeState | None = None) -> None:
         self.config = config or BridgeConfig()
-        self.state = state or LifeState()
+        self.state = state or LifeState(wanted=Wanted(thinking=self.config.thinking))
         self._out: list[Action] = []
         self._now = 0.0
         self._handlers: dict[type, Callable[[Any], None]] = {
             Submit: self._submit,
+            Configure: self._configure,
+            Configured: self._configured,
+            NewConversation: self._new_conversation,
+            Ask: self._ask,
+            Answered: self._answered,
             Stop: self._stop,
             Shutdown: self._shutdown,
             Close: self._close,
@@ -109,8 +122,8 @@ class Lifecycle:
         if not self.state.closed:
             self._handlers[type(event)](event)
             self._pump()
-        elif type(event) is Submit:
-            self._handlers[Submit](event)
+        elif type(event) in (Submit, Ask):  # a receipt, or an answer, is owed even now
+            self._handlers[type(event)](event)
         self._out = []
         return out
 
@@ -144,6 +157,7 @@ class Lifecycle:
             timeout=ev.timeout if ev.timeout is not None else self.config.settle_timeout,
             stall=stall or None,
             submitted=self._now,
+            wanted=ev.wanted.over(s.wanted),
         )
         s.prompts[ev.request] = rec
         if s.closing is not None or s.draining or s.closed:
@@ -160,14 +174,91 @@ class Lifecycle:
         rec = s.prompts.get(ev.request)
         if rec is None:
             self._out.append(StopAnswer(ev.request, None))
-        elif rec.phase == "queued":
-            s.queue.remove(rec.request)
+        elif rec.phase in ("queued", "configuring"):  # never written: nothing to abort
             self._reject(rec, Reason.CANCELLED)
             self._out.append(StopAnswer(ev.request, None))
         else:
             if rec.stop is None and rec.gave_up is None:
                 self._send_stop(rec, StopBy.CONTROLLER, "the controller asked")
             self._out.append(StopAnswer(ev.request, rec.stop))
+
+    def _configure(self, ev: Configure) -> None:
+        self.state.wanted = ev.wanted.over(self.state.wanted)
+        self._note({"event": "configure", "wanted": converter.unstructure(self.state.wanted)})
+
+    def _ask(self, ev: Ask) -> None:
+        s = self.state
+        if s.closing is not None or s.down is not None or s.closed:
+            why = "the bridge is closing" if s.closing is not None or s.closed else f"the engine is down: {s.down}"
+            self._out.append(Answer(ev.token, error=why))
+            return
+        s.asks[ev.token] = {**ev.cmd, "id": ev.token}
+
+    def _answered(self, ev: Answered) -> None:
+        s = self.state
+        if ev.token not in s.asks or not self._current(ev.generation):
+            return
+        del s.asks[ev.token]
+        if ev.token in s.asked:
+            s.asked.remove(ev.token)
+        if not s.asked:
+            s.deadlines.pop("ask", None)
+        self._out.append(Answer(ev.token, ev.response))
+
+    def _answer_all(self, error: str) -> None:
+        s = self.state
+        for token in list(s.asks):
+            self._out.append(Answer(token, error=error))
+        s.asks.clear()
+        s.asked.clear()
+        s.deadlines.pop("ask", None)
+
+    def _new_conversation(self, ev: NewConversation) -> None:
+        self.state.fresh = True
+        self._note({"event": "new-conversation"})
+
+    def _configured(self, ev: Configured) -> None:
+        s, e = self.state, self.state.engine
+        rec = self._held()
+        if rec is None or rec.phase != "configuring" or rec.request != ev.request or not self._current(ev.generation):
+            return
+        rec.config_answers.update(ev.answers)
+        prefix = self._config_prefix(rec)
+        cmds = self._config_commands(rec)
+        if len(rec.config_answers) < len(cmds):
+            # One at a time: Pi 1.6.0 runs commands concurrently, and answered a get_state
+            # written right behind a set_model with the old model (and set_model after it).
+            self._out.append(Write(e.generation, cmds[len(rec.config_answers)], "config", request=rec.request))
+            s.deadlines["config"] = self._now + self.config.ack_timeout
+            return
+        s.deadlines.pop("config", None)
+        if rec.fresh:
+            new = rec.config_answers.get(f"{prefix}:new", {})
+            data = new.get("data")
+            if new.get("success") is not True or (isinstance(data, dict) and data.get("cancelled")):
+                # Pi would not start a new conversation (an extension cancelled it): a fresh
+                # engine is one. The prompt waits for it.
+                rec.fresh = False
+                e.recycle = True
+                self._note({"event": "new-conversation", "request": rec.request, "by": "recycling the engine"})
+                self._requeue(rec)
+                return
+        config, problem = verify(rec.wanted, rec.config_answers, prefix)
+        e.config = config if problem is None else None
+        self._note(
+            {
+                "event": "configured",
+                "request": rec.request,
+                "config": config.to_json() if config is not None else None,
+                "problem": problem,
+            }
+        )
+        if problem is not None:
+            self._reject(rec, Reason.CONFIG, problem)
+        elif not e.sealed or e.recycle or e.phase != "ready":
+            self._requeue(rec)  # not onto this engine: it is replaced first
+        else:
+            self._send_prompt(rec)
 
     def _shutdown(self, ev: Shutdown) -> None:
         s = self.state
@@ -226,6 +317,7 @@ class Lifecycle:
         e = self.state.engine
         if not self._current(ev.generation) or e.phase != "checking":
             return
+        e.config = ev.config
         self._end_check(list(ev.problems))
 
     def _end_check(self, problems: list[str]) -> None:
@@ -267,7 +359,7 @@ class Lifecycle:
             return
         e.sealed = False
         rec = self._held()
-        if rec is not None and rec.gave_up is None and "taint" not in self.state.deadlines:
+        if rec is not None and rec.phase == "held" and rec.gave_up is None and "taint" not in self.state.deadlines:
             self.state.deadlines["taint"] = self._now + self.config.taint_grace
 
     def _signal_seen(self, ev: SignalSeen) -> None:
@@ -295,7 +387,9 @@ class Lifecycle:
             return
         e.recycle = True
         rec = self._held()
-        if rec is not None and rec.request == ev.request and not rec.acked:
+        if rec is not None and rec.phase == "configuring":
+            self._reject(rec, Reason.CONFIG, "the engine stopped reading its configuration commands")
+        elif rec is not None and rec.request == ev.request and not rec.acked:
             self._give_up(rec, "ack")
 
     def _not_written(self, ev: NotWritten) -> None:
@@ -336,8 +430,12 @@ class Lifecycle:
         s.deadlines.pop("close", None)
         e.phase = "none"
         e.pid = None
+        s.asked.clear()  # written to an engine that is gone: asked again of the next one
+        s.deadlines.pop("ask", None)
         rec = self._held()
-        if rec is not None and rec.gave_up is None:
+        if rec is not None and rec.phase == "configuring":
+            self._requeue(rec)  # never written: it waits for the next engine
+        elif rec is not None and rec.gave_up is None:
             # The evidence half decides it on the exit; this asks in case it did not.
             self._give_up(rec, "exited")
 
@@ -366,6 +464,17 @@ class Lifecycle:
         for _, _, name in due:
             if s.deadlines.pop(name, None) is not None:
                 getattr(self, "_deadline_" + name)()
+
+    def _deadline_ask(self) -> None:
+        self._answer_all(f"the engine did not answer in {self.config.ack_timeout:g} s")
+
+    def _deadline_config(self) -> None:
+        rec = self._held()
+        if rec is not None and rec.phase == "configuring":
+            self.state.engine.recycle = True
+            self._reject(
+                rec, Reason.CONFIG, f"the engine did not answer its configuration in {self.config.ack_timeout:g} s"
+            )
 
     def _deadline_ack(self) -> None:
         rec = self._held()
@@ -427,7 +536,15 @@ class Lifecycle:
             why = Reason.CLOSING if s.closing is not None else Reason.ENGINE_DOWN
             while s.queue:
                 self._reject(s.prompts[s.queue[0]], why, s.down if why == Reason.ENGINE_DOWN else None)
-        if s.draining and s.closing is None and not s.prompts:
+        if s.asks and (s.closing is not None or s.down is not None):
+            self._answer_all("the bridge is closing" if s.closing is not None else f"the engine is down: {s.down}")
+        if e.phase == "ready" and len(s.asked) < len(s.asks):
+            for token, cmd in s.asks.items():
+                if token not in s.asked:
+                    s.asked.append(token)
+                    self._out.append(Write(e.generation, dict(cmd), "ask"))
+            s.deadlines.setdefault("ask", self._now + self.config.ack_timeout)
+        if s.draining and s.closing is None and not s.prompts and not s.asks:
             self._begin_closing("close", "shutdown: every prompt has its receipt")
         if s.held is None:
             if e.phase in ("checking", "ready") and (s.closing is not None or e.recycle or not e.sealed):
@@ -439,6 +556,12 @@ class Lifecycle:
             elif e.phase == "backoff" and s.closing is not None:
                 e.phase = "none"
                 s.deadlines.pop("backoff", None)
+        if s.draining and s.closing is None and not s.prompts and not s.asks:
+            # The last prompt's receipt can come from the steps above (the engine going down
+            # rejects the queue): shutdown is over then too.
+            self._begin_closing("close", "shutdown: every prompt has its receipt")
+            if e.phase in ("checking", "ready") and s.held is None:
+                self._stop_engine(requested=True)
         if s.closing is not None and not s.prompts and e.phase == "none" and not s.closed:
             s.closed = True
             s.deadlines.clear()
@@ -446,7 +569,7 @@ class Lifecycle:
 
     def _wants_engine(self) -> bool:
         s = self.state
-        return bool(s.queue) and s.closing is None and s.down is None
+        return bool(s.queue or s.asks) and s.closing is None and s.down is None
 
     def _spawn_or_wait(self) -> None:
         s, cfg = self.state, self.config
@@ -474,13 +597,62 @@ class Lifecycle:
         e.recycle = False
         e.signals = 0
         e.in_startup = False
+        e.config = None
+        e.configs = 0
+        self.state.fresh = False  # a new engine's conversation is new
         self._out.append(Spawn(e.generation))
 
     def _write_prompt(self) -> None:
+        """The queue's first prompt takes the slot: configured first if it asks for what the
+        engine is not known to have, else written."""
         s, e = self.state, self.state.engine
         rec = s.prompts[s.queue.pop(0)]
+        s.held = rec.request
+        satisfied = rec.wanted.empty or (e.config is not None and e.config.satisfies(rec.wanted))
+        if satisfied and not s.fresh:
+            self._send_prompt(rec)
+            return
+        rec.phase = "configuring"
+        rec.fresh, s.fresh = s.fresh, False
+        e.configs += 1
+        self._note(
+            {
+                "event": "configure",
+                "request": rec.request,
+                "wanted": converter.unstructure(rec.wanted),
+                "new_conversation": rec.fresh,
+            }
+        )
+        rec.config_answers = {}
+        self._out.append(Write(e.generation, self._config_commands(rec)[0], "config", request=rec.request))
+        s.deadlines["config"] = self._now + self.config.ack_timeout
+
+    def _config_prefix(self, rec: PromptRec) -> str:
+        return f"cfg-{self.state.engine.generation}-{self.state.engine.configs}"
+
+    def _config_commands(self, rec: PromptRec) -> list[dict[str, Any]]:
+        """What is written, one at a time, before ``rec``: ``new_session`` if a new
+        conversation was asked for, then its configuration, ``get_state`` last."""
+        prefix = self._config_prefix(rec)
+        first = [{"type": "new_session", "id": f"{prefix}:new"}] if rec.fresh else []
+        return first + commands(rec.wanted, prefix)
+
+    def _requeue(self, rec: PromptRec) -> None:
+        """A prompt holding the slot but never written goes back to the front of the queue."""
+        s = self.state
+        s.held = None
+        for name in HELD_DEADLINES:
+            s.deadlines.pop(name, None)
+        rec.phase = "queued"
+        s.queue.insert(0, rec.request)
+
+    def _send_prompt(self, rec: PromptRec) -> None:
+        s, e = self.state, self.state.engine
         rec.phase = "held"
         s.held = rec.request
+        rec.config = e.config
+        if e.config is not None:
+            self._note({"event": "config", "request": rec.request, "config": e.config.to_json()})
         cmd: dict[str, Any] = {"type": "prompt", "id": rec.request, "message": rec.message}
         if rec.images:
             cmd["images"] = rec.images
@@ -518,6 +690,8 @@ class Lifecycle:
         s.down = why
         while s.queue:
             self._reject(s.prompts[s.queue[0]], Reason.ENGINE_DOWN, why)
+        if s.asks:
+            self._answer_all(f"the engine is down: {why}")
         self._signal(EngineDownSignal(why).to_json())
         self._out.append(Notify(EngineDownNotice(why)))
 
@@ -542,10 +716,14 @@ class Lifecycle:
             return
         s.closing = why
         self._note({"event": "closing", "why": why, "detail": detail})
+        if s.asks:
+            self._answer_all("the bridge is closing")
         for name in ("drain", "backoff"):
             s.deadlines.pop(name, None)
         rec = self._held()
-        if rec is not None and rec.gave_up is None:
+        if rec is not None and rec.phase == "configuring":
+            self._reject(rec, Reason.CLOSING)  # never written
+        elif rec is not None and rec.gave_up is None:
             if rec.stop is None:
                 if why == "drain-timeout":
                     self._send_stop(rec, StopBy.TIMEOUT, "the drain bound (--drain-timeout) passed")
@@ -580,8 +758,9 @@ class Lifecycle:
 
     def _deliver(self, rec: PromptRec, receipt: Receipt) -> None:
         s = self.state
+        # Only a written prompt has a slot in the evidence half to release.
         release = rec.phase == "held"
-        if release:
+        if rec.phase in ("held", "configuring") and s.held == rec.request:
             s.held = None
             for name in HELD_DEADLINES:
                 s.deadlines.pop(name, None)

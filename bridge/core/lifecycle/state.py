@@ -8,6 +8,7 @@ from typing import Any
 import attrs
 
 from bridge.core.receipts import GiveUpWhy, Receipt
+from bridge.core.steering import EngineConfig, Wanted
 from bridge.core.wire import converter
 from bridge.core.words import StopBy
 
@@ -30,8 +31,17 @@ class PromptRec:
     submitted: float = 0.0
     #: When it was written to the engine.
     written: float | None = None
-    #: ``queued`` until written, then ``held``.
+    #: ``queued`` until written, then ``held``; ``configuring`` while the model or thinking
+    #: level it asked for is applied and checked (it holds the slot, not yet written).
     phase: str = "queued"
+    #: The model and thinking level it asked for (over the bridge's).
+    wanted: Wanted = attrs.field(factory=Wanted)
+    #: What the engine was verified to run it with.
+    config: EngineConfig | None = None
+    #: A new conversation is started (``new_session``) before it is written.
+    fresh: bool = False
+    #: The answers to its configuration commands so far (they are written one at a time).
+    config_answers: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     stop: str | None = None
     stop_by: StopBy | None = None
     acked: bool = False
@@ -59,6 +69,10 @@ class EngineRec:
     clearing: list[str] = attrs.field(factory=list)
     seal: Any = None
     signals: int = 0
+    #: The model and thinking level it was last verified to have (None: not known).
+    config: EngineConfig | None = None
+    #: Configurations applied to it so far (their commands' ids count with it).
+    configs: int = 0
     #: Its start-up check has not ended yet (an exit now is a start-up death,
     #: even after it closed its stdout first).
     in_startup: bool = False
@@ -88,6 +102,14 @@ class LifeState:
     stop_serial: int = 0
     journal_failed: str | None = None
     receipts: int = 0
+    #: The bridge's own configuration for the prompts submitted from now on.
+    wanted: Wanted = attrs.field(factory=Wanted)
+    #: The controller asked for a new conversation: started before the next prompt is written.
+    fresh: bool = False
+    #: Questions for the engine not answered yet (token -> command), and those written to the
+    #: current engine.
+    asks: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    asked: list[str] = attrs.field(factory=list)
 
 
 def snapshot(state: LifeState) -> dict[str, Any]:

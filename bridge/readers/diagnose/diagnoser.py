@@ -528,6 +528,7 @@ class Diagnoser:
                 "version": facts.version,
                 "sealed": facts.seal is not None,
                 "extensions": facts.seal.get("extensions") if facts.seal is not None else None,
+                "sandbox": facts.seal.get("sandbox") if facts.seal is not None else None,
             },
             "entries": tally.entries,
             "observations": self.driver.session.observations,

@@ -43,11 +43,32 @@ def _head(s: dict[str, Any]) -> list[str]:
         head = f"engine {name} (no version or pin recorded)"
     head += f"; seal recorded, extensions {short(eng['extensions'])}" if eng["sealed"] else "; no seal recorded"
     out.append("  " + head)
+    sandbox = sandbox_words(eng.get("sandbox"))
+    if sandbox is not None:
+        out.extend(_wrap(sandbox, "  "))
     out.append(
         f"  {s['observations']} observations, {s['prompts']['sent']} prompt(s) sent, "
         f"{s['findings']['count']} finding(s)" + ("; the last line was cut off" if s["truncated"] else "")
     )
     return out
+
+
+def sandbox_words(sandbox: Any) -> str | None:
+    """The header's ``seal.sandbox`` in a line (None: the journal predates confinement)."""
+    if not isinstance(sandbox, dict):
+        return None
+    if sandbox.get("enabled") is False:
+        return (
+            f"sandbox: OFF ({sandbox.get('why', 'not recorded why')}): the engine's tools had the bridge user's rights"
+        )
+    writes = ", ".join(map(str, sandbox.get("write") or [])) or "nowhere"
+    hidden = sandbox.get("hidden") or []
+    return (
+        f"sandbox: {sandbox.get('tool', '?')}: writes only in {writes}; home {sandbox.get('home', '?')}"
+        + (f"; hidden {', '.join(map(str, hidden))}" if hidden else "")
+        + ("; its own PID namespace" if sandbox.get("pid_namespace") else "")
+        + f"; network {sandbox.get('network', '?')}"
+    )
 
 
 def _finding(f: Finding) -> list[str]:

@@ -1,0 +1,436 @@
+"""Confinement: the sealed Pi's process tree runs in a bubblewrap sandbox (SPEC §2).
+
+The seal keeps Pi's discovery closed; confinement keeps its tools in. Pi's ``bash``, ``write``
+and ``edit`` tools run with the bridge user's rights and Pi has no sandbox of its own, so the
+whole engine runs under ``bwrap`` (Debian's ``bubblewrap``, 0.8.0 here). The rules, each with
+where it comes from (``bwrap(1)`` of 0.8.0; verified on this machine, see the tests):
+
+1. **Read-only everywhere** (``--ro-bind / /``, recursive: every submount read-only too), a
+   minimal ``/dev`` (``--dev``: null, zero, random, tty…, never the host's disks) and the new
+   PID namespace's own ``/proc``.
+2. **Writable**: the engine's working folder and its private config folder (``--bind``), a
+   private ``/tmp`` (``--tmpfs``; ``TMPDIR`` is set to it), and each ``--allow-write PATH``.
+3. **The user's home hidden**: an empty tmpfs over ``$HOME``, remounted read-only (a write
+   there fails with ``EROFS``), unless a ``--allow-read`` / ``--allow-write`` path is the home
+   or holds it. ``--allow-read PATH`` shows one path read-only. What Pi itself needs is bound
+   back read-only wherever it lives (its install, its Node, explicit extensions).
+4. **The journals out of sight**: each folder in :attr:`Sandbox.hidden` (the bridge's journal
+   folder) gets an empty read-only tmpfs *after* the allowed paths, so allowing a parent does
+   not show it; a folder the engine needs inside it is bound back on top.
+5. **Nothing outlives the engine**: a new PID namespace (``--unshare-pid``) whose init (PID 1)
+   is the probe's ``sh`` (``--as-pid-1``), which runs Pi as its child, reaps whatever is
+   orphaned to it while it waits, and exits with Pi's status. When PID 1 exits, the kernel
+   kills every process left in the namespace: ``setsid``, ``nohup`` and double forks do not
+   leave it. The close ladder's SIGTERM / SIGKILL go to the engine's process group, which the
+   init and Pi share with the outer ``bwrap``; a bridge that is SIGKILLed closes Pi's stdin, Pi
+   exits, and the init with it. Not ``--die-with-parent``: its ``PR_SET_PDEATHSIG`` is tied to
+   the *thread* that forked ``bwrap``, and trio forks in a worker thread that ends after 10 s
+   idle, so every engine was SIGKILLed 10 s after its start. Not bwrap's own init (without ``--as-pid-1``): the
+   outer ``bwrap`` exits on its status without reaping it, and the zombie waits for the
+   system's init (seen here for up to 2 s).
+6. **No way back out**: a new user namespace (``--unshare-user``) with every capability
+   dropped (``--cap-drop ALL``: bwrap run by root otherwise *keeps* them, and a root with
+   ``CAP_SYS_ADMIN`` could unmount the hidden home), no further user namespaces
+   (``--disable-userns``, bwrap ≥ 0.8.0), and a new IPC namespace.
+7. **Network** (:attr:`Sandbox.network`): the host's by default — the provider must be
+   reached. ``--no-network``: a network namespace of its own with a relay to the provider
+   alone (:mod:`bridge.profiles.netjail`).
+8. **Fail closed** (:func:`find_bwrap`): no ``bwrap`` or a kernel that refuses the namespaces
+   is a :class:`~bridge.profiles.command.ProfileError` naming the fix — never a fallback to an
+   unconfined engine. ``--no-sandbox`` opts out, and the journal header says so.
+9. **Verified from inside** at start-up: before starting Pi, a small ``sh`` probe *inside*
+   the sandbox (:data:`PROBE`) tries to write outside the allowed folders, inside them, lists
+   the home and the hidden folders, reads its PID, its namespace's init and its capabilities,
+   and writes what it saw into the private config folder. :func:`check_probe` turns that
+   into the seal check's problems and the journal's ``confinement`` note.
+10. **Node's compile cache**, shared by the confined engines, read-only to them
+    (:func:`compile_cache`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+
+from bridge.profiles.command import ProfileError
+
+__all__ = [
+    "BWRAP_ENV",
+    "PROBE_FILE",
+    "Bwrap",
+    "Confined",
+    "Sandbox",
+    "check_probe",
+    "confine",
+    "find_bwrap",
+]
+
+#: Names the ``bwrap`` to use (default: ``bwrap`` on PATH).
+BWRAP_ENV: Final = "PI_BRIDGE_BWRAP"
+#: Where, in the private config folder, the probe writes what it saw.
+PROBE_FILE: Final = "sandbox-probe"
+_PROBE_TIMEOUT = 10.0
+_FIX = (
+    "run tools/setup (it installs Debian's bubblewrap) or `apt-get install bubblewrap`, "
+    "or pass --no-sandbox to run the engine unconfined"
+)
+_USERNS_FIX = (
+    "the kernel must allow user namespaces (sysctl user.max_user_namespaces > 0; on Debian/Ubuntu "
+    "kernel.unprivileged_userns_clone=1 and kernel.apparmor_restrict_unprivileged_userns=0), "
+    "or pass --no-sandbox to run the engine unconfined"
+)
+
+
+@attrs.frozen
+class Sandbox:
+    """What the confined engine may see and write (``enabled=False``: ``--no-sandbox``)."""
+
+    enabled: bool = True
+    #: Shown read-only (``--allow-read``).
+    allow_read: tuple[str, ...] = ()
+    #: Shown read-write (``--allow-write``).
+    allow_write: tuple[str, ...] = ()
+    #: Folders made invisible (the journal's; the bridge adds it, see ``open_bridge``).
+    hidden: tuple[str, ...] = ()
+    #: False: ``--no-network`` (only the provider is reachable).
+    network: bool = True
+
+
+@attrs.frozen
+class Bwrap:
+    """A working bubblewrap."""
+
+    path: str
+    version: str
+    #: ``--disable-userns`` (bubblewrap ≥ 0.8.0).
+    disable_userns: bool
+
+
+_found: dict[str, Bwrap] = {}
+
+
+def find_bwrap() -> Bwrap:
+    """The ``bwrap`` to use, checked once per process to create the sandbox's namespaces
+    (rule 8). Raises :class:`ProfileError` naming the fix: no silent fallback."""
+    named = os.environ.get(BWRAP_ENV)
+    path = named or shutil.which("bwrap")
+    if not path or not os.access(path, os.X_OK):
+        where = f"{BWRAP_ENV}={named} is not an executable" if named else "no bwrap on PATH"
+        raise ProfileError(f"the engine sandbox needs bubblewrap and there is none ({where}): {_FIX}")
+    if path in _found:
+        return _found[path]
+    version = _run([path, "--version"], path).stdout.strip()
+    m = re.search(r"(\d+)\.(\d+)", version)
+    disable_userns = m is not None and (int(m[1]), int(m[2])) >= (0, 8)
+    trial = [path, "--ro-bind", "/", "/", "--unshare-user", "--unshare-pid", "--as-pid-1", "--die-with-parent"]
+    trial += ["--cap-drop", "ALL", *(["--disable-userns"] if disable_userns else []), "--", "true"]
+    done = _run(trial, path)
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        raise ProfileError(f"bubblewrap ({path}) cannot create the engine sandbox here ({why}): {_USERNS_FIX}")
+    found = _found[path] = Bwrap(path=path, version=version or "bubblewrap ?", disable_userns=disable_userns)
+    return found
+
+
+def _run(argv: list[str], path: str) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=_PROBE_TIMEOUT, stdin=subprocess.DEVNULL, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ProfileError(f"bubblewrap ({path}) does not run ({e}): {_FIX}") from e
+
+
+# --------------------------------------------------------------------------- the launch
+
+
+@attrs.frozen
+class Confined:
+    """One engine's confinement: the argv to run, what the header says, and what the probe must see."""
+
+    argv: list[str]
+    header: dict[str, Any]
+    probe: str
+    expect: Mapping[str, Any]
+
+
+def _real(p: str | Path) -> str:
+    return os.path.realpath(os.path.expanduser(str(p)))
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _existing(paths: Iterable[str], flag: str) -> list[str]:
+    out: list[str] = []
+    for p in paths:
+        real = _real(p)
+        if "\n" in real or not os.path.exists(real):
+            raise ProfileError(f"{flag} {p}: no such file or folder")
+        out.append(real)
+    return out
+
+
+@attrs.frozen
+class _Layout:
+    """Where things are, as the sandbox shows them (real paths)."""
+
+    home: str
+    hide_home: bool
+    #: (bwrap flag, path) in mount order: what Pi needs and ``--allow-read`` read-only, then
+    #: ``--allow-write``, the working and the config folder read-write.
+    binds: list[tuple[str, str]]
+    #: Folders hidden on top of the binds (those not already out of sight).
+    hidden: list[str]
+
+
+def _layout(sandbox: Sandbox, reads: list[str], writes: list[str], needed: list[str], own: list[str]) -> _Layout:
+    home = _real(os.environ.get("HOME") or "/")
+    hide_home = home != "/" and os.path.isdir(home) and not any(_within(home, a) for a in reads + writes)
+    binds = [("--ro-bind", p) for p in needed + reads] + [("--bind", p) for p in writes + own]
+    covered = ["/tmp"] + ([home] if hide_home else [])
+    hidden = sorted(
+        h
+        for h in {_real(h) for h in sandbox.hidden if os.path.isdir(h)} - {"/"}
+        # Under the private /tmp or the hidden home it is out of sight already, unless a bind shows it.
+        if not any(_within(h, c) for c in covered) or any(_within(h, p) for _, p in binds)
+    )
+    return _Layout(home=home, hide_home=hide_home, binds=binds, hidden=hidden)
+
+
+def _bwrap_args(lay: _Layout, sandbox: Sandbox, bwrap: Bwrap, cwd: str) -> list[str]:
+    """The mounts in order (rules 1–4: later ones go on top), then the namespaces (5–7)."""
+    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    if lay.hide_home:
+        args += ["--tmpfs", lay.home]
+    for flag, p in lay.binds:
+        args += [flag, p, p]
+    for h in lay.hidden:
+        args += ["--tmpfs", h]
+        for flag, p in lay.binds:
+            if _within(p, h) and p != h:
+                args += [flag, p, p]
+        args += ["--remount-ro", h]
+    if lay.hide_home:
+        args += ["--remount-ro", lay.home]
+    # Not --die-with-parent: its PR_SET_PDEATHSIG belongs to the *thread* that forked bwrap, and
+    # trio forks in a worker thread that ends after 10 s idle -- which killed every engine 10 s
+    # after its start (found by trying it). Rule 5 says what ends the namespace instead.
+    args += ["--unshare-user", "--unshare-pid", "--as-pid-1", "--unshare-ipc"]
+    args += ["--cap-drop", "ALL"]
+    args += ["--disable-userns"] if bwrap.disable_userns else []
+    args += [] if sandbox.network else ["--unshare-net"]
+    return args + ["--chdir", cwd]
+
+
+def confine(
+    sandbox: Sandbox,
+    bwrap: Bwrap,
+    argv: Sequence[str],
+    *,
+    cwd: str,
+    config: str,
+    needs: Iterable[str],
+    own_cwd: bool,
+    relay: str = "",
+    provider: str | None = None,
+    cache: str | None = None,
+) -> Confined:
+    """Wrap ``argv`` (Pi's) in bwrap and the probe. ``needs``: what Pi reads (its install,
+    its Node, extensions), bound back read-only wherever it is; ``relay``: ``sh`` lines run
+    before Pi (``--no-network``'s); ``cache``: Node's compile cache, read-only."""
+    reads = _existing(sandbox.allow_read, "--allow-read")
+    writes = _existing(sandbox.allow_write, "--allow-write")
+    cwd, config = _real(cwd), _real(config)
+    needed = sorted({_real(p) for p in [*needs, *([cache] if cache else [])] if os.path.exists(p)})
+    lay = _layout(sandbox, reads, writes, needed, [cwd, config])
+    home = lay.home if lay.hide_home else None
+    writable = [config, "/tmp"] + ([cwd] if own_cwd else [])
+    refused = [p for p in ([home] if home else []) + lay.hidden + ["/"] if not any(_within(p, w) for w in writes)]
+    probe = os.path.join(config, PROBE_FILE)
+    script = _probe_script(probe, refused=refused, writable=writable, home=home, hidden=lay.hidden)
+    full = [bwrap.path, *_bwrap_args(lay, sandbox, bwrap, cwd), "--", "/bin/sh", "-c", script.replace("{relay}", relay)]
+    expect = {
+        "refused": refused,
+        "writable": writable,
+        "home": home,
+        "home_entries": sorted(
+            {_first_below(p, lay.home) for _, p in lay.binds if home and _within(p, home) and p != home}
+        ),
+        "hidden": lay.hidden,
+        "network": sandbox.network,
+    }
+    header = {
+        "tool": bwrap.version,
+        "read_only": "/",
+        "write": [cwd, config, "/tmp (private)", *writes],
+        "read": reads,
+        "home": f"{home} hidden (empty, read-only)" if home else "visible (allowed)",
+        "hidden": lay.hidden,
+        "pid_namespace": True,
+        "die_with_parent": False,
+        "capabilities": "none",
+        "compile_cache": f"{cache} (read-only)" if cache else None,
+        "network": "host" if sandbox.network else f"none but the provider at {provider}",
+    }
+    return Confined(argv=[*full, "pi-bridge-probe", *argv], header=header, probe=probe, expect=expect)
+
+
+def compile_cache(
+    bwrap: Bwrap, pi_version: str, pi_argv: Sequence[str], *, needs: Sequence[str], env: Mapping[str, str], scratch: str
+) -> str | None:
+    """Node's compile cache for the confined Pi, read-only to it (rule 10); None when it cannot
+    be made (the engine then only starts slower).
+
+    Pi turns Node's compile cache on (``module.enableCompileCache()``), in ``$TMPDIR`` by
+    default: in the private ``/tmp`` it is empty at every start, and compiling Pi's bundle
+    again costs about 200 ms of CPU per start (``tools/bench_sandbox``). A cache the engine
+    could write would outlive it and be loaded by the next engine — code a tool left behind
+    would run in every later Pi — so the engine only reads it. It is filled once per Pi version
+    by ``pi --version`` (no model, no tools: it loads the same 23 files as an RPC start) in a
+    sandbox where the cache alone is writable.
+    """
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    # One per install and runtime: V8 refuses another version's entries anyway.
+    key = hashlib.sha256("\0".join([pi_version, *map(_real, pi_argv)]).encode()).hexdigest()[:12]
+    folder = Path(base) / "pi-bridge" / "node-compile-cache" / f"pi-{pi_version}-{key}"
+    if (folder / ".warm").exists():
+        return str(folder)
+    work = tempfile.mkdtemp(prefix="warm-up-", dir=scratch)
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        warm = confine(
+            Sandbox(allow_write=(str(folder),)),
+            bwrap,
+            [*pi_argv, "--version"],
+            cwd=work,
+            config=work,
+            needs=needs,
+            own_cwd=False,
+        )
+        done = subprocess.run(
+            warm.argv,
+            env={**env, "NODE_COMPILE_CACHE": str(folder), "TMPDIR": "/tmp"},
+            cwd=work,
+            capture_output=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+        if done.returncode != 0:
+            return None
+        (folder / ".warm").touch()
+    except (OSError, subprocess.TimeoutExpired, ProfileError):
+        return None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return str(folder)
+
+
+def _first_below(path: str, folder: str) -> str:
+    return path[len(folder.rstrip("/")) + 1 :].split("/", 1)[0]
+
+
+def disabled_header() -> dict[str, Any]:
+    """The header's ``sandbox`` when the user opted out."""
+    return {"enabled": False, "why": "--no-sandbox"}
+
+
+# --------------------------------------------------------------------------- the probe
+
+#: Run by ``/bin/sh`` as the sandbox's PID 1, before it runs Pi (rules 5 and 9). ``{…}`` are
+#: filled with shell-quoted words. ``true > F`` rather than ``: > F``: a failed redirection
+#: of a special builtin ends ``sh``.
+PROBE: Final = r"""{
+echo "pid=$$"
+echo "init=$(cat /proc/1/comm 2>/dev/null)"
+echo "caps=$(sed -n 's/^CapEff:[[:space:]]*//p' /proc/self/status)"
+for d in {refused}; do
+  if (true > "$d/.pi-bridge-probe") 2>/dev/null; then rm -f "$d/.pi-bridge-probe"; echo "writable=$d"
+  else echo "refused=$d"; fi
+done
+for d in {writable}; do
+  if (true > "$d/.pi-bridge-probe") 2>/dev/null; then rm -f "$d/.pi-bridge-probe"; echo "wrote=$d"
+  else echo "unwritable=$d"; fi
+done
+for d in {home}; do ls -A "$d" 2>/dev/null | sed 's/^/home-entry=/'; done
+for d in {hidden}; do echo "hidden-entries=$(ls -A "$d" 2>/dev/null | wc -l) $d"; done
+sed -n '3,$s/^ *\([^:]*\):.*/net=\1/p' /proc/net/dev
+} > {probe} 2>/dev/null
+{relay}"$@"
+exit $?
+"""
+
+
+def _probe_script(probe: str, *, refused: list[str], writable: list[str], home: str | None, hidden: list[str]) -> str:
+    def words(paths: Sequence[str]) -> str:
+        return " ".join(shlex.quote(p) for p in paths) or "''"
+
+    fill = {
+        "{refused}": words(refused),
+        "{writable}": words(writable),
+        "{home}": shlex.quote(home) if home else "",
+        "{hidden}": words(hidden),
+        "{probe}": shlex.quote(probe),
+    }
+    script = PROBE
+    for k, v in fill.items():
+        script = script.replace(k, v)
+    # An empty word list must not run the loop body on ''.
+    return script.replace("for d in ''; do", "for d in; do").replace("for d in ; do", "for d in; do")
+
+
+def check_probe(probe: str, expect: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """The seal check's problems with the confinement the probe saw, and what it verified
+    (the journal's ``confinement`` note)."""
+    try:
+        text = Path(probe).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ["the sandbox probe left no report: the confinement could not be verified from inside"], {}
+    seen: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        seen.setdefault(key, []).append(value)
+    problems: list[str] = []
+    pid, init, caps = (seen.get(k, ["?"])[0] for k in ("pid", "init", "caps"))
+    if pid != "1":
+        problems.append(f"the engine is not in its own PID namespace (its init has pid {pid}, not 1)")
+    if caps.strip("0") != "":
+        problems.append(f"the engine kept capabilities ({caps}) in its sandbox")
+    for d in seen.get("writable", []):
+        problems.append(f"the engine could write to {d}, outside its allowed folders")
+    problems += [f"the engine cannot write to its own folder {d}" for d in seen.get("unwritable", [])]
+    missing = set(expect["refused"]) - set(seen.get("refused", []))
+    problems += [f"the probe did not try writing to {d}" for d in sorted(missing - set(seen.get("writable", [])))]
+    extra = sorted(set(seen.get("home-entry", [])) - set(expect["home_entries"]))
+    if extra:
+        problems.append(f"the hidden home {expect['home']} shows {', '.join(extra[:5])}")
+    for entry in seen.get("hidden-entries", []):
+        count, _, folder = entry.partition(" ")
+        if count.strip() != "0":
+            problems.append(f"the hidden folder {folder} shows {count.strip()} entries to the engine")
+    nets = sorted(set(seen.get("net", [])) - {"lo"})
+    if not expect["network"] and nets:
+        problems.append(f"--no-network, but the engine sees the network interfaces {', '.join(nets)}")
+    verified = {
+        "pid": pid,
+        "init": init,
+        "capabilities": caps,
+        "writes_refused": seen.get("refused", []),
+        "writes_allowed": seen.get("wrote", []),
+        "home_entries": seen.get("home-entry", []),
+        "hidden_entries": {e.partition(" ")[2]: e.partition(" ")[0] for e in seen.get("hidden-entries", [])},
+        "network_interfaces": seen.get("net", []),
+    }
+    return problems, verified

@@ -1,0 +1,294 @@
+"""Steering (README "Steering"): a prompt's model and thinking level, applied through the
+lifecycle while no slot is held and verified before the prompt is written -- against the real
+pinned Pi and the scripted model server, and the lifecycle's rules without a clock."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from bridge.core.lifecycle import (
+    Acked,
+    BridgeConfig,
+    Configure,
+    Configured,
+    Deliver,
+    EngineExited,
+    Lifecycle,
+    Spawned,
+    StartupChecked,
+    Stop,
+    Submit,
+    Tick,
+    Write,
+)
+from bridge.core.steering import EngineConfig, Wanted, commands, verify
+from bridge.demo.model_server import start_server
+from bridge.demo.model_server.server import models_json
+from bridge.live.api import open_bridge
+from bridge.profiles.command import ProfileError
+from bridge.profiles.pi import PI_PIN, find_install, scripted_profile
+from bridge.readers.replay import replay
+from tests.helpers_live import ROOT, ServeProc
+
+THINKER = "scripted-think"
+
+
+@pytest.fixture(scope="module")
+def pinned_pi() -> Any:
+    try:
+        return find_install()
+    except ProfileError as e:
+        pytest.fail(f"these tests need the pinned Pi {PI_PIN}: {e}. Run tools/setup.", pytrace=False)
+
+
+def two_models(server: Any, path: Path) -> str:
+    """The scripted provider with its model and a second one that reasons (offers thinking levels)."""
+    data = models_json(server.base_url)
+    thinker = dict(data["providers"]["scripted"]["models"][0], id=THINKER, name="Thinker", reasoning=True)
+    data["providers"]["scripted"]["models"].append(thinker)
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+async def test_model_and_thinking_are_applied_verified_and_recorded(pinned_pi: Any, tmp_path: Path) -> None:
+    """The default; another model with a level it offers; a level the model does not offer
+    (clamped, not an error); a model Pi does not know (rejected/config with Pi's words); and
+    the bridge's own configure for what follows. Each receipt says what the prompt ran with,
+    the model server saw the model asked for, and replay tells the same."""
+    server = start_server([{"text": f"reply {n}"} for n in range(5)])
+    journal = tmp_path / "j.jsonl"
+    try:
+        profile = scripted_profile(two_models(server, tmp_path / "models.json"))
+        with trio.fail_after(90):
+            async with open_bridge(profile, journal=journal) as bridge:
+                plain = await bridge.prompt("one")
+                thinking = await bridge.prompt("two", provider="scripted", model=THINKER, thinking="high")
+                clamped = await bridge.prompt("three", provider="scripted", model="scripted-model", thinking="high")
+                unknown = await bridge.prompt("four", provider="scripted", model="nope")
+                bridge.configure(provider="scripted", model=THINKER, thinking="low")
+                configured = await bridge.prompt("five")
+        requests = server.requests
+    finally:
+        server.close()
+    assert plain.config == EngineConfig("scripted", "scripted-model", "off")
+    assert thinking.state == "finished" and thinking.config == EngineConfig("scripted", THINKER, "high")
+    assert clamped.state == "finished"
+    assert clamped.config == EngineConfig("scripted", "scripted-model", "off", thinking_asked="high")
+    assert clamped.to_json()["config"] == {
+        "provider": "scripted",
+        "model": "scripted-model",
+        "thinking": "off",
+        "thinkingAsked": "high",
+    }
+    assert (unknown.state, unknown.reason) == ("rejected", "config")
+    assert unknown.native_error is not None and "Model not found: scripted/nope" in unknown.native_error
+    assert configured.config == EngineConfig("scripted", THINKER, "low")
+    assert [r["body"]["model"] for r in requests] == ["scripted-model", THINKER, "scripted-model", THINKER]
+    again = {r.request: r for r in replay(str(journal)).receipts}
+    for live in (plain, thinking, clamped, unknown, configured):
+        assert again[live.request].config == live.config
+        assert (again[live.request].state, again[live.request].reason) == (live.state, live.reason)
+
+
+async def test_serve_takes_configure_and_a_prompts_model(pinned_pi: Any, tmp_path: Path) -> None:
+    """The same through ``bridge serve``: ``configure``, and a prompt's own fields over it."""
+    server = start_server([{"text": "a"}, {"text": "b"}])
+    models = two_models(server, tmp_path / "models.json")
+    argv = [sys.executable, "-m", "bridge", "serve", "--no-journal", "--models-json", models]
+    argv += ["--provider", "scripted", "--model", "scripted-model"]
+    with open(tmp_path / "serve.stderr", "wb") as err:
+        proc = await trio.lowlevel.open_process(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=str(ROOT)
+        )
+    sp = ServeProc(proc, tmp_path / "serve.stderr")
+    try:
+        with trio.fail_after(90):
+            await sp.send({"type": "configure", "provider": "scripted", "model": THINKER, "thinking": "medium"})
+            await sp.send({"type": "prompt", "id": "a", "message": "x"})
+            await sp.send({"type": "prompt", "id": "b", "message": "y", "thinking": "high"})
+            await sp.send({"type": "configure", "model": "lonely"})
+            await sp.close_stdin()
+            await sp.read_all(timeout=60)
+            assert await sp.wait() == 0, sp.stderr
+    finally:
+        await sp.kill()
+        server.close()
+    receipts = {x["id"]: x["receipt"] for x in sp.receipts()}
+    assert receipts["a"]["config"] == {
+        "provider": "scripted",
+        "model": THINKER,
+        "thinking": "medium",
+        "thinkingAsked": None,
+    }
+    assert receipts["b"]["config"]["thinking"] == "high"
+    answers = [x for x in sp.lines if x["type"] in ("configured", "error")]
+    assert [x["type"] for x in answers] == ["configured", "error"], answers
+    assert answers[0]["wanted"] == {"provider": "scripted", "model": THINKER, "thinking": "medium"}
+    assert "provider" in answers[1]["error"]
+
+
+# -- the lifecycle, without a clock ----------------------------------------------------------
+
+
+def test_a_prompt_configured_one_command_at_a_time_then_written() -> None:
+    lc = Lifecycle(BridgeConfig(stall_timeout=None))
+    base = EngineConfig("p", "m", "off")
+    lc.step(Submit("a", "hi", wanted=Wanted("p", "m2", "high")), 0.0)
+    lc.step(Spawned(1, 100, startup=[{"type": "get_state", "id": "seal-state"}]), 0.0)
+    out = lc.step(StartupChecked(1, [], base), 0.0)
+    writes = [a for a in out if isinstance(a, Write)]
+    cmds = commands(Wanted("p", "m2", "high"), "cfg-1-1")
+    assert [w.cmd for w in writes] == [cmds[0]] and writes[0].kind == "config"
+    assert lc.state.prompts["a"].phase == "configuring" and lc.state.held == "a"
+    ok = {"type": "response", "success": True}
+    levels = {**ok, "data": {"levels": ["off", "low", "high"]}}
+    state = {**ok, "data": {"model": {"provider": "p", "id": "m2"}, "thinkingLevel": "high"}}
+    replies = [{**ok, "id": cmds[0]["id"]}, {**ok, "id": cmds[1]["id"]}, {**levels, "id": cmds[2]["id"]}]
+    for n, reply in enumerate(replies):
+        out = lc.step(Configured(1, "a", {reply["id"]: reply}), 0.1)
+        assert [a.cmd for a in out if isinstance(a, Write)] == [cmds[n + 1]]
+    out = lc.step(Configured(1, "a", {cmds[3]["id"]: {**state, "id": cmds[3]["id"]}}), 0.2)
+    (prompt,) = [a for a in out if isinstance(a, Write)]
+    assert prompt.kind == "prompt" and prompt.cmd["id"] == "a"
+    assert lc.state.engine.config == EngineConfig("p", "m2", "high")
+    # The next prompt wanting the same is written at once.
+    lc.step(Acked(1, "a"), 0.3)
+    assert verify(Wanted("p", "m2", "high"), {}, "x")[1] is not None
+
+
+def test_a_configuring_prompt_is_never_written_on_a_stop_a_closing_a_deadline_or_an_exit() -> None:
+    def configuring(**kw: Any) -> Lifecycle:
+        lc = Lifecycle(BridgeConfig(stall_timeout=None, ack_timeout=5.0))
+        lc.step(Submit("a", "hi", wanted=Wanted(thinking="high")), 0.0)
+        lc.step(Spawned(1, 100), 0.0)
+        assert lc.state.prompts["a"].phase == "configuring"
+        return lc
+
+    lc = configuring()
+    out = lc.step(Stop("a"), 1.0)
+    assert [(d.receipt.state, d.receipt.reason, d.release) for d in out if isinstance(d, Deliver)] == [
+        ("rejected", "cancelled", False)
+    ]
+    assert lc.state.held is None and "config" not in lc.state.deadlines
+    lc = configuring()
+    out = lc.step(Tick(), 5.0)
+    (d,) = [a for a in out if isinstance(a, Deliver)]
+    assert (d.receipt.state, d.receipt.reason) == ("rejected", "config") and "did not answer" in str(
+        d.receipt.native_error
+    )
+    assert lc.state.engine.recycle or lc.state.engine.phase == "stopping"
+    lc = configuring()
+    out = lc.step(EngineExited(1, 1), 1.0)
+    assert not [a for a in out if isinstance(a, Deliver)]
+    assert lc.state.prompts["a"].phase == "queued" and lc.state.queue == ["a"] and lc.state.held is None
+    lc = configuring()
+    from bridge.core.lifecycle import Close
+
+    out = lc.step(Close(), 1.0)
+    assert [(d.receipt.state, d.receipt.reason) for d in out if isinstance(d, Deliver)] == [("rejected", "closing")]
+    assert not [a for a in out if isinstance(a, Write) and a.kind == "prompt"]
+
+
+def test_configure_changes_what_later_prompts_ask_for_and_refuses_half_a_model() -> None:
+    lc = Lifecycle(BridgeConfig(stall_timeout=None))
+    lc.step(Configure(Wanted("p", "m", None)), 0.0)
+    lc.step(Configure(Wanted(thinking="low")), 0.0)
+    assert lc.state.wanted == Wanted("p", "m", "low")
+    lc.step(Submit("a", "hi", wanted=Wanted(thinking="high")), 0.0)
+    assert lc.state.prompts["a"].wanted == Wanted("p", "m", "high")
+    with pytest.raises(ValueError, match="provider and its id"):
+        Wanted(model="m")
+    with pytest.raises(ValueError, match="thinking level"):
+        Wanted(thinking="enormous")
+
+
+async def test_a_new_conversation_forgets_the_old_context(pinned_pi: Any, tmp_path: Path) -> None:
+    """``new_conversation`` between two prompts: Pi's ``new_session`` (answered, nothing else
+    emitted), then ``get_state``, then the prompt -- whose request to the model carries none of
+    the first exchange. Without it the second request does."""
+    server = start_server([{"text": "noted"}, {"text": "which word?"}, {"text": "banana"}])
+    journal = tmp_path / "j.jsonl"
+    try:
+        with trio.fail_after(60):
+            async with open_bridge(scripted_profile(server.write_models(str(tmp_path))), journal=journal) as bridge:
+                await bridge.prompt("remember the word banana")
+                bridge.new_conversation()
+                fresh = await bridge.prompt("what was the word?")
+                again = await bridge.prompt("and now?")
+        requests = server.requests
+    finally:
+        server.close()
+    assert fresh.state == again.state == "finished"
+    users = [[m["content"] for m in r["body"]["messages"] if m["role"] == "user"] for r in requests]
+    assert len(users[0]) == 1 and len(users[1]) == 1, users  # the second starts afresh
+    assert len(users[2]) == 2, users  # the third goes on from the second
+    sends = [json.loads(line).get("send", {}).get("type") for line in journal.read_text().splitlines()]
+    sends = [s for s in sends if s is not None]
+    assert sends[sends.index("new_session") :][:3] == ["new_session", "get_state", "prompt"]
+    assert sends.count("new_session") == 1
+
+
+async def test_models_through_the_api_serve_and_the_cli(pinned_pi: Any, tmp_path: Path) -> None:
+    """What the engine offers, asked through the lifecycle (an engine started for it), three ways."""
+    server = start_server([])
+    models = two_models(server, tmp_path / "models.json")
+    try:
+        with trio.fail_after(60):
+            async with open_bridge(scripted_profile(models), journal=None) as bridge:
+                offered = await bridge.models()
+        pick = {(m["provider"], m["id"]): m["reasoning"] for m in offered}
+        assert pick[("scripted", "scripted-model")] is False and pick[("scripted", THINKER)] is True
+        assert all(m["contextWindow"] == 128000 for m in offered if m["provider"] == "scripted")
+        flags = ["--models-json", models, "--provider", "scripted", "--model", "scripted-model"]
+        cli = subprocess.run(
+            [sys.executable, "-m", "bridge", "models", *flags], capture_output=True, text=True, timeout=60, cwd=ROOT
+        )
+        assert cli.returncode == 0, cli.stderr
+        assert cli.stdout.splitlines()[0].split()[:4] == ["provider", "id", "reasoning", "context"]
+        assert any(line.split()[:3] == ["scripted", THINKER, "yes"] for line in cli.stdout.splitlines())
+        as_json = subprocess.run(
+            [sys.executable, "-m", "bridge", "models", "--json", *flags],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+        assert as_json.returncode == 0 and {json.loads(x)["id"] for x in as_json.stdout.splitlines()} >= {
+            "scripted-model",
+            THINKER,
+        }
+        serve = subprocess.run(
+            [sys.executable, "-m", "bridge", "serve", "--no-journal", *flags],
+            input='{"type":"models"}\n',
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+        assert serve.returncode == 0, serve.stderr
+        lines = [json.loads(x) for x in serve.stdout.splitlines()]
+        (answer,) = [x for x in lines if x["type"] == "models"]
+        assert {m["id"] for m in answer["models"]} >= {"scripted-model", THINKER}
+        assert lines[-1] == {"type": "bye", "receipts": 0}
+    finally:
+        server.close()
+
+
+async def test_models_from_an_engine_that_cannot_start_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    from bridge.live.supervisor import EngineQuestionError
+    from bridge.profiles.command import CommandProfile
+
+    config = BridgeConfig(restart_backoff=(0.0,), crash_limit=1)
+    with trio.fail_after(30):
+        async with open_bridge(
+            CommandProfile([sys.executable, "-c", "raise SystemExit(3)"]), journal=None, config=config
+        ) as bridge:
+            with pytest.raises(EngineQuestionError, match="down"):
+                await bridge.models()
