@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -193,3 +195,34 @@ def test_update_runs_splits_a_batch_into_runs_and_an_oversize_line_is_never_an_u
     assert list(update_runs([up, up[:-1], b"{}"], MESSAGE_UPDATE)) == [(0, 2, True), (2, 3, False)]
     assert list(update_runs([], MESSAGE_UPDATE)) == []
     assert all_utf8([up, "é".encode()]) and not all_utf8([up, b"\xff"])
+
+
+_UP = b'{"type":"message_update",'
+_SHAPES = [
+    _UP + b'"d":"x"}',
+    _UP + b"}",
+    _UP + b'"d":"}"',  # no closing brace: not an update
+    b'{"type":"turn_end"}',
+    b"",
+    b"}",
+    _UP[:-1],
+    b'}{"type":"message_update",',
+    b'x}\n{"type":"message_update",'.split(b"\n")[0],
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(range(len(_SHAPES))), max_size=300), st.booleans())
+def test_sized_update_runs_classify_every_line_as_one_by_one_would(picks: list[int], all_updates: bool) -> None:
+    """A batch of updates (counted in bulk) or a mixed one gives the runs and sizes a
+    line-by-line check gives."""
+    from bridge.core.framing import sized_update_runs
+
+    lines = [_SHAPES[k] for k in picks]
+    if all_updates:
+        lines = [x for x in lines if x.startswith(_UP) and x.endswith(b"}")]
+    flags = [x.startswith(_UP) and x.endswith(b"}") for x in lines]
+    runs = list(sized_update_runs(lines, _UP, b"}"))
+    assert [f for s, e, f, _ in runs for _ in range(s, e)] == flags
+    assert all(a[1] == b[0] and a[2] != b[2] for a, b in itertools.pairwise(runs))
+    assert [n for s, e, f, n in runs] == [sum(map(len, lines[s:e])) if f else 0 for s, e, f, _ in runs]

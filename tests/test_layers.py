@@ -46,6 +46,10 @@ PURE_STDLIB = frozenset(
     }
 )
 THIRD_PARTY_PURE = frozenset({"attrs", "cattrs", "orjson"})
+#: Names the core may import (``from MODULE import NAME``) from a module that otherwise touches
+#: the world: in memory only. ``io.BytesIO`` is a buffer; the framing finds LFs with its
+#: ``readlines`` (memchr), which ``bytes.split`` does not (issue 18).
+PURE_NAMES = frozenset({"io.BytesIO"})
 
 #: For each layer: the bridge packages it must never import.
 FORBIDDEN = {
@@ -109,10 +113,22 @@ def test_no_layer_imports_one_above_it(layer: str) -> None:
     assert not wrong, "\n".join(wrong)
 
 
+def pure_names_of(path: Path) -> set[tuple[int, str]]:
+    """The ``from MODULE import NAME`` imports of ``path`` that take only :data:`PURE_NAMES`."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and all(f"{node.module}.{a.name}" in PURE_NAMES for a in node.names):
+            found.add((node.lineno, str(node.module)))
+    return found
+
+
 def test_the_core_imports_only_pure_things() -> None:
     wrong = []
     for p in modules_in("core"):
+        allowed = pure_names_of(p)
         for line, name in imports_of(p):
+            if (line, name) in allowed:
+                continue
             top = name.split(".")[0]
             if top == "bridge":
                 if not (name == "bridge.core" or name.startswith("bridge.core.")):

@@ -133,6 +133,31 @@ async def test_finished_carries_reply_indices_times_pid_and_generation(tmp_path:
     assert Receipt.from_json(json.loads(json.dumps(r.to_json()))) == r
 
 
+async def test_a_lean_journal_is_version_2_with_one_entry_per_run_of_deltas(tmp_path: Path):
+    """The deltas nobody streams are one ``updates`` entry per run (count, first index, their
+    bytes); every index is still accounted for, and the journal replays to the receipt."""
+    run, r = await one(tmp_path, {"prompts": [{"reply": "x" * 400, "deltas": 40, "update_shape": "delta"}]})
+    assert r.state == "finished"
+    lines = [json.loads(line) for line in run.journal.read_bytes().split(b"\n") if line]
+    assert lines[0]["version"] == 2
+    runs = [e for e in lines if "updates" in e]
+    assert runs and sum(e["updates"]["count"] for e in runs) >= 40
+    assert all(e["updates"]["elided"] > 100 * e["updates"]["count"] for e in runs)
+    assert not [e for e in lines if e.get("recv", {}).get("type") == "message_update"]
+    indices = sorted(
+        i
+        for e in lines
+        for i in ([e["i"]] if "recv" in e else range(e["i"], e["i"] + e["updates"]["count"]) if "updates" in e else [])
+    )
+    assert indices == list(range(1, len(indices) + 1))
+
+
+async def test_a_full_journal_stays_version_1(tmp_path: Path):
+    run, r = await one(tmp_path, {"prompts": [{"reply": "hello", "deltas": 5}]}, journal_full=True)
+    lines = [json.loads(line) for line in run.journal.read_bytes().split(b"\n") if line]
+    assert r.state == "finished" and lines[0]["version"] == 1 and not [e for e in lines if "updates" in e]
+
+
 async def test_finished_after_length_and_tool_use(tmp_path: Path):
     for n, stop in enumerate(("length", "toolUse")):
         _, r = await one(tmp_path / str(n), {"prompts": [{"stopReason": stop}]})

@@ -1,4 +1,4 @@
-"""SPEC §6: transcript v1 reader and writer."""
+"""SPEC §6: transcript v1 reader and writer; version 2 (one ``updates`` entry per run of deltas)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ def test_header_is_read_with_clearing_and_meta():
 
 
 def test_newer_version_is_refused_politely():
-    with pytest.raises(TranscriptError, match=r"t.jsonl:1: transcript version 2 is newer"):
-        read(b'{"transcript":"pi-bridge","version":2}\n')
+    with pytest.raises(TranscriptError, match=r"t.jsonl:1: transcript version 3 is newer"):
+        read(b'{"transcript":"pi-bridge","version":3}\n')
 
 
 def test_not_a_transcript_is_refused():
@@ -128,3 +128,57 @@ def test_a_cut_off_last_line_is_dropped_in_both_modes():
     data = HEADER + UPD % 1 + b'{"recv":{"ty'
     reader = TranscriptReader(io.BytesIO(data), "t")
     assert [e.kind for e in reader.skipping_updates()] == ["updates"] and reader.truncated
+
+
+# -- version 2: one ``updates`` entry for a run of message_update lines -------------------------
+
+HEADER2 = b'{"transcript":"pi-bridge","version":2}\n'
+RUN = b'{"updates":{"count":%d,"elided":%d},"i":%d,"t":0.5}\n'
+
+
+def test_a_version_2_run_counts_its_observations_in_both_reading_modes():
+    data = (
+        HEADER2
+        + b'{"send":{"type":"prompt","id":"p1"}}\n'
+        + b'{"recv":{"type":"agent_start"},"i":1}\n'
+        + RUN % (3, 900, 2)
+        + UPD % 5  # a version 1 style line may follow (a parsed update's lean form)
+        + RUN % (2, 600, 6)
+        + b'{"recv":{"type":"agent_settled"},"i":8}\n'
+    )
+    slow, fast = entries_both_ways(data)
+    assert [e.kind for e in fast] == ["send", "recv", "updates", "updates", "updates", "recv"]
+    assert [(e.value, e.i) for e in fast if e.kind == "updates"] == [(3, 4), (1, 5), (2, 7)]
+    assert [e.i for e in slow if e.kind == "recv"] == [1, 2, 3, 4, 5, 6, 7, 8]
+    expanded = [e for e in slow if e.kind == "recv" and e.value.get("elided", 0) is None]
+    assert [e.i for e in expanded] == [2, 3, 4, 6, 7] and expanded[0].t == 0.5 and expanded[0].line == 4
+
+
+def test_a_version_2_run_with_the_wrong_first_index_is_an_error():
+    data = HEADER2 + b'{"recv":{"type":"agent_start"},"i":1}\n' + RUN % (3, 900, 3)
+    for mode in (list, lambda r: list(r.skipping_updates())):
+        with pytest.raises(TranscriptError, match=r':3: "i" is 3 but this run starts at observation 2'):
+            mode(TranscriptReader(io.BytesIO(data), "t"))
+    after = HEADER2 + RUN % (3, 900, 1) + b'{"recv":{"type":"agent_settled"},"i":3}\n'
+    with pytest.raises(TranscriptError, match=r':3: "i" is 3 but this is observation 4'):
+        list(TranscriptReader(io.BytesIO(after), "t").skipping_updates())
+
+
+def test_a_malformed_run_entry_is_refused():
+    for bad in (b'{"updates":3}\n', b'{"updates":{"count":0,"elided":0}}\n', b'{"updates":{"count":2}}\n'):
+        with pytest.raises(TranscriptError, match=r":2: an updates entry holds"):
+            read(HEADER2 + bad)
+
+
+def test_a_run_entry_in_a_version_1_file_is_an_unknown_kind():
+    with pytest.raises(TranscriptError, match=r':2: unknown entry kind "updates" \(this reader knows, in version 1'):
+        read(HEADER + RUN % (1, 300, 1))
+
+
+def test_the_writer_writes_version_2_by_default_and_version_1_on_request():
+    buf = io.BytesIO()
+    TranscriptWriter(buf).write("updates", {"count": 2, "elided": 10}, i=1)
+    assert buf.getvalue().startswith(HEADER2)
+    old = TranscriptWriter(io.BytesIO(), version=1)
+    with pytest.raises(ValueError, match="unknown transcript kind 'updates' \\(version 1\\)"):
+        old.write("updates", {"count": 2, "elided": 10}, i=1)

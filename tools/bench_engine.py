@@ -6,7 +6,7 @@ serves it: for every ``prompt`` command read on stdin it writes the ack (with th
 the whole stream, and a closing ``agent_settled`` line stamped with the wall clock at the moment
 it is written::
 
-    {"type":"agent_settled","aborted":false,"benchT":<time.time()>}
+    {"type":"agent_settled","aborted":false,"benchT":<time.time()>,"benchM":<time.monotonic()>}
 
 so a reader in the same clock domain can measure settle latency (engine writes the line ->
 the controller has the receipt). A prompt whose message is ``warmup`` gets a tiny complete run
@@ -478,7 +478,9 @@ def write_all(fd: int, data: bytes) -> None:
 
 
 def settled_line() -> bytes:
-    return b'{"type":"agent_settled","aborted":false,"benchT":%.6f}\n' % time.time()
+    # benchM: CLOCK_MONOTONIC, which every process on the machine shares (the readers' settle
+    # latency is measured on it; Node's performance.timeOrigin is ms off the wall clock).
+    return b'{"type":"agent_settled","aborted":false,"benchT":%.6f,"benchM":%.6f}\n' % (time.time(), time.monotonic())
 
 
 def serve(body: bytes) -> None:

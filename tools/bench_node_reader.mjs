@@ -5,8 +5,8 @@
 // StringDecoder'd string buffer, CR stripped), and handleLine from RpcClient.handleLine in
 // dist/modes/rpc/rpc-client.js (JSON.parse per line; a response with a pending id resolves that
 // request, anything else goes to a snapshot of the event listeners; non-JSON lines ignored).
-// The one listener here counts events and, on an agent_settled line carrying `benchT` (the
-// engine's wall clock when it wrote the line), records the settle latency.
+// The one listener here counts events and, on an agent_settled line carrying `benchM` (the
+// engine's CLOCK_MONOTONIC when it wrote the line), records the settle latency.
 //
 // Modes (the result is one JSON object on stdout):
 //   node bench_node_reader.mjs stdin
@@ -55,6 +55,8 @@ function attachJsonlLineReader(stream, onLine) {
 // -------------------------------------------------------------------------------------------------
 
 const nowSec = () => (performance.timeOrigin + performance.now()) / 1000;
+// CLOCK_MONOTONIC (libuv's hrtime), the clock the engine's benchM is on: settle latency.
+const monoSec = () => Number(process.hrtime.bigint()) / 1e9;
 
 class Client {
     // The parts of RpcClient the reading path touches.
@@ -102,7 +104,8 @@ function onSettled(client, fn) {
     client.eventListeners.push((event) => {
         if (event.type === "agent_settled") {
             const t = nowSec();
-            client.settled.push({ t, latency: typeof event.benchT === "number" ? t - event.benchT : null });
+            const m = monoSec();
+            client.settled.push({ t, latency: typeof event.benchM === "number" ? m - event.benchM : null });
             fn(t);
         }
     });

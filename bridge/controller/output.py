@@ -6,6 +6,9 @@ Rules:
   notifications) and :meth:`Output.write` (serve's own replies) queue it and return. A
   controller that reads slowly never stalls the engine's stream; it costs memory instead
   (README "Limits").
+- A line put while nothing is queued or being written is written at once, without waiting
+  for the writer task's turn (a receipt reaches the controller in the step that settled it;
+  issue 18): a non-blocking write the pipe takes whole, else what is left is queued.
 - Lines are written in the order they were queued, whatever is queued at once in one write.
 - A controller that goes away (a broken pipe) is not an error: the rest is dropped quietly;
   receipts still reach the journal.
@@ -30,24 +33,42 @@ class Output:
     """One writer for stdout: notifications are queued, never block the bridge."""
 
     def __init__(self, fd: int) -> None:
-        self._stream = trio.lowlevel.FdStream(os.dup(fd))
+        self._stream = trio.lowlevel.FdStream(os.dup(fd))  # non-blocking from here on
         self._send, self._recv = trio.open_memory_channel[bytes](math.inf)
         self.broken = False
+        #: Lines queued and not yet taken by the writer, and whether it is writing: while
+        #: either is so, a new line must queue behind them.
+        self._queued = 0
+        self._writing = False
+        self._closed = False
         #: Set when everything queued is written (or the controller is gone).
         self.done = trio.Event()
 
     def put(self, note: dict[str, Any]) -> None:
-        """Queue one JSON object (a no-op once closed)."""
-        try:
-            self._send.send_nowait(dumps(note) + b"\n")
-        except trio.ClosedResourceError:
-            pass
+        """Write or queue one JSON object (a no-op once closed)."""
+        if self._closed:
+            return
+        data = dumps(note) + b"\n"
+        if not self._queued and not self._writing and not self.broken:
+            try:
+                n = os.write(self._stream.fileno(), data)
+            except BlockingIOError:
+                n = 0
+            except OSError:
+                self.broken = True  # the controller went away; receipts are still journaled
+                return
+            if n == len(data):
+                return
+            data = data[n:]
+        self._queued += 1
+        self._send.send_nowait(data)
 
     def write(self, reply: Reply) -> None:
         """Queue one of serve's own replies in its wire form."""
         self.put(to_wire(reply))
 
     def close(self) -> None:
+        self._closed = True
         self._send.close()
 
     async def run(self) -> None:
@@ -63,12 +84,16 @@ class Output:
         async with self._recv:
             async for data in self._recv:
                 batch = [data, *self._queued_now()]
+                self._queued -= len(batch)
                 if self.broken:
                     continue
+                self._writing = True
                 try:
                     await self._stream.send_all(b"".join(batch))
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     self.broken = True  # the controller went away; receipts are still journaled
+                finally:
+                    self._writing = False
         try:
             await self._stream.aclose()
         except OSError:

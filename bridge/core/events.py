@@ -137,6 +137,8 @@ class Skipped:
 
     first: int
     lines: Sequence[bytes]
+    #: Their bytes together.
+    nbytes: int
 
 
 Observation = Observed | Skipped

@@ -77,7 +77,15 @@ from bridge.core.events import (
     Skipped,
     TextDelta,
 )
-from bridge.core.framing import MESSAGE_UPDATE, Oversize, RawLine, all_utf8, parse_line, update_runs, valid_utf8
+from bridge.core.framing import (
+    MESSAGE_UPDATE,
+    Oversize,
+    RawLine,
+    all_utf8,
+    parse_line,
+    sized_update_runs,
+    valid_utf8,
+)
 from bridge.core.progress import EVENT_LINES, TextEvent, ThinkingEvent, translate
 from bridge.core.receipts import Facts, GiveUpWhy, Receipt, Times, Usage, decide, exit_words
 from bridge.core.steering import EngineConfig
@@ -231,7 +239,7 @@ class Session:
         """One read's lines from the engine's stdout, in order: the one entry point for them.
 
         Yields one :class:`Skipped` per run of ``message_update`` lines nobody streams (they
-        take their indices and are not parsed: the fast path, :func:`bridge.core.framing.update_runs`)
+        take their indices and are not parsed: the fast path, :func:`bridge.core.framing.sized_update_runs`)
         and one :class:`Observed` per other line. Consume it whole: each item is yielded after
         its lines were observed, and what the caller does between items (journal a line, answer
         a start-up check) sees the session as of that line."""
@@ -239,11 +247,11 @@ class Session:
             for line in lines:
                 yield self._receive_line(line, t)
             return
-        for start, end, is_update in update_runs(lines, MESSAGE_UPDATE, b"}"):
+        for start, end, is_update, nbytes in sized_update_runs(lines, MESSAGE_UPDATE, b"}"):
             if is_update and self._updates_skippable():
                 run: Sequence[bytes] = lines[start:end]  # type: ignore[assignment]  # update runs are bytes
                 if all_utf8(run):
-                    yield Skipped(self.observe_updates(len(run)), run)
+                    yield Skipped(self.observe_updates(len(run)), run, nbytes)
                     continue
             for line in lines[start:end]:  # the one with invalid UTF-8 is a gap
                 yield self._receive_line(line, t)

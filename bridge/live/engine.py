@@ -55,14 +55,18 @@ STDERR_LINE_MAX = 8192
 #: wait in pipes, shared by the engines of this process: a 64 KiB pipe (the
 #: default) wakes the reader for every 64 KiB (the per-read cost shows on one
 #: busy engine: 1.5x an orjson loop with 64 KiB, 1.7x with 256 KiB); but every
-#: byte queued ahead of an ``agent_settled`` delays its receipt, and with many
+#: byte queued ahead of an ``agent_settled`` delays its receipt: the whole pipe
+#: is read before it (one engine, 5 MB prompts: settle median 3.5 ms with a
+#: 1 MiB pipe, 1.5 ms with 256 KiB, 0.9 ms with 64 KiB; the stream's time the
+#: same with 256 KiB as with 1 MiB, 1.5x with 64 KiB; issue 18), and with many
 #: engines busy at once that adds up (32 engines: settle p99 15 ms with 64 KiB
 #: pipes, 31 ms with 256 KiB, 79 ms with 1 MiB; tools/bench). So each engine
-#: gets its share of PIPE_BUDGET, between the default and PIPE_MAX.
+#: gets its share of PIPE_BUDGET, between the default and PIPE_MAX (one read's
+#: size: a reader that keeps up takes the whole pipe in one read).
 F_SETPIPE_SZ = 1031
 PIPE_BUDGET = 2 << 20
 PIPE_MIN = 64 << 10
-PIPE_MAX = 1 << 20
+PIPE_MAX = 256 << 10
 _live_engines: set[Engine] = set()
 
 

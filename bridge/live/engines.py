@@ -167,7 +167,7 @@ class EngineSide:
             if isinstance(seen, Skipped):
                 shown = True
                 if journal is not None:
-                    journal.recv_elided_updates(seen.lines, seen.first, t)
+                    journal.recv_elided_updates(len(seen.lines), seen.nbytes, seen.first, t)
                 continue
             parsed = seen.parsed
             if not shown and (type(parsed) is not dict or parsed.get("type") != "response"):

@@ -9,7 +9,9 @@ Rules:
 - Lean by default: the bulky payload of ``message_update`` and
   ``tool_execution_update`` is elided and the entry marked
   ``"elided": <bytes>`` (the tracker never reads those events, so a lean
-  journal replays exactly like a full one). ``full=True`` keeps every byte.
+  journal replays exactly like a full one); a run of ``message_update`` lines
+  the session did not parse is one ``updates`` entry (transcript version 2:
+  count, first index, bytes). ``full=True`` keeps every byte (version 1).
 - Durable at each receipt: flushed to the OS before the controller is told
   (a crash of the bridge loses nothing it was told), then fsynced by a worker
   thread off the event loop (a crash of the machine right after may lose the
@@ -34,19 +36,21 @@ from __future__ import annotations
 
 import datetime
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from bridge.core.framing import MESSAGE_UPDATE, RawLine, raw_text
 from bridge.core.receipts import Receipt
-from bridge.transcript import TranscriptWriter, dumps
+from bridge.transcript import VERSION, TranscriptWriter, dumps
 
 #: Buffered bytes between flushes (each receipt flushes and fsyncs anyway).
 JOURNAL_BUFFER = 1 << 20
 
-#: The lean form of a ``message_update`` (its byte count), in both write paths.
+#: The lean form of one ``message_update`` (its byte count), for a line the session parsed.
 LEAN_UPDATE = MESSAGE_UPDATE + b'"elided":%d}'
+#: A run of them the session did not parse: one transcript version 2 ``updates`` entry.
+UPDATES_ENTRY = b'{"updates":{"count":%d,"elided":%d},"i":%d,"t":%s}\n'
 
 _ELIDED_TYPES = (MESSAGE_UPDATE, b'{"type":"tool_execution_update",')
 
@@ -102,7 +106,10 @@ class Journal:
         self.full = full
         self._stream = open_private(path)
         try:
-            self._writer = TranscriptWriter(self._stream, clearing=clearing, **meta)
+            # A full journal never holds an ``updates`` entry: it stays version 1, which
+            # older readers read too.
+            version = 1 if full else VERSION
+            self._writer = TranscriptWriter(self._stream, clearing=clearing, version=version, **meta)
             # The header is on disk before any prompt is written: a bridge killed
             # (SIGKILL) before its first receipt leaves a readable journal, not 0 bytes.
             self._stream.flush()
@@ -165,13 +172,14 @@ class Journal:
         except OSError as e:
             self.fail(e)
 
-    def recv_elided_updates(self, lines: Sequence[bytes], first: int, t: float) -> None:
-        """A run of ``message_update`` lines, indices ``first`` on, in their lean form."""
+    def recv_elided_updates(self, count: int, nbytes: int, first: int, t: float) -> None:
+        """A run of ``count`` ``message_update`` lines (``nbytes`` together), indices ``first``
+        on: one version 2 ``updates`` entry, whatever the run's length."""
         if self.closed:
             return
-        template = b'{"recv":' + LEAN_UPDATE + b',"i":%d,"t":' + repr(round(t, 6)).encode() + b"}\n"
+        entry = UPDATES_ENTRY % (count, nbytes, first, repr(round(t, 6)).encode())
         try:
-            self._stream.write(b"".join(map(template.__mod__, zip(map(len, lines), range(first, first + len(lines))))))
+            self._stream.write(entry)
         except OSError as e:
             self.fail(e)
 

@@ -1,8 +1,8 @@
-"""Transcript format v1: the journal, the fixtures and what replay reads (SPEC §6).
+"""Transcript format v1 and v2: the journal, the fixtures and what replay reads (SPEC §6).
 
 UTF-8 JSONL. Line 1 is the header::
 
-    {"transcript": "pi-bridge", "version": 1, "clearing": [...], ...free metadata}
+    {"transcript": "pi-bridge", "version": 2, "clearing": [...], ...free metadata}
 
 Every later line is one object with exactly one *kind* key, plus an optional
 ``"t"`` (seconds since start) and, on ``recv`` / ``recv_raw``, an optional
@@ -18,7 +18,19 @@ exit       the engine exited: ``{"code": ..., "signal": ...}``
 note       anything for people and tools (engine starts, seal checks, ...)
 receipt    a receipt the bridge settled
 signal     a signal the bridge raised
+updates    (version 2) a run of ``message_update`` lines the bridge did not parse:
+           ``{"updates": {"count": N, "elided": BYTES}, "i": FIRST, "t": T}`` --
+           ``N`` observations, indices ``FIRST`` to ``FIRST + N - 1``, ``BYTES``
+           the lines' bytes together (LFs not counted)
 =========  =================================================================
+
+Version 2 (seed ``001``'s rule: a change an old reader would misread is a version bump it
+refuses politely) adds only ``updates``: a lean journal writes one entry per run of streamed
+deltas instead of one ``recv`` per line (``{"recv": {"type": "message_update", "elided":
+BYTES}}``, which version 1 journals hold and this reader still reads). A version 1 reader
+refuses a version 2 file by its header ("newer than this pi-bridge reads"), never by
+miscounting indices; a journal that cannot hold an ``updates`` entry (``--journal-full``) is
+written as version 1. ``updates`` in a version 1 file is an unknown kind.
 
 The reader is strict where misreading would be silent: a newer version, an
 unknown kind, two kinds on one line or a mismatched ``i`` are errors naming the
@@ -38,9 +50,15 @@ from typing import Any, Final
 import attrs
 import orjson
 
-VERSION: Final = 1
+#: The newest version this code reads and writes.
+VERSION: Final = 2
 MAGIC: Final = "pi-bridge"
-KINDS: Final = frozenset({"send", "recv", "recv_raw", "release", "stderr", "exit", "note", "receipt", "signal"})
+#: Version 1's kinds.
+KINDS_V1: Final = frozenset({"send", "recv", "recv_raw", "release", "stderr", "exit", "note", "receipt", "signal"})
+#: Every kind (version 2 adds ``updates``).
+KINDS: Final = KINDS_V1 | {"updates"}
+#: The kinds each version may hold.
+KINDS_BY_VERSION: Final = {1: KINDS_V1, 2: KINDS}
 #: Keys an entry may carry beside its kind.
 EXTRA_KEYS: Final = frozenset({"t", "i"})
 

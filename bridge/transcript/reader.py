@@ -7,12 +7,12 @@ not grow with the file.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import IO
+from typing import IO, Any
 
 from bridge.core.framing import JOURNAL_UPDATE, update_runs
 from bridge.transcript.format import (
     EXTRA_KEYS,
-    KINDS,
+    KINDS_BY_VERSION,
     MAGIC,
     VERSION,
     Entry,
@@ -61,9 +61,12 @@ class TranscriptReader:
             raise TranscriptError(path, 1, '"clearing" must be a list of command types')
         meta = {k: v for k, v in head.items() if k not in ("transcript", "version", "clearing")}
         self.header = Header(version, tuple(clearing), meta)
+        self._kinds = KINDS_BY_VERSION[version]
 
     def __iter__(self) -> Iterator[Entry]:
-        """Every entry, one per line."""
+        """Every entry, one per line; a version 2 ``updates`` entry comes as one ``recv`` per
+        line it stands for (``{"type": "message_update", "elided": null}``, with its own ``i``),
+        so a reader of every observation reads both versions alike."""
         self._observations = 0
         for raw in self._stream:
             self._lineno += 1
@@ -71,8 +74,15 @@ class TranscriptReader:
             entry = self._entry(raw.rstrip(b"\r\n") if complete else raw, self._lineno, complete)
             if entry is _TRUNCATED:
                 return
-            if entry is not None:
-                yield entry  # type: ignore[misc]
+            if entry is None:
+                continue
+            assert isinstance(entry, Entry)
+            if entry.kind == "updates":
+                last: int = entry.i  # type: ignore[assignment]  # always set on updates
+                for idx in range(last - entry.value + 1, last + 1):
+                    yield Entry("recv", {"type": "message_update", "elided": None}, entry.t, idx, entry.line)
+            else:
+                yield entry
 
     def skipping_updates(self) -> Iterator[Entry]:
         """Every entry, except that runs of ``recv`` lines holding a
@@ -80,7 +90,8 @@ class TranscriptReader:
         ``Entry("updates", count)`` without being parsed (found by the framing's batch
         classifier, :func:`bridge.core.framing.update_runs`, on :data:`~bridge.core.framing.JOURNAL_UPDATE`). What is skipped is still counted: the ``i`` of the next parsed
         observation is checked against the count, so a line lost or merged
-        inside a run is still an error. Replay reads this way."""
+        inside a run is still an error. A version 2 ``updates`` entry is such a run already
+        and comes the same way. Replay reads this way."""
         self._observations = 0
         read = self._stream.read
         rest = b""
@@ -129,14 +140,19 @@ class TranscriptReader:
             what = "no kind" if not kinds else "several kinds (" + ", ".join(kinds) + ")"
             raise TranscriptError(path, lineno, f"an entry has exactly one kind; this one has {what}")
         kind = kinds[0]
-        if kind not in KINDS:
+        if kind not in self._kinds:
+            known = ", ".join(sorted(self._kinds))
             raise TranscriptError(
-                path, lineno, f"unknown entry kind {shown(kind)} (this reader knows: {', '.join(sorted(KINDS))})"
+                path,
+                lineno,
+                f"unknown entry kind {shown(kind)} (this reader knows, in version {self.header.version}: {known})",
             )
         t = obj.get("t")
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))):
             raise TranscriptError(path, lineno, f'"t" must be a number of seconds, got {shown(t)}')
         i = obj.get("i")
+        if kind == "updates":
+            return self._updates(obj[kind], t, i, lineno)
         if kind in ("recv", "recv_raw"):
             self._observations += 1
             if i is not None and i != self._observations:
@@ -149,6 +165,22 @@ class TranscriptReader:
         if kind in ("recv_raw", "stderr") and not isinstance(value, str):
             raise TranscriptError(path, lineno, f"a {kind} entry holds text")
         return Entry(kind, value, t, self._observations if kind in ("recv", "recv_raw") else None, lineno)
+
+    def _updates(self, value: Any, t: float | None, i: Any, lineno: int) -> Entry:
+        """A version 2 run entry: ``Entry("updates", count, t, last index)``, as
+        :meth:`skipping_updates` gives for a run of version 1 lines."""
+        path = self.path
+        count = value.get("count") if isinstance(value, dict) else None
+        elided = value.get("elided") if isinstance(value, dict) else None
+        if type(count) is not int or count < 1 or type(elided) is not int or elided < 0:
+            raise TranscriptError(
+                path, lineno, f'an updates entry holds {{"count": N >= 1, "elided": BYTES}}, not {shown(value)}'
+            )
+        first = self._observations + 1
+        if i is not None and i != first:
+            raise TranscriptError(path, lineno, f'"i" is {shown(i)} but this run starts at observation {first}')
+        self._observations += count
+        return Entry("updates", count, t, self._observations, lineno)
 
 
 #: Returned by ``_entry`` for a cut-off last line.

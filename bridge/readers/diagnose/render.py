@@ -108,6 +108,8 @@ def _describe_event(value: dict[str, Any]) -> tuple[str, str]:
     if name == "extension_error":
         return name, f"extension_error {short(value.get('error'), 80)}"
     if name in ("message_update", "tool_execution_update") and "elided" in value:
+        if value.get("elided") is None:  # one line of a version 2 journal's run entry
+            return name, f"{name} (elided, in a run)"
         return name, f"{name} (elided, {value.get('elided')} bytes)"
     if name.startswith("tool_execution"):
         return name, f"{name} tool={short(value.get('toolName'), 30)}"
