@@ -33,3 +33,19 @@ SEED = Path(os.environ.get("PI_BRIDGE_SEED", ROOT.parent / "shared" / "seeds" / 
 def bridge_argv() -> list[str]:
     """The bridge CLI as a subprocess argv (the venv's interpreter)."""
     return [sys.executable, "-m", "bridge"]
+
+
+@pytest.fixture(scope="module")
+def pinned_pi() -> object:
+    """The pinned Pi's install (tools/pi, set up by tools/setup); a test that needs it fails --
+    it is not skipped -- when it is missing, naming the fix."""
+    from bridge.profiles.command import ProfileError
+    from bridge.profiles.pi import PI_PIN, find_install
+
+    try:
+        return find_install()
+    except ProfileError as e:
+        pytest.fail(
+            f"these tests need the pinned Pi {PI_PIN}: {e}. Run tools/setup (tools/test runs it before the suite).",
+            pytrace=False,
+        )

@@ -45,8 +45,8 @@ import trio
 from bridge.core.receipts import Receipt
 from bridge.live.api import open_bridge
 from bridge.live.supervisor import BridgeConfig
-from bridge.profiles.command import CommandProfile, ProfileError
-from bridge.profiles.pi import PI_PIN, find_install, scripted_profile
+from bridge.profiles.command import CommandProfile
+from bridge.profiles.pi import scripted_profile
 from bridge.readers.replay import replay
 from tests.helpers_live import (
     ROOT,
@@ -87,14 +87,6 @@ FATAL = "fatal: licence file expired"
 
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def pinned_pi() -> Any:
-    try:
-        return find_install()
-    except ProfileError as e:
-        pytest.fail(f"these tests need the pinned Pi {PI_PIN}: {e}. Run tools/setup.", pytrace=False)
 
 
 @pytest.fixture

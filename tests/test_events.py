@@ -23,21 +23,12 @@ from bridge.core.session import Session
 from bridge.demo.model_server import start_server
 from bridge.live.api import open_bridge
 from bridge.live.supervisor import BridgeConfig
-from bridge.profiles.command import ProfileError
-from bridge.profiles.pi import PI_PIN, find_install, scripted_profile
+from bridge.profiles.pi import scripted_profile
 from bridge.readers.replay import replay
 from tests.helpers_live import ROOT, ServeProc, read_journal
 
 #: Prices per million tokens for the scripted model (Pi computes each message's cost from them).
 PRICES = {"input": 3.0, "output": 15.0, "cacheRead": 0.3, "cacheWrite": 3.75}
-
-
-@pytest.fixture(scope="module")
-def pinned_pi() -> Any:
-    try:
-        return find_install()
-    except ProfileError as e:
-        pytest.fail(f"these tests need the pinned Pi {PI_PIN}: {e}. Run tools/setup.", pytrace=False)
 
 
 def scripted(tmp_path: Path, steps: list[dict[str, Any]]) -> Any:

@@ -30,8 +30,7 @@ import trio
 
 from bridge.core.events import ReceiptReady
 from bridge.core.session import Session
-from bridge.profiles.command import ProfileError
-from bridge.profiles.pi import PI_PIN, find_install
+from bridge.profiles.pi import PI_PIN
 from bridge.readers.replay import replay
 from tests.conftest import FIXTURES, ROOT, TOOLS
 
@@ -50,17 +49,6 @@ def _load_scenarios() -> ModuleType:
 sc = _load_scenarios()
 PI_FIXTURES_DIR = FIXTURES / f"pi-{PI_PIN}"
 PI_FIXTURES = sorted(PI_FIXTURES_DIR.glob("*.jsonl"))
-
-
-@pytest.fixture(scope="module")
-def pinned_pi() -> Any:
-    try:
-        return find_install()
-    except ProfileError as e:
-        pytest.fail(
-            f"these tests need the pinned Pi {PI_PIN}: {e}. Run tools/setup (tools/test runs it before the suite).",
-            pytrace=False,
-        )
 
 
 async def run_scenario(name: str, tmp_path: Path) -> Any:

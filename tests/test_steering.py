@@ -32,20 +32,11 @@ from bridge.core.steering import EngineConfig, Wanted, commands, verify
 from bridge.demo.model_server import start_server
 from bridge.demo.model_server.server import models_json
 from bridge.live.api import open_bridge
-from bridge.profiles.command import ProfileError
-from bridge.profiles.pi import PI_PIN, find_install, scripted_profile
+from bridge.profiles.pi import scripted_profile
 from bridge.readers.replay import replay
 from tests.helpers_live import ROOT, ServeProc
 
 THINKER = "scripted-think"
-
-
-@pytest.fixture(scope="module")
-def pinned_pi() -> Any:
-    try:
-        return find_install()
-    except ProfileError as e:
-        pytest.fail(f"these tests need the pinned Pi {PI_PIN}: {e}. Run tools/setup.", pytrace=False)
 
 
 def two_models(server: Any, path: Path) -> str:
