@@ -22,11 +22,12 @@ readers never load them.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeAlias, TypeVar
 
 from bridge import __version__
 from bridge.core.steering import THINKING_LEVELS
@@ -598,7 +599,15 @@ def _add_models(sub: _Subcommands) -> None:
     p.set_defaults(func=_cmd_models)
 
 
+#: Errors of a write that has nowhere to go (stdout on a full disk, a broken device): one line, exit 1.
+_WRITE_ERRORS: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    if sys.stdout is None:  # started with its stdout closed (`>&-`): Python gives no stdout
+        if sys.stderr is not None:
+            print("bridge: stdout is closed; give it somewhere to write (e.g. > /dev/null)", file=sys.stderr)
+        return 2
     args_list, engine = _split_engine(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args, unknown = parser.parse_known_args(args_list)
@@ -613,7 +622,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if engine is not None and args.command not in ("serve", "run", "demo", "models"):
         parser.error(f"'{args.command}' takes no engine after --")
     try:
-        return int(args.func(args))
+        status = int(args.func(args))
+        sys.stdout.flush()  # here, not at the exit: a full disk is then this command's error
+        return status
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -621,6 +632,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         silence_stdout()  # `| head`: the reader is gone; end quietly
         return 128 + signal.SIGPIPE
+    except OSError as e:
+        if e.errno not in _WRITE_ERRORS:
+            raise
+        from bridge.controller.output import silence_stdout
+
+        silence_stdout()
+        print(f"bridge {args.command}: cannot write its output ({e.strerror})", file=sys.stderr)
+        return 1
     except SystemExit:
         raise
     except BaseException:  # a bug, not a user mistake: say so, with what to report

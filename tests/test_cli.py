@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from bridge import BridgeConfig, __version__
+from tests.conftest import ROOT
 
 
 def bridge(*args: str) -> subprocess.CompletedProcess[str]:
@@ -17,7 +18,7 @@ def bridge(*args: str) -> subprocess.CompletedProcess[str]:
 def test_help_lists_every_command_and_version_prints():
     p = bridge("--help")
     assert p.returncode == 0
-    for command in ("replay", "conform", "serve", "run", "diagnose", "demo"):
+    for command in ("replay", "conform", "serve", "run", "models", "diagnose", "demo"):
         assert command in p.stdout
     assert bridge("--version").stdout.strip() == f"pi-bridge {__version__}"
 
@@ -218,3 +219,58 @@ def test_every_reader_ends_quietly_into_a_closed_pipe():
         )
         assert p.returncode in (0, 141), (args, p.returncode, p.stderr)
         assert p.stderr == "", (args, p.stderr)
+
+
+def test_a_stdout_that_cannot_be_written_is_one_line_and_a_failure():
+    """A full disk behind stdout (/dev/full) is not a reader that went away (| head, 141): every
+    command says so in one line and exits 1 -- serve and run after giving every receipt (run's
+    on stderr), serve naming where the receipts are. A stdout closed outright (>&-) is a
+    mistake to fix: exit 2 (found by trying both: a traceback and exit 70, and serve exited 0)."""
+    fake = f"{sys.executable} tools/fake_engine.py"
+    for args in (
+        "replay fixtures/core/aborted_without_stop.jsonl",
+        "diagnose fixtures/pi-1.6.0/stalled.jsonl",
+        f"run hi --no-journal -- {fake}",
+        f"models --json -- {fake}",
+    ):
+        p = subprocess.run(
+            f"{sys.executable} -m bridge {args} > /dev/full",
+            shell=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+        assert p.returncode == 1, (args, p.returncode, p.stderr)
+        assert "Traceback" not in p.stderr and "No space left on device" in p.stderr, (args, p.stderr)
+    run = subprocess.run(
+        f"{sys.executable} -m bridge run hi --no-journal -- {fake} > /dev/full",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert "p1: finished" in run.stderr, run.stderr
+    serve = subprocess.run(
+        f"{sys.executable} -m bridge serve --no-journal -- {fake} > /dev/full",
+        shell=True,
+        input='{"type":"prompt","id":"a","message":"x"}\n',
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert serve.returncode == 1 and serve.stderr.strip().splitlines() == [
+        "bridge serve: cannot write to stdout (No space left on device); there is no journal"
+    ], serve.stderr
+    for args in (f"run hi --no-journal -- {fake}", f"serve --no-journal -- {fake}"):
+        closed = subprocess.run(
+            f"{sys.executable} -m bridge {args} >&- </dev/null",
+            shell=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+        assert closed.returncode == 2 and closed.stderr.count("\n") == 1 and "stdout is closed" in closed.stderr

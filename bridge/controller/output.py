@@ -11,7 +11,8 @@ Rules:
   issue 18): a non-blocking write the pipe takes whole, else what is left is queued.
 - Lines are written in the order they were queued, whatever is queued at once in one write.
 - A controller that goes away (a broken pipe) is not an error: the rest is dropped quietly;
-  receipts still reach the journal.
+  receipts still reach the journal. Any other write error (a full disk, a closed descriptor)
+  drops the rest too, but is kept in :attr:`Output.failed`: ``serve`` says so and exits 1.
 - :meth:`Output.close` ends the queue: what was queued before it is still written, and
   :attr:`Output.done` is set once it has been (or dropped).
 """
@@ -36,6 +37,8 @@ class Output:
         self._stream = trio.lowlevel.FdStream(os.dup(fd))  # non-blocking from here on
         self._send, self._recv = trio.open_memory_channel[bytes](math.inf)
         self.broken = False
+        #: Why stdout could not be written, when it was not the controller going away.
+        self.failed: str | None = None
         #: Lines queued and not yet taken by the writer, and whether it is writing: while
         #: either is so, a new line must queue behind them.
         self._queued = 0
@@ -54,8 +57,8 @@ class Output:
                 n = os.write(self._stream.fileno(), data)
             except BlockingIOError:
                 n = 0
-            except OSError:
-                self.broken = True  # the controller went away; receipts are still journaled
+            except OSError as e:
+                self._broke(e)
                 return
             if n == len(data):
                 return
@@ -90,14 +93,22 @@ class Output:
                 self._writing = True
                 try:
                     await self._stream.send_all(b"".join(batch))
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                    self.broken = True  # the controller went away; receipts are still journaled
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as e:
+                    self._broke(e)
                 finally:
                     self._writing = False
         try:
             await self._stream.aclose()
         except OSError:
             pass
+
+    def _broke(self, e: BaseException) -> None:
+        """Nothing more is written. A broken pipe is the controller going away (quiet: the
+        receipts are journaled); anything else is kept as :attr:`failed`."""
+        self.broken = True
+        cause = e if isinstance(e, OSError) else e.__cause__
+        if not isinstance(cause, (BrokenPipeError, ConnectionResetError)) and self.failed is None:
+            self.failed = getattr(cause, "strerror", None) or str(cause or e) or type(e).__name__
 
     def _queued_now(self) -> list[bytes]:
         """Every line already queued (taken without waiting)."""

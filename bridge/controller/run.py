@@ -43,6 +43,9 @@ class Run:
     launch_failed: str | None = None
     #: Stdout was closed early (``| head``): nothing more is written there.
     stdout_gone: bool = False
+    #: Why stdout could not be written (a full disk, a closed descriptor), when it was not
+    #: the reader going away (a broken pipe is ``| head``: quiet, 141).
+    stdout_failed: str | None = None
 
     # -- in the bridge
 
@@ -109,6 +112,11 @@ class Run:
             # `| head`: the reader is gone. No more text, no traceback; the
             # bridge closes (the running prompt is stopped, failed/closing).
             self._stdout_closed()
+        except (OSError, ValueError) as e:
+            # Stdout cannot take the text (a full disk, a closed descriptor): the same, but
+            # it is said, and the run fails (the receipts still go to stderr).
+            self.stdout_failed = getattr(e, "strerror", None) or str(e)
+            self._stdout_closed()
 
     def _stdout_closed(self) -> None:
         self.stdout_gone = True
@@ -151,11 +159,16 @@ class Run:
             sys.stdout.flush()
         except BrokenPipeError:
             self._stdout_closed()
+        except (OSError, ValueError) as e:
+            self.stdout_failed = getattr(e, "strerror", None) or str(e)
+            self._stdout_closed()
 
     def print_ending(self) -> None:
         """The journal's path, then the line for a journal or an engine that failed, if one did."""
         if self.journal_path is not None:
             print(f"journal: {self.journal_path}", file=sys.stderr)
+        if self.stdout_failed is not None:
+            print(f"bridge run: cannot write to stdout ({self.stdout_failed}); the receipts are above", file=sys.stderr)
         if self.journal_failed is not None:
             print(f"bridge run: {self.journal_failed}; the receipts above are complete", file=sys.stderr)
         elif self.launch_failed is not None:
@@ -173,6 +186,8 @@ class Run:
             return 2
         if self.interrupted:
             return self.interrupted
+        if self.stdout_failed is not None:
+            return 1
         if self.stdout_gone:
             return 128 + signal.SIGPIPE
         return 0 if receipts and all(r.state == State.FINISHED for r in receipts) else 1

@@ -156,7 +156,13 @@ class _Server:
             bridge.close_on_signal(self.status - 128)
 
     def exit_status(self) -> int:
-        """The exit status (README "Exit codes"); a journal failure also gets its line on stderr."""
+        """The exit status (README "Exit codes"); a journal failure, or a stdout that could not
+        be written (not a controller that went away), also gets its line on stderr."""
+        if self.out.failed is not None:
+            journal = self.bridge.journal if self.bridge is not None else None
+            where = f"every receipt is in the journal {journal.path}" if journal is not None else "there is no journal"
+            print(f"bridge serve: cannot write to stdout ({self.out.failed}); {where}", file=sys.stderr)
+            return self.status or 1
         if self.bridge is not None and self.bridge.journal_failed:
             print(f"bridge serve: {self.bridge.journal_failed}; every receipt went to the controller", file=sys.stderr)
             return self.status or 1
