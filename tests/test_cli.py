@@ -227,50 +227,36 @@ def test_a_stdout_that_cannot_be_written_is_one_line_and_a_failure():
     on stderr), serve naming where the receipts are. A stdout closed outright (>&-) is a
     mistake to fix: exit 2 (found by trying both: a traceback and exit 70, and serve exited 0)."""
     fake = f"{sys.executable} tools/fake_engine.py"
-    for args in (
-        "replay fixtures/core/aborted_without_stop.jsonl",
-        "diagnose fixtures/pi-1.6.0/stalled.jsonl",
-        f"run hi --no-journal -- {fake}",
-        f"models --json -- {fake}",
-    ):
-        p = subprocess.run(
-            f"{sys.executable} -m bridge {args} > /dev/full",
+
+    def sh(args: str, redirect: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            f"{sys.executable} -m bridge {args} {redirect}",
             shell=True,
+            input=stdin,
             capture_output=True,
             text=True,
             timeout=60,
             cwd=ROOT,
         )
+
+    full = {
+        args: sh(args, "> /dev/full")
+        for args in (
+            "replay fixtures/core/aborted_without_stop.jsonl",
+            "diagnose fixtures/pi-1.6.0/stalled.jsonl",
+            f"run hi --no-journal -- {fake}",
+            f"models --json -- {fake}",
+        )
+    }
+    for args, p in full.items():
         assert p.returncode == 1, (args, p.returncode, p.stderr)
         assert "Traceback" not in p.stderr and "No space left on device" in p.stderr, (args, p.stderr)
-    run = subprocess.run(
-        f"{sys.executable} -m bridge run hi --no-journal -- {fake} > /dev/full",
-        shell=True,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    run = full[f"run hi --no-journal -- {fake}"]
     assert "p1: finished" in run.stderr, run.stderr
-    serve = subprocess.run(
-        f"{sys.executable} -m bridge serve --no-journal -- {fake} > /dev/full",
-        shell=True,
-        input='{"type":"prompt","id":"a","message":"x"}\n',
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    serve = sh(f"serve --no-journal -- {fake}", "> /dev/full", '{"type":"prompt","id":"a","message":"x"}\n')
     assert serve.returncode == 1 and serve.stderr.strip().splitlines() == [
         "bridge serve: cannot write to stdout (No space left on device); there is no journal"
     ], serve.stderr
     for args in (f"run hi --no-journal -- {fake}", f"serve --no-journal -- {fake}"):
-        closed = subprocess.run(
-            f"{sys.executable} -m bridge {args} >&- </dev/null",
-            shell=True,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=ROOT,
-        )
+        closed = sh(args, ">&- </dev/null")
         assert closed.returncode == 2 and closed.stderr.count("\n") == 1 and "stdout is closed" in closed.stderr

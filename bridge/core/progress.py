@@ -229,14 +229,21 @@ def translate(value: dict[str, Any], idx: int, request: RequestId | None) -> Pro
 # -- each Pi line -----------------------------------------------------------------------------
 
 
+def delta_of(update: dict[str, Any]) -> tuple[Any, str] | None:
+    """A ``message_update``'s delta: its kind (``text_delta``, ``thinking_delta``, ...) and its
+    non-empty text, or None (Pi 1.6 writes only the delta and the usage, no partial message)."""
+    delta = update.get("assistantMessageEvent")
+    piece = delta.get("delta") if type(delta) is dict else None
+    if type(piece) is not str or not piece:
+        return None
+    return delta.get("type"), piece  # type: ignore[union-attr]  # a dict: piece came from it
+
+
 def _message_update(v: dict[str, Any], idx: int, request: RequestId | None) -> ProgressEvent | None:
-    delta = v.get("assistantMessageEvent")
-    if not isinstance(delta, dict):
+    found = delta_of(v)
+    if found is None:
         return None
-    piece = delta.get("delta")
-    if not isinstance(piece, str) or not piece:
-        return None
-    kind = delta.get("type")
+    kind, piece = found
     if kind == "text_delta":
         return TextEvent(request, idx, piece)
     if kind == "thinking_delta":

@@ -86,7 +86,7 @@ from bridge.core.framing import (
     sized_update_runs,
     valid_utf8,
 )
-from bridge.core.progress import EVENT_LINES, TextEvent, ThinkingEvent, translate
+from bridge.core.progress import EVENT_LINES, TextEvent, ThinkingEvent, delta_of, translate
 from bridge.core.receipts import Facts, GiveUpWhy, Receipt, Times, Usage, decide, exit_words
 from bridge.core.steering import EngineConfig
 from bridge.core.tracker import Overlap, Settled, Tracker, Working
@@ -316,19 +316,17 @@ class Session:
     def _update(self, value: dict[str, Any], idx: int) -> Sequence[Event]:
         """A ``message_update``: a text delta for a streamed prompt (:class:`TextDelta`) and,
         for a prompt that asked for its events, its text or thinking delta; only for the held
-        prompt's own run while the engine is sealed (Pi 1.6 writes only the delta and the usage,
-        no partial message)."""
+        prompt's own run while the engine is sealed."""
         held = self.held
         if held is None or held.receipt is not None or self.taint is not None or not (held.stream or held.events):
             return NO_EVENTS
         if not self._in_slots_run():
             return NO_EVENTS
         held.retry_delay = 0.0
-        delta = value.get("assistantMessageEvent")
-        piece = delta.get("delta") if type(delta) is dict else None
-        if type(piece) is not str or not piece:
+        found = delta_of(value)
+        if found is None:
             return NO_EVENTS
-        kind = delta.get("type")  # type: ignore[union-attr]  # a dict: piece came from it
+        kind, piece = found
         if kind == "text_delta":
             if held.events and held.stream:
                 return (TextEvent(held.request, idx, piece), TextDelta(held.request, piece))

@@ -225,7 +225,7 @@ class Lifecycle:
         if rec is None or rec.phase != "configuring" or rec.request != ev.request or not self._current(ev.generation):
             return
         rec.config_answers.update(ev.answers)
-        prefix = self._config_prefix(rec)
+        prefix = self._config_prefix()
         cmds = self._config_commands(rec)
         if len(rec.config_answers) < len(cmds):
             # One at a time: Pi 1.6.0 runs commands concurrently, and answered a get_state
@@ -627,13 +627,13 @@ class Lifecycle:
         self._out.append(Write(e.generation, self._config_commands(rec)[0], "config", request=rec.request))
         s.deadlines["config"] = self._now + self.config.ack_timeout
 
-    def _config_prefix(self, rec: PromptRec) -> str:
+    def _config_prefix(self) -> str:
         return f"cfg-{self.state.engine.generation}-{self.state.engine.configs}"
 
     def _config_commands(self, rec: PromptRec) -> list[dict[str, Any]]:
         """What is written, one at a time, before ``rec``: ``new_session`` if a new
         conversation was asked for, then its configuration, ``get_state`` last."""
-        prefix = self._config_prefix(rec)
+        prefix = self._config_prefix()
         first = [{"type": "new_session", "id": f"{prefix}:new"}] if rec.fresh else []
         return first + commands(rec.wanted, prefix)
 
