@@ -17,6 +17,8 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from bridge.core.receipts import Receipt as Receipt
+    from bridge.live.handles import Dialog as Dialog
+    from bridge.live.handles import DialogError as DialogError
     from bridge.live.api import PromptHandle as PromptHandle
     from bridge.live.api import open_bridge as open_bridge
     from bridge.live.supervisor import Bridge as Bridge
@@ -32,6 +34,8 @@ _HOMES = {
     "Bridge": "bridge.live.supervisor",
     "BridgeConfig": "bridge.live.supervisor",
     "CommandProfile": "bridge.profiles.command",
+    "Dialog": "bridge.live.handles",
+    "DialogError": "bridge.live.handles",
     "PiProfile": "bridge.profiles.pi",
     "ProfileError": "bridge.profiles.command",
     "PromptHandle": "bridge.live.handles",
