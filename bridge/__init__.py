@@ -17,10 +17,10 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from bridge.core.receipts import Receipt as Receipt
-    from bridge.live.handles import Dialog as Dialog
-    from bridge.live.handles import DialogError as DialogError
     from bridge.live.api import PromptHandle as PromptHandle
     from bridge.live.api import open_bridge as open_bridge
+    from bridge.live.handles import Dialog as Dialog
+    from bridge.live.handles import DialogError as DialogError
     from bridge.live.supervisor import Bridge as Bridge
     from bridge.live.supervisor import BridgeConfig as BridgeConfig
     from bridge.profiles.command import CommandProfile as CommandProfile
