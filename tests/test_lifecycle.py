@@ -53,6 +53,7 @@ from bridge.core.lifecycle import (
     BridgeConfig,
     Close,
     Closed,
+    Compact,
     Configure,
     Configured,
     Decided,
@@ -66,6 +67,7 @@ from bridge.core.lifecycle import (
     JournalFailed,
     Lifecycle,
     LifeState,
+    NewConversation,
     Note,
     Notify,
     NotWritten,
@@ -242,6 +244,8 @@ class Harness:
                 self.violations.append(f"{action!r} to an engine that is not running: {self.procs}")
             if action.kind == "prompt":
                 self.engine_has[action.generation] = action.request
+                if s.prompts[action.request].compact is not None:
+                    self.violations.append(f"{action!r} written before the compaction asked for it")
                 if action.request != s.held:
                     self.violations.append(f"{action!r} is not the held prompt {s.held!r}")
             elif action.kind == "abort":
@@ -689,6 +693,10 @@ class LifecycleMachine(RuleBasedStateMachine):
         reply: dict[str, Any] = {"type": "response", "id": cmd["id"], "command": cmd["type"], "success": True}
         if cmd["type"] == "get_available_thinking_levels":
             reply["data"] = {"levels": ["off", "low", "high"]}
+        elif cmd["type"] == "compact" and not confirms:
+            reply = {**reply, "success": False, "error": "Nothing to compact (session too small)"}
+        elif cmd["type"] == "compact":
+            reply["data"] = {"summary": "s", "tokensBefore": 100, "estimatedTokensAfter": 10}
         elif cmd["type"] == "get_state":
             level = wanted.thinking if confirms else "low"
             reply["data"] = {
@@ -699,6 +707,13 @@ class LifecycleMachine(RuleBasedStateMachine):
         got = delivered(out).get(request)
         if cmd["type"] == "get_state":
             assert got == (None if confirms or wanted.thinking in (None, "low") else ("rejected", "config")), got
+
+    @rule(instructions=st.sampled_from([None, "keep the numbers"]), fresh=st.booleans())
+    def the_controller_compacts(self, instructions: str | None, fresh: bool) -> None:
+        """A compaction (and maybe a new conversation, which makes it moot) for the next prompt."""
+        self.h.feed(Compact(instructions))
+        if fresh:
+            self.h.feed(NewConversation())
 
     @rule(thinking=st.sampled_from(["high", "low"]))
     def the_controller_configures(self, thinking: str) -> None:

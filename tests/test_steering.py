@@ -305,3 +305,58 @@ async def test_a_new_conversation_goes_with_the_next_prompt_submitted_not_the_ne
     order = [s.get("id") if s.get("type") == "prompt" else s.get("type") for s in sends if isinstance(s, dict)]
     order = [x for x in order if x in ("a1", "a2", "a3", "new_session")]
     assert order == ["a1", "a2", "new_session", "a3"], order
+
+
+async def test_compact_on_request_summarizes_before_the_next_prompt(pinned_pi: Any, tmp_path: Path) -> None:
+    """``compact`` goes with the next prompt submitted: before it is written the bridge sends
+    Pi's ``compact`` (with the instructions), Pi asks the model for a summary, the controller
+    gets a ``compacted`` notice, and the prompt's request to the model starts from the summary.
+    A compaction asked with a new conversation for the same prompt is moot (not sent). On a
+    conversation too small to compact (Pi's default keeps the last 20k tokens) Pi refuses: the
+    notice says so in Pi's words and the prompt is written all the same. (Recorded:
+    tools/pi/captures/compact.jsonl.)"""
+    summary = "SUMMARY: the user asked to remember 42 and blue."
+    steps = ["I will remember 42.", "And blue.", summary, "turn context", "It was 42.", "fresh", "one", "two"]
+    server = start_server([{"text": t} for t in steps])
+    journal = tmp_path / "j.jsonl"
+    try:
+        models = server.write_models(str(tmp_path))
+        # keepRecentTokens 1: a short conversation has something to compact.
+        profile = scripted_profile(models, settings={"compaction": {"keepRecentTokens": 1}})
+        with trio.fail_after(90):
+            async with open_bridge(profile, journal=journal) as bridge:
+                notes = bridge.signals()
+                await bridge.prompt("remember the number 42")
+                await bridge.prompt("and the colour blue")
+                bridge.compact("keep the number")
+                after = await bridge.prompt("what was the number?")
+                bridge.compact()
+                bridge.new_conversation()
+                fresh = await bridge.prompt("hello again")
+            seen = [note async for note in notes]
+            async with open_bridge(scripted_profile(models), journal=tmp_path / "small.jsonl") as bridge:
+                notes = bridge.signals()
+                await bridge.prompt("a first prompt")
+                bridge.compact()
+                small = await bridge.prompt("and now?")
+            seen += [note async for note in notes]
+        requests = server.requests
+    finally:
+        server.close()
+    assert after.state == fresh.state == small.state == "finished", (after, fresh, small)
+    compacted = [n for n in seen if n["type"] == "compacted"]
+    assert [(c["id"], c["ok"]) for c in compacted] == [(after.request, True), (small.request, False)], compacted
+    assert compacted[0]["tokensBefore"] > 0 and compacted[0]["summaryChars"] > len(summary)
+    assert "Nothing to compact" in compacted[1]["error"]
+    # The summary request carried the instructions; the next prompt's request starts from the summary.
+    assert "keep the number" in json.dumps(requests[2]["body"])
+    after_request = json.dumps(requests[4]["body"]["messages"])
+    assert summary in after_request and "remember the number 42" not in after_request
+    sends = [json.loads(line).get("send", {}) for line in journal.read_text().splitlines()]
+    types = [s.get("type") for s in sends if s]
+    assert types.count("compact") == 1  # the second was moot: a new conversation went with it
+    first = types.index("compact")
+    assert types[first : first + 3] == ["compact", "get_state", "prompt"]
+    assert [s for s in sends if s.get("type") == "compact"][0]["customInstructions"] == "keep the number"
+    # Replay agrees with every receipt.
+    assert [r.state for r in replay(journal).receipts] == ["finished"] * 4

@@ -8,6 +8,7 @@ In (one JSON object per line), parsed by :func:`parse_command` into a :data:`Com
      "provider"?:P, "model"?:ID (together), "thinking"?:LEVEL}
     {"type":"configure", "provider"?:P, "model"?:ID, "thinking"?:LEVEL}  for the prompts that follow
     {"type":"new_conversation"}                     a new conversation before the next prompt
+    {"type":"compact", "instructions"?:TEXT}        compact the conversation before the next prompt
     {"type":"models"}                               what the engine offers
     {"type":"answer","dialog":D, "value"?:V | "confirmed"?:bool | "cancelled"?:true}
                                                     the answer to an extension dialog's ask
@@ -24,6 +25,7 @@ Out (one JSON object per line)::
     {"type":"event","event":KIND,"id":ID,"i":IDX,...}   what the engine does ("events": true;
                                                         bridge.core.progress)
     {"type":"engine","event":"started"|"exited"|"down",...}
+    {"type":"compacted","id":ID,"ok":B,...}         how the compaction before prompt ID went
     {"type":"ask","dialog":D,"id":ID|null,"method":M,...,"timeout":S}  an extension dialog
     {"type":"dialog-end","dialog":D,"id":ID|null,"by":WHO,"answer":{...}|null}  its one response
     {"type":"ui","method":M,"id":ID|null,...}       an extension's notification (notify, setStatus, …)
@@ -77,6 +79,7 @@ COMMAND_TYPES: Final = (
     "new_conversation",
     "models",
     "answer",
+    "compact",
 )
 
 
@@ -123,6 +126,15 @@ class NewConversation:
 
 
 @attrs.frozen
+class CompactConversation:
+    """Compact the conversation before the next prompt (no answer; a ``compacted`` notice)."""
+
+    TYPE: ClassVar[str] = "compact"
+
+    instructions: str | None = None
+
+
+@attrs.frozen
 class ModelsQuery:
     """Ask the engine what models it offers (answered with :class:`Models`)."""
 
@@ -165,7 +177,9 @@ class Shutdown:
     TYPE: ClassVar[str] = "shutdown"
 
 
-Command: TypeAlias = Prompt | Stop | Status | Shutdown | Configure | NewConversation | ModelsQuery | AnswerDialog
+Command: TypeAlias = (
+    Prompt | Stop | Status | Shutdown | Configure | NewConversation | ModelsQuery | AnswerDialog | CompactConversation
+)
 
 
 def parse_command(line: bytes | Oversize) -> Command:
@@ -184,6 +198,11 @@ def parse_command(line: bytes | Oversize) -> Command:
         return ModelsQuery()
     if kind == "answer":
         return _answer(value)
+    if kind == "compact":
+        instructions = value.get("instructions")
+        if instructions is not None and not isinstance(instructions, str):
+            raise ControllerError('"instructions" must be a string')
+        return CompactConversation(instructions)
     rid = _request_id(value, kind)
     if kind == "stop":
         return Stop(rid)

@@ -47,6 +47,7 @@ from bridge.controller.messages import (
     AnswerDialog,
     Bye,
     Command,
+    CompactConversation,
     Configure,
     Configured,
     ControllerError,
@@ -271,6 +272,8 @@ async def _act(bridge: Bridge, cmd: Command, lineno: int, drain_timeout: float |
             return Configured(converter.unstructure(bridge.lifecycle.state.wanted))
         case NewConversation():
             bridge.new_conversation()
+        case CompactConversation():
+            bridge.compact(cmd.instructions)
         case Stop():
             if not bridge.knows(cmd.id):
                 return LineError.unknown_id(cmd.id, lineno)

@@ -6,6 +6,9 @@ the engine's own retries are :class:`bridge.core.events.Retrying` (``{"type":"pr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import attrs
 
 from bridge.core.receipts import Receipt
@@ -60,7 +63,50 @@ class ReceiptNotice(Wire):
     receipt: Receipt
 
 
-Notice = EngineStartedNotice | EngineExitedNotice | EngineDownNotice | TextNotice | ReceiptNotice
+@form(
+    tag={"type": "compacted"},
+    rename={
+        "request": "id",
+        "tokens_before": "tokensBefore",
+        "tokens_after": "estimatedTokensAfter",
+        "summary_chars": "summaryChars",
+    },
+)
+@attrs.frozen
+class CompactedNotice(Wire):
+    """The compaction asked for before prompt ``request`` was done (``ok``), or Pi refused it
+    (``error``, Pi's words; the prompt is written all the same)."""
+
+    request: RequestId | None
+    ok: bool
+    error: str | None = None
+    tokens_before: Any = None
+    tokens_after: Any = None
+    #: Pi's usage of the model call(s) that wrote the summary.
+    usage: Any = None
+    #: How long the summary is, in characters (the summary itself is in the journal).
+    summary_chars: int | None = None
+
+
+def compaction_notice(request: RequestId | None, answer: Mapping[str, Any]) -> CompactedNotice:
+    """The notice for Pi's answer to ``compact``."""
+    if answer.get("success") is not True:
+        error = answer.get("error")
+        return CompactedNotice(request, False, str(error)[:500] if error is not None else "no answer")
+    data = answer.get("data")
+    data = data if isinstance(data, Mapping) else {}
+    summary = data.get("summary")
+    return CompactedNotice(
+        request,
+        True,
+        tokens_before=data.get("tokensBefore"),
+        tokens_after=data.get("estimatedTokensAfter"),
+        usage=data.get("usage"),
+        summary_chars=len(summary) if isinstance(summary, str) else None,
+    )
+
+
+Notice = EngineStartedNotice | EngineExitedNotice | EngineDownNotice | TextNotice | ReceiptNotice | CompactedNotice
 
 
 # --------------------------------------------------------------------------

@@ -62,6 +62,7 @@ from bridge.core.lifecycle import (
     BridgeConfig,
     Close,
     Closed,
+    Compact,
     Configure,
     Decided,
     Deliver,
@@ -280,6 +281,15 @@ class Bridge:
         """Start a new conversation before the next prompt is written: Pi's ``new_session``
         (verified, with a ``get_state`` after it), or a fresh engine where Pi cancels it."""
         self._feed(NewConversation())
+
+    def compact(self, instructions: str | None = None) -> None:
+        """Compact the conversation (Pi's ``compact``: the model summarizes it, with
+        ``instructions`` if given) before the next prompt submitted is written. How it went is
+        a ``compacted`` notice (:meth:`signals`); a refusal (Pi's "Nothing to compact") does not
+        stop the prompt. A :meth:`new_conversation` asked for the same prompt makes it moot."""
+        if instructions is not None and not isinstance(instructions, str):
+            raise TypeError(f"instructions must be a str, not {type(instructions).__name__}")
+        self._feed(Compact(instructions))
 
     async def prompt(self, message: str, **kw: Any) -> Receipt:
         """Submit and wait for the receipt. Ends when it comes (it always does)."""

@@ -386,6 +386,29 @@ def sc_ext_select(r: Run) -> dict[str, Any]:
     return {"ready_s": t_ready}
 
 
+def sc_compact(r: Run) -> dict[str, Any]:
+    """A prompt, then ``compact`` on request (the model writes the summary), then a prompt that
+    sees the summary; and ``compact`` on an empty conversation."""
+    t_ready = handshake(r)
+    prompt_and_settle(r, "remember the number 42")
+    prompt_and_settle(r, "and the colour blue", "p1b")
+    n = len(r.lines)
+    t0 = time.monotonic() - r.t0
+    r.send({"id": "k1", "type": "compact", "customInstructions": "keep the number"})
+    _, t_done = r.wait(is_resp("compact", "k1"), 30, after=n)
+    time.sleep(0.3)
+    prompt_and_settle(r, "what was the number?", "p2")
+    r.send({"id": "g2", "type": "get_state"})
+    r.wait(is_resp("get_state", "g2"))
+    r.send({"id": "n1", "type": "new_session"})
+    r.wait(is_resp("new_session", "n1"))
+    n = len(r.lines)
+    r.send({"id": "k2", "type": "compact"})
+    r.wait(is_resp("compact", "k2"), 30, after=n)
+    time.sleep(0.3)
+    return {"ready_s": t_ready, "compact_s": t_done - t0}
+
+
 SLOW = {"words": 60, "chunk": 6, "delay": 0.1}
 
 SCENARIOS: dict[str, tuple[Callable[[Run], dict[str, Any]], list[dict[str, Any]]]] = {
@@ -408,6 +431,15 @@ SCENARIOS: dict[str, tuple[Callable[[Run], dict[str, Any]], list[dict[str, Any]]
     "ext_autorun": (sc_ext_autorun, []),
     "ext_select": (sc_ext_select, []),
     "retry_default": (sc_retry, [{"status": 500, "body": "boom"}, {"text": "recovered"}]),
+    "compact": (
+        sc_compact,
+        [
+            {"text": "I will remember 42."},
+            {"text": "And blue."},
+            {"text": "Summary: the user asked to remember 42 and blue."},
+            {"text": "It was 42."},
+        ],
+    ),
 }
 
 EXTRA_ARGS: dict[str, list[str]] = {
@@ -423,6 +455,8 @@ SETTINGS_OVERRIDE: dict[str, dict[str, Any]] = {
     },
     # Pi's built-in retry defaults (no settings at all)
     "retry_default": {},
+    # keep no recent tokens, so a two-turn session has something to compact
+    "compact": {"compaction": {"enabled": False, "keepRecentTokens": 1}},
 }
 
 

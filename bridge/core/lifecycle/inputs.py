@@ -97,6 +97,14 @@ class NewConversation:
 
 
 @attrs.frozen
+class Compact:
+    """Compact the conversation (Pi's ``compact``, with ``instructions`` for the summary) before
+    the next prompt submitted is written."""
+
+    instructions: str | None = None
+
+
+@attrs.frozen
 class Ask:
     """A question for the engine that changes nothing (``get_available_models``): written to
     the engine once one is ready (one is started for it), answered with
@@ -239,6 +247,7 @@ Input = (
     Submit
     | Configure
     | NewConversation
+    | Compact
     | Ask
     | Answered
     | DialogOpened

@@ -28,6 +28,7 @@ from bridge.core.lifecycle.actions import (
 )
 from bridge.core.lifecycle.config import (
     DEADLINES,
+    DEFAULT_STALL_TIMEOUT,
     HELD_DEADLINES,
     RECENT_IDS,
     SIGNALS_PER_GENERATION,
@@ -40,6 +41,7 @@ from bridge.core.lifecycle.inputs import (
     Answered,
     Ask,
     Close,
+    Compact,
     Configure,
     Configured,
     Decided,
@@ -75,6 +77,7 @@ from bridge.core.notices import (
     SealCheckSignal,
     SignalsSuppressed,
     StalledSignal,
+    compaction_notice,
 )
 from bridge.core.receipts import Facts, GiveUpWhy, Receipt, Times, decide, exit_words
 from bridge.core.steering import Wanted, commands, verify
@@ -98,6 +101,7 @@ class Lifecycle:
             Configure: self._configure,
             Configured: self._configured,
             NewConversation: self._new_conversation,
+            Compact: self._compact,
             Ask: self._ask,
             Answered: self._answered,
             DialogOpened: self._dialog_opened,
@@ -158,9 +162,12 @@ class Lifecycle:
             raise ValueError(f"request id {ev.request!r} is already in use")
         stall = ev.stall_timeout if ev.stall_timeout is not None else self.config.stall_timeout
         fresh, s.fresh = s.fresh, False  # a new conversation goes with the next prompt submitted
+        compact, s.compact = s.compact, None  # and so does a compaction (moot in a new conversation)
+        compact = None if fresh else compact
         rec = PromptRec(
             request=ev.request,
             fresh=fresh,
+            compact=compact,
             message=ev.message,
             images=ev.images,
             stream=ev.stream,
@@ -360,6 +367,10 @@ class Lifecycle:
         self.state.fresh = True
         self._note({"event": "new-conversation"})
 
+    def _compact(self, ev: Compact) -> None:
+        self.state.compact = ev.instructions or ""
+        self._note({"event": "compact", "instructions": ev.instructions})
+
     def _configured(self, ev: Configured) -> None:
         s, e = self.state, self.state.engine
         rec = self._held()
@@ -371,17 +382,18 @@ class Lifecycle:
         if len(rec.config_answers) < len(cmds):
             # One at a time: Pi 1.6.0 runs commands concurrently, and answered a get_state
             # written right behind a set_model with the old model (and set_model after it).
-            self._out.append(Write(e.generation, cmds[len(rec.config_answers)], "config", request=rec.request))
-            s.deadlines["config"] = self._now + self.config.ack_timeout
+            self._write_config(rec, cmds[len(rec.config_answers)])
             return
         s.deadlines.pop("config", None)
+        if rec.compact is not None:
+            self._compacted(rec, rec.config_answers.get(f"{prefix}:compact", {}))
         if rec.fresh:
             new = rec.config_answers.get(f"{prefix}:new", {})
             data = new.get("data")
             if new.get("success") is not True or (isinstance(data, dict) and data.get("cancelled")):
                 # Pi would not start a new conversation (an extension cancelled it): a fresh
                 # engine is one. The prompt waits for it.
-                rec.fresh = False
+                rec.fresh, rec.compact = False, None
                 e.recycle = True
                 self._note({"event": "new-conversation", "request": rec.request, "by": "recycling the engine"})
                 self._requeue(rec)
@@ -622,9 +634,10 @@ class Lifecycle:
         rec = self._held()
         if rec is not None and rec.phase == "configuring":
             self.state.engine.recycle = True
-            self._reject(
-                rec, Reason.CONFIG, f"the engine did not answer its configuration in {self.config.ack_timeout:g} s"
-            )
+            cmds = self._config_commands(rec)
+            cmd = cmds[min(len(rec.config_answers), len(cmds) - 1)]
+            bound = self._config_bound(rec, cmd)
+            self._reject(rec, Reason.CONFIG, f"the engine did not answer {cmd['type']} in {bound:g} s")
 
     def _deadline_ack(self) -> None:
         rec = self._held()
@@ -758,7 +771,7 @@ class Lifecycle:
         rec = s.prompts[s.queue.pop(0)]
         s.held = rec.request
         satisfied = rec.wanted.empty or (e.config is not None and e.config.satisfies(rec.wanted))
-        if satisfied and not rec.fresh:
+        if satisfied and not rec.fresh and rec.compact is None:
             self._send_prompt(rec)
             return
         rec.phase = "configuring"
@@ -769,20 +782,46 @@ class Lifecycle:
                 "request": rec.request,
                 "wanted": converter.unstructure(rec.wanted),
                 "new_conversation": rec.fresh,
+                "compact": rec.compact,
             }
         )
         rec.config_answers = {}
-        self._out.append(Write(e.generation, self._config_commands(rec)[0], "config", request=rec.request))
-        s.deadlines["config"] = self._now + self.config.ack_timeout
+        self._write_config(rec, self._config_commands(rec)[0])
+
+    def _write_config(self, rec: PromptRec, cmd: dict[str, Any]) -> None:
+        """One configuration command for the held prompt, bounded by ``ack_timeout`` -- a
+        compaction, which calls the model, by the prompt's stall timeout when that is longer."""
+        e = self.state.engine
+        self._out.append(Write(e.generation, cmd, "config", request=rec.request))
+        self.state.deadlines["config"] = self._now + self._config_bound(rec, cmd)
+
+    def _config_bound(self, rec: PromptRec, cmd: dict[str, Any]) -> float:
+        bound = self.config.ack_timeout
+        if cmd["type"] == "compact":
+            bound = max(bound, rec.stall or self.config.stall_timeout or DEFAULT_STALL_TIMEOUT)
+        return bound
+
+    def _compacted(self, rec: PromptRec, answer: dict[str, Any]) -> None:
+        """The compaction before ``rec`` was answered: the controller is told how it went (a
+        refusal, such as Pi's "Nothing to compact", does not stop the prompt)."""
+        notice = compaction_notice(rec.request, answer)
+        self._note({"event": "compacted", **{k: v for k, v in notice.to_json().items() if k != "type"}})
+        self._out.append(Notify(notice))
+        rec.compact = None  # done: a prompt requeued onto a fresh engine is not compacted again
 
     def _config_prefix(self) -> str:
         return f"cfg-{self.state.engine.generation}-{self.state.engine.configs}"
 
     def _config_commands(self, rec: PromptRec) -> list[dict[str, Any]]:
         """What is written, one at a time, before ``rec``: ``new_session`` if a new
-        conversation was asked for, then its configuration, ``get_state`` last."""
+        conversation was asked for, else ``compact`` if a compaction was, then its
+        configuration, ``get_state`` last."""
         prefix = self._config_prefix()
         first = [{"type": "new_session", "id": f"{prefix}:new"}] if rec.fresh else []
+        if rec.compact is not None and not rec.fresh:  # a new conversation has nothing to compact
+            first.append({"type": "compact", "id": f"{prefix}:compact"})
+            if rec.compact:
+                first[-1]["customInstructions"] = rec.compact
         return first + commands(rec.wanted, prefix)
 
     def _requeue(self, rec: PromptRec) -> None:

@@ -40,6 +40,9 @@ class PromptRec:
     config: EngineConfig | None = None
     #: A new conversation is started (``new_session``) before it is written.
     fresh: bool = False
+    #: The conversation is compacted (Pi's ``compact``, with these instructions; "" for none)
+    #: before it is written.
+    compact: str | None = None
     #: The answers to its configuration commands so far (they are written one at a time).
     config_answers: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     stop: str | None = None
@@ -130,6 +133,9 @@ class LifeState:
     #: The controller asked for a new conversation: it goes with the next prompt submitted,
     #: started before that prompt is written.
     fresh: bool = False
+    #: The controller asked for a compaction (its instructions, "" for none): it goes with the
+    #: next prompt submitted, done before that prompt is written.
+    compact: str | None = None
     #: Questions for the engine not answered yet (token -> command), and those written to the
     #: current engine.
     asks: dict[str, dict[str, Any]] = attrs.field(factory=dict)
