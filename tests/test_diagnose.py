@@ -74,8 +74,11 @@ def test_every_signal_and_uncertain_receipt_gets_a_finding(path: Path):
     assert sorted((o["signal"], o["idx"]) for o in rep.overlaps) == sorted(
         (f["signal"], f["idx"]) for f in fs if f["signal"] in OVERLAP_SIGNALS
     )
-    # Uncertain receipts, and the runs the bridge itself stopped (failed/timeout, /closing, /stalled).
-    uncertain = [r for r in rep.receipts if r.state in UNCERTAIN or r.reason in ("timeout", "closing", "stalled")]
+    # Uncertain receipts, the runs the bridge itself stopped (failed/timeout, /closing, /stalled), and a
+    # configuration not applied (rejected/config).
+    uncertain = [
+        r for r in rep.receipts if r.state in UNCERTAIN or r.reason in ("timeout", "closing", "stalled", "config")
+    ]
     got = [f for f in fs if f["kind"] == "receipt"]
     assert sorted((str(r.request), r.state, r.reason) for r in uncertain) == sorted(
         (str(f["request"]), f["detail"]["state"], f["detail"]["reason"]) for f in got
