@@ -152,3 +152,21 @@ def test_a_configuration_not_answered_in_time_is_explained(tmp_path: Path) -> No
         "for it: the configuration did not finish."
     )
     assert "--ack-timeout" in f["causes"][0]["check"]
+
+
+def test_configuration_notes_are_kept_for_the_latest_prompts_only() -> None:
+    """Bounded memory: the notes of the latest CONFIGS_KEPT prompts; a new configure of a prompt
+    forgets its older notes and counts as the latest."""
+    from bridge.readers.diagnose.facts import CONFIGS_KEPT, Facts
+    from bridge.transcript import Header
+
+    facts = Facts(Header(version=1, clearing=(), meta={}))
+    for n in range(CONFIGS_KEPT + 10):
+        facts.note_config({"event": "configure", "request": f"p{n}"}, ("note", n, None, None, {}))
+    facts.note_config({"event": "configured", "request": "p10", "problem": "x"}, ("note", 999, None, None, {}))
+    facts.note_config({"event": "configure", "request": "p11"}, ("note", 1000, None, None, {}))
+    facts.note_config({"event": "configure", "request": "last"}, ("note", 1001, None, None, {}))
+    assert facts.config_notes("p0") == {} and len(facts.configs) == CONFIGS_KEPT
+    assert set(facts.config_notes("p10")) == {"configure", "configured"}
+    assert set(facts.config_notes("p11")) == {"configure"} and facts.config_notes("p11")["configure"]["line"] == 1000
+    assert facts.config_notes(["unhashable"]) == {}

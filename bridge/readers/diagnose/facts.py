@@ -118,7 +118,9 @@ class Facts:
         request = note.get("request")
         if request is None or not hashable(request):
             return  # the controller's configure for what follows: no prompt's yet
-        kept = self.configs.pop(request, {}) if note.get("event") == "configured" else {}
+        kept = self.configs.pop(request, {})  # re-inserted last: the latest are the ones kept
+        if note.get("event") == "configure":
+            kept = {}
         kept[str(note.get("event"))] = {"note": note, "t": item[2], "line": item[1], "item": item}
         self.configs[request] = kept
         if len(self.configs) > CONFIGS_KEPT:
