@@ -120,7 +120,11 @@ def _cmd_conform(args: argparse.Namespace) -> int:
 def _add_engine_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("engine (default: the sealed, pinned Pi; give another engine's argv after --)")
     g.add_argument("--provider", help="Pi provider name (e.g. anthropic, openai, or one from --models-json)")
-    g.add_argument("--model", help="Pi model id")
+    g.add_argument(
+        "--model",
+        help="Pi model id, exactly as `bridge models` lists it (or provider/id); an engine that does not run "
+        "that model, one Pi offers, fails its start-up check",
+    )
     g.add_argument(
         "--api-key-env",
         metavar="NAME",
@@ -466,10 +470,16 @@ def _run_prompts(args: argparse.Namespace) -> list[str] | None:
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
-    """``bridge models``: start the engine, ask it what it offers, print it."""
+    """``bridge models``: start the engine, ask it what it offers, print it. A ``--model`` that
+    the start-up check of ``run`` and ``serve`` would refuse is not checked here (listing the
+    ids is how a user finds the right one): one line on stderr says it is not among them."""
     import trio
 
+    from bridge.profiles.pi import PiProfile
+
     profile = _profile(args, args.engine)
+    if isinstance(profile, PiProfile):
+        profile.check_model = False
 
     async def ask() -> list[dict[str, Any]] | str:
         """The models, or why the engine could not say. Ends when the engine answers or cannot
@@ -493,14 +503,32 @@ def _cmd_models(args: argparse.Namespace) -> int:
     if args.json:
         for m in models:
             print(json.dumps(m))
-        return 0
-    print(f"{'provider':16} {'id':32} {'reasoning':9} {'context':>9}  name")
-    for m in models:
-        reasoning = "yes" if m.get("reasoning") else "no"
-        print(
-            f"{m['provider']!s:16} {m['id']!s:32} {reasoning:9} {m.get('contextWindow') or ''!s:>9}  {m.get('name') or ''}"
-        )
+    else:
+        print(f"{'provider':16} {'id':32} {'reasoning':9} {'context':>9}  name")
+        for m in models:
+            reasoning = "yes" if m.get("reasoning") else "no"
+            print(
+                f"{m['provider']!s:16} {m['id']!s:32} {reasoning:9} {m.get('contextWindow') or ''!s:>9}  "
+                f"{m.get('name') or ''}"
+            )
+    _say_model_not_offered(args, profile, models)
     return 0
+
+
+def _say_model_not_offered(args: argparse.Namespace, profile: EngineProfile, models: list[dict[str, Any]]) -> None:
+    """One line on stderr when the sealed Pi's ``--model`` is none of ``models`` (seal rule 9)."""
+    from bridge.profiles.pi import PiProfile
+    from bridge.profiles.seal import model_matches
+
+    if not isinstance(profile, PiProfile) or not args.model:
+        return
+    if any(model_matches(args.provider, args.model, m.get("provider"), m.get("id")) for m in models):
+        return
+    asked = f"--provider {args.provider} --model {args.model}" if args.provider else f"--model {args.model}"
+    print(
+        f"bridge models: {asked} is not one of these exact ids: bridge run and serve would refuse it at start",
+        file=sys.stderr,
+    )
 
 
 # -- the parser ----------------------------------------------------------------------------------
@@ -610,7 +638,9 @@ def _add_models(sub: _Subcommands) -> None:
         help="list the models the engine offers (provider, id, reasoning, context window)",
         usage="bridge models [OPTIONS] [-- ENGINE ARGV...]",
         description="Start the engine (sealed, as for run and serve), ask it for its models "
-        "(get_available_models) and print them. Exit 0; 1 when the engine cannot answer; 2 for bad usage.",
+        "(get_available_models) and print them. Unlike run and serve, a --model Pi does not offer is not "
+        "refused at start: the list is printed, and one line on stderr says the model is not in it. "
+        "Exit 0; 1 when the engine cannot answer; 2 for bad usage.",
     )
     p.add_argument("--json", action="store_true", help="one JSON object per model")
     _add_engine_options(p)

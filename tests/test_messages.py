@@ -8,6 +8,8 @@ from __future__ import annotations
 import pytest
 
 from bridge.controller.messages import (
+    COMMAND_TYPES,
+    KEYS,
     Bye,
     ControllerError,
     LineError,
@@ -31,7 +33,7 @@ def test_a_prompt_line_becomes_a_prompt_with_its_defaults() -> None:
 
 
 def test_a_prompt_keeps_stream_timeout_and_images_as_given() -> None:
-    line = b'{"type":"prompt","id":"a","message":"hi","stream":true,"timeout":3,"images":[{"x":1}],"extra":0}'
+    line = b'{"type":"prompt","id":"a","message":"hi","stream":true,"timeout":3,"images":[{"x":1}]}'
     cmd = parse_command(line)
     assert cmd == Prompt("a", "hi", stream=True, timeout=3, images=[{"x": 1}])
     assert isinstance(cmd, Prompt) and type(cmd.timeout) is int
@@ -40,7 +42,61 @@ def test_a_prompt_keeps_stream_timeout_and_images_as_given() -> None:
 def test_stop_status_and_shutdown_lines() -> None:
     assert parse_command(b'{"type":"stop","id":"a"}') == Stop("a")
     assert parse_command(b'{"type":"status"}') == Status()
-    assert parse_command(b'{"type":"shutdown","id":7}') == Shutdown()
+    assert parse_command(b'{"type":"shutdown"}') == Shutdown()
+
+
+def test_every_key_a_command_takes_is_taken() -> None:
+    """The table of known keys is the parser's: a line with each key a command takes parses."""
+    assert set(KEYS) == set(COMMAND_TYPES)
+    full = b'{"type":"prompt","id":"a","message":"x","stream":true,"timeout":1,"images":[],"events":true,'
+    full += b'"stallTimeout":0,"provider":"p","model":"m","thinking":"low"}'
+    assert isinstance(parse_command(full), Prompt)
+    assert parse_command(b'{"type":"configure","provider":"p","model":"m","thinking":"low"}') is not None
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        # A misspelling: the line is refused, naming the key and the one it is closest to.
+        (
+            b'{"type":"prompt","id":"a","message":"x","stallTimout":60}',
+            'unknown key "stallTimout" in prompt: did you mean "stallTimeout"?',
+        ),
+        (
+            b'{"type":"prompt","id":"a","message":"x","thinkng":"high"}',
+            'unknown key "thinkng" in prompt: did you mean "thinking"?',
+        ),
+        (b'{"type":"configure","modle":"m"}', 'unknown key "modle" in configure: did you mean "model"?'),
+        # Checked right after the type: a misspelt "message" is named as such, not as missing.
+        (b'{"type":"prompt","id":"a","mesage":"x"}', 'unknown key "mesage" in prompt: did you mean "message"?'),
+        # A key from nowhere (a later bridge's, say): named, with what the command takes.
+        (
+            b'{"type":"prompt","id":"a","message":"x","priority":1}',
+            'unknown key "priority" in prompt (prompt takes id, message, stream, timeout, images, events, '
+            "stallTimeout, provider, model, thinking)",
+        ),
+        (b'{"type":"shutdown","id":7}', 'unknown key "id" in shutdown (shutdown takes no other key)'),
+        (b'{"type":"stop","id":"a","why":"x"}', 'unknown key "why" in stop (stop takes id)'),
+        (
+            b'{"type":"prompt","id":"a","message":"x","stallTimout":1,"thinkng":"low"}',
+            'unknown keys "stallTimout" (did you mean "stallTimeout"?), "thinkng" (did you mean "thinking"?) in prompt',
+        ),
+    ],
+)
+def test_a_key_the_command_does_not_take_refuses_the_line_naming_it(line: bytes, error: str) -> None:
+    with pytest.raises(ControllerError) as e:
+        parse_command(line)
+    assert str(e.value) == error
+
+
+def test_an_unknown_key_error_is_bounded() -> None:
+    """At most five keys named, each cut at 40 characters: a line is not echoed back whole."""
+    keys = ",".join(f'"{c * 100}":1' for c in "abcdefgh")
+    with pytest.raises(ControllerError) as e:
+        parse_command(f'{{"type":"status",{keys}}}'.encode())
+    text = str(e.value)
+    assert text.startswith('unknown keys "' + "a" * 40 + '…", "' + "b" * 40 + '…"')
+    assert " and 3 more in status (status takes no other key)" in text and len(text) < 300
 
 
 @pytest.mark.parametrize(

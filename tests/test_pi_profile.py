@@ -291,9 +291,11 @@ def test_prepare_config_dir_and_argv(
         "PI_TELEMETRY",
     }
     assert launch.clearing == ("clear_queue",)
+    # A model was asked for: what Pi offers is asked too (seal rule 9).
     assert launch.startup == [
         {"id": "seal-state", "type": "get_state"},
         {"id": "seal-commands", "type": "get_commands"},
+        {"id": "seal-models", "type": "get_available_models"},
     ]
 
     seal = launch.header["seal"]
@@ -470,6 +472,80 @@ def test_check_state_problems() -> None:
     assert check_seal(r, session=True, config_dir="/cfg") == []
     assert "outside" in check_seal(r, session=True, config_dir="/other")[0]
     assert "provider" in check_seal(base, provider="anthropic")[0]
+
+
+def offered(*ids: str, provider: str = "scripted") -> dict[str, Any]:
+    """A ``get_available_models`` answer listing ``ids`` of ``provider``."""
+    models = [{"provider": provider, "id": i, "name": i} for i in ids]
+    return {
+        "id": "seal-models",
+        "type": "response",
+        "command": "get_available_models",
+        "success": True,
+        "data": {"models": models},
+    }
+
+
+def with_state_model(base: dict[str, Any], model_id: str) -> dict[str, Any]:
+    """The capture's answers with get_state showing ``model_id`` of provider scripted."""
+    r = json.loads(json.dumps(base))
+    r["seal-state"]["data"]["model"].update(id=model_id, name=model_id)
+    return r
+
+
+def test_check_the_model_asked_for_exactly() -> None:
+    """Seal rule 9: the id, provider/id, or either with Pi's :LEVEL suffix is the model asked for."""
+    base = capture_responses("plain")
+    assert base["seal-state"]["data"]["model"]["id"] == "scripted-model"
+    answers = {**base, "seal-models": offered("scripted-model", "other")}
+    for asked in ("scripted-model", "scripted/scripted-model", "scripted-model:high", "scripted/scripted-model:off"):
+        assert check_seal(answers, provider="scripted", model=asked) == [], asked
+        assert check_seal(answers, model=asked) == [], asked
+
+
+def test_check_a_model_picked_loosely_names_both() -> None:
+    """``--model script``: Pi 1.6.0 picked scripted/scripted-model by a part of its id."""
+    answers = {**capture_responses("plain"), "seal-models": offered("scripted-model")}
+    (problem,) = check_seal(answers, provider="scripted", model="script")
+    assert problem.startswith("--model script is not an exact id: Pi picked scripted/scripted-model;")
+    assert "bridge models" in problem
+    (problem,) = check_seal(answers, provider="scripted", model="scripted-model:bogus")
+    assert "Pi picked scripted/scripted-model" in problem
+
+
+def test_check_a_custom_model_id_pi_does_not_offer_names_both() -> None:
+    """``--provider scripted --model nope``: Pi 1.6.0 starts a custom model id it does not offer."""
+    answers = {**with_state_model(capture_responses("plain"), "nope"), "seal-models": offered("scripted-model")}
+    (problem,) = check_seal(answers, provider="scripted", model="nope")
+    assert problem.startswith(
+        "Pi does not offer --model nope (scripted: scripted-model); it would run it as a custom id"
+    )
+    assert "--models-json" in problem
+    # Without the model check (bridge models), or with the model offered, nothing is said.
+    assert check_seal(answers, provider="scripted") == []
+    assert check_seal({**answers, "seal-models": offered("scripted-model", "nope")}, model="nope") == []
+    # Many offered: five are named; none of the provider: said so.
+    many = offered(*[f"m{n}" for n in range(8)])
+    assert "(scripted: m0, m1, m2, m3, m4 and 3 more)" in check_seal({**answers, "seal-models": many}, model="nope")[0]
+    other = offered("x", provider="elsewhere")
+    assert "(none of scripted: no key?)" in check_seal({**answers, "seal-models": other}, model="nope")[0]
+
+
+def test_check_the_model_needs_the_models_answer() -> None:
+    base = capture_responses("plain")
+    assert check_seal(base, model="scripted-model") == [
+        "Pi did not answer get_available_models at start-up, so the seal could not be verified"
+    ]
+    refused = {
+        "id": "seal-models",
+        "type": "response",
+        "command": "get_available_models",
+        "success": False,
+        "error": "no",
+    }
+    assert check_seal({**base, "seal-models": refused}, model="scripted-model") == [
+        "Pi refused get_available_models at start-up: no"
+    ]
 
 
 def test_check_missing_and_failed() -> None:

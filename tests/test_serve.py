@@ -130,6 +130,9 @@ BAD_LINES: list[tuple[bytes, str]] = [
     (b'{"type":"prompt","id":"u1","message":"bad \xff\xfe utf8"}', "UTF-8"),
     (b'{"type":"stop"}', '"id"'),
     (b'{"type":"stop","id":7}', '"id"'),
+    # A misspelt key refuses the prompt (it would run without its stall timeout): no receipt for k1.
+    (b'{"type":"prompt","id":"k1","message":"x","stallTimout":5}', 'unknown key "stallTimout" in prompt: did you mean'),
+    (b'{"type":"status","verbose":true}', 'unknown key "verbose" in status'),
 ]
 
 

@@ -48,17 +48,29 @@ Rules:
   ``prompt`` or ``stop`` has an ``"id"`` that is a non-empty string; a ``prompt`` has a
   ``"message"`` string, and if given a boolean ``"stream"``, a positive finite ``"timeout"``
   (seconds; not a boolean), a list of ``"images"``, a boolean ``"events"`` and a
-  ``"stallTimeout"`` that is 0 or a positive finite number of seconds. Other keys are ignored. Anything else
-  is a :class:`ControllerError` whose message names the first problem, in that order; the
-  bridge answers it with a :class:`LineError` and keeps running.
+  ``"stallTimeout"`` that is 0 or a positive finite number of seconds. Anything else is a
+  :class:`ControllerError` whose message names the first problem, in that order; the bridge
+  answers it with a :class:`LineError` and keeps running.
+- **A key the command does not take is refused, not ignored** (:data:`KEYS`; checked right
+  after the type, so ``"mesage"`` is named as the misspelling it is, with the key it is
+  closest to: ``unknown key "stallTimout" in prompt: did you mean "stallTimeout"?``). Ignoring
+  it would run the prompt without what the controller asked for -- a misspelt ``timeout`` or
+  ``stallTimeout`` runs unbounded, a misspelt ``thinking`` or ``model`` on another model --
+  and a receipt would not say so. Compatibility goes the same way (seed ``001``: refuse
+  politely instead of misreading): a controller written for a later pi-bridge that sends a key
+  this one does not know gets the line refused with the key named, never half-obeyed; it can
+  read the bridge's version in ``ready`` first. A refused prompt is not accepted (no receipt
+  is owed for it). The error names at most :data:`_KEYS_NAMED` keys, each cut at
+  :data:`_KEY_CHARS` characters: a controller's line is not echoed back whole.
 - Whether an id is new (a prompt) or known (a stop) is the bridge's to say, not the line's:
   :meth:`LineError.duplicate_id` and :meth:`LineError.unknown_id` word those answers.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Final, TypeAlias
 
 import attrs
@@ -81,6 +93,23 @@ COMMAND_TYPES: Final = (
     "answer",
     "compact",
 )
+_WANTED_KEYS: Final = ("provider", "model", "thinking")
+#: The keys each command takes besides ``"type"``, in the order an error lists them; any other
+#: key refuses the line (module rules).
+KEYS: Final[Mapping[str, tuple[str, ...]]] = {
+    "prompt": ("id", "message", "stream", "timeout", "images", "events", "stallTimeout", *_WANTED_KEYS),
+    "stop": ("id",),
+    "status": (),
+    "shutdown": (),
+    "configure": _WANTED_KEYS,
+    "new_conversation": (),
+    "models": (),
+    "answer": ("dialog", "value", "confirmed", "cancelled"),
+    "compact": ("instructions",),
+}
+#: Unknown keys an error names (then "and N more"), and the characters kept of each.
+_KEYS_NAMED: Final = 5
+_KEY_CHARS: Final = 40
 
 
 class ControllerError(Exception):
@@ -186,6 +215,7 @@ def parse_command(line: bytes | Oversize) -> Command:
     """Validate one controller line into its command. Raises :class:`ControllerError`."""
     value = _json_object(line)
     kind = _kind(value)
+    _known_keys(value, kind)
     if kind == "status":
         return Status()
     if kind == "shutdown":
@@ -231,6 +261,29 @@ def _kind(value: dict[str, Any]) -> str:
             f"unknown type {kind!r} (expected {', '.join(COMMAND_TYPES[:-1])} or {COMMAND_TYPES[-1]})"
         )
     return str(kind)
+
+
+def _known_keys(value: dict[str, Any], kind: str) -> None:
+    """Refuse a line holding a key its command does not take (:data:`KEYS`), naming each with
+    the known key it is closest to; the known keys are listed when a key has no close one."""
+    known = KEYS[kind]
+    unknown = [k for k in value if k != "type" and k not in known]
+    if not unknown:
+        return
+    guesses = {k: difflib.get_close_matches(k, known, n=1, cutoff=0.7) for k in unknown[:_KEYS_NAMED]}
+    shown = {k: f'"{k}"' if len(k) <= _KEY_CHARS else f'"{k[:_KEY_CHARS]}…"' for k in guesses}
+    if len(unknown) == 1 and guesses[unknown[0]]:
+        raise ControllerError(f'unknown key {shown[unknown[0]]} in {kind}: did you mean "{guesses[unknown[0]][0]}"?')
+    parts = [shown[k] + (f' (did you mean "{g[0]}"?)' if g else "") for k, g in guesses.items()]
+    more = len(unknown) - len(guesses)
+    why = (
+        f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(parts)}"
+        + (f" and {more} more" if more else "")
+        + f" in {kind}"
+    )
+    if all(guesses.values()) and not more:
+        raise ControllerError(why)
+    raise ControllerError(f"{why} ({kind} takes {', '.join(known) if known else 'no other key'})")
 
 
 def _request_id(value: dict[str, Any], kind: str) -> RequestId:

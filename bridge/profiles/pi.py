@@ -45,6 +45,7 @@ from bridge.profiles.sandbox import (
 )
 from bridge.profiles.seal import (
     DEFAULT_SETTINGS,
+    MODELS_STARTUP,
     RESOURCE_SETTINGS,
     SEAL_ENV,
     SEAL_FLAGS,
@@ -342,6 +343,9 @@ class PiProfile:
     #: The confinement (:mod:`bridge.profiles.sandbox`); ``Sandbox(enabled=False)``: ``--no-sandbox``.
     sandbox: Sandbox = attrs.field(factory=Sandbox)
     name: str = "pi"
+    #: Check at start that Pi runs the ``model`` asked for and offers it (seal rule 9). Off
+    #: only for ``bridge models``, which lists what Pi offers (a wrong ``--model`` included).
+    check_model: bool = True
 
     def hiding(self, folder: str | Path) -> PiProfile:
         """This profile with ``folder`` (a journal's) invisible to the confined engine."""
@@ -413,6 +417,7 @@ class PiProfile:
         # Read now: the profile is mutable, the check is of this launch.
         session, provider, config_dir = self.session, self.provider, str(folders.config)
         extensions = tuple(ext_args[1::2])[: len(self.extensions)]  # the allowed ones come first
+        model = self.model if self.model and self.check_model else None
         probe = _Probe(confined)
         return Launch(
             argv=argv,
@@ -420,9 +425,16 @@ class PiProfile:
             cwd=cwd,
             clearing=PI_CLEARING if "clear_queue" in install.features else (),
             header=header,
-            startup=[dict(c) for c in STARTUP],
+            startup=[dict(c) for c in STARTUP] + ([dict(MODELS_STARTUP)] if model is not None else []),
             check=lambda responses: (
-                check_seal(responses, session=session, config_dir=config_dir, provider=provider, extensions=extensions)
+                check_seal(
+                    responses,
+                    session=session,
+                    config_dir=config_dir,
+                    provider=provider,
+                    model=model,
+                    extensions=extensions,
+                )
                 + probe.problems()
             ),
             confinement=probe.verified if confined is not None else None,

@@ -64,6 +64,20 @@ is enforced:
    answers ``{"commands": []}`` (NOTES §5; every listed command comes from an extension, a
    prompt template or a skill). Limit: an extension that registers no command is invisible
    to both.
+9. **The model asked for, and only it** (:func:`check_seal`, :func:`model_matches`). With
+   ``--model`` the start-up check also asks ``get_available_models`` (:data:`MODELS_STARTUP`),
+   and ``get_state``'s model must be *the one asked for* (the id, or ``provider/id``; a
+   trailing ``:LEVEL`` is Pi's thinking suffix) and one Pi *offers*. Pi 1.6.0 is lenient at
+   start, where its ``set_model`` is not (README "Steering": ``Model not found``), and both
+   were seen here (``model-resolver.js`` ``resolveCliModel``): ``--model`` is matched
+   loosely (``--model script`` started ``scripted/scripted-model``: a part of an id, a name,
+   any case), and an id its provider does not have starts anyway as a *custom model id*,
+   with only a warning on stderr (``Model "nope" not found for provider "scripted". Using
+   custom model id.``) -- the first prompt then fails at the provider, or reaches a model
+   nobody chose. (``--model nope`` with no ``--provider`` makes Pi exit 1: ``Model "nope"
+   not found``, explained from stderr like any exit at start.) A model of a provider with
+   no key is not offered either. ``bridge models`` leaves this one check out
+   (``PiProfile.check_model``): it is how a user finds the id to give.
 
 ``extensions`` (explicit ``-e PATH``, which ``--no-extensions`` keeps; ``--extension PATH`` on
 the command line) is **the allowlist**: only those load (discovery stays off), a file that fails
@@ -80,9 +94,13 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from bridge.core.steering import THINKING_LEVELS
+
 __all__ = [
     "COMMANDS_ID",
     "DEFAULT_SETTINGS",
+    "MODELS_ID",
+    "MODELS_STARTUP",
     "RESOURCE_SETTINGS",
     "SEAL_ENV",
     "SEAL_FLAGS",
@@ -90,6 +108,7 @@ __all__ = [
     "STATE_ID",
     "UNSEAL_ENV",
     "check_seal",
+    "model_matches",
 ]
 
 #: Discovery and network off (rule 2; NOTES §2).
@@ -130,6 +149,12 @@ STARTUP: Final[tuple[Mapping[str, str], ...]] = (
     {"id": COMMANDS_ID, "type": "get_commands"},
 )
 
+MODELS_ID: Final = "seal-models"
+#: Sent after :data:`STARTUP` when a model was asked for (rule 9): what Pi offers.
+MODELS_STARTUP: Final[Mapping[str, str]] = {"id": MODELS_ID, "type": "get_available_models"}
+#: How many of the offered ids a problem names (a real provider offers dozens).
+_OFFERED_NAMED: Final = 5
+
 #: Where a listed command comes from, in words (``get_commands``' ``source``; NOTES §5).
 _COMMAND_SOURCES: Final[Mapping[str, str]] = {
     "extension": "an extension",
@@ -145,14 +170,16 @@ def check_seal(
     config_dir: str | None = None,
     provider: str | None = None,
     extensions: Sequence[str] = (),
+    model: str | None = None,
 ) -> list[str]:
     """Problems with the seal seen in the :data:`STARTUP` answers (empty: sealed).
 
     ``get_state``: not streaming or compacting, no pending messages, no messages
     yet, no session file unless ``session`` (and then inside ``config_dir``), the
-    asked ``provider``. ``get_commands``: only commands of the allowed ``extensions``
-    (resolved paths) — any other comes from an extension, a prompt template or a skill
-    that discovery should have kept out.
+    asked ``provider``; with ``model``, the model asked for and one Pi offers
+    (rule 9: the answer to :data:`MODELS_STARTUP` is read too). ``get_commands``: only
+    commands of the allowed ``extensions`` (resolved paths) — any other comes from an
+    extension, a prompt template or a skill that discovery should have kept out.
     """
     problems: list[str] = []
     state = _response(responses, STATE_ID, "get_state", problems)
@@ -160,6 +187,10 @@ def check_seal(
         problems += _idle_problems(state)
         problems += _session_problems(state.get("sessionFile"), session, config_dir)
         problems += _provider_problems(state.get("model"), provider)
+    if model is not None:
+        offered = _response(responses, MODELS_ID, "get_available_models", problems)
+        if state is not None and offered is not None:
+            problems += _model_problems(state.get("model"), provider, model, offered)
     cmds = _response(responses, COMMANDS_ID, "get_commands", problems)
     if cmds is not None:
         problems += _command_problems(cmds, extensions)
@@ -218,6 +249,48 @@ def _provider_problems(model: Any, provider: str | None) -> list[str]:
     if provider and isinstance(model, Mapping) and model.get("provider") != provider:
         return [f"Pi selected provider {model.get('provider')!r}, not the requested {provider!r}"]
     return []
+
+
+def model_matches(provider: str | None, model: str, got_provider: Any, got_id: Any) -> bool:
+    """Whether Pi's model ``got_provider``/``got_id`` is the one ``--provider``/``--model``
+    named (rule 9): the id, or ``provider/id``, exactly; a trailing ``:LEVEL`` (one of
+    :data:`~bridge.core.steering.THINKING_LEVELS`) is Pi's thinking suffix, not the id's."""
+    if provider is not None and got_provider != provider:
+        return False
+    names = {model}
+    base, colon, level = model.rpartition(":")
+    if colon and level in THINKING_LEVELS:
+        names.add(base)
+    return got_id in names or f"{got_provider}/{got_id}" in names
+
+
+def _model_problems(state_model: Any, provider: str | None, model: str, offered: Mapping[str, Any]) -> list[str]:
+    """``get_state.model`` is the model asked for, and ``get_available_models`` lists it (rule 9).
+    Worded to fit a receipt's line (``bridge run`` shows 200 characters of it): the flag as given
+    and Pi's choice first."""
+    if not isinstance(state_model, Mapping):
+        return [f"--model {model}: Pi's get_state shows no model at all"]
+    got_provider, got_id = state_model.get("provider"), state_model.get("id")
+    if provider is not None and got_provider != provider:
+        return []  # said by _provider_problems
+    if not model_matches(provider, model, got_provider, got_id):
+        return [
+            f"--model {model} is not an exact id: Pi picked {got_provider}/{got_id}; give the exact id "
+            "(bridge models lists them)"
+        ]
+    listed = offered.get("models")
+    models = [m for m in listed if isinstance(m, Mapping)] if isinstance(listed, list) else []
+    if any(m.get("provider") == got_provider and m.get("id") == got_id for m in models):
+        return []
+    ids = [str(m.get("id")) for m in models if m.get("provider") == got_provider]
+    more = len(ids) - _OFFERED_NAMED
+    has = f"{got_provider}: " + ", ".join(ids[:_OFFERED_NAMED]) + (f" and {more} more" if more > 0 else "")
+    if not ids:
+        has = f"none of {got_provider}: no key?"
+    return [
+        f"Pi does not offer --model {model} ({has}); it would run it as a custom id the provider may not know: "
+        "fix --model (bridge models lists them) or add it to a --models-json file"
+    ]
 
 
 def _command_problems(cmds: Mapping[str, Any], extensions: Sequence[str] = ()) -> list[str]:

@@ -44,6 +44,18 @@ def extension(facts: Facts, gen: Any, cause: str) -> dict[str, str]:
     return {"cause": cause, "check": f"{where}; {check}{seen}"}
 
 
+def model_asked(facts: Facts) -> dict[str, str]:
+    """The start-up check found the engine not running the model asked for (seal rule 9)."""
+    seal = facts.seal or {}
+    asked = f"{seal.get('provider')}/{seal.get('model')}" if seal.get("provider") else seal.get("model")
+    return {
+        "cause": "the model asked for is not one Pi offers by exactly that id (a misspelt id Pi would run as a "
+        "custom model id, a loose match, a provider without a key)",
+        "check": f"the header's seal asked for {short(asked, 120)}; bridge models lists the exact provider/id pairs "
+        "Pi offers; a model Pi's catalog lacks goes into a --models-json file",
+    }
+
+
 def timeout(facts: Facts, why: str) -> dict[str, str]:
     """The bridge's own timeout stopped a run: the prompt's timeout, or the drain's bound."""
     if "drain" in why.lower() or facts.closing_why() == "drain-timeout":

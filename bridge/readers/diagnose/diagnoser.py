@@ -345,6 +345,8 @@ class Diagnoser:
         f = self._add({**kw, **more, "stderr": self.facts.stderr_json()}, item, after=entry is not None)
         if f is not None and r.reason in BRIDGE_STOPS:
             self._show_stop_note(f, r.stop)
+        if f is not None and r.state == "rejected":
+            self._show_config_note(f, r.request)
         if self.timeline is not None:
             last = self.findings[-1] if self.findings else None
             self.timeline.receipt(
@@ -357,6 +359,13 @@ class Diagnoser:
     def _show_stop_note(self, f: Finding, stop: Any) -> None:
         """The bridge's stop note leads the evidence (it is often older than the window)."""
         note = self.facts.stop_note(stop)
+        if note is not None and all(e["line"] != note["line"] for e in f.evidence):
+            f.evidence.insert(0, item_json(note["item"], False))
+
+    def _show_config_note(self, f: Finding, request: Any) -> None:
+        """A rejected/config receipt's ``configure`` note leads the evidence (the answers between
+        it and the receipt may have pushed it out of the window)."""
+        note = self.facts.config_notes(request).get("configure")
         if note is not None and all(e["line"] != note["line"] for e in f.evidence):
             f.evidence.insert(0, item_json(note["item"], False))
 
@@ -408,6 +417,9 @@ class Diagnoser:
             # Whose stop the bridge is about to send (its abort follows): kept for the receipt naming it.
             if hashable(value.get("stop")):
                 self.facts.note_stop(value.get("stop"), value, item)
+        elif event in ("configure", "configured"):
+            # What a prompt asked for and what came of it: kept for a rejected/config receipt.
+            self.facts.note_config(value, item)
         elif event == "closing":
             self.facts.note_closing(value, entry.t, entry.line)
         elif event == "journal-failed":

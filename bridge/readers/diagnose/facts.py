@@ -1,10 +1,12 @@
 """What the diagnoser remembers of a journal as it streams by: the facts its words cite, and the tally.
 
 Rules: everything here is bounded (a stderr tail of :data:`STDERR_TAIL` lines, the latest
-:data:`STOPS_KEPT` stop notes, the first :data:`CLOSING_KEPT` closing notes, per-generation and
+:data:`STOPS_KEPT` stop notes and :data:`CONFIGS_KEPT` prompts' configuration notes, the first
+:data:`CLOSING_KEPT` closing notes, per-generation and
 per-run maps that grow with engines and runs, not with lines), because a journal can be GiB.
 :class:`Facts` is what a finding's words and causes cite (the header's pin and seal, seal checks,
-gaps, stderr, the bridge's stop and closing notes, exits, and earlier findings they point to);
+gaps, stderr, the bridge's stop, configuration and closing notes, exits, and earlier findings they
+point to);
 :class:`Tally` is only counted, for the summary.
 """
 
@@ -27,6 +29,9 @@ STDERR_TAIL: Final = 5
 STOPS_KEPT: Final = 256
 #: Closing notes remembered (the first says what made the bridge close).
 CLOSING_KEPT: Final = 4
+#: A prompt's ``configure`` / ``configured`` notes remembered by request, for a ``rejected``/``config``
+#: receipt (it follows them within its prompt's story, so the latest few are enough).
+CONFIGS_KEPT: Final = 256
 
 
 def hashable(value: Any) -> bool:
@@ -60,6 +65,8 @@ class Facts:
     #: The bridge's own stops by id (its ``stop`` notes), and its ``closing`` notes.
     stops: dict[Any, dict[str, Any]] = attrs.field(factory=dict)
     closing: list[dict[str, Any]] = attrs.field(factory=list)
+    #: A prompt's configuration (its ``configure`` note, then its ``configured`` note), by request.
+    configs: dict[Any, dict[str, Any]] = attrs.field(factory=dict)
     journal_error: str | None = None
     last_exit: dict[str, Any] | None = None
     last_t: float | None = None
@@ -104,6 +111,24 @@ class Facts:
     def stop_note(self, stop: Any) -> dict[str, Any] | None:
         """The remembered ``stop`` note for ``stop``, or None."""
         return self.stops.get(stop) if hashable(stop) else None
+
+    def note_config(self, note: dict[str, Any], item: Item) -> None:
+        """Remember a prompt's ``configure`` note (a new configuration: what was there is
+        forgotten) or ``configured`` note, by its request (the latest :data:`CONFIGS_KEPT`)."""
+        request = note.get("request")
+        if request is None or not hashable(request):
+            return  # the controller's configure for what follows: no prompt's yet
+        kept = self.configs.pop(request, {})  # re-inserted last: the latest are the ones kept
+        if note.get("event") == "configure":
+            kept = {}
+        kept[str(note.get("event"))] = {"note": note, "t": item[2], "line": item[1], "item": item}
+        self.configs[request] = kept
+        if len(self.configs) > CONFIGS_KEPT:
+            del self.configs[next(iter(self.configs))]
+
+    def config_notes(self, request: Any) -> dict[str, Any]:
+        """The remembered ``configure`` / ``configured`` notes of ``request`` (either may be missing)."""
+        return self.configs.get(request, {}) if hashable(request) else {}
 
     def note_closing(self, note: dict[str, Any], t: float | None, line: int) -> None:
         """Remember a ``closing`` note (the first :data:`CLOSING_KEPT`)."""

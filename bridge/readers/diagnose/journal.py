@@ -9,12 +9,15 @@ findings they follow from. A journal failure costs no receipt (SPEC section 7): 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from bridge.readers.diagnose import causes
 from bridge.readers.diagnose.facts import Facts
 from bridge.readers.diagnose.findings import Words
 from bridge.readers.diagnose.render import exit_words, fmt_t, short
+
+#: How the start-up check's model problems begin (``bridge.profiles.seal``, rule 9).
+MODEL_PROBLEMS: Final = ("Pi does not offer --model ", "--model ")
 
 
 def seal_check_words(facts: Facts, gen: Any, problems: list[Any], *, noted: bool) -> Words:
@@ -22,14 +25,13 @@ def seal_check_words(facts: Facts, gen: Any, problems: list[Any], *, noted: bool
     bridge's ``seal-check`` signal."""
     found = "; ".join(str(p) for p in problems)
     at = f"at engine start (generation {gen})" if noted else "at engine start"
-    return Words(
-        f"seal check failed for engine generation {gen}",
-        f"the seal check {at} found: {found}.",
-        [
-            causes.extension(facts, gen, "extensions or resources the seal should have kept out"),
-            causes.version(facts),
-        ],
-    )
+    likely = [
+        causes.extension(facts, gen, "extensions or resources the seal should have kept out"),
+        causes.version(facts),
+    ]
+    if any(str(p).startswith(MODEL_PROBLEMS) for p in problems):
+        likely.insert(0, causes.model_asked(facts))
+    return Words(f"seal check failed for engine generation {gen}", f"the seal check {at} found: {found}.", likely)
 
 
 def seal_check_action(action: Any) -> str:

@@ -3,9 +3,13 @@
 Rules (SPEC section 5): a receipt gets a finding when a controller cannot act on it without doubt
 (:data:`UNCERTAIN`: ``pending``, ``delivery-unknown``, ``outcome-unknown``) or when it is
 ``failed`` with a reason of :data:`BRIDGE_STOPS` (the bridge, not the controller, stopped the run:
-``timeout``, ``closing`` or ``stalled``). A pending receipt says why the transcript does not finish the prompt's
+``timeout``, ``closing`` or ``stalled``), and when it is ``rejected``/``config`` (the model or thinking
+level the prompt asked for was refused or not confirmed: README "Steering"; nothing else says why a
+prompt was never written). A pending receipt says why the transcript does not finish the prompt's
 story; a bridge stop says which stop, why (its ``stop`` note) and what made the bridge close (its
-``closing`` note); any other says what the evidence shows for its reason, one step per reason.
+``closing`` note); a configuration says what was asked (its ``configure`` note), Pi's words (the
+refusing answer, the ``get_state`` after it) and the ``configured`` note's problem; any other says what
+the evidence shows for its reason, one step per reason.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any, Final
 import attrs
 
 from bridge.core.receipts import Receipt
+from bridge.core.steering import from_state
 from bridge.core.tracker import RunFacts
 from bridge.readers.diagnose import causes
 from bridge.readers.diagnose.facts import Facts
@@ -30,8 +35,13 @@ BRIDGE_STOPS: Final = frozenset({"timeout", "closing", "stalled"})
 
 
 def explained(r: Receipt) -> bool:
-    """Whether a receipt gets a finding: it is uncertain, or the bridge stopped its run itself."""
-    return r.state in UNCERTAIN or (r.state == "failed" and r.reason in BRIDGE_STOPS)
+    """Whether a receipt gets a finding: it is uncertain, the bridge stopped its run itself, or
+    the configuration it asked for was not applied."""
+    return (
+        r.state in UNCERTAIN
+        or (r.state == "failed" and r.reason in BRIDGE_STOPS)
+        or (r.state == "rejected" and r.reason == "config")
+    )
 
 
 @attrs.frozen
@@ -72,6 +82,11 @@ def receipt_words(at: ReceiptAt) -> Words:
     if r.state == "pending":
         words = _pending(at) if at.at_end else _released_pending(at)
         return attrs.evolve(words, title=f"receipt: {R} is pending")
+    if r.state == "rejected":
+        words = _config(at)
+        return attrs.evolve(
+            words, title=f"receipt: {R}: rejected (config): what it asked for was not applied, so it was never sent"
+        )
     if r.reason in BRIDGE_STOPS:
         words = _bridge_stop(at)
         return attrs.evolve(
@@ -179,6 +194,104 @@ def stop_why(note: dict[str, Any] | None, reason: str | None) -> str:
     if reason == "stalled":
         return "the run showed nothing for the stall timeout while it waited on the model"
     return "a timeout passed" if reason == "timeout" else "the bridge was closing"
+
+
+# --------------------------------------------------------------------------
+# A configuration not applied (rejected/config)
+
+#: The configuration commands whose refusal a ``rejected``/``config`` receipt quotes.
+_CONFIG_COMMANDS: Final = ("set_model", "set_thinking_level", "new_session", "get_state")
+
+
+def _config(at: ReceiptAt) -> Words:
+    """What the prompt asked for, Pi's words, what the engine kept, and the bridge's verdict."""
+    r, R = at.r, at.R
+    notes = at.facts.config_notes(r.request)
+    configure, configured = notes.get("configure"), notes.get("configured")
+    problem = configured["note"].get("problem") if configured is not None else None
+    problem = problem if isinstance(problem, str) and problem else r.native_error or "no reason recorded"
+    text = f"{R} asked for {_asked(configure)}"
+    if configure is not None:
+        text += f" (its configure note, journal line {configure['line']}, {fmt_t(configure['t'])})"
+    refusal, state = _config_answers(at.window, configure["line"] if configure is not None else 0)
+    if refusal is not None:
+        idx, value = refusal
+        error = short(value.get("error") or "no reason given", 200)
+        text += f" and was never written to the engine: Pi refused {value.get('command')} at #{idx}: {error!r}."
+    else:
+        text += f" and was never written to the engine: {short(problem, 300).rstrip('.')}."
+    if state is not None:
+        text += f" The engine kept {state[1]} (get_state at #{state[0]})."
+    if configured is not None:
+        text += f" The bridge's configured note (journal line {configured['line']}) records the problem."
+    else:
+        text += " The journal has no configured note for it: the configuration did not finish."
+    return Words("", text, _config_causes(problem, at.facts))
+
+
+def _asked(configure: dict[str, Any] | None) -> str:
+    """What a ``configure`` note's ``wanted`` asks for, in words."""
+    note: dict[str, Any] = configure["note"] if configure is not None else {}
+    raw = note.get("wanted")
+    wanted: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    parts = []
+    if wanted.get("model") is not None:
+        parts.append(f"model {short(wanted.get('provider'), 60)}/{short(wanted.get('model'), 80)}")
+    if wanted.get("thinking") is not None:
+        parts.append(f"thinking level {short(wanted.get('thinking'), 20)}")
+    if note.get("new_conversation"):
+        parts.append("a new conversation")
+    return " and ".join(parts) if parts else "a configuration (the journal has no configure note saying which)"
+
+
+def _config_answers(window: Window, after: int) -> tuple[tuple[Any, dict[str, Any]] | None, tuple[Any, str] | None]:
+    """From the entries before the receipt and after journal line ``after`` (its configure note):
+    Pi's last refusing answer to a configuration command (index, answer), and the model and level
+    the last ``get_state`` of the configuration showed (index, words)."""
+    refusal: tuple[Any, dict[str, Any]] | None = None
+    state: tuple[Any, str] | None = None
+    for kind, line, _t, idx, value in window:
+        if line <= after or kind != "recv" or not isinstance(value, dict) or value.get("type") != "response":
+            continue
+        if not str(value.get("id", "")).startswith("cfg-") or value.get("command") not in _CONFIG_COMMANDS:
+            continue
+        if value.get("success") is not True:
+            refusal = (idx, value)
+        elif value.get("command") == "get_state":
+            got = from_state(value.get("data"))
+            if got is not None:
+                state = (idx, f"{got.provider}/{got.model}, thinking {got.thinking}")
+    return refusal, state
+
+
+def _config_causes(problem: str, facts: Facts) -> list[dict[str, str]]:
+    """The likely causes of a configuration not applied, by the problem's words (steering's ``verify``
+    and the lifecycle's deadlines)."""
+    if problem.startswith("Pi refused"):
+        return [
+            {
+                "cause": "Pi does not know what was asked (a model id not among the ones it offers, a provider "
+                "without a key) or cannot apply it",
+                "check": 'bridge models (or serve\'s {"type":"models"}) lists the exact provider/id pairs Pi '
+                "offers; the prompt's provider/model/thinking fields or the controller's configure",
+            }
+        ]
+    if "with success but get_state shows" in problem:
+        return [
+            {
+                "cause": "Pi answered the command with success and did not apply it (hosts have seen this of "
+                "set_thinking_level)",
+                "check": "the get_state answer in the evidence against what was asked; whether the model offers "
+                "the level (get_available_thinking_levels)",
+            },
+            causes.version(facts),
+        ]
+    return [
+        {
+            "cause": "the engine did not answer its configuration in time, or stopped reading its stdin",
+            "check": "the bridge's --ack-timeout, the engine's stderr lines around then, and an exit after it",
+        }
+    ]
 
 
 # --------------------------------------------------------------------------
