@@ -360,13 +360,20 @@ def prompt_outcome(receipt: Receipt, last_stop: str | None) -> PromptOutcome:
 
 
 def _words(r: Receipt) -> str:
-    """One sentence for an error's ``message``: the state, the reason, the engine's words."""
-    head = f"the prompt {'was ' if r.state == State.REJECTED else ''}{r.state}"
+    """One sentence for an error's ``message``: the state, the reason, the engine's first line."""
+    head = _STATE_WORDS.get(r.state, f"the prompt is {r.state}")
     if r.reason is not None:
         head += f" ({r.reason})"
-    if r.native_error:
-        head += ": " + r.native_error.splitlines()[0][:300] if r.native_error.strip() else ""
-    return head
+    first = r.native_error.strip().splitlines()[0][:300] if r.native_error and r.native_error.strip() else ""
+    return f"{head}: {first}" if first else head
+
+
+_STATE_WORDS: Final[Mapping[State, str]] = {
+    State.FAILED: "the prompt failed",
+    State.REJECTED: "the prompt was rejected",
+    State.DELIVERY_UNKNOWN: "whether the model got the prompt is unknown",
+    State.OUTCOME_UNKNOWN: "the prompt's outcome is unknown",
+}
 
 
 def prompt_result(receipt: Receipt, outcome: PromptOutcome, rid: JsonId) -> dict[str, Any]:
