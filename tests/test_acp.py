@@ -471,6 +471,15 @@ def test_the_python_sdk_client_drives_bridge_acp_through_crashes_a_silent_provid
     written = validate_wire(tmp_path / "tap.log")
     assert written
     check_journal(tmp_path, got["session"], got["receipts"])
+    # diagnose explains the session's journal as it does serve's.
+    journal = tmp_path / f"j-{got['session']}.jsonl"
+    run = subprocess.run(
+        [sys.executable, "-m", "bridge", "diagnose", "--json", str(journal)], capture_output=True, text=True, cwd=ROOT
+    )
+    assert run.returncode == 0, run.stderr
+    titles = [f["title"] for f in json.loads(run.stdout)["findings"] if f["kind"] == "receipt"]
+    assert [t.split(":")[1].strip() for t in titles] == ["s1-2", "s1-5", "s1-7"], titles
+    assert "outcome-unknown (engine-exited)" in titles[0] and "stalled" in titles[1] and "closing" in titles[2]
 
 
 def png(width: int = 8, height: int = 8) -> bytes:
@@ -499,7 +508,13 @@ async def _python_client(tmp_path: Path, models: str, settings: str) -> tuple[di
     stderr = open(stderr_path, "wb")  # noqa: SIM115  (closed below, after the agent's exit)
     try:
         async with spawn_agent_process(
-            client, argv[0], *argv[1:], cwd=str(ROOT), transport_kwargs={"stderr": stderr}
+            client,
+            argv[0],
+            *argv[1:],
+            cwd=str(ROOT),
+            # The SDK gives its agent a minimal environment: the tests' compile-cache folder too.
+            env={"XDG_CACHE_HOME": os.environ.get("XDG_CACHE_HOME", "")},
+            transport_kwargs={"stderr": stderr},
         ) as (conn, proc):
             return await _python_scenario(conn, proc, client, tmp_path, stderr_path)
     finally:
