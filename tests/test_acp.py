@@ -34,6 +34,7 @@ from bridge.core.words import Reason, State
 from bridge.demo.model_server import start_server
 from bridge.demo.model_server.server import models_json
 from bridge.readers.replay import replay
+from tests.helpers_live import generations_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 ACP_DIR = ROOT / "tools" / "acp"
@@ -205,11 +206,15 @@ def validate_wire(log: Path) -> list[dict[str, Any]]:
     asked: dict[Any, str] = {}
     written = []
     for entry in map(json.loads, log.read_text().splitlines()):
-        msg = json.loads(entry["line"])
         if entry["dir"] == "in":
-            if "method" in msg and "id" in msg:
+            try:
+                msg = json.loads(entry["line"])
+            except ValueError:
+                continue  # a client's garbage (a test sends some)
+            if isinstance(msg, dict) and "method" in msg and "id" in msg:
                 asked[msg["id"]] = msg["method"]
             continue
+        msg = json.loads(entry["line"])
         written.append(msg)
         errors = [e.message for e in agent_message.iter_errors(msg)]
         assert not errors, (msg, errors[:3])
@@ -325,6 +330,7 @@ def test_the_typescript_sdk_client_drives_bridge_acp(pinned_pi: Any, tmp_path: P
         {"words": 400, "chunk": 6, "delay": 0.03},
         {"status": 500},
         {"status": 500},
+        {"text": "Cut sh", "finish_reason": "length"},
     ]
     server, models, settings = scripted(tmp_path, steps)
     (tmp_path / "proj").mkdir()
@@ -336,6 +342,7 @@ def test_the_typescript_sdk_client_drives_bridge_acp(pinned_pi: Any, tmp_path: P
             {"text": "Run a tool."},
             {"text": "Write a lot.", "cancelAfterChunks": 3},
             {"text": "This fails."},
+            {"text": "Say a lot."},
         ],
     }
     try:
@@ -353,7 +360,7 @@ def test_the_typescript_sdk_client_drives_bridge_acp(pinned_pi: Any, tmp_path: P
     out = json.loads(run.stdout)
     assert out["initialize"]["protocolVersion"] == 1 and out["initialize"]["agentInfo"]["name"] == "pi-bridge"
     assert out["mcp"]["refused"] and out["mcp"]["code"] == acp.INVALID_PARAMS and "MCP" in out["mcp"]["message"]
-    hello, tool, cancelled, failing = out["prompts"]
+    hello, tool, cancelled, failing, truncated = out["prompts"]
 
     assert hello["response"]["stopReason"] == "end_turn"
     chunks = updates_of(hello["updates"], "agent_message_chunk")
@@ -381,7 +388,9 @@ def test_the_typescript_sdk_client_drives_bridge_acp(pinned_pi: Any, tmp_path: P
     assert failing["error"]["code"] == acp.PROMPT_FAILED
     r = failing["error"]["data"]["receipt"]
     assert r["state"] == "failed" and "500" in r["nativeError"] and r["usage"]["messages"] == 2
-    assert len(requests) == 6
+    assert truncated["response"]["stopReason"] == "max_tokens"
+    assert truncated["response"]["_meta"]["pi-bridge"]["receipt"]["state"] == "finished"
+    assert len(requests) == 7
 
     assert out["agentExit"] == 0
     written = validate_wire(tmp_path / "tap.log")
@@ -604,3 +613,70 @@ async def _python_scenario(
     assert (closed["receipt"]["state"], closed["receipt"]["reason"]) == ("failed", "closing")
     code = await asyncio.wait_for(proc.wait(), 20)
     return {"session": sid, "receipts": receipts}, code
+
+
+# -- faults the real engine cannot be made to do: the fake engine ------------------------------------
+
+
+def test_every_receipt_state_reaches_the_client_as_its_own_error_and_bad_messages_are_named(tmp_path: Path) -> None:
+    """Through ``bridge acp -- FAKE ENGINE`` (its first process, then its second after the
+    bridge recycles it): an engine refusing the prompt
+    (``-31002``, rejected/engine), no ack (``-31003``, delivery-unknown/no-ack), a ``queued``
+    disposition (``-31004``, outcome-unknown/disposition); a line that is not JSON, an unknown
+    method, an unknown session, a prompt without content, each named; stdin EOF: exit 0.
+    Every message schema-valid."""
+    engines = [{"prompts": [{"reject": True}, {"no_ack": True}]}, {"prompts": [{"disposition": "queued"}]}]
+    argv = [sys.executable, str(ACP_DIR / "tap.py"), str(tmp_path / "tap.log"), "--"]
+    argv += [sys.executable, "-m", "bridge", "acp", "--no-journal", "--ack-timeout", "1", "--taint-grace", "1"]
+    argv += ["--", *generations_argv(tmp_path / "engines", engines)]
+    msgs = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
+        {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": str(tmp_path), "mcpServers": []}},
+    ]
+    prompt = {"sessionId": "s1", "prompt": [{"type": "text", "text": "hi"}]}
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            answers: dict[Any, dict[str, Any]] = {}
+
+            def ask(msg: dict[str, Any] | bytes) -> None:
+                proc.stdin.write(msg if isinstance(msg, bytes) else json.dumps(msg).encode() + b"\n")  # type: ignore[union-attr]
+                proc.stdin.flush()  # type: ignore[union-attr]
+
+            def answer(rid: Any) -> dict[str, Any]:
+                while rid not in answers:
+                    msg = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
+                    if "id" in msg:
+                        answers[msg["id"]] = msg
+                return answers[rid]
+
+            for m in msgs:
+                ask(m)
+            assert answer(2)["result"]["sessionId"] == "s1"
+            for rid in (3, 4, 5):  # one at a time: each prompt's fault is the fake engine's nth
+                ask({"jsonrpc": "2.0", "id": rid, "method": "session/prompt", "params": prompt})
+                answer(rid)
+            ask(b"{not json\n")
+            ask({"jsonrpc": "2.0", "id": 6, "method": "session/load", "params": {}})
+            ask({"jsonrpc": "2.0", "id": 7, "method": "session/prompt", "params": {**prompt, "sessionId": "s9"}})
+            ask({"jsonrpc": "2.0", "id": 8, "method": "session/prompt", "params": {**prompt, "prompt": []}})
+            for rid in (6, 7, 8):
+                answer(rid)
+            proc.stdin.close()
+            assert proc.wait(timeout=20) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    expected = {
+        3: (acp.PROMPT_REJECTED, "rejected", "engine"),
+        4: (acp.PROMPT_DELIVERY_UNKNOWN, "delivery-unknown", "no-ack"),
+        5: (acp.PROMPT_OUTCOME_UNKNOWN, "outcome-unknown", "disposition"),
+    }
+    for rid, (code, state, reason) in expected.items():
+        err = answers[rid]["error"]
+        assert (err["code"], err["data"]["receipt"]["state"], err["data"]["receipt"]["reason"]) == (code, state, reason)
+    assert answers[None]["error"]["code"] == acp.PARSE_ERROR
+    assert answers[6]["error"]["code"] == acp.METHOD_NOT_FOUND
+    assert answers[7]["error"]["code"] == acp.RESOURCE_NOT_FOUND and "s9" in answers[7]["error"]["message"]
+    assert answers[8]["error"]["code"] == acp.INVALID_PARAMS
+    validate_wire(tmp_path / "tap.log")

@@ -47,14 +47,18 @@ from bridge.core.progress import TurnEnd
 from bridge.live.api import Bridge, open_bridge
 from bridge.live.journal import JournalError, default_journal_path
 from bridge.live.supervisor import EngineQuestionError
-from bridge.profiles.command import EngineProfile, ProfileError
+from bridge.profiles.command import CommandProfile, EngineProfile, ProfileError
+from bridge.profiles.pi import PiProfile
 
 #: The signals that close the bridges (exit 128+N).
 CLOSING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def main_acp(profile: EngineProfile, *, journal: Any, config: BridgeConfig, drain_timeout: float | None) -> int:
-    """``bridge acp`` on this process's stdin/stdout; returns the exit status."""
+    """``bridge acp`` on this process's stdin/stdout; returns the exit status. An engine that
+    cannot be prepared (no Pi, a bad setting) raises ProfileError before anything is read, as
+    ``serve`` does: the command line's mistake is one line and exit 2, not an error per session."""
+    profile.prepare().run_cleanup()
     try:
         return trio.run(lambda: serve_acp(profile, journal=journal, config=config, drain_timeout=drain_timeout))
     except KeyboardInterrupt:
@@ -241,7 +245,7 @@ class AcpAgent:
         try:
             await self.work.start(self._bridge_task, sess, path)
         except (ProfileError, JournalError) as e:
-            self.out.put(acp.error(req.id, acp.INTERNAL_ERROR, f"the engine cannot be set up: {e}"))
+            self.out.put(acp.error(req.id, acp.INTERNAL_ERROR, f"the session cannot be opened: {e}"))
             return
         bridge = sess.bridge
         assert bridge is not None
@@ -264,7 +268,7 @@ class AcpAgent:
 
     async def _bridge_task(self, sess: Session, path: str | None, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Hold the session's bridge open. Ends when it has closed (EOF's shutdown, a signal)."""
-        profile = attrs.evolve(self.profile, cwd=sess.cwd)  # type: ignore[misc]
+        profile = _in_folder(self.profile, sess.cwd)
         async with open_bridge(profile, journal=path if path is not None else False, config=self.config) as bridge:
             sess.bridge = bridge
             bridge.listeners.append(_stderr_line(sess.id))
@@ -324,6 +328,20 @@ class AcpAgent:
             return
         for request in sorted(sess.prompts):
             await sess.bridge.stop(request)
+
+
+def _in_folder(profile: EngineProfile, cwd: str) -> EngineProfile:
+    """The profile with the session's folder as the engine's working folder. An engine given
+    after ``--`` by a relative path (``tools/fake_engine.py``) is found from where ``bridge acp``
+    was started, as with ``serve``, not from the session's folder."""
+    if isinstance(profile, CommandProfile):
+        argv = [
+            os.path.abspath(a) if "/" in a and not os.path.isabs(a) and os.path.exists(a) else a for a in profile.argv
+        ]
+        return attrs.evolve(profile, argv=argv, cwd=cwd)
+    if isinstance(profile, PiProfile):
+        return attrs.evolve(profile, cwd=cwd)
+    return attrs.evolve(profile, cwd=cwd)  # type: ignore[misc]  # any attrs profile with a cwd
 
 
 def _stderr_line(session_id: str) -> Callable[[dict[str, Any]], None]:
