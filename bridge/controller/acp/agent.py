@@ -273,7 +273,9 @@ class AcpAgent:
             sess.bridge = bridge
             bridge.listeners.append(_stderr_line(sess.id))
             task_status.started()
-            if self.ended.is_set():
+            if self.status:  # a signal came while it opened
+                bridge.close_on_signal(self.status - 128)
+            elif self.ended.is_set():
                 bridge.shutdown(self.drain_timeout)
             await bridge.wait_closed()
             if bridge.journal_failed:
