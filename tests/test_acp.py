@@ -170,6 +170,44 @@ def test_the_protocol_module_is_sans_io() -> None:
     assert out.stdout.strip() == "[]", out.stdout
 
 
+def test_a_confirm_or_select_dialog_is_a_permission_request_and_only_a_chosen_option_is_an_answer() -> None:
+    """Rule 8: a confirm is Yes/No, a select one option per choice; the client's selected option
+    is the answer, and everything else -- its cancelled outcome, an error, an option never
+    offered -- is cancelled: never a yes nobody gave. input/editor have no ACP form. Each
+    request validates against the schema's RequestPermissionRequest."""
+    of, _ = schema_validators()
+    confirm = {"title": "Run rm -rf build?", "message": "The extension asks before bash."}
+    req = acp.permission_request("s1", "dialog-1", "confirm", confirm)
+    assert req is not None and not list(of("RequestPermissionRequest").iter_errors(req))
+    assert req["toolCall"]["toolCallId"] == "pi-dialog-dialog-1" and req["toolCall"]["title"] == confirm["title"]
+    assert [o["kind"] for o in req["options"]] == ["allow_once", "reject_once"]
+    select = {"title": "Pick", "options": ["red", "green"]}
+    sel = acp.permission_request("s1", "dialog-2", "select", select)
+    assert sel is not None and [o["name"] for o in sel["options"]] == ["red", "green"]
+    assert not list(of("RequestPermissionRequest").iter_errors(sel))
+    assert acp.permission_request("s1", "d", "input", {"title": "Name?"}) is None
+    assert acp.permission_request("s1", "d", "select", {"title": "Pick", "options": []}) is None
+
+    def picked(option: Any) -> acp.Response:
+        return acp.Response(9, {"outcome": {"outcome": "selected", "optionId": option}})
+
+    assert acp.permission_answer("confirm", confirm, picked("allow")) == {"confirmed": True}
+    assert acp.permission_answer("confirm", confirm, picked("reject")) == {"confirmed": False}
+    assert acp.permission_answer("select", select, picked("1")) == {"value": "green"}
+    never = [
+        acp.Response(9, {"outcome": {"outcome": "cancelled"}}),
+        acp.Response(9, None, {"code": -32603, "message": "no"}),
+        acp.Response(9, {"outcome": {"outcome": "selected"}}),
+        picked("yes"),
+        picked("allow_always"),
+        picked(7),
+    ]
+    for response in never:
+        assert acp.permission_answer("confirm", confirm, response) == {"cancelled": True}, response
+    assert acp.permission_answer("select", select, picked("2")) == {"cancelled": True}
+    assert acp.permission_answer("select", select, picked("allow")) == {"cancelled": True}
+
+
 # -- the wire, validated against the ACP schema ---------------------------------------------------------
 
 

@@ -57,7 +57,16 @@ Rules:
    ``content`` (never only a ``_meta`` field) and never a ``terminal`` block (the client's
    terminal is not used: Pi runs its own tools, confined). Retries, compaction and turns have
    no ACP update and are not sent (the receipt tells them).
-8. **Configuration** (:func:`config_options`): a ``model`` selector (what the engine offers)
+8. **Permission requests** (:func:`permission_request`, :func:`permission_answer`): an
+   allowlisted extension's ``confirm`` or ``select`` dialog is asked as
+   ``session/request_permission`` (a ``confirm``: "Yes" ``allow_once`` / "No" ``reject_once``;
+   a ``select``: one option per choice), on a pending tool call of its own
+   (``pi-dialog-ID``) whose title is the dialog's and whose content is its message. The
+   client's ``selected`` option is the answer; its ``cancelled`` outcome, an error, or anything
+   that is not one of the options offered is ``cancelled=True`` -- never a yes nobody gave. An
+   ``input`` or ``editor`` dialog has no ACP form: it is answered ``cancelled``. A dialog that
+   ends before the client answers (its timeout, its prompt's stop) gets ``$/cancel_request``.
+9. **Configuration** (:func:`config_options`): a ``model`` selector (what the engine offers)
    and a ``thought_level`` selector (Pi's levels), as ACP session config options; choosing one
    is the bridge's ``configure`` — applied and verified before the next prompt is written, and
    a refusal is that prompt's ``rejected``/``config`` error.
@@ -466,7 +475,55 @@ def tool_title(tool: str | None, args: Any) -> str:
     return title if len(title) <= TITLE_CHARS else title[: TITLE_CHARS - 1] + "…"
 
 
-# -- configuration (rule 8) -------------------------------------------------------------------------
+# -- permission requests (rule 8) -------------------------------------------------------------------
+
+#: The dialog methods ACP can ask (``session/request_permission``); the others are cancelled.
+PERMISSION_METHODS: Final = frozenset({"confirm", "select"})
+_CONFIRM_OPTIONS: Final = (
+    {"optionId": "allow", "name": "Yes", "kind": "allow_once"},
+    {"optionId": "reject", "name": "No", "kind": "reject_once"},
+)
+
+
+def permission_request(session_id: str, dialog: str, method: str, fields: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``session/request_permission``'s params for an extension dialog, or None when ACP has no
+    form for it (``input``, ``editor``, a ``select`` without options)."""
+    if method not in PERMISSION_METHODS:
+        return None
+    title = fields.get("title") if isinstance(fields.get("title"), str) and fields.get("title") else "An extension asks"
+    call: dict[str, Any] = {"toolCallId": f"pi-dialog-{dialog}", "title": title, "kind": "other", "status": "pending"}
+    if isinstance(fields.get("message"), str) and fields["message"]:
+        call["content"] = [{"type": "content", "content": _text(fields["message"])}]
+    if method == "confirm":
+        options = [dict(o) for o in _CONFIRM_OPTIONS]
+    else:
+        choices = fields.get("options")
+        if not isinstance(choices, list) or not choices:
+            return None
+        options = [{"optionId": str(n), "name": str(c), "kind": "allow_once"} for n, c in enumerate(choices)]
+    return {"sessionId": session_id, "toolCall": call, "options": options}
+
+
+def permission_answer(method: str, fields: Mapping[str, Any], answer: Response) -> dict[str, Any]:
+    """The dialog's answer (``Dialog.answer``'s keywords) from the client's response (rule 8)."""
+    outcome = answer.result.get("outcome") if isinstance(answer.result, dict) else None
+    chosen = outcome.get("optionId") if isinstance(outcome, dict) and outcome.get("outcome") == "selected" else None
+    if answer.error is not None or not isinstance(chosen, str):
+        return {"cancelled": True}
+    if method == "confirm" and chosen in ("allow", "reject"):
+        return {"confirmed": chosen == "allow"}
+    choices = fields.get("options")
+    if method == "select" and isinstance(choices, list) and chosen.isdigit() and int(chosen) < len(choices):
+        return {"value": choices[int(chosen)]}
+    return {"cancelled": True}
+
+
+def cancel_request(rid: int | str) -> dict[str, Any]:
+    """ACP's ``$/cancel_request``: a request of ours nobody needs answered any more."""
+    return notification("$/cancel_request", {"requestId": rid})
+
+
+# -- configuration (rule 9) -------------------------------------------------------------------------
 
 
 def model_value(provider: str, model: str) -> str:
