@@ -234,6 +234,7 @@ RESULTS = {
     "session/new": "NewSessionResponse",
     "session/prompt": "PromptResponse",
     "session/set_config_option": "SetSessionConfigOptionResponse",
+    "session/close": "CloseSessionResponse",
 }
 OUTGOING = {"session/update": "SessionNotification", "session/request_permission": "RequestPermissionRequest"}
 
@@ -358,7 +359,9 @@ def test_the_typescript_sdk_client_drives_bridge_acp(pinned_pi: Any, tmp_path: P
     """initialize → a session with an MCP server (refused) → a session → a prompt with streamed
     chunks (end_turn) → a real ``bash`` tool call with its updates → cancel mid-stream
     (``cancelled``, the receipt ``failed``/``interrupted``) → a provider failing every attempt
-    (an error carrying the ``failed`` receipt, never end_turn); every message schema-valid."""
+    (an error carrying the ``failed`` receipt, never end_turn) → a length stop (``max_tokens``)
+    → ``session/close`` (the engine stopped; the session unknown after it); every message
+    schema-valid."""
     if not (ACP_DIR / "node_modules" / "@agentclientprotocol" / "sdk").is_dir():
         pytest.fail("the ACP TypeScript SDK is missing: run tools/setup_acp (tools/test runs it)", pytrace=False)
     steps = [
@@ -382,6 +385,7 @@ def test_the_typescript_sdk_client_drives_bridge_acp(pinned_pi: Any, tmp_path: P
             {"text": "This fails."},
             {"text": "Say a lot."},
         ],
+        "close": True,
     }
     try:
         run = subprocess.run(
@@ -430,6 +434,13 @@ def test_the_typescript_sdk_client_drives_bridge_acp(pinned_pi: Any, tmp_path: P
     assert truncated["response"]["_meta"]["pi-bridge"]["receipt"]["state"] == "finished"
     assert len(requests) == 7
 
+    # session/close: its engine stopped (the journal's last words), then the session is unknown.
+    assert out["close"] == {} and out["initialize"]["agentCapabilities"]["sessionCapabilities"] == {"close": {}}
+    assert out["afterClose"]["refused"] and out["afterClose"]["code"] == acp.RESOURCE_NOT_FOUND
+    entries = [
+        json.loads(line) for line in (tmp_path / f"j-{out['session']['sessionId']}.jsonl").read_text().splitlines()
+    ]
+    assert "exit" in entries[-2] and entries[-1]["note"]["event"] == "bridge-closed"
     assert out["agentExit"] == 0
     written = validate_wire(tmp_path / "tap.log")
     assert not any(

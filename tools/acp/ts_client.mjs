@@ -7,6 +7,7 @@
 //   PLAN_JSON: {"agent": [argv...], "env"?: {...}, "cwd": DIR,
 //               "prompts": [{"text": T, "cancelAfterChunks"?: N, "timeoutMs"?: MS,
 //                            "killEngineAfterChunks"?: N, "killEngineBefore"?: true}, ...]}
+//   "close"?: true -- then session/close, and one more prompt to the closed session.
 //   (timeoutMs: stop waiting for that answer after MS and record "timedOut"; killEngine...: SIGKILL
 //   the Pi process under the agent -- a descendant running cli.js --mode rpc, or titled "pi" -- after N
 //   message chunks of that prompt, or before sending it, and wait a second.)
@@ -124,6 +125,18 @@ await app.connectWith(stream, async (ctx) => {
     entry.cancelSent = cancelled;
     entry.updates = updates;
     out.prompts.push(entry);
+  }
+  if (plan.close) {
+    out.close = await ctx.request(methods.agent.session.close, { sessionId: session.sessionId });
+    try {
+      await ctx.request(methods.agent.session.prompt, {
+        sessionId: session.sessionId,
+        prompt: [{ type: "text", text: "Anyone?" }],
+      });
+      out.afterClose = { refused: false };
+    } catch (e) {
+      out.afterClose = { refused: true, ...failure(e) };
+    }
   }
 });
 agent.stdin.end();

@@ -116,6 +116,8 @@ class Session:
     count: int = 0
     #: The engine generation that ran the session's last prompt (a new one lost the conversation).
     generation: int | None = None
+    #: Set when the session has no outstanding prompt whose answer is still to be written.
+    quiet: trio.Event = attrs.Factory(trio.Event)
 
 
 @attrs.define(eq=False)
@@ -221,6 +223,10 @@ class AcpAgent:
             self.work.start_soon(self._prompt, req, self._session(params.session_id), params)
         elif req.method == "session/set_config_option":
             self._set_option(req, acp.parse_set_option(req.params))
+        elif req.method == "session/close":
+            sess = self._session(acp.parse_cancel(req.params))
+            del self.sessions[sess.id]  # from now on it is unknown to new requests
+            self.work.start_soon(self._close_session, req, sess)
         else:
             raise acp.AcpError(acp.METHOD_NOT_FOUND, f"{req.method} is not a method of this agent")
 
@@ -302,6 +308,7 @@ class AcpAgent:
             params.message, request=f"{sess.id}-{sess.count}", images=params.images or None, events=True
         )
         sess.prompts.add(handle.request)
+        sess.quiet = trio.Event()
         last_stop: str | None = None
         try:
             async for event in handle.events():
@@ -313,6 +320,8 @@ class AcpAgent:
             receipt = await handle.receipt()
         finally:
             sess.prompts.discard(handle.request)
+            if not sess.prompts:
+                sess.quiet.set()
         outcome = acp.prompt_outcome(receipt, last_stop)
         answer = acp.prompt_result(receipt, outcome, req.id)
         if receipt.generation is not None:
@@ -322,6 +331,19 @@ class AcpAgent:
                 answer["result"]["_meta"][acp.META_KEY]["newConversation"] = True
             sess.generation = receipt.generation
         self.out.put(answer)
+
+    async def _close_session(self, req: acp.Request, sess: Session) -> None:
+        """``session/close``: its prompts stopped (each answered ``cancelled``), its bridge shut
+        down and its engine stopped, then the answer. Ends when the bridge has closed (bounded
+        by the stop's grace and the close ladder)."""
+        assert sess.bridge is not None
+        for request in sorted(sess.prompts):
+            await sess.bridge.stop(request)
+        sess.bridge.shutdown()
+        await sess.bridge.wait_closed()
+        if sess.prompts:
+            await sess.quiet.wait()  # their answers are written first
+        self.out.put(acp.result(req.id, {}))
 
     async def _cancel(self, sid: str) -> None:
         """The bridge's stop for every outstanding prompt of the session (returns at once)."""

@@ -15,7 +15,8 @@ Rules:
    not JSON is answered ``-32700`` with ``id: null``; a JSON value that is not a request, a
    notification or a response is ``-32600`` (JSON-RPC 2.0 §5.1).
 2. **Methods** (the agent side): ``initialize``, ``session/new``, ``session/prompt``,
-   ``session/cancel`` (a notification), ``session/set_config_option``. Any other request is
+   ``session/cancel`` (a notification), ``session/set_config_option``, ``session/close``
+   (what ACP asks of it: the session's work cancelled, its engine stopped; answered once done). Any other request is
    ``-32601``; any other notification is ignored (JSON-RPC: a notification is never answered).
 3. **initialize**: the agent answers protocol version 1 whatever the client asks (the only
    version it speaks; the client disconnects if it cannot), and only capabilities that are
@@ -293,7 +294,7 @@ def _image(block: Mapping[str, Any], n: int) -> dict[str, Any]:
 
 
 def parse_cancel(params: Mapping[str, Any]) -> str:
-    """``session/cancel``'s session id."""
+    """``session/cancel``'s (and ``session/close``'s) session id."""
     return _session_id(params)
 
 
@@ -342,6 +343,7 @@ def initialize_result(version: str) -> dict[str, Any]:
             "loadSession": False,
             "promptCapabilities": {"image": True, "audio": False, "embeddedContext": True},
             "mcpCapabilities": {"http": False, "sse": False},
+            "sessionCapabilities": {"close": {}},
         },
         "authMethods": [],
         "agentInfo": {"name": "pi-bridge", "title": "Pi (sealed, with receipts)", "version": version},
