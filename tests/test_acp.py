@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bridge.controller.acp import protocol as acp
 from bridge.core.progress import TextEvent, ThinkingEvent, ToolEnd, ToolStart, ToolUpdate, TurnEnd
@@ -162,6 +164,27 @@ def test_events_become_standard_updates_with_tool_output_as_content_never_a_term
     assert end is not None and end["status"] == "failed"
     assert tools.update_for(TurnEnd("p", 7, "stop", 0)) is None
     assert acp.tool_title("bash", {"command": "x" * 500}).endswith("…")
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=5),
+    max_leaves=20,
+)
+
+
+@given(st.binary(max_size=200) | _JSON.map(lambda v: json.dumps(v).encode()))
+def test_no_line_from_a_client_makes_the_parser_raise(line: bytes) -> None:
+    assert isinstance(acp.parse_message(line), (acp.Request, acp.Notification, acp.Response, acp.Invalid))
+
+
+@given(st.dictionaries(st.sampled_from(["sessionId", "prompt", "cwd", "mcpServers", "configId", "value"]), _JSON))
+def test_params_of_any_shape_are_taken_or_refused_with_invalid_params(params: dict[str, Any]) -> None:
+    for parse in (acp.parse_prompt, acp.parse_new_session, acp.parse_set_option, acp.parse_cancel):
+        try:
+            parse(params)
+        except acp.AcpError as e:
+            assert e.code == acp.INVALID_PARAMS
 
 
 def test_the_protocol_module_is_sans_io() -> None:

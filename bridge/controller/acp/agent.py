@@ -122,6 +122,9 @@ class Session:
 
 @attrs.define(eq=False)
 class AcpAgent:
+    """One ``bridge acp`` process: its stdout, the engine profile and settings every session's
+    bridge is opened with, the sessions, and the signal that ends it."""
+
     out: Output
     profile: EngineProfile
     journal: Any
