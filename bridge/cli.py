@@ -148,6 +148,16 @@ def _add_engine_options(p: argparse.ArgumentParser, *, engine_cwd: bool = True) 
         )
     g.add_argument("--pi-session", action="store_true", help="let Pi keep a session file (default: --no-session)")
     g.add_argument(
+        "--extension",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="load this Pi extension (its .ts or .js file) into the sealed Pi: only the ones given load, the "
+        "start-up check verifies it and the journal header records each file's SHA-256; their dialogs are asked "
+        "of the controller (serve: ask / answer lines; acp: session/request_permission for confirm and select, the "
+        "others cancelled; run: answered cancelled); repeatable",
+    )
+    g.add_argument(
         "--pi-settings",
         metavar="PATH",
         help='a JSON object merged into the sealed Pi\'s settings.json (e.g. {"retry": {"maxRetries": 1}}; '
@@ -257,6 +267,14 @@ def _add_bridge_options(p: argparse.ArgumentParser) -> None:
         "runs): stop it, failed/stalled; 0 turns it off (default 300)",
     )
     g.add_argument(
+        "--dialog-timeout",
+        type=_positive(float),
+        default=120.0,
+        metavar="S",
+        help="seconds an extension's dialog waits for the controller's answer (less if the extension gives "
+        "its own timeout), then it is answered cancelled (default 120)",
+    )
+    g.add_argument(
         "--thinking",
         choices=THINKING_LEVELS,
         default=None,
@@ -307,7 +325,7 @@ def _command_profile(args: argparse.Namespace, engine_argv: list[str]) -> Engine
 
     if not engine_argv:
         _refuse("bridge: no engine command after -- (give the engine's argv, e.g. -- python tools/fake_engine.py)")
-    confinement = _confinement_options(args)
+    confinement = _confinement_options(args) + [f"--extension {p}" for p in args.extension]
     if confinement:
         _refuse(f"bridge {args.command}: {confinement[0]} is for the sealed Pi, not an engine given after --")
     if args.pi_settings:
@@ -352,6 +370,7 @@ def _pi_profile(args: argparse.Namespace) -> EngineProfile:
         session=args.pi_session,
         cwd=getattr(args, "engine_cwd", None),
         env_allowlist=args.env_allow,
+        extensions=tuple(args.extension),
     )
 
 
@@ -410,6 +429,7 @@ def _config(args: argparse.Namespace) -> Any:
         ack_timeout=args.ack_timeout,
         settle_timeout=args.timeout,
         stall_timeout=args.stall_timeout or None,
+        dialog_timeout=args.dialog_timeout,
         thinking=args.thinking,
         taint_grace=args.taint_grace,
         seal_check=args.seal_check,

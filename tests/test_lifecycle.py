@@ -46,8 +46,10 @@ from bridge.core.lifecycle import (
     Acked,
     Activity,
     Answer,
+    AnswerDialog,
     Answered,
     Ask,
+    AskDialog,
     BridgeConfig,
     Close,
     Closed,
@@ -55,6 +57,9 @@ from bridge.core.lifecycle import (
     Configured,
     Decided,
     Deliver,
+    DialogEnded,
+    DialogOpened,
+    DialogReply,
     EngineExited,
     GiveUp,
     Input,
@@ -162,6 +167,12 @@ class Harness:
         #: from then on prompt and start-up writes are held back (``failed``).
         self.journal_breaks: str | None = None
         self.journal_failed: str | None = None
+        #: Extension dialogs: the engine ids opened, the ones asked of the controller (dialog ->
+        #: engine id), the responses written per engine id, and each dialog's ends.
+        self.dialogs_opened = 0
+        self.dialogs_asked: dict[str, Any] = {}
+        self.dialog_writes: dict[Any, list[dict[str, Any]]] = {}
+        self.dialog_ends: dict[str, list[DialogEnded]] = {}
 
     # -- the door -------------------------------------------------------------
 
@@ -243,6 +254,20 @@ class Harness:
                 self.config_pending[action.generation] = (action.request, action.cmd)
             elif action.kind == "ask":
                 self.asks_written.setdefault(action.generation, []).append(action.cmd)
+            elif action.kind == "dialog":
+                self.dialog_writes.setdefault(action.cmd["id"], []).append(action.cmd)
+                if len(self.dialog_writes[action.cmd["id"]]) > 1:
+                    self.violations.append(f"a second response for dialog {action.cmd['id']!r}")
+        elif kind is AskDialog:
+            if action.dialog in self.dialogs_asked:
+                self.violations.append(f"{action.dialog!r} asked twice")
+            self.dialogs_asked[action.dialog] = s.dialogs[action.dialog].engine_id
+        elif kind is DialogEnded:
+            self.dialog_ends.setdefault(action.dialog, []).append(action)
+            if len(self.dialog_ends[action.dialog]) > 1 or action.dialog not in self.dialogs_asked:
+                self.violations.append(f"{action!r}: a second end, or of a dialog never asked")
+            if action.by != "controller" and action.answer not in (None, {"cancelled": True}):
+                self.violations.append(f"{action!r}: an answer nobody gave")
         elif kind is GiveUp:
             rec = s.prompts.get(action.request)
             if rec is None or rec.phase != "held":
@@ -295,7 +320,7 @@ class Harness:
             self.answers.setdefault(action.token, []).append(action)
             if len(self.answers[action.token]) > 1 or action.token not in self.asked:
                 self.violations.append(f"{action!r}: a second answer, or one never asked for")
-        elif kind in (Notify, StopAnswer):
+        elif kind in (Notify, StopAnswer, DialogReply):
             pass
         else:
             self.violations.append(f"an unknown action {action!r}")
@@ -730,6 +755,59 @@ class LifecycleMachine(RuleBasedStateMachine):
         out = self.h.settle(request, Facts(tracker=("failed", "interrupted"), stop_by=by), stop=stop)
         assert delivered(out)[request] == ("failed", {"controller": "interrupted", "stall": "stalled"}.get(by, by))
 
+    @precondition(lambda self: self._running() is not None)
+    @rule(
+        method=st.sampled_from(["confirm", "select", "input"]),
+        listened=st.sampled_from([True, True, True, False]),
+        own=st.sampled_from([None, None, 500, 50_000]),
+    )
+    def an_extension_opens_a_dialog(self, method: str, listened: bool, own: int | None) -> None:
+        g = self._running()
+        assert g is not None
+        self.h.dialogs_opened += 1
+        fields: dict[str, Any] = {"title": "sure?"}
+        if method == "select":
+            fields["options"] = ["a", "b"]
+        if own is not None:
+            fields["timeout"] = own
+        engine_id = f"ui-{self.h.dialogs_opened}"
+        closing = self.lc.state.closing is not None
+        actions = self.h.feed(DialogOpened(g, engine_id, method, fields, listened))
+        asked = of(actions, AskDialog)
+        if not listened or closing:
+            # Nobody to ask, or closing: cancelled at once, and the controller hears nothing of it.
+            assert not asked and self.h.dialog_writes[engine_id] == [
+                {"type": "extension_ui_response", "id": engine_id, "cancelled": True}
+            ]
+        else:
+            assert len(asked) == 1 and asked[0].payload["timeout"] <= self.h.cfg.dialog_timeout
+
+    @precondition(lambda self: bool(self.h.dialogs_asked))
+    @rule(data=st.data(), how=st.sampled_from(["fits", "fits", "cancel", "misfit"]))
+    def the_controller_answers_a_dialog(self, data: st.DataObject, how: str) -> None:
+        dialog = data.draw(st.sampled_from(sorted(self.h.dialogs_asked)))
+        rec = self.lc.state.dialogs.get(dialog)
+        answer: dict[str, Any] = {"cancelled": True} if how == "cancel" else {}
+        method = rec.method if rec is not None else "confirm"
+        if how == "fits":
+            answer = {"confirmed": True} if method == "confirm" else {"value": "a"}
+        elif how == "misfit":
+            answer = {"value": "a"} if method == "confirm" else {"confirmed": True}
+        actions = self.h.feed(AnswerDialog(dialog, **answer))
+        (reply,) = of(actions, DialogReply)
+        # (Other dialogs may end in the same feed: a journal that fails noting this end closes.)
+        ends = [e for e in of(actions, DialogEnded) if e.dialog == dialog]
+        if rec is None or how == "misfit":
+            assert reply.error is not None and not of(actions, Write) and not ends
+            assert (dialog in self.lc.state.dialogs) == (rec is not None)
+        else:
+            assert reply.error is None and dialog not in self.lc.state.dialogs
+            (end,) = ends
+            assert end.by == "controller" and end.answer == answer
+            assert self.h.dialog_writes[rec.engine_id] == [
+                {"type": "extension_ui_response", "id": rec.engine_id, **answer}
+            ]
+
     @precondition(lambda self: self._held_on_live_engine() is not None)
     @rule(pause=st.sampled_from([0.0, 0.0, 2.0, math.inf]), ago=st.sampled_from([0.0, 0.0, 1.0, 50.0]))
     def the_run_shows_activity(self, pause: float, ago: float) -> None:
@@ -853,6 +931,27 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert stop[1] == {"interrupted": "controller", "stalled": "stall"}.get(r.reason, r.reason), (r, stop)
             if r.reason == "interrupted":
                 assert request in self.h.controller_stopped
+
+    @invariant()
+    def every_dialog_gets_one_response(self) -> None:
+        s, h = self.lc.state, self.h
+        for dialog, engine_id in h.dialogs_asked.items():
+            ends = h.dialog_ends.get(dialog, [])
+            assert len(ends) == (0 if dialog in s.dialogs else 1), (dialog, ends)
+            written = h.dialog_writes.get(engine_id, [])
+            assert len(written) <= 1
+            if ends and ends[0].answer is not None:
+                assert written == [{"type": "extension_ui_response", "id": engine_id, **ends[0].answer}]
+            elif ends:  # not written: its engine was gone
+                assert ends[0].by == "engine-exit" and written == []
+        for rec in s.dialogs.values():
+            # An open dialog is of the running engine, and holds its prompt's ack and stall.
+            assert rec.generation == s.engine.generation and s.engine.phase in ("checking", "ready")
+            assert s.deadlines.get("dialog", math.inf) <= rec.deadline
+            if rec.request is not None and rec.request == s.held:
+                assert not {"ack", "stall"} & set(s.deadlines), s.deadlines
+        if s.closed or s.closing is not None:
+            assert not s.dialogs
 
     @invariant()
     def the_state_round_trips(self) -> None:

@@ -52,7 +52,7 @@ def test_stop_status_and_shutdown_lines() -> None:
         (b'{"type":null}', 'missing "type"'),
         (
             b'{"type":"steer"}',
-            "unknown type 'steer' (expected prompt, stop, status, shutdown, configure, new_conversation or models)",
+            "unknown type 'steer' (expected prompt, stop, status, shutdown, configure, new_conversation, models or answer)",
         ),
         (b'{"type":"stop"}', 'stop needs an "id"'),
         (b'{"type":"prompt","id":"","message":"x"}', '"id" must be a non-empty string'),

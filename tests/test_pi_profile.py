@@ -6,6 +6,7 @@ Every read from Pi has a timeout and every process is killed in a ``finally``.""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import queue
@@ -585,18 +586,29 @@ def test_real_pi_sealed_smoke(scripted_server: Any, tmp_path: Path, launches: li
 
 
 @needs_pi
-def test_real_pi_extension_breaks_the_seal(scripted_server: Any, tmp_path: Path, launches: list[Launch]) -> None:
+def test_real_pi_extension_outside_the_allowlist_breaks_the_seal(
+    scripted_server: Any, tmp_path: Path, launches: list[Launch]
+) -> None:
+    """The allowlisted extension's command passes the check (Pi names its file in
+    ``sourceInfo.path``); the same answers checked against another allowlist do not."""
     models = scripted_server.write_models(str(tmp_path))
-    launch = scripted_profile(models, session=True, extensions=[str(EXTENSIONS / "select_dialog.ts")]).prepare()
+    ext = str(EXTENSIONS / "select_dialog.ts")
+    launch = scripted_profile(models, session=True, extensions=[ext]).prepare()
     launches.append(launch)
+    assert launch.dialogs and launch.header["dialogs"] is True
+    assert launch.header["seal"]["extension_sha256"] == {ext: hashlib.sha256(Path(ext).read_bytes()).hexdigest()}
     eng = Engine(launch)
     try:
         for cmd in launch.startup:
             eng.send(cmd)
         answers = eng.responses({c["id"] for c in launch.startup})
         assert launch.check is not None
-        problems = launch.check(answers)
+        assert launch.check(answers) == []
+        listed = answers["seal-commands"]["data"]["commands"]
+        assert [c["sourceInfo"]["path"] for c in listed] == [ext]
+        problems = check_seal(answers, session=True, extensions=[str(EXTENSIONS / "autorun.ts")])
         assert len(problems) == 1 and "/pick" in problems[0] and "extension" in problems[0]
+        assert check_seal(answers, session=True) == problems
         # session=True: the session file lives in the isolated folder (not a problem).
         cfg = launch.env["PI_CODING_AGENT_DIR"]
         assert answers["seal-state"]["data"]["sessionFile"].startswith(cfg + os.sep)

@@ -9,6 +9,8 @@ In (one JSON object per line), parsed by :func:`parse_command` into a :data:`Com
     {"type":"configure", "provider"?:P, "model"?:ID, "thinking"?:LEVEL}  for the prompts that follow
     {"type":"new_conversation"}                     a new conversation before the next prompt
     {"type":"models"}                               what the engine offers
+    {"type":"answer","dialog":D, "value"?:V | "confirmed"?:bool | "cancelled"?:true}
+                                                    the answer to an extension dialog's ask
     {"type":"stop","id":ID}
     {"type":"status"}
     {"type":"shutdown"}
@@ -22,6 +24,9 @@ Out (one JSON object per line)::
     {"type":"event","event":KIND,"id":ID,"i":IDX,...}   what the engine does ("events": true;
                                                         bridge.core.progress)
     {"type":"engine","event":"started"|"exited"|"down",...}
+    {"type":"ask","dialog":D,"id":ID|null,"method":M,...,"timeout":S}  an extension dialog
+    {"type":"dialog-end","dialog":D,"id":ID|null,"by":WHO,"answer":{...}|null}  its one response
+    {"type":"ui","method":M,"id":ID|null,...}       an extension's notification (notify, setStatus, …)
     {"type":"progress","event":"retrying","id":ID,...}  the engine retries the running prompt itself
     {"type":"stopping","id":ID,"stop":STOP_ID|null}     Stopping: answer to a stop
     {"type":"configured","wanted":{...}}                Configured: answer to a configure
@@ -30,7 +35,8 @@ Out (one JSON object per line)::
     {"type":"error","error":WHAT,"line":N,"id"?:ID}     LineError: a bad controller line
     {"type":"bye","receipts":N}                         Bye: last line before exit 0
 
-``receipt``, ``signal``, ``text``, ``event``, ``engine`` and ``progress`` are the live bridge's own
+``receipt``, ``signal``, ``text``, ``event``, ``engine``, ``progress``, ``ask``, ``dialog-end``
+and ``ui`` are the live bridge's own
 notifications, passed through as they are; the rest are the classes here, written through
 :data:`converter` (``"type"`` first, then the fields in the order above).
 
@@ -62,7 +68,16 @@ from bridge.core.steering import Wanted
 from bridge.core.words import RequestId
 
 #: The ``"type"`` values a controller may send, in the order an unknown type's error lists them.
-COMMAND_TYPES: Final = ("prompt", "stop", "status", "shutdown", "configure", "new_conversation", "models")
+COMMAND_TYPES: Final = (
+    "prompt",
+    "stop",
+    "status",
+    "shutdown",
+    "configure",
+    "new_conversation",
+    "models",
+    "answer",
+)
 
 
 class ControllerError(Exception):
@@ -115,6 +130,19 @@ class ModelsQuery:
 
 
 @attrs.frozen
+class AnswerDialog:
+    """Answer the extension dialog ``dialog`` (an ``ask``): whether the answer fits the
+    dialog is the bridge's to say (:func:`bridge.core.dialogs.check_answer`)."""
+
+    TYPE: ClassVar[str] = "answer"
+
+    dialog: str
+    value: Any = None
+    confirmed: Any = None
+    cancelled: Any = False
+
+
+@attrs.frozen
 class Stop:
     """Stop the prompt ``id`` (queued: cancelled; running: aborted)."""
 
@@ -137,7 +165,7 @@ class Shutdown:
     TYPE: ClassVar[str] = "shutdown"
 
 
-Command: TypeAlias = Prompt | Stop | Status | Shutdown | Configure | NewConversation | ModelsQuery
+Command: TypeAlias = Prompt | Stop | Status | Shutdown | Configure | NewConversation | ModelsQuery | AnswerDialog
 
 
 def parse_command(line: bytes | Oversize) -> Command:
@@ -154,6 +182,8 @@ def parse_command(line: bytes | Oversize) -> Command:
         return NewConversation()
     if kind == "models":
         return ModelsQuery()
+    if kind == "answer":
+        return _answer(value)
     rid = _request_id(value, kind)
     if kind == "stop":
         return Stop(rid)
@@ -179,7 +209,7 @@ def _kind(value: dict[str, Any]) -> str:
         raise ControllerError('missing "type"')
     if kind not in COMMAND_TYPES:
         raise ControllerError(
-            f"unknown type {kind!r} (expected prompt, stop, status, shutdown, configure, new_conversation or models)"
+            f"unknown type {kind!r} (expected {', '.join(COMMAND_TYPES[:-1])} or {COMMAND_TYPES[-1]})"
         )
     return str(kind)
 
@@ -213,6 +243,13 @@ def _prompt(value: dict[str, Any], rid: RequestId) -> Prompt:
     if isinstance(stall, bool) or (stall is not None and stall != 0 and not _positive_seconds(stall)):
         raise ControllerError('"stallTimeout" must be 0 (none) or a positive number of seconds')
     return Prompt(rid, message, stream, timeout, images, events, stall, _wanted(value))
+
+
+def _answer(value: dict[str, Any]) -> AnswerDialog:
+    dialog = value.get("dialog")
+    if not isinstance(dialog, str) or not dialog:
+        raise ControllerError('answer needs a "dialog": the id of the ask it answers')
+    return AnswerDialog(dialog, value.get("value"), value.get("confirmed"), value.get("cancelled", False))
 
 
 def _wanted(value: dict[str, Any]) -> Wanted:

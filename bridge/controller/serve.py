@@ -23,6 +23,10 @@ Rules:
   ``journal-failed`` signal at once, the bridge closes as for a signal (every
   accepted prompt still gets its receipt here), and exits 1 with one line on
   stderr.
+- An allowed extension's dialog (``--extension``) is an ``ask`` line; the controller answers
+  it with ``answer``, and ``dialog-end`` says who gave its one response (the controller, or
+  ``cancelled`` by its timeout, its prompt's stop or receipt, the engine's stop, closing).
+  An answer that does not fit, or comes after the end, is an ``error`` line.
 - ``ready`` is the first line and ``bye`` the last, also when the bridge could not open
   (then ``bye`` alone, and the error propagates).
 """
@@ -40,6 +44,7 @@ import trio
 
 from bridge import __version__
 from bridge.controller.messages import (
+    AnswerDialog,
     Bye,
     Command,
     Configure,
@@ -63,6 +68,7 @@ from bridge.controller.output import Output
 from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
 from bridge.core.wire import converter
 from bridge.live.api import Bridge, BridgeConfig, open_bridge
+from bridge.live.handles import DialogError
 from bridge.live.supervisor import EngineQuestionError
 from bridge.profiles.command import EngineProfile
 
@@ -151,6 +157,7 @@ class _Server:
         """The bridge is open: its notifications go to the controller, after ``ready``."""
         self.bridge = bridge
         bridge.listeners.append(self.out.put)
+        bridge.answers_dialogs = True  # the controller reads each ask and answers on stdin
         self.out.write(Ready(__version__, str(bridge.journal.path) if bridge.journal is not None else None))
         if self.status:  # a signal came while the bridge was opening
             bridge.close_on_signal(self.status - 128)
@@ -272,4 +279,11 @@ async def _act(bridge: Bridge, cmd: Command, lineno: int, drain_timeout: float |
             return StatusReport(bridge.status())
         case Shutdown():
             bridge.shutdown(drain_timeout)
+        case AnswerDialog():
+            try:
+                await bridge.answer_dialog(
+                    cmd.dialog, value=cmd.value, confirmed=cmd.confirmed, cancelled=cmd.cancelled
+                )
+            except DialogError as e:
+                return LineError(f"answer to {cmd.dialog!r} not taken: {e}", lineno)
     return None

@@ -60,7 +60,7 @@ class DispositionSignal(Wire):
     disposition: Any
 
 
-@form(tag={"signal": Signal.SEAL_DIAGNOSTIC}, omit=["answer"], flatten="detail")
+@form(tag={"signal": Signal.SEAL_DIAGNOSTIC}, omit=["answer", "ui"], flatten="detail")
 @attrs.frozen
 class Diagnostic(Wire):
     """Something a sealed engine should not do, but that is not an overlap.
@@ -73,6 +73,9 @@ class Diagnostic(Wire):
     idx: int
     detail: dict[str, Any]
     answer: dict[str, Any] | None = None
+    #: An extension UI request's own fields, bounded (:func:`bridge.core.dialogs.ui_fields`):
+    #: what an allowlisted extension's dialog or notification passes on to the controller.
+    ui: dict[str, Any] | None = None
 
 
 @attrs.frozen

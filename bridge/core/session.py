@@ -62,6 +62,7 @@ from typing import Any, Final
 
 import attrs
 
+from bridge.core.dialogs import DIALOG_METHODS, ui_fields
 from bridge.core.events import (
     NO_EVENTS,
     Acked,
@@ -103,9 +104,6 @@ SIGNALS_PER_PROMPT: Final = 100
 
 #: Last stderr lines an ``engine-exited`` receipt quotes in ``nativeError``.
 STDERR_QUOTED: Final = 5
-
-#: Extension UI methods that wait for an answer (Pi's docs/rpc-extension-ui.md).
-DIALOG_METHODS: Final = frozenset({"select", "confirm", "input", "editor"})
 
 
 @attrs.define
@@ -150,9 +148,17 @@ class Session:
     """
 
     def __init__(
-        self, clearing: tuple[str, ...] | frozenset[str] = (), *, collect: bool = False, skip_updates: bool = True
+        self,
+        clearing: tuple[str, ...] | frozenset[str] = (),
+        *,
+        collect: bool = False,
+        skip_updates: bool = True,
+        dialogs: bool = False,
     ) -> None:
         self.clearing = frozenset(clearing)
+        #: The engine's extensions were allowed: their UI requests are the controller's
+        #: (:mod:`bridge.core.dialogs`), not seal diagnostics on the held prompt's receipt.
+        self.dialogs = dialogs
         self.collect = collect
         #: Skip parsing ``message_update`` lines nobody streams (off for full journals, which
         #: keep every line's payload and so need it parsed).
@@ -699,11 +705,12 @@ class Session:
             answer = None
             if isinstance(method, str) and method in DIALOG_METHODS and value.get("id") is not None:
                 answer = {"type": "extension_ui_response", "id": value.get("id"), "cancelled": True}
-            diag = Diagnostic("extension-ui", idx, detail, answer)
+            fields = ui_fields(method, value) if isinstance(method, str) else {}
+            diag = Diagnostic("extension-ui", idx, detail, answer, fields)
         else:
             error = value.get("error")
             diag = Diagnostic("extension-error", idx, {"error": str(error)[:500] if error is not None else None})
-        if self.held is not None:
+        if self.held is not None and not (self.dialogs and kind == "extension_ui_request"):
             _add_signal(self.held, diag.to_json())
         return diag
 

@@ -1,10 +1,11 @@
 """The trio side of one accepted prompt: who waits for its receipt (:class:`Pending`) and what
-the code that submitted it holds (:class:`PromptHandle`)."""
+the code that submitted it holds (:class:`PromptHandle`); and of one extension dialog
+(:class:`Dialog`)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -80,3 +81,47 @@ class PromptHandle:
     async def stop(self) -> str | None:
         """Stop this prompt (:meth:`Bridge.stop`): returns at once with the stop's id, or None."""
         return await self._bridge.stop(self.request)
+
+
+class DialogError(Exception):
+    """An answer to an extension dialog was refused; the message says why (the dialog has
+    ended already, or the answer does not fit it). A dialog left open stays open."""
+
+
+@attrs.define(eq=False)
+class Dialog:
+    """An extension dialog for the controller (:meth:`Bridge.dialogs`; the rules are
+    :mod:`bridge.core.dialogs`'). It ends exactly once: answered with :meth:`answer`, or
+    ``cancelled`` by the bridge (its timeout, its prompt's stop or receipt, the engine's
+    stop or exit, closing); :attr:`by` then says which."""
+
+    #: The bridge's id for it (``dialog-N``).
+    dialog: str
+    #: The prompt it belongs to (held when it opened), or None.
+    request: str | None
+    #: ``select``, ``confirm``, ``input`` or ``editor``.
+    method: str
+    #: Its fields as Pi sent them, bounded: ``title``, ``options``, ``message``, ``placeholder``,
+    #: ``prefill``, and ``timeout`` (ms) if the extension gave one.
+    fields: dict[str, Any]
+    #: Seconds the controller has to answer.
+    timeout: float
+    _bridge: Bridge = attrs.field(repr=False)
+    ended: trio.Event = attrs.field(factory=trio.Event, repr=False)
+    #: Who gave it its response (``controller``, ``timeout``, ``stop``, ...), once ended.
+    by: str | None = None
+    #: The response written to the engine (None: none was, its engine was gone).
+    response: dict[str, Any] | None = None
+
+    async def answer(self, value: Any = None, *, confirmed: Any = None, cancelled: Any = False) -> None:
+        """Answer it: ``value`` (select: one of ``fields["options"]``; input, editor: text),
+        ``confirmed=True``/``False`` (confirm), or ``cancelled=True`` (any). Returns at once;
+        raises :class:`DialogError` when it has ended already or the answer does not fit."""
+        await self._bridge.answer_dialog(self.dialog, value=value, confirmed=confirmed, cancelled=cancelled)
+
+    async def wait_ended(self) -> str:
+        """Wait until it has ended; returns :attr:`by`. Ends when it gets its response (each
+        dialog does, at the latest at its timeout or when the bridge closes)."""
+        await self.ended.wait()
+        assert self.by is not None
+        return self.by

@@ -39,6 +39,7 @@ from typing import Any
 
 import trio
 
+from bridge.core.dialogs import DIALOG_METHODS, UI_METHODS
 from bridge.core.events import Acked as SessionAcked
 from bridge.core.events import (
     Diagnostic,
@@ -55,13 +56,18 @@ from bridge.core.lifecycle import (
     Acked,
     Activity,
     Answer,
+    AnswerDialog,
     Ask,
+    AskDialog,
     BridgeConfig,
     Close,
     Closed,
     Configure,
     Decided,
     Deliver,
+    DialogEnded,
+    DialogOpened,
+    DialogReply,
     EngineExited,
     GiveUp,
     Input,
@@ -91,7 +97,7 @@ from bridge.core.steering import Wanted, model_summary
 from bridge.core.tracker import Overlap
 from bridge.live.engine import Engine, EngineGone
 from bridge.live.engines import EngineSide
-from bridge.live.handles import Pending, PromptHandle
+from bridge.live.handles import Dialog, DialogError, Pending, PromptHandle
 from bridge.live.journal import Journal
 from bridge.profiles.command import EngineProfile, Launch
 from bridge.transcript import dumps
@@ -130,7 +136,9 @@ class Bridge:
         self.journal = journal
         self._t0 = trio.current_time()
         self.lifecycle = Lifecycle(config)
-        self.session = Session(first_launch.clearing, collect=collect, skip_updates=not config.journal_full)
+        self.session = Session(
+            first_launch.clearing, collect=collect, skip_updates=not config.journal_full, dialogs=first_launch.dialogs
+        )
         self._handles: dict[str, Pending] = {}
         self._inputs: collections.deque[Input] = collections.deque()
         self._stepping = False
@@ -146,6 +154,12 @@ class Bridge:
         self._fsync_done = trio.Event()
         self._task_scopes: set[trio.CancelScope] = set()
         self._subscribers: list[trio.MemorySendChannel[dict[str, Any]]] = []
+        self._dialogs: dict[str, Dialog] = {}
+        self._dialog_subscribers: list[trio.MemorySendChannel[Dialog]] = []
+        self._dialog_replies: dict[str, str | None] = {}
+        #: A controller answers extension dialogs through :meth:`answer_dialog` (serve: its
+        #: stdin) and reads them as ``ask`` notifications: dialogs are asked, not cancelled.
+        self.answers_dialogs = False
         self._finished = False
         #: Observers called with every notification dict (serve uses this).
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
@@ -347,6 +361,37 @@ class Bridge:
             "closing": st.closing,
         }
 
+    def dialogs(self, max_buffer: int = 100) -> trio.MemoryReceiveChannel[Dialog]:
+        """A channel of the extension dialogs to answer (:class:`~bridge.live.handles.Dialog`).
+
+        Only an engine whose extensions were allowed (``PiProfile(extensions=[...])``,
+        ``--extension``) has dialogs to ask. While a channel from here is open (or
+        :attr:`answers_dialogs` is set), each dialog is asked and waits for its answer up to
+        ``dialog_timeout``; with none, it is answered ``cancelled`` at once. Never a yes
+        nobody gave. A full channel loses nothing: the dialog ends at its timeout."""
+        send, recv = trio.open_memory_channel[Dialog](max_buffer)
+        self._dialog_subscribers.append(send)
+        return recv
+
+    async def answer_dialog(
+        self, dialog: str, *, value: Any = None, confirmed: Any = None, cancelled: Any = False
+    ) -> None:
+        """Answer extension dialog ``dialog`` (:meth:`Dialog.answer
+        <bridge.live.handles.Dialog.answer>` says how). Returns at once: the answer is written
+        to the engine. Raises :class:`~bridge.live.handles.DialogError` when the dialog has
+        ended or the answer does not fit it."""
+        self._feed(AnswerDialog(dialog, value, confirmed, cancelled))
+        error = self._dialog_replies.pop(dialog, "the bridge did not take the answer")
+        if error is not None:
+            raise DialogError(error)
+
+    def _listened(self) -> bool:
+        """Someone answers dialogs: the controller, or an open :meth:`dialogs` channel."""
+        if self.answers_dialogs:
+            return True
+        self._dialog_subscribers = [s for s in self._dialog_subscribers if not _closed(s)]
+        return bool(self._dialog_subscribers)
+
     def signals(self, max_buffer: int = 1000) -> trio.MemoryReceiveChannel[dict[str, Any]]:
         """A channel of every notification (signals, engine lifecycle, receipts)."""
         send, recv = trio.open_memory_channel[dict[str, Any]](max_buffer)
@@ -438,6 +483,8 @@ class Bridge:
             self.journal.close()
         for send in self._subscribers:
             send.close()
+        for dsend in self._dialog_subscribers:
+            dsend.close()
 
     # -- the one door into the lifecycle ---------------------------------------------------
 
@@ -498,6 +545,16 @@ class Bridge:
                 self._nursery.start_soon(self.engines.stop, engine, action.requested)
         elif kind is StopAnswer:
             self._stop_answers[action.request] = action.stop
+        elif kind is AskDialog:
+            self._ask_dialog(action)
+        elif kind is DialogEnded:
+            d = self._dialogs.pop(action.dialog, None)
+            if d is not None:
+                d.by, d.response = action.by, action.answer
+                d.ended.set()
+            self._notify(action.payload)
+        elif kind is DialogReply:
+            self._dialog_replies[action.dialog] = action.error
         elif kind is Answer:
             waiter = self._asks.pop(action.token, None)
             if waiter is not None:
@@ -529,6 +586,18 @@ class Bridge:
             if state is not None:
                 state.times["submitted"] = action.submitted
         self.engines.queue(engine, dumps(cmd) + b"\n", action.request)
+
+    def _ask_dialog(self, action: AskDialog) -> None:
+        d = Dialog(action.dialog, action.request, action.method, action.fields, action.payload["timeout"], self)
+        self._dialogs[action.dialog] = d
+        self._notify(action.payload)
+        for send in list(self._dialog_subscribers):
+            try:
+                send.send_nowait(d)
+            except trio.WouldBlock:
+                pass  # it ends at its timeout
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._dialog_subscribers.remove(send)
 
     def _record_send(self, cmd: dict[str, Any], *, stream: bool = False, events: bool = False) -> None:
         """Journal a command and feed it to the session, before it is written:
@@ -674,11 +743,28 @@ class Bridge:
                     if self.listeners or self._subscribers:  # its JSON only for someone who reads it
                         self._notify(event.to_json())
             elif kind is Diagnostic:
-                self._feed(SignalSeen(generation, event.to_json()))
-                engine = self.engine
-                if event.answer is not None and engine is not None and engine.alive:
-                    self._record_send(event.answer)
-                    self.engines.queue(engine, dumps(event.answer) + b"\n", None)
+                self._extension_ui(event, generation)
+
+    def _extension_ui(self, event: Diagnostic, generation: int) -> None:
+        """An extension's UI request or error. With its extensions allowed, a dialog goes to
+        the lifecycle to be asked and a notification to the controller (``ui``); otherwise it
+        is a seal diagnostic, and a dialog is answered ``cancelled`` at once."""
+        engine = self.engine
+        allowed = event.kind == "extension-ui" and engine is not None and engine.launch.dialogs
+        method, engine_id = event.detail.get("method"), event.detail.get("id")
+        if allowed and method in UI_METHODS:
+            self._notify({"type": "ui", "method": method, "id": self.lifecycle.state.held, **(event.ui or {})})
+            return
+        if not allowed:
+            self._feed(SignalSeen(generation, event.to_json()))
+        if event.answer is not None and method in DIALOG_METHODS:
+            listened = allowed and self._listened()
+            self._feed(DialogOpened(generation, engine_id, method, event.ui or {}, listened))
+
+
+def _closed(send: trio.MemorySendChannel[Any]) -> bool:
+    """Every receiver of ``send`` has been closed (nobody reads it any more)."""
+    return send.statistics().open_receive_channels == 0
 
 
 def _seconds(value: Any) -> bool:

@@ -42,6 +42,9 @@ class Launch:
     #: inside it (the journal's ``confinement`` note); None when not confined.
     confinement: Callable[[], dict[str, Any]] | None = None
     cleanup: Callable[[], None] | None = None
+    #: The engine runs extensions the user allowed: their dialogs go to the controller
+    #: (:mod:`bridge.core.dialogs`), not answered ``cancelled`` as a seal diagnostic.
+    dialogs: bool = False
 
     def run_cleanup(self) -> None:
         if self.cleanup is not None:
@@ -75,6 +78,8 @@ class CommandProfile:
     cwd: str | None = None
     extra_env: dict[str, str] = attrs.field(factory=dict)
     env_allowlist: Sequence[str] | None = None
+    #: Its extension dialogs go to the controller (:attr:`Launch.dialogs`).
+    dialogs: bool = False
     name: str = "command"
 
     def prepare(self) -> Launch:
@@ -87,7 +92,8 @@ class CommandProfile:
             env=env,
             cwd=self.cwd,
             clearing=self.clearing,
-            header={"engine": "command", "argv": list(self.argv)},
+            header={"engine": "command", "argv": list(self.argv), **({"dialogs": True} if self.dialogs else {})},
+            dialogs=self.dialogs,
         )
 
 

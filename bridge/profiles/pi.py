@@ -17,6 +17,7 @@ holds what applies it (``NOTES`` = ``tools/pi/NOTES.md``):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -331,7 +332,8 @@ class PiProfile:
     #: Pi's working folder; default a private temp folder removed at cleanup.
     cwd: str | None = None
     env_allowlist: Sequence[str] | None = None
-    #: Explicit ``-e`` extensions. **Unseals the engine**: tests/fixtures only.
+    #: The allowlist of extensions (``--extension PATH``; Pi's ``-e``): only these load, the
+    #: start-up check verifies it, and their dialogs go to the controller (:mod:`bridge.core.dialogs`).
     extensions: Sequence[str] = ()
     #: The confinement (:mod:`bridge.profiles.sandbox`); ``Sandbox(enabled=False)``: ``--no-sandbox``.
     sandbox: Sandbox = attrs.field(factory=Sandbox)
@@ -372,6 +374,10 @@ class PiProfile:
                 p = Path(ext).expanduser().resolve()
                 if not p.exists():
                     raise ProfileError(f"extension {ext} does not exist")
+                if not p.is_file():
+                    raise ProfileError(f"extension {ext} is not a file (give the extension's .ts or .js file)")
+                if not os.access(p, os.R_OK):
+                    raise ProfileError(f"extension {ext} cannot be read")
                 ext = str(p)
             out += ["-e", ext]
         return out
@@ -402,6 +408,7 @@ class PiProfile:
         header["seal"]["sandbox"] = confined.header if confined is not None else disabled_header()
         # Read now: the profile is mutable, the check is of this launch.
         session, provider, config_dir = self.session, self.provider, str(folders.config)
+        extensions = tuple(ext_args[1::2])
         probe = _Probe(confined)
         return Launch(
             argv=argv,
@@ -411,10 +418,12 @@ class PiProfile:
             header=header,
             startup=[dict(c) for c in STARTUP],
             check=lambda responses: (
-                check_seal(responses, session=session, config_dir=config_dir, provider=provider) + probe.problems()
+                check_seal(responses, session=session, config_dir=config_dir, provider=provider, extensions=extensions)
+                + probe.problems()
             ),
             confinement=probe.verified if confined is not None else None,
             cleanup=folders.remove,
+            dialogs=bool(extensions),
         )
 
     def _confine(
@@ -524,6 +533,7 @@ class PiProfile:
         """The journal header: the engine, its versions, and what the seal enforced."""
         return {
             "engine": "pi",
+            **({"dialogs": True} if ext_args else {}),
             "pin": PI_PIN,
             "engine_version": install.version,
             "node": install.node_version,
@@ -533,6 +543,7 @@ class PiProfile:
                 "config_dir": "isolated",
                 "session": self.session,
                 "extensions": ext_args[1::2],
+                "extension_sha256": {e: _sha256(e) for e in ext_args[1::2] if not e.startswith("builtin:")},
                 "provider": self.provider,
                 "model": self.model,
                 "api_key": key_kind,
@@ -540,6 +551,14 @@ class PiProfile:
                 "env_removed": removed,
             },
         }
+
+
+def _sha256(path: str) -> str | None:
+    """The file's SHA-256 (hex), or None if it cannot be read now."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def _other_version(install: PiInstall) -> dict[str, Any]:

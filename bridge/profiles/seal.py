@@ -65,14 +65,19 @@ is enforced:
    prompt template or a skill). Limit: an extension that registers no command is invisible
    to both.
 
-``extensions`` (explicit ``-e PATH``, which ``--no-extensions`` keeps) exists only for tests
-and fixtures that deliberately **break the seal**; the journal header records them.
+``extensions`` (explicit ``-e PATH``, which ``--no-extensions`` keeps; ``--extension PATH`` on
+the command line) is **the allowlist**: only those load (discovery stays off), a file that fails
+to load makes Pi exit at start-up (main.js: "Failed to load extension", exit 1: a start-up
+death), every command ``get_commands`` lists must come from one of them (its
+``sourceInfo.path``), and the journal header records each with its SHA-256. Their dialogs go
+to the controller (:mod:`bridge.core.dialogs`). Tests and fixtures also use ``extensions``
+(with ``--seal-check warn``) to break the seal on purpose.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 __all__ = [
@@ -139,13 +144,15 @@ def check_seal(
     session: bool = False,
     config_dir: str | None = None,
     provider: str | None = None,
+    extensions: Sequence[str] = (),
 ) -> list[str]:
     """Problems with the seal seen in the :data:`STARTUP` answers (empty: sealed).
 
     ``get_state``: not streaming or compacting, no pending messages, no messages
     yet, no session file unless ``session`` (and then inside ``config_dir``), the
-    asked ``provider``. ``get_commands``: empty — any command comes from an
-    extension, a prompt template or a skill that discovery should have kept out.
+    asked ``provider``. ``get_commands``: only commands of the allowed ``extensions``
+    (resolved paths) — any other comes from an extension, a prompt template or a skill
+    that discovery should have kept out.
     """
     problems: list[str] = []
     state = _response(responses, STATE_ID, "get_state", problems)
@@ -155,7 +162,7 @@ def check_seal(
         problems += _provider_problems(state.get("model"), provider)
     cmds = _response(responses, COMMANDS_ID, "get_commands", problems)
     if cmds is not None:
-        problems += _command_problems(cmds)
+        problems += _command_problems(cmds, extensions)
     return problems
 
 
@@ -213,15 +220,22 @@ def _provider_problems(model: Any, provider: str | None) -> list[str]:
     return []
 
 
-def _command_problems(cmds: Mapping[str, Any]) -> list[str]:
-    """``get_commands``: every listed command is one discovery should have kept out."""
+def _command_problems(cmds: Mapping[str, Any], extensions: Sequence[str] = ()) -> list[str]:
+    """``get_commands``: every listed command not of an allowed extension is one discovery
+    should have kept out."""
     listed = cmds.get("commands")
     problems: list[str] = []
     if not isinstance(listed, list):
         problems.append("Pi's get_commands answer has no command list")
         listed = []
+    allowed = {os.path.realpath(e) for e in extensions if not e.startswith("builtin:")}
     for c in listed:
-        problems.append(_command_problem(c if isinstance(c, Mapping) else {}))
+        c = c if isinstance(c, Mapping) else {}
+        info = c.get("sourceInfo")
+        where = info.get("path") if isinstance(info, Mapping) else None
+        if c.get("source") == "extension" and isinstance(where, str) and os.path.realpath(where) in allowed:
+            continue
+        problems.append(_command_problem(c))
     return problems
 
 

@@ -126,7 +126,7 @@ def replay(path: str) -> ReplayResult:
     """Replay one transcript file. Raises :class:`~bridge.transcript.TranscriptError`."""
     stream, reader = open_transcript(path)
     with stream:
-        driver = Driver(Session(reader.header.clearing, collect=True))
+        driver = Driver(Session(reader.header.clearing, collect=True, dialogs=reader.header.dialogs))
         feed = driver.feed
         for entry in reader.skipping_updates():
             feed(entry)

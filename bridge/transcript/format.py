@@ -78,6 +78,12 @@ class Header:
     clearing: tuple[str, ...] = ()
     meta: dict[str, Any] = attrs.field(factory=dict)
 
+    @property
+    def dialogs(self) -> bool:
+        """The engine ran extensions the user allowed (``"dialogs": true``): their UI
+        requests were the controller's, not seal diagnostics."""
+        return self.meta.get("dialogs") is True
+
 
 @attrs.frozen
 class Entry:

@@ -33,6 +33,11 @@ exit). This machine owns the rest of SPEC §5 and §7:
   cannot be written) rejects what is unwritten, stops the held prompt, stops
   the engine, and ends with :class:`Closed` once every accepted prompt has its
   receipt;
+- **extension dialogs** (:mod:`bridge.core.dialogs`): each is asked of the controller
+  (:class:`AskDialog`) and gets exactly one ``extension_ui_response`` — the controller's
+  answer, or ``cancelled`` at its timeout, its prompt's stop or receipt, the engine's stop,
+  or closing — and one :class:`DialogEnded` saying who gave it; while one of the held
+  prompt's is open, its ack and stall deadlines wait;
 - the signal budget per engine generation, and the window of recent ids.
 
 Receipts are decided in one place, :func:`bridge.core.receipts.decide`: this
@@ -53,8 +58,11 @@ sleeps until :meth:`Lifecycle.next_deadline` and then ticks, first bringing the 
 from bridge.core.lifecycle.actions import (
     Action,
     Answer,
+    AskDialog,
     Closed,
     Deliver,
+    DialogEnded,
+    DialogReply,
     GiveUp,
     Note,
     Notify,
@@ -66,6 +74,7 @@ from bridge.core.lifecycle.actions import (
 )
 from bridge.core.lifecycle.config import (
     DEADLINES,
+    DEFAULT_DIALOG_TIMEOUT,
     DEFAULT_STALL_TIMEOUT,
     HELD_DEADLINES,
     RECENT_IDS,
@@ -75,12 +84,14 @@ from bridge.core.lifecycle.config import (
 from bridge.core.lifecycle.inputs import (
     Acked,
     Activity,
+    AnswerDialog,
     Answered,
     Ask,
     Close,
     Configure,
     Configured,
     Decided,
+    DialogOpened,
     EngineExited,
     Input,
     JournalFailed,
@@ -103,6 +114,7 @@ from bridge.core.lifecycle.machine import (
     step,
 )
 from bridge.core.lifecycle.state import (
+    DialogRec,
     EngineRec,
     LifeState,
     PromptRec,
@@ -113,6 +125,7 @@ from bridge.core.receipts import GiveUpWhy
 
 __all__ = [
     "DEADLINES",
+    "DEFAULT_DIALOG_TIMEOUT",
     "DEFAULT_STALL_TIMEOUT",
     "HELD_DEADLINES",
     "RECENT_IDS",
@@ -121,8 +134,10 @@ __all__ = [
     "Action",
     "Activity",
     "Answer",
+    "AnswerDialog",
     "Answered",
     "Ask",
+    "AskDialog",
     "BridgeConfig",
     "Close",
     "Closed",
@@ -130,6 +145,10 @@ __all__ = [
     "Configured",
     "Decided",
     "Deliver",
+    "DialogEnded",
+    "DialogOpened",
+    "DialogRec",
+    "DialogReply",
     "EngineExited",
     "EngineRec",
     "GiveUp",

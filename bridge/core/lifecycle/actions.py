@@ -25,7 +25,8 @@ class Spawn:
 class Write:
     """Journal ``cmd``, feed it to the session, then write it to engine ``generation``.
 
-    ``kind``: ``startup``, ``prompt``, ``clear``, ``abort`` or ``config`` (answered by
+    ``kind``: ``startup``, ``prompt``, ``clear``, ``abort``, ``ask``, ``dialog`` (an
+    ``extension_ui_response``) or ``config`` (answered by
     :class:`~bridge.core.lifecycle.inputs.Configured` once every one of the batch is)."""
 
     generation: int
@@ -101,8 +102,54 @@ class Answer:
 
 
 @attrs.frozen
+class AskDialog:
+    """An extension dialog for the controller: the ``ask`` notice (``payload``) and, for the
+    Python API, the dialog to hand to whoever waits for dialogs."""
+
+    dialog: str
+    request: str | None
+    method: str
+    fields: dict[str, Any]
+    payload: dict[str, Any]
+
+
+@attrs.frozen
+class DialogEnded:
+    """Dialog ``dialog`` got its one response (``answer``), given by ``by``
+    (:mod:`bridge.core.dialogs`' ``BY_*``); ``payload`` is the ``dialog-end`` notice."""
+
+    dialog: str
+    by: str
+    answer: dict[str, Any] | None
+    payload: dict[str, Any]
+
+
+@attrs.frozen
+class DialogReply:
+    """The answer to an AnswerDialog: None when it was taken, else why not."""
+
+    dialog: str
+    error: str | None = None
+
+
+@attrs.frozen
 class Closed:
     """Every accepted prompt has its receipt and no engine runs: the bridge is closed."""
 
 
-Action = Spawn | Write | StopEngine | GiveUp | Deliver | Notify | Signal | Note | StopAnswer | Answer | Closed
+Action = (
+    Spawn
+    | Write
+    | StopEngine
+    | GiveUp
+    | Deliver
+    | Notify
+    | Signal
+    | Note
+    | StopAnswer
+    | Answer
+    | AskDialog
+    | DialogEnded
+    | DialogReply
+    | Closed
+)

@@ -16,6 +16,7 @@ SIGNALS_PER_GENERATION: Final = 1000
 
 #: The deadlines, and what happens when each passes:
 #:
+#: ``dialog``   an extension dialog's timeout passed unanswered: answered ``cancelled``
 #: ``ask``      a question written to the engine was not answered: answered with an error
 #: ``config``   the held prompt's configuration was not answered: ``rejected``/``config``, recycle
 #: ``ack``      the held prompt was written and not acked: give up (``no-ack``), recycle
@@ -29,11 +30,26 @@ SIGNALS_PER_GENERATION: Final = 1000
 #: ``startup``  the start-up check was not answered: a failed check
 #: ``backoff``  the wait before respawning after crashes is over: spawn
 #: ``drain``    shutdown's bound passed: closing, the held prompt stopped (``timeout``)
-DEADLINES: Final = ("ask", "config", "ack", "settle", "stall", "stop", "taint", "close", "startup", "backoff", "drain")
+DEADLINES: Final = (
+    "dialog",
+    "ask",
+    "config",
+    "ack",
+    "settle",
+    "stall",
+    "stop",
+    "taint",
+    "close",
+    "startup",
+    "backoff",
+    "drain",
+)
 HELD_DEADLINES: Final = ("config", "ack", "settle", "stall", "stop", "taint", "close")
 
 #: The default stall timeout, seconds (README "Stalls" says why this long).
 DEFAULT_STALL_TIMEOUT: Final = 300.0
+#: The default time a controller has to answer an extension dialog, seconds.
+DEFAULT_DIALOG_TIMEOUT: Final = 120.0
 
 
 def _positive(instance: Any, attribute: Any, value: Any) -> None:
@@ -87,6 +103,9 @@ class BridgeConfig:
     stdin_grace: float = attrs.field(default=2.0, validator=_positive)
     term_grace: float = attrs.field(default=2.0, validator=_positive)
     max_line: int = attrs.field(default=DEFAULT_MAX_LINE, validator=_positive)
+    #: How long an extension dialog waits for the controller's answer (less if the
+    #: extension gave it a shorter timeout of its own); then it is answered ``cancelled``.
+    dialog_timeout: float = attrs.field(default=DEFAULT_DIALOG_TIMEOUT, validator=_positive)
     #: The thinking level every prompt asks for unless it or a Configure says otherwise (None:
     #: the engine's own).
     thinking: str | None = None

@@ -116,6 +116,31 @@ class Answered:
 
 
 @attrs.frozen
+class DialogOpened:
+    """The engine opened an extension dialog (``select``, ``confirm``, ``input``, ``editor``:
+    :mod:`bridge.core.dialogs`); ``fields`` are the ones passed on. ``listened``: a controller
+    can answer it (else it is answered ``cancelled`` at once)."""
+
+    generation: int
+    #: Pi's id for it, written back in the response (any JSON value Pi sent).
+    engine_id: Any
+    method: str
+    fields: dict[str, Any] = attrs.field(factory=dict)
+    listened: bool = True
+
+
+@attrs.frozen
+class AnswerDialog:
+    """The controller's answer to dialog ``dialog``: one of ``value``, ``confirmed`` or
+    ``cancelled=True``. Answered with :class:`~bridge.core.lifecycle.actions.DialogReply`."""
+
+    dialog: str
+    value: Any = None
+    confirmed: Any = None
+    cancelled: Any = False
+
+
+@attrs.frozen
 class Configured:
     """Every configuration command written for ``request`` was answered (by id)."""
 
@@ -214,6 +239,8 @@ Input = (
     | NewConversation
     | Ask
     | Answered
+    | DialogOpened
+    | AnswerDialog
     | Configured
     | Stop
     | Shutdown

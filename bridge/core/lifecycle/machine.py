@@ -8,11 +8,15 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from bridge.core import dialogs
 from bridge.core.lifecycle.actions import (
     Action,
     Answer,
+    AskDialog,
     Closed,
     Deliver,
+    DialogEnded,
+    DialogReply,
     GiveUp,
     Note,
     Notify,
@@ -32,12 +36,14 @@ from bridge.core.lifecycle.config import (
 from bridge.core.lifecycle.inputs import (
     Acked,
     Activity,
+    AnswerDialog,
     Answered,
     Ask,
     Close,
     Configure,
     Configured,
     Decided,
+    DialogOpened,
     EngineExited,
     Input,
     JournalFailed,
@@ -56,6 +62,7 @@ from bridge.core.lifecycle.inputs import (
     WriteFailed,
 )
 from bridge.core.lifecycle.state import (
+    DialogRec,
     LifeState,
     PromptRec,
 )
@@ -93,6 +100,8 @@ class Lifecycle:
             NewConversation: self._new_conversation,
             Ask: self._ask,
             Answered: self._answered,
+            DialogOpened: self._dialog_opened,
+            AnswerDialog: self._answer_dialog,
             Stop: self._stop,
             Shutdown: self._shutdown,
             Close: self._close,
@@ -122,7 +131,7 @@ class Lifecycle:
         if not self.state.closed:
             self._handlers[type(event)](event)
             self._pump()
-        elif type(event) in (Submit, Ask):  # a receipt, or an answer, is owed even now
+        elif type(event) in (Submit, Ask, AnswerDialog):  # a receipt, or an answer, is owed even now
             self._handlers[type(event)](event)
         self._out = []
         return out
@@ -214,6 +223,133 @@ class Lifecycle:
         s.asks.clear()
         s.asked.clear()
         s.deadlines.pop("ask", None)
+
+    # -- extension dialogs (bridge.core.dialogs) -------------------------------------------
+
+    def _dialog_opened(self, ev: DialogOpened) -> None:
+        s, e = self.state, self.state.engine
+        if not self._current(ev.generation) or e.phase not in ("checking", "ready"):
+            return  # its engine is gone or going: nothing waits for an answer any more
+        s.dialog_serial += 1
+        held = self._held()
+        request = held.request if held is not None and held.phase == "held" and held.gave_up is None else None
+        timeout = self.config.dialog_timeout
+        if "timeout" in ev.fields:
+            timeout = min(timeout, ev.fields["timeout"] / 1000.0)
+        rec = DialogRec(
+            dialog=f"dialog-{s.dialog_serial}",
+            engine_id=ev.engine_id,
+            generation=ev.generation,
+            method=ev.method,
+            request=request,
+            fields=dict(ev.fields),
+            opened=self._now,
+            deadline=self._now + timeout,
+        )
+        note = {
+            "event": "dialog",
+            "dialog": rec.dialog,
+            "request": request,
+            "engine_id": ev.engine_id,
+            "method": ev.method,
+            "title": ev.fields.get("title", "")[:200],
+        }
+        if not ev.listened or s.closing is not None:
+            # Nobody to ask (no extension allowed: the seal's default), or closing: answered
+            # ``cancelled`` now; the controller never saw it, so it hears of no end either.
+            by = dialogs.BY_NOBODY if not ev.listened else dialogs.BY_CLOSING
+            self._note(note)
+            self._out.append(
+                Write(
+                    rec.generation,
+                    {"type": "extension_ui_response", "id": rec.engine_id, **dialogs.CANCELLED},
+                    "dialog",
+                )
+            )
+            self._note({"event": "dialog-end", "dialog": rec.dialog, "by": by, "answer": dict(dialogs.CANCELLED)})
+            return
+        s.dialogs[rec.dialog] = rec
+        # ``timeout``: the seconds the controller has (the extension's own, if shorter).
+        payload = {
+            "type": "ask",
+            "dialog": rec.dialog,
+            "id": request,
+            "method": ev.method,
+            **rec.fields,
+            "timeout": round(timeout, 3),
+        }
+        self._note({**note, "timeout": round(timeout, 3)})
+        self._out.append(AskDialog(rec.dialog, request, ev.method, dict(rec.fields), payload))
+        if held is not None and request == held.request:
+            # The engine waits on a person now, not on the model: ack and stall wait too.
+            for name in ("ack", "stall"):
+                if s.deadlines.pop(name, None) is not None and name not in held.paused:
+                    held.paused.append(name)
+        self._arm_dialogs()
+
+    def _answer_dialog(self, ev: AnswerDialog) -> None:
+        rec = self.state.dialogs.get(ev.dialog)
+        if rec is None:
+            self._out.append(
+                DialogReply(ev.dialog, f"no open dialog {ev.dialog!r} (answered, timed out, cancelled, or never asked)")
+            )
+            return
+        answer, error = dialogs.check_answer(rec.method, rec.fields, ev.value, ev.confirmed, ev.cancelled)
+        if answer is None:
+            self._out.append(DialogReply(ev.dialog, error))
+            return
+        self._end_dialog(rec, dialogs.BY_CONTROLLER, answer)
+        self._out.append(DialogReply(ev.dialog, None))
+
+    def _end_dialog(self, rec: DialogRec, by: str, answer: dict[str, Any] | None, *, write: bool = True) -> None:
+        """Dialog ``rec`` gets its one response: ``answer`` (None: ``cancelled``), written to its
+        engine unless that engine is gone (``write`` False)."""
+        s = self.state
+        s.dialogs.pop(rec.dialog, None)
+        response = answer if answer is not None else dict(dialogs.CANCELLED)
+        if write:
+            self._out.append(
+                Write(rec.generation, {"type": "extension_ui_response", "id": rec.engine_id, **response}, "dialog")
+            )
+        said = response if write else None
+        self._note({"event": "dialog-end", "dialog": rec.dialog, "by": by, "answer": said})
+        payload = {"type": "dialog-end", "dialog": rec.dialog, "id": rec.request, "by": by, "answer": said}
+        self._out.append(DialogEnded(rec.dialog, by, said, payload))
+        held = self._held()
+        if (
+            held is not None
+            and held.request == rec.request
+            and held.paused
+            and not any(d.request == held.request for d in s.dialogs.values())
+        ):
+            self._resume(held)
+        self._arm_dialogs()
+
+    def _resume(self, rec: PromptRec) -> None:
+        """The held prompt's last dialog ended: its paused deadlines run again, each afresh."""
+        s = self.state
+        for name in rec.paused:
+            if name == "ack" and not rec.acked:
+                s.deadlines["ack"] = self._now + self.config.ack_timeout
+            elif name == "stall" and rec.stall is not None and rec.stop is None:
+                s.deadlines["stall"] = self._now + rec.stall
+        rec.paused = []
+        rec.resumed = self._now
+
+    def _end_dialogs(
+        self, by: str, *, request: str | None = None, generation: int | None = None, write: bool = True
+    ) -> None:
+        """End the open dialogs of ``request`` (or of engine ``generation``, or all)."""
+        for rec in list(self.state.dialogs.values()):
+            if (request is None or rec.request == request) and (generation is None or rec.generation == generation):
+                self._end_dialog(rec, by, None, write=write)
+
+    def _arm_dialogs(self) -> None:
+        s = self.state
+        if s.dialogs:
+            s.deadlines["dialog"] = min(d.deadline for d in s.dialogs.values())
+        else:
+            s.deadlines.pop("dialog", None)
 
     def _new_conversation(self, ev: NewConversation) -> None:
         self.state.fresh = True
@@ -432,6 +568,7 @@ class Lifecycle:
         s.deadlines.pop("close", None)
         e.phase = "none"
         e.pid = None
+        self._end_dialogs(dialogs.BY_ENGINE_EXIT, generation=ev.generation, write=False)
         s.asked.clear()  # written to an engine that is gone: asked again of the next one
         s.deadlines.pop("ask", None)
         rec = self._held()
@@ -456,7 +593,7 @@ class Lifecycle:
             # A tool runs: nothing to measure, so look again one stall timeout from now.
             s.deadlines["stall"] = self._now + rec.stall
         else:
-            s.deadlines["stall"] = max(ev.at, rec.written or 0.0) + ev.pause + rec.stall
+            s.deadlines["stall"] = max(ev.at, rec.written or 0.0, rec.resumed or 0.0) + ev.pause + rec.stall
 
     # -- time ----------------------------------------------------------------------
 
@@ -466,6 +603,12 @@ class Lifecycle:
         for _, _, name in due:
             if s.deadlines.pop(name, None) is not None:
                 getattr(self, "_deadline_" + name)()
+
+    def _deadline_dialog(self) -> None:
+        for rec in sorted(self.state.dialogs.values(), key=lambda d: d.deadline):
+            if rec.deadline <= self._now:
+                self._end_dialog(rec, dialogs.BY_TIMEOUT, None)
+        self._arm_dialogs()
 
     def _deadline_ask(self) -> None:
         self._answer_all(f"the engine did not answer in {self.config.ack_timeout:g} s")
@@ -676,6 +819,8 @@ class Lifecycle:
 
     def _stop_engine(self, *, requested: bool) -> None:
         e = self.state.engine
+        # Answered before it is stopped: an extension waiting on one may then end cleanly.
+        self._end_dialogs(dialogs.BY_ENGINE_STOP, generation=e.generation, write=e.phase in ("checking", "ready"))
         e.phase = "stopping"
         e.stop_requested = requested
         self.state.deadlines.pop("startup", None)
@@ -706,6 +851,9 @@ class Lifecycle:
         self._note({"event": "stop", "stop": stop, "request": rec.request, "by": by, "why": why})
         if e.phase not in ("checking", "ready"):
             return  # no engine to tell: its exit settles the prompt
+        # Pi's abort does not resolve a dialog the extension opened without a signal: the
+        # prompt's own dialogs are answered first, or its run would wait on them.
+        self._end_dialogs(dialogs.BY_STOP, request=rec.request)
         if self.config.stop_clears_queue and "clear_queue" in e.clearing:
             self._out.append(Write(e.generation, {"type": "clear_queue", "id": f"{stop}:clear"}, "clear"))
         self._out.append(Write(e.generation, {"type": "abort", "id": stop}, "abort"))
@@ -716,6 +864,7 @@ class Lifecycle:
             return
         s.closing = why
         self._note({"event": "closing", "why": why, "detail": detail})
+        self._end_dialogs(dialogs.BY_CLOSING, write=s.engine.phase in ("checking", "ready"))
         if s.asks:
             self._answer_all("the bridge is closing")
         for name in ("drain", "backoff"):
@@ -765,6 +914,8 @@ class Lifecycle:
             for name in HELD_DEADLINES:
                 s.deadlines.pop(name, None)
         del s.prompts[rec.request]
+        if s.dialogs:
+            self._end_dialogs(dialogs.BY_RECEIPT, request=rec.request)
         s.recent[rec.request] = receipt
         if len(s.recent) > RECENT_IDS:
             del s.recent[next(iter(s.recent))]

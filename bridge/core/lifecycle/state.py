@@ -47,6 +47,29 @@ class PromptRec:
     acked: bool = False
     #: A GiveUp was emitted for it (its receipt is on the way).
     gave_up: GiveUpWhy | None = None
+    #: Its ack / stall deadlines, waiting while one of its dialogs is open (how long each
+    #: had left is not kept: each is armed afresh when the last dialog ends).
+    paused: list[str] = attrs.field(factory=list)
+    #: When its last dialog ended (its quiet is measured from there, not from the engine's
+    #: last line before the dialog).
+    resumed: float | None = None
+
+
+@attrs.define
+class DialogRec:
+    """An extension dialog the controller was asked (:mod:`bridge.core.dialogs`), not yet answered."""
+
+    #: The bridge's id for it (``dialog-N``), the one the controller answers.
+    dialog: str
+    #: Pi's id for it (the ``extension_ui_request``'s), the one the response carries.
+    engine_id: Any
+    generation: int
+    method: str
+    #: The prompt held when it opened (None: between prompts).
+    request: str | None
+    fields: dict[str, Any] = attrs.field(factory=dict)
+    opened: float = 0.0
+    deadline: float = 0.0
 
 
 @attrs.define
@@ -111,6 +134,9 @@ class LifeState:
     #: current engine.
     asks: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     asked: list[str] = attrs.field(factory=list)
+    #: Extension dialogs waiting for the controller's answer, by the bridge's id.
+    dialogs: dict[str, DialogRec] = attrs.field(factory=dict)
+    dialog_serial: int = 0
 
 
 def snapshot(state: LifeState) -> dict[str, Any]:

@@ -48,7 +48,7 @@ class Diagnoser:
         self.header = header
         self.facts = Facts(header)
         self.tally = Tally()
-        self.driver = Driver(Session(header.clearing, collect=False), bounded=True)
+        self.driver = Driver(Session(header.clearing, collect=False, dialogs=header.dialogs), bounded=True)
         self.findings: list[Finding] = []
         self.dropped_findings = 0
         self.timeline = Timeline() if timeline else None
@@ -60,6 +60,8 @@ class Diagnoser:
         self._gap_findings: dict[int, Finding] = {}
         self._seal_check_finding: dict[Any, Finding] = {}
         self._n = 0
+        #: Extension dialogs asked and not yet ended (their ``dialog`` notes), by id.
+        self._dialogs: dict[Any, dict[str, Any]] = {}
         #: Where the entry being read sits on the timeline (an observation index; .5 between two).
         self._pos = 0.0
 
@@ -223,6 +225,8 @@ class Diagnoser:
                 self._base(entry, "disposition"), words, item, request=event.request, detail=event.to_json()
             )
         elif isinstance(event, Diagnostic):
+            if self.header.dialogs and event.kind == "extension-ui":
+                return  # an allowed extension's UI: its dialogs are findings of their own (notes)
             self.tally.count("seal-diagnostic")
             self.facts.ext_seen += 1
             words = diagnostic_words(event, self.facts, session.generation)
@@ -410,6 +414,22 @@ class Diagnoser:
             self._note_journal_failed(entry, value, item)
         elif event == "bridge-closed":
             self.closed = True
+        elif event == "dialog" and hashable(value.get("dialog")):
+            self._dialogs[value["dialog"]] = value
+        elif event == "dialog-end":
+            self._dialog_end(entry, value, item)
+
+    def _dialog_end(self, entry: Entry, value: dict[str, Any], item: Item) -> None:
+        """An extension dialog's one response: a finding when the controller was to be asked."""
+        opened = self._dialogs.pop(value.get("dialog"), None) if hashable(value.get("dialog")) else None
+        if not self.header.dialogs:
+            return  # a sealed engine's dialog: its seal-diagnostic finding says it was cancelled
+        by = str(value.get("by"))
+        self.tally.dialogs[by] = self.tally.dialogs.get(by, 0) + 1
+        words = journal.dialog_words(opened, value)
+        base = self._base(entry, "dialog", kind="dialog")
+        request = opened.get("request") if opened is not None else None
+        self._add_words(base, words, item, request=request, detail={"opened": opened, "end": value})
 
     def _note_seal_check(self, entry: Entry, value: dict[str, Any], item: Item) -> None:
         gen = value.get("generation")
@@ -537,6 +557,7 @@ class Diagnoser:
             "prompts": {"sent": tally.prompts_sent, "receipts": total},
             "receipts": {state: dict(sorted(reasons.items())) for state, reasons in sorted(tally.receipts.items())},
             "usage": {"runs": tally.runs, **tally.usage.to_json()} if tally.runs else None,
+            "dialogs": dict(sorted(tally.dialogs.items())),
             "signals": dict(sorted(tally.signals.items())),
             "gaps": {"count": sum(facts.gaps.values()), "why": dict(sorted(facts.gaps.items()))},
             "engine_starts": tally.engine_starts,

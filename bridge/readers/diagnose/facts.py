@@ -154,6 +154,8 @@ class Tally:
     #: Receipts that had a run, and their usage summed.
     runs: int = 0
     usage: Usage = attrs.field(factory=Usage)
+    #: Extension dialogs by who gave each its one response.
+    dialogs: dict[str, int] = attrs.field(factory=dict)
 
     def count(self, name: str) -> None:
         self.signals[name] = self.signals.get(name, 0) + 1

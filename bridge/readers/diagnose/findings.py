@@ -41,9 +41,9 @@ class Finding(Wire):
     ``--json`` form; ``x``, ``after_left`` and ``after_items`` are the diagnoser's own)."""
 
     n: int
-    kind: str  # "signal" | "receipt" | "engine" | "seal" | "journal"
+    kind: str  # "signal" | "receipt" | "engine" | "seal" | "journal" | "dialog"
     # O1..O6, aborted-without-stop, gap, disposition, seal-diagnostic, seal-check, engine-down, engine-exit,
-    # receipt, journal-failed, journal-ends-early
+    # receipt, journal-failed, journal-ends-early, dialog
     signal: str
     title: str
     explanation: str

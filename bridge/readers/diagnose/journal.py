@@ -1,5 +1,6 @@
 """The words of what only a live bridge's journal records: seal checks, engine exits, engine-down, a
-journal that could not be written, and one that ends before the bridge closed.
+journal that could not be written, one that ends before the bridge closed, and the extension
+dialogs the controller was asked (their ``dialog`` / ``dialog-end`` notes).
 
 Rules: replay cannot recompute any of these, so the words say only what the journal's notes,
 signals and exit entries hold (their times, lines, stderr tails and errors), and point to the
@@ -106,3 +107,48 @@ def journal_ends_words(facts: Facts, unsettled: int) -> Words:
         causes.journal_end(facts),
         [failed.n] if failed is not None else [],
     )
+
+
+#: Who gave a dialog its one response (the ``dialog-end`` note's ``by``), in words.
+_DIALOG_BY: dict[str, str] = {
+    "timeout": "cancelled by its timeout",
+    "stop": "cancelled by the prompt's stop (before the abort was sent)",
+    "receipt": "cancelled when its prompt got its receipt",
+    "engine-stop": "cancelled as the bridge stopped the engine",
+    "engine-exit": "never answered: the engine exited first (nothing waited for an answer any more)",
+    "closing": "cancelled as the bridge closed",
+    "no-controller": "cancelled at once: nobody was reading dialogs (bridge run, or an API user without "
+    "Bridge.dialogs())",
+}
+
+
+def dialog_answer_words(by: Any, answer: Any) -> str:
+    """Who answered a dialog, and what: ``answered by the controller: confirmed``."""
+    if by != "controller":
+        return _DIALOG_BY.get(str(by), f"ended by {short(by)}")
+    answer = answer if isinstance(answer, dict) else {}
+    if answer.get("cancelled"):
+        return "cancelled by the controller"
+    if "confirmed" in answer:
+        return "answered by the controller: " + ("confirmed" if answer["confirmed"] else "declined")
+    return f"answered by the controller: {short(answer.get('value'), 80)}"
+
+
+def dialog_words(opened: dict[str, Any] | None, end: dict[str, Any]) -> Words:
+    """One extension dialog, from its ``dialog`` note (``opened``; None if the journal lost it)
+    and its ``dialog-end`` note: what was asked, for which prompt, and who answered."""
+    opened = opened or {}
+    dialog = short(end.get("dialog"))
+    method = short(opened.get("method", "?"))
+    title = opened.get("title")
+    asked = f"{method} {short(title, 80)!s}" if title else method
+    request = opened.get("request")
+    whose = f"prompt {short(request)}" if request is not None else "no prompt (between prompts)"
+    said = dialog_answer_words(end.get("by"), end.get("answer"))
+    text = f"an extension asked the controller {dialog} ({asked}) during {whose}; {said}."
+    if opened.get("timeout") is not None:
+        text += f" The controller had {opened['timeout']:g} s to answer."
+    text += " Exactly one extension_ui_response went to the engine for it (the bridge's rule)."
+    if end.get("by") == "engine-exit":
+        text = text.replace("Exactly one extension_ui_response went", "No extension_ui_response could go")
+    return Words(f"dialog {dialog} ({method}): {said}", text)

@@ -118,6 +118,10 @@ def _summary(s: dict[str, Any]) -> list[str]:
     if usage:
         u = Usage.from_json({k: v for k, v in usage.items() if k != "runs"})
         out.append(f"  usage: {usage['runs']} run(s), " + usage_words(u))
+    dialogs = s.get("dialogs")
+    if dialogs:
+        said = ", ".join(f"{by} {n}" for by, n in dialogs.items())
+        out.append(f"  dialogs: {sum(dialogs.values())} asked of the controller, ended by: {said}")
     out.append("  signals: " + (", ".join(f"{k} {v}" for k, v in s["signals"].items()) or "none"))
     gaps = s["gaps"]
     out.append(
