@@ -259,7 +259,11 @@ RESULTS = {
     "session/set_config_option": "SetSessionConfigOptionResponse",
     "session/close": "CloseSessionResponse",
 }
-OUTGOING = {"session/update": "SessionNotification", "session/request_permission": "RequestPermissionRequest"}
+OUTGOING = {
+    "session/update": "SessionNotification",
+    "session/request_permission": "RequestPermissionRequest",
+    "$/cancel_request": "CancelRequestNotification",
+}
 
 
 def validate_wire(log: Path) -> list[dict[str, Any]]:
@@ -752,3 +756,104 @@ def test_every_receipt_state_reaches_the_client_as_its_own_error_and_bad_message
     assert answers[7]["error"]["code"] == acp.RESOURCE_NOT_FOUND and "s9" in answers[7]["error"]["message"]
     assert answers[8]["error"]["code"] == acp.INVALID_PARAMS
     validate_wire(tmp_path / "tap.log")
+
+
+# -- extension dialogs as permission requests (issue 14's dialogs) -----------------------------------
+
+EXTENSION = ROOT / "tools" / "pi" / "extensions" / "confirm_bash.ts"
+
+
+class Permitting(Recorder):
+    """A client that answers each permission request from a plan: ``allow``, ``reject``,
+    ``cancel`` (it cancels the turn, then answers ``cancelled`` as ACP requires) or ``late``
+    (it answers ``allow`` only after the dialog's timeout has passed)."""
+
+    def __init__(self, plan: list[str]) -> None:
+        super().__init__()
+        self.plan = plan
+        self.asked: list[Any] = []
+        self.conn: Any = None
+
+    async def request_permission(self, session_id: str, tool_call: Any, options: list[Any], **kwargs: Any) -> Any:
+        from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
+
+        self.asked.append((tool_call, options))
+        what = self.plan[len(self.asked) - 1]
+        if what == "cancel":
+            await self.conn.cancel(session_id=session_id)
+            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        if what == "late":
+            await asyncio.sleep(2.5)
+            what = "allow"
+        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=what))
+
+
+def test_an_extensions_confirm_is_a_permission_request_and_only_the_clients_choice_answers_it(
+    pinned_pi: Any, tmp_path: Path
+) -> None:
+    """The real Pi with an allowlisted extension that asks ``confirm`` before every ``bash``
+    call, driven by the Python SDK's client: allowed (the command runs), rejected (blocked,
+    the turn goes on), the turn cancelled while it is asked (``cancelled``; the dialog ends by
+    the stop), and answered after ``--dialog-timeout`` (the dialog was cancelled at its timeout,
+    ``$/cancel_request`` told the client, its late yes changes nothing). Each dialog ends once,
+    as the journal says; every message schema-valid."""
+    steps = [
+        {"tool_call": {"name": "bash", "arguments": {"command": "echo yes-ran"}}},
+        {"text": "ran it"},
+        {"tool_call": {"name": "bash", "arguments": {"command": "echo no-ran"}}},
+        {"text": "blocked"},
+        {"tool_call": {"name": "bash", "arguments": {"command": "echo late-ran"}}},
+        {"text": "too late"},
+        # Last: the dialog's cancel (before the abort) may let Pi ask the model once more.
+        {"tool_call": {"name": "bash", "arguments": {"command": "echo cancel-ran"}}},
+        {"words": 200, "chunk": 6, "delay": 0.05},
+    ]
+    server, models, settings = scripted(tmp_path, steps)
+    (tmp_path / "proj").mkdir()
+    argv = agent_argv(tmp_path, models, settings, "--extension", str(EXTENSION), "--dialog-timeout", "1")
+    client = Permitting(["allow", "reject", "late", "cancel"])
+    try:
+        results = asyncio.run(asyncio.wait_for(_permissions(client, argv, tmp_path), 60))
+    finally:
+        server.close()
+    yes, no, late, cancelled = results
+    assert yes.stop_reason == "end_turn" and no.stop_reason == "end_turn" and late.stop_reason == "end_turn"
+    assert cancelled.stop_reason == "cancelled"
+    r = cancelled.field_meta["pi-bridge"]["receipt"]
+    assert (r["state"], r["reason"]) == ("failed", "interrupted")
+    assert len(client.asked) == 4
+    call, options = client.asked[0]
+    assert call.title == "Run this command?" and call.content[0].content.text == "echo yes-ran"
+    assert [(o.option_id, o.kind) for o in options] == [("allow", "allow_once"), ("reject", "reject_once")]
+    # What the commands did: only the allowed one ran.
+    ends = [
+        u
+        for u in client.updates
+        if getattr(u, "session_update", None) == "tool_call_update" and u.status in ("completed", "failed")
+    ]
+    outputs = [(u.status, u.content[0].content.text) for u in ends]
+    assert outputs[0] == ("completed", "yes-ran\n")
+    assert outputs[1][0] == "failed" and "Blocked by the user" in outputs[1][1]
+    assert outputs[2][0] == "failed" and "Blocked by the user" in outputs[2][1]
+    # Each dialog ended once, by whom the journal says.
+    journal = tmp_path / "j-s1.jsonl"
+    notes = [json.loads(line).get("note") for line in journal.read_text().splitlines()]
+    by = [n["by"] for n in notes if isinstance(n, dict) and n.get("event") == "dialog-end"]
+    assert by == ["controller", "controller", "timeout", "stop"], by
+    written = validate_wire(tmp_path / "tap.log")
+    asks = [m["id"] for m in written if m.get("method") == "session/request_permission"]
+    cancels = [m["params"]["requestId"] for m in written if m.get("method") == "$/cancel_request"]
+    # The timed-out one was withdrawn; the cancelled turn's maybe (its answer may come first).
+    assert len(asks) == 4 and asks[2] in cancels and set(cancels) <= {asks[2], asks[3]}
+
+
+async def _permissions(client: Permitting, argv: list[str], tmp_path: Path) -> list[Any]:
+    from acp import PROTOCOL_VERSION, spawn_agent_process, text_block
+    from acp.schema import ClientCapabilities
+
+    env = {"XDG_CACHE_HOME": os.environ.get("XDG_CACHE_HOME", "")}
+    async with spawn_agent_process(client, argv[0], *argv[1:], cwd=str(ROOT), env=env) as (conn, _proc):
+        client.conn = conn
+        await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities())
+        sid = (await conn.new_session(cwd=str(tmp_path / "proj"), mcp_servers=[])).session_id
+        return [await conn.prompt(session_id=sid, prompt=[text_block("run it")]) for _ in range(4)]

@@ -22,6 +22,11 @@ Rules:
   ``failed``/``closing``: an error answer each), exit 130 / 143 / 129.
 - A journal that cannot be written closes its session's bridge (its prompts still get their
   answers); ``bridge acp`` then exits 1 with one line on stderr naming it.
+- An allowlisted extension's ``confirm`` or ``select`` dialog (``--extension``; issue 14) is a
+  ``session/request_permission`` to the client (:func:`~bridge.controller.acp.protocol.permission_request`):
+  the client's chosen option is the dialog's answer, anything else is ``cancelled`` -- never a
+  yes nobody gave. A dialog that ends first (its ``--dialog-timeout``, its prompt's stop) gets
+  ``$/cancel_request`` to the client; the client's late answer is then dropped.
 - Signals (overlaps, stalls, seal diagnostics) and engine exits have no ACP message: each is one
   line on stderr (an editor keeps an agent's stderr in its log) and is in the journal.
 """
@@ -45,6 +50,7 @@ from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
 from bridge.core.lifecycle import BridgeConfig
 from bridge.core.progress import TurnEnd
 from bridge.live.api import Bridge, open_bridge
+from bridge.live.handles import Dialog, DialogError
 from bridge.live.journal import JournalError, default_journal_path
 from bridge.live.supervisor import EngineQuestionError
 from bridge.profiles.command import CommandProfile, EngineProfile, ProfileError
@@ -136,7 +142,10 @@ class AcpAgent:
     ended: trio.Event = attrs.Factory(trio.Event)
     work: trio.Nursery | None = None
     journal_failures: list[str] = attrs.Factory(list)
+    #: Our requests to the client (permission requests) waiting for its answer, by id.
+    asked: dict[str, _Asked] = attrs.Factory(dict)
     _ids: int = 0
+    _asks: int = 0
 
     # -- the process -----------------------------------------------------------------------------
 
@@ -202,7 +211,11 @@ class AcpAgent:
             self.out.put(acp.error(msg.id, msg.code, msg.message))
             return
         if isinstance(msg, acp.Response):
-            return  # no request of ours waits for an answer
+            waiting = self.asked.pop(str(msg.id), None)
+            if waiting is not None:  # else: late (its dialog ended) or never ours
+                waiting.answer = msg
+                waiting.done.set()
+            return
         try:
             if isinstance(msg, acp.Notification):
                 if msg.method == "session/cancel":
@@ -281,6 +294,9 @@ class AcpAgent:
         async with open_bridge(profile, journal=path if path is not None else False, config=self.config) as bridge:
             sess.bridge = bridge
             bridge.listeners.append(_stderr_line(sess.id))
+            dialogs = bridge.dialogs()  # open before any prompt: a dialog is then asked, not cancelled
+            assert self.work is not None
+            self.work.start_soon(self._dialogs, sess, dialogs)
             task_status.started()
             if self.status:  # a signal came while it opened
                 bridge.close_on_signal(self.status - 128)
@@ -289,6 +305,46 @@ class AcpAgent:
             await bridge.wait_closed()
             if bridge.journal_failed:
                 self.journal_failures.append(f"session {sess.id}: {bridge.journal_failed}")
+
+    # -- extension dialogs ---------------------------------------------------------------------------
+
+    async def _dialogs(self, sess: Session, dialogs: trio.MemoryReceiveChannel[Dialog]) -> None:
+        """Ask the client each dialog of the session's engine. Ends when the bridge has closed
+        (its dialog channel ends then)."""
+        assert self.work is not None
+        async with dialogs:
+            async for dialog in dialogs:
+                self.work.start_soon(self._ask, sess, dialog)
+
+    async def _ask(self, sess: Session, dialog: Dialog) -> None:
+        """One dialog: a permission request, and its answer. Ends when the dialog has ended (at
+        the latest at its own timeout, which the bridge keeps)."""
+        params = acp.permission_request(sess.id, dialog.dialog, dialog.method, dialog.fields)
+        if params is None:  # input, editor: no ACP form
+            await _answer(dialog, {"cancelled": True})
+            return
+        self._asks += 1
+        rid = f"pi-bridge-{self._asks}"
+        waiting = self.asked[rid] = _Asked()
+        self.out.put(acp.request(rid, "session/request_permission", params))
+        async with trio.open_nursery() as race:
+
+            async def answered() -> None:
+                """Ends when the client answers."""
+                await waiting.done.wait()
+                race.cancel_scope.cancel()
+
+            async def ended() -> None:
+                """Ends when the dialog has ended without the client's answer."""
+                await dialog.wait_ended()
+                race.cancel_scope.cancel()
+
+            race.start_soon(answered)
+            race.start_soon(ended)
+        if waiting.answer is not None:
+            await _answer(dialog, acp.permission_answer(dialog.method, dialog.fields, waiting.answer))
+        elif self.asked.pop(rid, None) is not None:
+            self.out.put(acp.cancel_request(rid))  # nobody needs it answered any more
 
     def _set_option(self, req: acp.Request, option: acp.SetOption) -> None:
         sess = self._session(option.session_id)
@@ -355,6 +411,23 @@ class AcpAgent:
             return
         for request in sorted(sess.prompts):
             await sess.bridge.stop(request)
+
+
+@attrs.define(eq=False)
+class _Asked:
+    """A request of ours waiting for the client's answer."""
+
+    done: trio.Event = attrs.Factory(trio.Event)
+    answer: acp.Response | None = None
+
+
+async def _answer(dialog: Dialog, answer: dict[str, Any]) -> None:
+    """Give a dialog its answer; one that has ended meanwhile keeps the response it had.
+    Returns at once."""
+    try:
+        await dialog.answer(**answer)
+    except DialogError:
+        pass
 
 
 def _in_folder(profile: EngineProfile, cwd: str) -> EngineProfile:
