@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from bridge.core.receipts import Receipt as Receipt
     from bridge.live.api import PromptHandle as PromptHandle
     from bridge.live.api import open_bridge as open_bridge
+    from bridge.live.handles import Dialog as Dialog
+    from bridge.live.handles import DialogError as DialogError
     from bridge.live.supervisor import Bridge as Bridge
     from bridge.live.supervisor import BridgeConfig as BridgeConfig
     from bridge.profiles.command import CommandProfile as CommandProfile
@@ -32,6 +34,8 @@ _HOMES = {
     "Bridge": "bridge.live.supervisor",
     "BridgeConfig": "bridge.live.supervisor",
     "CommandProfile": "bridge.profiles.command",
+    "Dialog": "bridge.live.handles",
+    "DialogError": "bridge.live.handles",
     "PiProfile": "bridge.profiles.pi",
     "ProfileError": "bridge.profiles.command",
     "PromptHandle": "bridge.live.handles",

@@ -264,7 +264,8 @@ class Harness:
             self.dialogs_asked[action.dialog] = s.dialogs[action.dialog].engine_id
         elif kind is DialogEnded:
             self.dialog_ends.setdefault(action.dialog, []).append(action)
-            if len(self.dialog_ends[action.dialog]) > 1 or action.dialog not in self.dialogs_asked:
+            never_asked = action.dialog not in self.dialogs_asked and action.by not in ("no-controller", "closing")
+            if len(self.dialog_ends[action.dialog]) > 1 or never_asked:
                 self.violations.append(f"{action!r}: a second end, or of a dialog never asked")
             if action.by != "controller" and action.answer not in (None, {"cancelled": True}):
                 self.violations.append(f"{action!r}: an answer nobody gave")
@@ -760,8 +761,9 @@ class LifecycleMachine(RuleBasedStateMachine):
         method=st.sampled_from(["confirm", "select", "input"]),
         listened=st.sampled_from([True, True, True, False]),
         own=st.sampled_from([None, None, 500, 50_000]),
+        allowed=st.sampled_from([True, True, True, False]),
     )
-    def an_extension_opens_a_dialog(self, method: str, listened: bool, own: int | None) -> None:
+    def an_extension_opens_a_dialog(self, method: str, listened: bool, own: int | None, allowed: bool) -> None:
         g = self._running()
         assert g is not None
         self.h.dialogs_opened += 1
@@ -772,13 +774,15 @@ class LifecycleMachine(RuleBasedStateMachine):
             fields["timeout"] = own
         engine_id = f"ui-{self.h.dialogs_opened}"
         closing = self.lc.state.closing is not None
-        actions = self.h.feed(DialogOpened(g, engine_id, method, fields, listened))
+        actions = self.h.feed(DialogOpened(g, engine_id, method, fields, listened, allowed))
         asked = of(actions, AskDialog)
-        if not listened or closing:
-            # Nobody to ask, or closing: cancelled at once, and the controller hears nothing of it.
+        if not allowed or not listened or closing:
+            # A sealed engine's, nobody to ask, or closing: cancelled at once, never asked.
             assert not asked and self.h.dialog_writes[engine_id] == [
                 {"type": "extension_ui_response", "id": engine_id, "cancelled": True}
             ]
+            ends = of(actions, DialogEnded)
+            assert len(ends) == (1 if allowed else 0) and all(e.answer == {"cancelled": True} for e in ends)
         else:
             assert len(asked) == 1 and asked[0].payload["timeout"] <= self.h.cfg.dialog_timeout
 

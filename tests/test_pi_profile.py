@@ -392,7 +392,11 @@ def test_session_cwd_and_extensions(tmp_path: Path, launches: list[Launch], monk
     work.mkdir()
     monkeypatch.chdir(EXTENSIONS)
     launch = PiProfile(
-        pi_dir=str(root), session=True, cwd=str(work), extensions=["select_dialog.ts", "builtin:mcp"]
+        pi_dir=str(root),
+        session=True,
+        cwd=str(work),
+        extensions=["select_dialog.ts"],
+        unsealed_extensions=["builtin:mcp"],
     ).prepare()
     launches.append(launch)
     cfg = launch.env["PI_CODING_AGENT_DIR"]
@@ -403,6 +407,9 @@ def test_session_cwd_and_extensions(tmp_path: Path, launches: list[Launch], monk
     ext = str(EXTENSIONS / "select_dialog.ts")
     assert argv[-4:] == ["-e", ext, "-e", "builtin:mcp"]
     assert launch.header["seal"]["extensions"] == [ext, "builtin:mcp"]
+    # Only the allowed one is the controller's: its dialogs are asked, its commands pass the check.
+    assert launch.header["seal"]["extensions_allowed"] == [ext] and launch.header["dialogs"] is True
+    assert launch.dialogs
     assert launch.header["seal"]["session"] is True
     assert launch.cwd == str(work)
     launch.run_cleanup()

@@ -278,7 +278,9 @@ async def run(
     try:
         models = server.write_models(tmp, cost=sc.prices)
         extensions = [str(EXTENSIONS / e) for e in sc.extensions]
-        profile = scripted_profile(models, extensions=extensions, pi_dir=pi_dir, allow_other_version=other_version)
+        profile = scripted_profile(
+            models, unsealed_extensions=extensions, pi_dir=pi_dir, allow_other_version=other_version
+        )
         config = BridgeConfig(**{**BASE_CONFIG, **sc.config})
         # A missing or wrong Pi: ProfileError naming the fix, before anything starts.
         find_install(pi_dir, allow_other_version=other_version)

@@ -69,6 +69,7 @@ class Run:
     def _opened(self, bridge: Bridge) -> None:
         if bridge.journal is not None:
             self.journal_path = str(bridge.journal.path)
+        bridge.listeners.append(_dialog_line)
         if sys.stderr.isatty():
             bridge.listeners.append(_progress_line)
 
@@ -191,6 +192,23 @@ class Run:
         if self.stdout_gone:
             return 128 + signal.SIGPIPE
         return 0 if receipts and all(r.state == State.FINISHED for r in receipts) else 1
+
+
+def _dialog_line(note: dict[str, Any]) -> None:
+    """An allowed extension's dialog: ``run`` has nobody to ask, so the bridge answered it
+    ``cancelled``; one line on stderr says so (and where a dialog can be answered)."""
+    if note.get("type") != "dialog-end" or note.get("by") != "no-controller":
+        return
+    title = str(note.get("title") or "")[:80]
+    try:
+        print(
+            f"bridge run: an extension's {note.get('method')} dialog {title!r} was answered cancelled: "
+            "bridge run cannot ask anyone (bridge serve or the Python API can answer dialogs)",
+            file=sys.stderr,
+            flush=True,
+        )
+    except OSError:
+        pass
 
 
 def _progress_line(note: dict[str, Any]) -> None:

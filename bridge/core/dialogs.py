@@ -64,6 +64,8 @@ BY_ENGINE_STOP: Final = "engine-stop"
 BY_ENGINE_EXIT: Final = "engine-exit"
 BY_CLOSING: Final = "closing"
 BY_NOBODY: Final = "no-controller"
+#: No extension was allowed: a sealed engine's dialog (a seal diagnostic), cancelled at once.
+BY_SEAL: Final = "seal"
 
 CANCELLED: Final[dict[str, Any]] = {"cancelled": True}
 

@@ -759,7 +759,7 @@ class Bridge:
             self._feed(SignalSeen(generation, event.to_json()))
         if event.answer is not None and method in DIALOG_METHODS:
             listened = allowed and self._listened()
-            self._feed(DialogOpened(generation, engine_id, method, event.ui or {}, listened))
+            self._feed(DialogOpened(generation, engine_id, method, event.ui or {}, listened, allowed))
 
 
 def _closed(send: trio.MemorySendChannel[Any]) -> bool:

@@ -335,6 +335,10 @@ class PiProfile:
     #: The allowlist of extensions (``--extension PATH``; Pi's ``-e``): only these load, the
     #: start-up check verifies it, and their dialogs go to the controller (:mod:`bridge.core.dialogs`).
     extensions: Sequence[str] = ()
+    #: Extensions loaded **without** being allowed: the seal's start-up check flags their
+    #: commands and their dialogs are seal diagnostics. Only for tests and fixtures that
+    #: break the seal on purpose (``tools/pi_scenarios.py``).
+    unsealed_extensions: Sequence[str] = ()
     #: The confinement (:mod:`bridge.profiles.sandbox`); ``Sandbox(enabled=False)``: ``--no-sandbox``.
     sandbox: Sandbox = attrs.field(factory=Sandbox)
     name: str = "pi"
@@ -369,7 +373,7 @@ class PiProfile:
 
     def _extension_args(self) -> list[str]:
         out: list[str] = []
-        for ext in self.extensions:
+        for ext in (*self.extensions, *self.unsealed_extensions):
             if not ext.startswith("builtin:"):
                 p = Path(ext).expanduser().resolve()
                 if not p.exists():
@@ -408,7 +412,7 @@ class PiProfile:
         header["seal"]["sandbox"] = confined.header if confined is not None else disabled_header()
         # Read now: the profile is mutable, the check is of this launch.
         session, provider, config_dir = self.session, self.provider, str(folders.config)
-        extensions = tuple(ext_args[1::2])
+        extensions = tuple(ext_args[1::2])[: len(self.extensions)]  # the allowed ones come first
         probe = _Probe(confined)
         return Launch(
             argv=argv,
@@ -531,9 +535,10 @@ class PiProfile:
         self, install: PiInstall, ext_args: list[str], key_kind: str, *, own_cwd: bool, removed: list[str]
     ) -> dict[str, Any]:
         """The journal header: the engine, its versions, and what the seal enforced."""
+        allowed = ext_args[1::2][: len(self.extensions)]
         return {
             "engine": "pi",
-            **({"dialogs": True} if ext_args else {}),
+            **({"dialogs": True} if allowed else {}),
             "pin": PI_PIN,
             "engine_version": install.version,
             "node": install.node_version,
@@ -543,6 +548,7 @@ class PiProfile:
                 "config_dir": "isolated",
                 "session": self.session,
                 "extensions": ext_args[1::2],
+                "extensions_allowed": allowed,
                 "extension_sha256": {e: _sha256(e) for e in ext_args[1::2] if not e.startswith("builtin:")},
                 "provider": self.provider,
                 "model": self.model,

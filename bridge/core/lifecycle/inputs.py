@@ -118,8 +118,9 @@ class Answered:
 @attrs.frozen
 class DialogOpened:
     """The engine opened an extension dialog (``select``, ``confirm``, ``input``, ``editor``:
-    :mod:`bridge.core.dialogs`); ``fields`` are the ones passed on. ``listened``: a controller
-    can answer it (else it is answered ``cancelled`` at once)."""
+    :mod:`bridge.core.dialogs`); ``fields`` are the ones passed on. ``allowed``: its extension
+    was allowed (``--extension``; else it is a seal diagnostic); ``listened``: a controller can
+    answer it. Unless both, it is answered ``cancelled`` at once."""
 
     generation: int
     #: Pi's id for it, written back in the response (any JSON value Pi sent).
@@ -127,6 +128,7 @@ class DialogOpened:
     method: str
     fields: dict[str, Any] = attrs.field(factory=dict)
     listened: bool = True
+    allowed: bool = True
 
 
 @attrs.frozen

@@ -254,19 +254,12 @@ class Lifecycle:
             "method": ev.method,
             "title": ev.fields.get("title", "")[:200],
         }
-        if not ev.listened or s.closing is not None:
-            # Nobody to ask (no extension allowed: the seal's default), or closing: answered
-            # ``cancelled`` now; the controller never saw it, so it hears of no end either.
-            by = dialogs.BY_NOBODY if not ev.listened else dialogs.BY_CLOSING
+        if not ev.allowed or not ev.listened or s.closing is not None:
+            # Not to be asked: no extension was allowed (a seal diagnostic, which the controller
+            # got as a signal), nobody reads dialogs, or closing. Answered ``cancelled`` now.
+            by = dialogs.BY_SEAL if not ev.allowed else dialogs.BY_NOBODY if not ev.listened else dialogs.BY_CLOSING
             self._note(note)
-            self._out.append(
-                Write(
-                    rec.generation,
-                    {"type": "extension_ui_response", "id": rec.engine_id, **dialogs.CANCELLED},
-                    "dialog",
-                )
-            )
-            self._note({"event": "dialog-end", "dialog": rec.dialog, "by": by, "answer": dict(dialogs.CANCELLED)})
+            self._end_dialog(rec, by, None, announce=ev.allowed)
             return
         s.dialogs[rec.dialog] = rec
         # ``timeout``: the seconds the controller has (the extension's own, if shorter).
@@ -301,9 +294,12 @@ class Lifecycle:
         self._end_dialog(rec, dialogs.BY_CONTROLLER, answer)
         self._out.append(DialogReply(ev.dialog, None))
 
-    def _end_dialog(self, rec: DialogRec, by: str, answer: dict[str, Any] | None, *, write: bool = True) -> None:
+    def _end_dialog(
+        self, rec: DialogRec, by: str, answer: dict[str, Any] | None, *, write: bool = True, announce: bool = True
+    ) -> None:
         """Dialog ``rec`` gets its one response: ``answer`` (None: ``cancelled``), written to its
-        engine unless that engine is gone (``write`` False)."""
+        engine unless that engine is gone (``write`` False); ``announce``: the ``dialog-end``
+        notice too (not for a sealed engine's dialog, which was a signal)."""
         s = self.state
         s.dialogs.pop(rec.dialog, None)
         response = answer if answer is not None else dict(dialogs.CANCELLED)
@@ -313,8 +309,17 @@ class Lifecycle:
             )
         said = response if write else None
         self._note({"event": "dialog-end", "dialog": rec.dialog, "by": by, "answer": said})
-        payload = {"type": "dialog-end", "dialog": rec.dialog, "id": rec.request, "by": by, "answer": said}
-        self._out.append(DialogEnded(rec.dialog, by, said, payload))
+        if announce:
+            payload = {
+                "type": "dialog-end",
+                "dialog": rec.dialog,
+                "id": rec.request,
+                "method": rec.method,
+                "title": rec.fields.get("title"),
+                "by": by,
+                "answer": said,
+            }
+            self._out.append(DialogEnded(rec.dialog, by, said, payload))
         held = self._held()
         if (
             held is not None
