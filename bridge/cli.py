@@ -117,7 +117,7 @@ def _cmd_conform(args: argparse.Namespace) -> int:
 # -- engine and bridge options ---------------------------------------------------------------
 
 
-def _add_engine_options(p: argparse.ArgumentParser) -> None:
+def _add_engine_options(p: argparse.ArgumentParser, *, engine_cwd: bool = True) -> None:
     g = p.add_argument_group("engine (default: the sealed, pinned Pi; give another engine's argv after --)")
     g.add_argument("--provider", help="Pi provider name (e.g. anthropic, openai, or one from --models-json)")
     g.add_argument(
@@ -143,11 +143,13 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
         help="run a Pi whose version differs from the pin (1.6.0), also one older than 0.99.1 that lacks what the "
         "tracker needs (agent_settled, the ack's disposition): its receipts then say outcome-unknown",
     )
-    g.add_argument(
-        "--engine-cwd",
-        metavar="DIR",
-        help="the engine's working folder (default for Pi: a fresh private temp folder; for -- engines: the current folder)",
-    )
+    if engine_cwd:  # not for acp: each session's cwd is its engine's working folder
+        g.add_argument(
+            "--engine-cwd",
+            metavar="DIR",
+            help="the engine's working folder (default for Pi: a fresh private temp folder; for -- engines: the current "
+            "folder)",
+        )
     g.add_argument("--pi-session", action="store_true", help="let Pi keep a session file (default: --no-session)")
     g.add_argument(
         "--extension",
@@ -156,7 +158,14 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
         default=[],
         help="load this Pi extension (its .ts or .js file) into the sealed Pi: only the ones given load, the "
         "start-up check verifies it and the journal header records each file's SHA-256; their dialogs are asked "
-        "of the controller (serve: ask / answer lines; run: answered cancelled); repeatable",
+        "of the controller (serve: ask / answer lines; acp: session/request_permission for confirm and select, the "
+        "others cancelled; run: answered cancelled); repeatable",
+    )
+    g.add_argument(
+        "--pi-settings",
+        metavar="PATH",
+        help='a JSON object merged into the sealed Pi\'s settings.json (e.g. {"retry": {"maxRetries": 1}}; '
+        "settings that load resources -- packages, extensions, skills, prompts, themes -- are refused)",
     )
     g.add_argument(
         "--env-allow",
@@ -308,7 +317,7 @@ def _refuse(message: str) -> NoReturn:
 def _check_engine_cwd(args: argparse.Namespace) -> None:
     import os
 
-    cwd = args.engine_cwd
+    cwd = getattr(args, "engine_cwd", None)
     if cwd is not None and not os.path.isdir(cwd):
         what = "is not a folder" if os.path.exists(cwd) else "does not exist"
         _refuse(f"bridge {args.command}: --engine-cwd {cwd} {what}: give the engine's working folder")
@@ -323,10 +332,12 @@ def _command_profile(args: argparse.Namespace, engine_argv: list[str]) -> Engine
     confinement = _confinement_options(args) + [f"--extension {p}" for p in args.extension]
     if confinement:
         _refuse(f"bridge {args.command}: {confinement[0]} is for the sealed Pi, not an engine given after --")
+    if args.pi_settings:
+        _refuse(f"bridge {args.command}: --pi-settings is for the sealed Pi, not an engine given after --")
     return CommandProfile(
         engine_argv,
         clearing=tuple(args.clearing) if args.clearing else PI_CLEARING,
-        cwd=args.engine_cwd,
+        cwd=getattr(args, "engine_cwd", None),
         env_allowlist=args.env_allow,
     )
 
@@ -352,6 +363,7 @@ def _pi_profile(args: argparse.Namespace) -> EngineProfile:
         network=not args.no_network,
     )
     return PiProfile(
+        settings=_pi_settings(args),
         sandbox=sandbox,
         pi_dir=args.pi_dir,
         allow_other_version=args.allow_other_pi_version,
@@ -360,10 +372,30 @@ def _pi_profile(args: argparse.Namespace) -> EngineProfile:
         api_key_env=args.api_key_env,
         models_json=args.models_json,
         session=args.pi_session,
-        cwd=args.engine_cwd,
+        cwd=getattr(args, "engine_cwd", None),
         env_allowlist=args.env_allow,
         extensions=tuple(args.extension),
     )
+
+
+def _pi_settings(args: argparse.Namespace) -> dict[str, Any] | None:
+    """``--pi-settings PATH``: its JSON object, or one line and exit 2."""
+    path = args.pi_settings
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (OSError, ValueError) as e:
+        _refuse(f"bridge {args.command}: --pi-settings {path}: {getattr(e, 'strerror', None) or e}")
+    if not isinstance(value, dict):
+        _refuse(f"bridge {args.command}: --pi-settings {path} must hold a JSON object")
+    from bridge.profiles.seal import DEFAULT_SETTINGS
+
+    sealed = sorted(set(value) & set(DEFAULT_SETTINGS))
+    if sealed:
+        _refuse(f"bridge {args.command}: --pi-settings {path}: {', '.join(sealed)} is set by the seal")
+    return value
 
 
 def _warn_other_version(args: argparse.Namespace) -> None:
@@ -425,6 +457,25 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         guard_setup(
             "serve",
             lambda: main_serve(
+                _profile(args, args.engine),
+                journal=_journal(args),
+                config=_config(args),
+                drain_timeout=args.drain_timeout,
+            ),
+        )
+    )
+
+
+# -- acp ---------------------------------------------------------------------------------------
+
+
+def _cmd_acp(args: argparse.Namespace) -> int:
+    from bridge.controller.acp.agent import main_acp
+
+    return int(
+        guard_setup(
+            "acp",
+            lambda: main_acp(
                 _profile(args, args.engine),
                 journal=_journal(args),
                 config=_config(args),
@@ -548,6 +599,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_replay(sub)
     _add_conform(sub)
     _add_serve(sub)
+    _add_acp(sub)
     _add_run(sub)
     _add_models(sub)
 
@@ -610,6 +662,32 @@ def _add_serve(sub: _Subcommands) -> None:
     p.set_defaults(func=_cmd_serve)
 
 
+def _add_acp(sub: _Subcommands) -> None:
+    p = sub.add_parser(
+        "acp",
+        help="an Agent Client Protocol agent on stdin/stdout (for editors: Zed, JetBrains, Neovim), with receipts",
+        usage="bridge acp [OPTIONS] [-- ENGINE ARGV...]",
+        description="Speak the Agent Client Protocol (v1, JSON-RPC 2.0 over stdio) as an agent: each session/new "
+        "starts one sealed engine with the session's cwd as its working folder (MCP servers are refused: the seal "
+        "runs none), each session/prompt is one prompt through the bridge, its events sent as session/update, "
+        "session/cancel stops it (stopReason cancelled). A finished prompt answers end_turn (max_tokens after a "
+        "length stop); any other receipt is a JSON-RPC error whose data carries the receipt (-31001 failed, "
+        "-31002 rejected, -31003 delivery-unknown, -31004 outcome-unknown); every answer carries the receipt "
+        "under _meta. One journal per session (STEM-SESSION.jsonl beside --journal PATH, or the default). "
+        "stdin EOF: every session drains, exit 0; SIGINT/SIGTERM/SIGHUP: 130/143/129.",
+    )
+    _add_engine_options(p, engine_cwd=False)
+    _add_bridge_options(p)
+    p.add_argument(
+        "--drain-timeout",
+        type=_positive(float),
+        default=None,
+        metavar="S",
+        help="after stdin EOF, seconds outstanding prompts may still run (default: until each settles)",
+    )
+    p.set_defaults(func=_cmd_acp)
+
+
 def _add_run(sub: _Subcommands) -> None:
     p = sub.add_parser(
         "run",
@@ -668,7 +746,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    if engine is not None and args.command not in ("serve", "run", "demo", "models"):
+    if engine is not None and args.command not in ("serve", "acp", "run", "demo", "models"):
         parser.error(f"'{args.command}' takes no engine after --")
     try:
         status = int(args.func(args))

@@ -18,7 +18,7 @@ def bridge(*args: str) -> subprocess.CompletedProcess[str]:
 def test_help_lists_every_command_and_version_prints():
     p = bridge("--help")
     assert p.returncode == 0
-    for command in ("replay", "conform", "serve", "run", "models", "diagnose", "demo"):
+    for command in ("replay", "conform", "serve", "acp", "run", "models", "diagnose", "demo"):
         assert command in p.stdout
     assert bridge("--version").stdout.strip() == f"pi-bridge {__version__}"
 
@@ -111,6 +111,11 @@ def test_run_into_a_closed_pipe_ends_quietly_with_every_receipt():
         (["run", "hi", "--no-journal", "--", "/nonexistent/engine"], "cannot start the engine '/nonexistent/engine'"),
         (["run", "hi", "--no-journal", "--provider", "nosuch"], "--provider nosuch needs --model too"),
         (["demo", "--journal", "README.md"], "the journal README.md already exists"),
+        (["acp", "--no-journal", "--pi-dir", "/nonexistent-pi"], "bridge acp: the pinned Pi is not installed"),
+        (["acp", "--pi-settings", "/nonexistent.json"], "--pi-settings /nonexistent.json: No such file"),
+        (["run", "hi", "--pi-settings", "README.md"], "--pi-settings README.md: Expecting value"),
+        (["acp", "--pi-settings", "pyproject.toml", "--", *FAKE], "--pi-settings is for the sealed Pi"),
+        (["acp", "--engine-cwd", "/tmp"], "unrecognized arguments: --engine-cwd"),
     ],
 )
 def test_run_and_serve_setup_mistakes_are_one_line_and_exit_2(args: list[str], says: str):
@@ -260,3 +265,21 @@ def test_a_stdout_that_cannot_be_written_is_one_line_and_a_failure():
     for args in (f"run hi --no-journal -- {fake}", f"serve --no-journal -- {fake}"):
         closed = sh(args, ">&- </dev/null")
         assert closed.returncode == 2 and closed.stderr.count("\n") == 1 and "stdout is closed" in closed.stderr
+
+
+def test_pi_settings_must_be_an_object_and_leave_the_seals_own_settings_alone(tmp_path):
+    """``--pi-settings`` (its effect, Pi's retries, is checked through the real Pi in
+    tests/test_acp.py): a JSON object, not one of the settings the seal sets."""
+    listed = tmp_path / "list.json"
+    listed.write_text("[1]")
+    sealed = tmp_path / "sealed.json"
+    sealed.write_text('{"retry": {"maxRetries": 1}, "defaultProjectTrust": "always"}')
+    loads = tmp_path / "loads.json"
+    loads.write_text('{"extensions": ["/x.ts"]}')
+    for path, says in (
+        (listed, "must hold a JSON object"),
+        (sealed, "defaultProjectTrust is set by the seal"),
+        (loads, "settings extensions would load resources into the sealed Pi"),
+    ):
+        p = bridge("run", "hi", "--no-journal", "--pi-settings", str(path))
+        assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr, p.stderr

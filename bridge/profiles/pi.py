@@ -369,8 +369,8 @@ class PiProfile:
             bad = sorted(RESOURCE_SETTINGS & set(self.settings))
             if bad:
                 raise ProfileError(
-                    f"settings {', '.join(bad)} would load resources into the sealed Pi; "
-                    "use explicit extensions only in tests"
+                    f"settings {', '.join(bad)} would load resources into the sealed Pi, which runs "
+                    "without them (leave them out)"
                 )
         if self.cwd is not None and not Path(self.cwd).is_dir():
             raise ProfileError(f"the engine's working folder {self.cwd} does not exist")

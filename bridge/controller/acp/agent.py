@@ -1,0 +1,466 @@
+"""``bridge acp``: the loop that carries the Agent Client Protocol between stdin/stdout and one
+live bridge per session. What a message means and what is answered is
+:mod:`bridge.controller.acp.protocol` (sans-IO); stdout is :class:`bridge.controller.output.Output`
+(the one writer, never blocking the bridge). Here: who reads stdin, which task answers what,
+and when the process ends.
+
+Rules:
+
+- ``session/new`` opens a bridge (:func:`bridge.live.api.open_bridge`) on the engine profile with
+  the session's ``cwd`` as the engine's working folder, and its own journal
+  (``STEM-SESSION.jsonl``: :func:`journal_for`); it asks the engine for its models (which starts
+  it), then answers. One engine per session, for the session's life.
+- ``session/prompt`` is one prompt through that bridge, submitted with ``events``; its events
+  become ``session/update`` notifications as they come, and its receipt the answer
+  (:func:`~bridge.controller.acp.protocol.prompt_outcome`). Every prompt gets exactly one
+  answer, because every accepted prompt gets exactly one receipt.
+- ``session/cancel`` is the bridge's stop for every outstanding prompt of the session.
+- stdin EOF (the editor went away or closed the agent): every bridge shuts down as ``serve``'s
+  does after EOF (outstanding prompts run to their receipts, bounded by ``--drain-timeout``),
+  each answer is written (or dropped: nobody reads), exit 0.
+- SIGINT / SIGTERM / SIGHUP: every bridge closes at once (running prompts stopped,
+  ``failed``/``closing``: an error answer each), exit 130 / 143 / 129.
+- A journal that cannot be written closes its session's bridge (its prompts still get their
+  answers); ``bridge acp`` then exits 1 with one line on stderr naming it.
+- An allowlisted extension's ``confirm`` or ``select`` dialog (``--extension``; issue 14) is a
+  ``session/request_permission`` to the client (:func:`~bridge.controller.acp.protocol.permission_request`):
+  the client's chosen option is the dialog's answer, anything else is ``cancelled`` -- never a
+  yes nobody gave. A dialog that ends first (its ``--dialog-timeout``, its prompt's stop) gets
+  ``$/cancel_request`` to the client; the client's late answer is then dropped.
+- Signals (overlaps, stalls, seal diagnostics) and engine exits have no ACP message: each is one
+  line on stderr (an editor keeps an agent's stderr in its log) and is in the journal.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from bridge import __version__
+from bridge.controller.acp import protocol as acp
+from bridge.controller.output import Output
+from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
+from bridge.core.lifecycle import BridgeConfig
+from bridge.core.progress import TurnEnd
+from bridge.live.api import Bridge, open_bridge
+from bridge.live.handles import Dialog, DialogError
+from bridge.live.journal import JournalError, default_journal_path
+from bridge.live.supervisor import EngineQuestionError
+from bridge.profiles.command import CommandProfile, EngineProfile, ProfileError
+from bridge.profiles.pi import PiProfile
+
+#: The signals that close the bridges (exit 128+N).
+CLOSING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def main_acp(profile: EngineProfile, *, journal: Any, config: BridgeConfig, drain_timeout: float | None) -> int:
+    """``bridge acp`` on this process's stdin/stdout; returns the exit status. An engine that
+    cannot be prepared (no Pi, a bad setting) raises ProfileError before anything is read, as
+    ``serve`` does: the command line's mistake is one line and exit 2, not an error per session."""
+    profile.prepare().run_cleanup()
+    try:
+        return trio.run(lambda: serve_acp(profile, journal=journal, config=config, drain_timeout=drain_timeout))
+    except KeyboardInterrupt:
+        return 130
+
+
+async def serve_acp(
+    profile: EngineProfile,
+    *,
+    journal: Any = True,
+    config: BridgeConfig | None = None,
+    drain_timeout: float | None = None,
+    stdin_fd: int = 0,
+    stdout_fd: int = 1,
+) -> int:
+    """Be an ACP agent until stdin's EOF (and every session's drain) or a signal; returns the
+    exit status. Ends when every bridge has closed and every answer is written (or dropped)."""
+    agent = AcpAgent(Output(stdout_fd), profile, journal, config or BridgeConfig(), drain_timeout)
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # as serve: ours from the first line to the exit
+        signal.signal(signum, signal.SIG_IGN)
+    with trio.open_signal_receiver(*CLOSING_SIGNALS) as signals:
+        async with trio.open_nursery() as outer:
+            outer.start_soon(agent.out.run)
+            outer.start_soon(agent.watch_signals, signals)
+            try:
+                await agent.run(stdin_fd)
+            finally:
+                agent.out.close()
+                with trio.CancelScope(shield=True):
+                    await agent.out.done.wait()
+            outer.cancel_scope.cancel()
+    return agent.exit_status()
+
+
+def journal_for(journal: Any, session_id: str) -> str | None:
+    """A session's journal: ``STEM-SESSION.jsonl`` beside ``--journal PATH`` (or the default
+    journal's path), None for none."""
+    if not journal:
+        return None
+    base = default_journal_path() if journal is True else Path(journal)
+    return str(base.with_name(f"{base.stem}-{session_id}{base.suffix or '.jsonl'}"))
+
+
+@attrs.define(eq=False)
+class Session:
+    """One ACP session: its bridge (one engine), its tool calls, its outstanding prompts."""
+
+    id: str
+    cwd: str
+    tools: acp.ToolCalls
+    bridge: Bridge | None = None
+    options: list[dict[str, Any]] = attrs.Factory(list)
+    #: Outstanding prompt ids (a cancel stops each).
+    prompts: set[str] = attrs.Factory(set)
+    count: int = 0
+    #: The engine generation that ran the session's last prompt (a new one lost the conversation).
+    generation: int | None = None
+    #: Set when the session has no outstanding prompt whose answer is still to be written.
+    quiet: trio.Event = attrs.Factory(trio.Event)
+
+
+@attrs.define(eq=False)
+class AcpAgent:
+    """One ``bridge acp`` process: its stdout, the engine profile and settings every session's
+    bridge is opened with, the sessions, and the signal that ends it."""
+
+    out: Output
+    profile: EngineProfile
+    journal: Any
+    config: BridgeConfig
+    drain_timeout: float | None
+    sessions: dict[str, Session] = attrs.Factory(dict)
+    #: 128+N after signal N, else 0.
+    status: int = 0
+    ended: trio.Event = attrs.Factory(trio.Event)
+    work: trio.Nursery | None = None
+    journal_failures: list[str] = attrs.Factory(list)
+    #: Our requests to the client (permission requests) waiting for its answer, by id.
+    asked: dict[str, _Asked] = attrs.Factory(dict)
+    _ids: int = 0
+    _asks: int = 0
+
+    # -- the process -----------------------------------------------------------------------------
+
+    async def run(self, stdin_fd: int) -> None:
+        """Read the client until EOF (or a signal), then close every bridge. Ends when every
+        session's bridge has closed and every prompt has its answer."""
+        async with trio.open_nursery() as outer:
+            async with trio.open_nursery() as work:
+                self.work = work
+                outer.start_soon(self._read, stdin_fd)
+                await self.ended.wait()
+                for sess in self.sessions.values():
+                    if sess.bridge is not None:
+                        sess.bridge.shutdown(self.drain_timeout)
+            outer.cancel_scope.cancel()
+
+    async def watch_signals(self, signals: AsyncIterator[int]) -> None:
+        """Close every bridge on each signal. Ends only when cancelled (at the exit)."""
+        async for signum in signals:
+            if not self.ended.is_set():
+                self.status = self.status or 128 + signum
+            self.ended.set()
+            for sess in self.sessions.values():
+                if sess.bridge is not None:
+                    sess.bridge.close_on_signal(signum)
+
+    def exit_status(self) -> int:
+        """README "Exit codes"; a journal or a stdout that failed also gets its line on stderr."""
+        if self.out.failed is not None:
+            print(
+                f"bridge acp: cannot write to stdout ({self.out.failed}); the receipts are in the journals",
+                file=sys.stderr,
+            )
+            return self.status or 1
+        if self.journal_failures:
+            print(f"bridge acp: {self.journal_failures[0]}; every receipt went to the client", file=sys.stderr)
+            return self.status or 1
+        return self.status
+
+    async def _read(self, stdin_fd: int) -> None:
+        """Read client messages until EOF (a read error counts as EOF), then end the agent."""
+        stream = trio.lowlevel.FdStream(os.dup(stdin_fd))
+        splitter = LineSplitter(DEFAULT_MAX_LINE)
+        async with stream:
+            while True:
+                try:
+                    data = await stream.receive_some(256 * 1024)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    data = b""
+                for line in splitter.feed(data) if data else splitter.close():
+                    if isinstance(line, Oversize) or line.strip():
+                        await self._take(line)
+                if not data:
+                    break
+        self.ended.set()
+
+    # -- one message -------------------------------------------------------------------------------
+
+    async def _take(self, line: bytes | Oversize) -> None:
+        """Answer one message, or start the task that will. Does not wait for an engine."""
+        msg = acp.parse_message(line)
+        if isinstance(msg, acp.Invalid):
+            self.out.put(acp.error(msg.id, msg.code, msg.message))
+            return
+        if isinstance(msg, acp.Response):
+            waiting = self.asked.pop(str(msg.id), None)
+            if waiting is not None:  # else: late (its dialog ended) or never ours
+                waiting.answer = msg
+                waiting.done.set()
+            return
+        try:
+            if isinstance(msg, acp.Notification):
+                if msg.method == "session/cancel":
+                    await self._cancel(acp.parse_cancel(msg.params))
+                return  # any other notification: never answered (JSON-RPC)
+            self._request(msg)
+        except acp.AcpError as e:
+            if isinstance(msg, acp.Request):
+                self.out.put(acp.error(msg.id, e.code, str(e), e.data))
+
+    def _request(self, req: acp.Request) -> None:
+        assert self.work is not None
+        if req.method == "initialize":
+            self.out.put(acp.result(req.id, acp.initialize_result(__version__)))
+        elif req.method == "session/new":
+            if self.ended.is_set():
+                raise acp.AcpError(acp.INTERNAL_ERROR, "bridge acp is closing: no new session")
+            self.work.start_soon(self._new_session, req, acp.parse_new_session(req.params))
+        elif req.method == "session/prompt":
+            params = acp.parse_prompt(req.params)
+            self.work.start_soon(self._prompt, req, self._session(params.session_id), params)
+        elif req.method == "session/set_config_option":
+            self._set_option(req, acp.parse_set_option(req.params))
+        elif req.method == "session/close":
+            sess = self._session(acp.parse_cancel(req.params))
+            del self.sessions[sess.id]  # from now on it is unknown to new requests
+            self.work.start_soon(self._close_session, req, sess)
+        else:
+            raise acp.AcpError(acp.METHOD_NOT_FOUND, f"{req.method} is not a method of this agent")
+
+    def _session(self, sid: str) -> Session:
+        sess = self.sessions.get(sid)
+        if sess is None or sess.bridge is None:
+            raise acp.AcpError(acp.RESOURCE_NOT_FOUND, f"no session {sid!r}")
+        return sess
+
+    # -- sessions ------------------------------------------------------------------------------------
+
+    async def _new_session(self, req: acp.Request, new: acp.NewSession) -> None:
+        """Open the session's bridge, ask its engine for its models, answer. Ends when answered
+        (the bridge lives on in its own task)."""
+        assert self.work is not None
+        if not os.path.isdir(new.cwd):
+            self.out.put(acp.error(req.id, acp.INVALID_PARAMS, f"cwd {new.cwd} is not a folder"))
+            return
+        self._ids += 1
+        sess = Session(f"s{self._ids}", new.cwd, acp.ToolCalls(new.cwd))
+        path = journal_for(self.journal, sess.id)
+        try:
+            await self.work.start(self._bridge_task, sess, path)
+        except (ProfileError, JournalError) as e:
+            self.out.put(acp.error(req.id, acp.INTERNAL_ERROR, f"the session cannot be opened: {e}"))
+            return
+        bridge = sess.bridge
+        assert bridge is not None
+        self.sessions[sess.id] = sess
+        try:
+            models = await bridge.models()
+        except EngineQuestionError as e:
+            if bridge.down_reason is not None or bridge.closing:
+                self.out.put(
+                    acp.error(req.id, acp.INTERNAL_ERROR, f"the engine cannot start: {bridge.down_reason or e}")
+                )
+                bridge.close_now()
+                return
+            models = []  # an engine that lists no models: no model selector
+        known = bridge.lifecycle.state.engine.config
+        current = acp.model_value(known.provider, known.model) if known and known.provider and known.model else None
+        sess.options = acp.config_options(models, current, known.thinking if known else None)
+        meta = {acp.META_KEY: {"journal": path, "cwd": new.cwd}}
+        self.out.put(acp.result(req.id, {"sessionId": sess.id, "configOptions": sess.options, "_meta": meta}))
+
+    async def _bridge_task(self, sess: Session, path: str | None, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Hold the session's bridge open. Ends when it has closed (EOF's shutdown, a signal)."""
+        profile = _in_folder(self.profile, sess.cwd)
+        async with open_bridge(profile, journal=path if path is not None else False, config=self.config) as bridge:
+            sess.bridge = bridge
+            bridge.listeners.append(_stderr_line(sess.id))
+            dialogs = bridge.dialogs()  # open before any prompt: a dialog is then asked, not cancelled
+            assert self.work is not None
+            self.work.start_soon(self._dialogs, sess, dialogs)
+            task_status.started()
+            if self.status:  # a signal came while it opened
+                bridge.close_on_signal(self.status - 128)
+            elif self.ended.is_set():
+                bridge.shutdown(self.drain_timeout)
+            await bridge.wait_closed()
+            if bridge.journal_failed:
+                self.journal_failures.append(f"session {sess.id}: {bridge.journal_failed}")
+
+    # -- extension dialogs ---------------------------------------------------------------------------
+
+    async def _dialogs(self, sess: Session, dialogs: trio.MemoryReceiveChannel[Dialog]) -> None:
+        """Ask the client each dialog of the session's engine. Ends when the bridge has closed
+        (its dialog channel ends then)."""
+        assert self.work is not None
+        async with dialogs:
+            async for dialog in dialogs:
+                self.work.start_soon(self._ask, sess, dialog)
+
+    async def _ask(self, sess: Session, dialog: Dialog) -> None:
+        """One dialog: a permission request, and its answer. Ends when the dialog has ended (at
+        the latest at its own timeout, which the bridge keeps)."""
+        params = acp.permission_request(sess.id, dialog.dialog, dialog.method, dialog.fields)
+        if params is None:  # input, editor: no ACP form
+            await _answer(dialog, {"cancelled": True})
+            return
+        self._asks += 1
+        rid = f"pi-bridge-{self._asks}"
+        waiting = self.asked[rid] = _Asked()
+        self.out.put(acp.request(rid, "session/request_permission", params))
+        async with trio.open_nursery() as race:
+
+            async def answered() -> None:
+                """Ends when the client answers."""
+                await waiting.done.wait()
+                race.cancel_scope.cancel()
+
+            async def ended() -> None:
+                """Ends when the dialog has ended without the client's answer."""
+                await dialog.wait_ended()
+                race.cancel_scope.cancel()
+
+            race.start_soon(answered)
+            race.start_soon(ended)
+        if waiting.answer is not None:
+            await _answer(dialog, acp.permission_answer(dialog.method, dialog.fields, waiting.answer))
+        elif self.asked.pop(rid, None) is not None:
+            self.out.put(acp.cancel_request(rid))  # nobody needs it answered any more
+
+    def _set_option(self, req: acp.Request, option: acp.SetOption) -> None:
+        sess = self._session(option.session_id)
+        assert sess.bridge is not None
+        wanted = acp.chosen(option, sess.options)
+        sess.bridge.configure(**wanted)
+        for o in sess.options:
+            if o["id"] == option.config_id:
+                o["currentValue"] = option.value
+        self.out.put(acp.result(req.id, {"configOptions": sess.options}))
+
+    # -- prompts ----------------------------------------------------------------------------------------
+
+    async def _prompt(self, req: acp.Request, sess: Session, params: acp.PromptParams) -> None:
+        """One prompt: its events as updates, its receipt as the answer. Ends at the receipt."""
+        bridge = sess.bridge
+        assert bridge is not None
+        sess.count += 1
+        handle = await bridge.submit(
+            params.message, request=f"{sess.id}-{sess.count}", images=params.images or None, events=True
+        )
+        sess.prompts.add(handle.request)
+        sess.quiet = trio.Event()
+        last_stop: str | None = None
+        try:
+            async for event in handle.events():
+                if type(event) is TurnEnd:
+                    last_stop = event.stop_reason
+                update = sess.tools.update_for(event)
+                if update is not None:
+                    self.out.put(acp.session_update(sess.id, update))
+            receipt = await handle.receipt()
+        finally:
+            sess.prompts.discard(handle.request)
+            if not sess.prompts:
+                sess.quiet.set()
+        outcome = acp.prompt_outcome(receipt, last_stop)
+        answer = acp.prompt_result(receipt, outcome, req.id)
+        if receipt.generation is not None:
+            restarted = sess.generation is not None and receipt.generation != sess.generation
+            if restarted and "result" in answer:
+                # A new engine is a new conversation (the seal keeps no session file): say so.
+                answer["result"]["_meta"][acp.META_KEY]["newConversation"] = True
+            sess.generation = receipt.generation
+        self.out.put(answer)
+
+    async def _close_session(self, req: acp.Request, sess: Session) -> None:
+        """``session/close``: its prompts stopped (each answered ``cancelled``), its bridge shut
+        down and its engine stopped, then the answer. Ends when the bridge has closed (bounded
+        by the stop's grace and the close ladder)."""
+        assert sess.bridge is not None
+        for request in sorted(sess.prompts):
+            await sess.bridge.stop(request)
+        sess.bridge.shutdown()
+        await sess.bridge.wait_closed()
+        if sess.prompts:
+            await sess.quiet.wait()  # their answers are written first
+        self.out.put(acp.result(req.id, {}))
+
+    async def _cancel(self, sid: str) -> None:
+        """The bridge's stop for every outstanding prompt of the session (returns at once)."""
+        sess = self.sessions.get(sid)
+        if sess is None or sess.bridge is None:
+            return
+        for request in sorted(sess.prompts):
+            await sess.bridge.stop(request)
+
+
+@attrs.define(eq=False)
+class _Asked:
+    """A request of ours waiting for the client's answer."""
+
+    done: trio.Event = attrs.Factory(trio.Event)
+    answer: acp.Response | None = None
+
+
+async def _answer(dialog: Dialog, answer: dict[str, Any]) -> None:
+    """Give a dialog its answer; one that has ended meanwhile keeps the response it had.
+    Returns at once."""
+    try:
+        await dialog.answer(**answer)
+    except DialogError:
+        pass
+
+
+def _in_folder(profile: EngineProfile, cwd: str) -> EngineProfile:
+    """The profile with the session's folder as the engine's working folder. An engine given
+    after ``--`` by a relative path (``tools/fake_engine.py``) is found from where ``bridge acp``
+    was started, as with ``serve``, not from the session's folder."""
+    if isinstance(profile, CommandProfile):
+        argv = [
+            os.path.abspath(a) if "/" in a and not os.path.isabs(a) and os.path.exists(a) else a for a in profile.argv
+        ]
+        return attrs.evolve(profile, argv=argv, cwd=cwd)
+    if isinstance(profile, PiProfile):
+        return attrs.evolve(profile, cwd=cwd)
+    return attrs.evolve(profile, cwd=cwd)  # type: ignore[misc]  # any attrs profile with a cwd
+
+
+def _stderr_line(session_id: str) -> Callable[[dict[str, Any]], None]:
+    """A listener: signals and unrequested engine exits, one line each on stderr."""
+
+    def listen(note: dict[str, Any]) -> None:
+        kind = note.get("type")
+        if kind == "signal":
+            words = ", ".join(f"{k}={v}" for k, v in note.items() if k not in ("type", "signal"))
+            line = f"bridge acp: session {session_id}: signal {note.get('signal')} ({words[:300]})"
+        elif kind == "engine" and note.get("event") == "exited" and not note.get("requested"):
+            line = f"bridge acp: session {session_id}: the engine exited by itself (code {note.get('code')}, signal {note.get('signal')})"
+        elif kind == "engine" and note.get("event") == "down":
+            line = f"bridge acp: session {session_id}: the engine is down: {note.get('why')}"
+        else:
+            return
+        try:
+            print(line, file=sys.stderr, flush=True)
+        except OSError:
+            pass
+
+    return listen
