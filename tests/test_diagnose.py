@@ -829,6 +829,7 @@ def test_json_has_stable_keys():
         "prompts",
         "receipts",
         "usage",
+        "dialogs",
         "signals",
         "gaps",
         "engine_starts",
@@ -838,6 +839,7 @@ def test_json_has_stable_keys():
     ]
     assert data["summary"]["gaps"] == {"count": 1, "why": {"malformed": 1}}
     assert data["summary"]["signals"] == {"gap": 1}
+    assert data["summary"]["dialogs"] == {}
 
 
 def test_a_clean_transcript_has_no_findings():
@@ -1206,7 +1208,9 @@ def test_a_200_mb_journal_streams_in_bounded_memory(tmp_path: Path):
         f"\n{size / 1e6:.0f} MB, {info['prompts']} prompts, {s['observations']} observations: written in "
         f"{made:.1f} s, diagnosed in {got['seconds']:.1f} s, peak RSS growth {growth_mb:.1f} MB"
     )
-    assert growth_mb < 64, got
+    # 37 MB on an idle machine, up to 74 MB measured while other test suites shared it (the
+    # peak RSS is not load-proof); a diagnoser that kept the journal would hold its 200 MB.
+    assert growth_mb < 100, got
     assert s["observations"] == info["observations"]
     assert s["prompts"]["sent"] == info["prompts"]
     assert s["signals"].get("O5") == info["O5"] and s["signals"].get("gap") == info["gap"]
