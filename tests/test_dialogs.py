@@ -188,6 +188,37 @@ async def test_a_confirm_dialog_answered_yes_no_unanswered_and_stopped(pinned_pi
 
 
 @pytest.mark.trio
+async def test_stdin_eof_cancels_an_open_dialog_at_once(pinned_pi: Any, tmp_path: Path) -> None:
+    """After serve's stdin ends nobody can answer: an open dialog is cancelled at once
+    (``no-controller``), not after its 120 s timeout, and the prompt runs to its receipt."""
+    server = start_server(bash_then_reply("echo eof-ran", "blocked at eof"))
+    models = server.write_models(str(tmp_path / "models"))
+    journal = tmp_path / "eof.jsonl"
+    argv = [sys.executable, "-m", "bridge", "serve", "--journal", str(journal), "--models-json", models]
+    argv += ["--provider", "scripted", "--model", "scripted-model", "--extension", str(EXTENSION)]
+    with open(tmp_path / "eof.stderr", "wb") as err:
+        proc = await trio.lowlevel.open_process(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=str(ROOT)
+        )
+    sp = ServeProc(proc, tmp_path / "eof.stderr")
+    try:
+        assert (await sp.next(timeout=30) or {}).get("type") == "ready", sp.stderr
+        await sp.send({"type": "prompt", "id": "p", "message": "run it"})
+        ask = await sp.until(lambda x: x["type"] == "ask", timeout=30)
+        await sp.close_stdin()
+        end = await sp.until(lambda x: x["type"] == "dialog-end", timeout=10)
+        assert (end["dialog"], end["by"], end["answer"]) == (ask["dialog"], "no-controller", {"cancelled": True})
+        r = await sp.until(lambda x: x["type"] == "receipt", timeout=30)
+        assert r["receipt"]["state"] == "finished", r
+        await sp.read_all(timeout=30)
+        assert await sp.wait() == 0, sp.stderr
+    finally:
+        await sp.kill()
+        server.close()
+    assert len(responses(journal)) == 1
+
+
+@pytest.mark.trio
 async def test_the_api_answers_dialogs_and_nobody_listening_is_a_cancel(pinned_pi: Any, tmp_path: Path) -> None:
     """``Bridge.dialogs()`` hands each dialog to the code that answers it; with no channel
     open, a dialog is answered ``cancelled`` at once (``no-controller``), never yes."""
@@ -252,11 +283,14 @@ def test_an_answer_must_fit_its_dialog() -> None:
 
 
 def test_only_a_methods_own_fields_pass_bounded() -> None:
+    long = ["A" * 4100 + f"-{n}" for n in range(250)]
     fields = ui_fields(
         "select",
-        {"id": "x", "method": "select", "title": "t" * 5000, "options": ["a", 3, "b"], "timeout": 1500, "evil": 1},
+        {"id": "x", "method": "select", "title": "t" * 5000, "options": ["a", 3, *long], "timeout": 1500, "evil": 1},
     )
-    assert fields["options"] == ["a", "b"] and fields["timeout"] == 1500 and "evil" not in fields
+    # Options pass whole (an answer must be one of them exactly): none cut, none left out.
+    assert fields["options"] == ["a", *long] and fields["timeout"] == 1500 and "evil" not in fields
+    assert check_answer("select", fields, value=long[240]) == ({"value": long[240]}, None)
     assert len(fields["title"]) == 4001 and fields["title"].endswith("…")
     assert ui_fields("notify", {"message": "m", "notifyType": "warning", "timeout": 5}) == {
         "message": "m",

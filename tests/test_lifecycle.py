@@ -68,6 +68,7 @@ from bridge.core.lifecycle import (
     Lifecycle,
     LifeState,
     NewConversation,
+    NobodyAnswers,
     Note,
     Notify,
     NotWritten,
@@ -802,6 +803,13 @@ class LifecycleMachine(RuleBasedStateMachine):
         else:
             assert len(asked) == 1 and asked[0].payload["timeout"] <= self.h.cfg.dialog_timeout
 
+    @precondition(lambda self: bool(self.lc.state.dialogs))
+    @rule()
+    def nobody_answers_any_more(self) -> None:
+        actions = self.h.feed(NobodyAnswers())
+        assert not self.lc.state.dialogs
+        assert all(e.by in ("no-controller", "closing") for e in of(actions, DialogEnded))
+
     @precondition(lambda self: bool(self.h.dialogs_asked))
     @rule(data=st.data(), how=st.sampled_from(["fits", "fits", "cancel", "misfit"]))
     def the_controller_answers_a_dialog(self, data: st.DataObject, how: str) -> None:
@@ -1451,3 +1459,26 @@ def test_a_shutdown_closes_when_the_engine_going_down_gave_the_last_receipts() -
     assert h.lc.state.down is not None and h.lc.state.closed, h.lc.state
     assert sorted(h.receipts) == ["p1", "p2", "p3"] and h.closed == 1
     assert (h.receipts["p3"][0].state, h.receipts["p3"][0].reason) == ("rejected", "engine-down")
+
+
+def test_a_dialog_of_an_engine_that_broke_gets_no_response() -> None:
+    """The engine closed its stdout (killed) while a dialog was open: the dialog ends
+    ``engine-exit`` with no response written -- not ``engine-stop`` with one journaled that
+    could never be delivered (found by a new-user trial). A dialog of an engine the bridge
+    stops on purpose is answered first."""
+    h = Harness()
+    g = ready_engine(h, "p1")
+    h.feed(DialogOpened(g, "ui-1", "confirm", {"title": "sure?"}))
+    actions = h.feed(StdoutClosed(g))
+    (end,) = of(actions, DialogEnded)
+    assert (end.by, end.answer) == ("engine-exit", None)
+    assert not [w for w in of(actions, Write) if w.kind == "dialog"]
+    h2 = Harness()
+    g2 = ready_engine(h2, "p1")
+    h2.feed(DialogOpened(g2, "ui-1", "confirm", {"title": "sure?"}))
+    actions = h2.feed(Close("close"))
+    (end,) = of(actions, DialogEnded)
+    assert (end.by, end.answer) == ("closing", {"cancelled": True})
+    assert [w.cmd for w in of(actions, Write) if w.kind == "dialog"] == [
+        {"type": "extension_ui_response", "id": "ui-1", "cancelled": True}
+    ]

@@ -360,3 +360,33 @@ async def test_compact_on_request_summarizes_before_the_next_prompt(pinned_pi: A
     assert [s for s in sends if s.get("type") == "compact"][0]["customInstructions"] == "keep the number"
     # Replay agrees with every receipt.
     assert [r.state for r in replay(journal).receipts] == ["finished"] * 4
+
+
+async def test_a_prompt_stopped_while_pi_compacts_for_it_aborts_the_compaction(pinned_pi: Any, tmp_path: Path) -> None:
+    """Stopping a prompt while its compaction runs (the model never answers the summary request)
+    rejects it ``cancelled`` and sends Pi's ``abort``, which ends the compaction; the next
+    prompt is written only after Pi answered the compaction -- Pi refuses a prompt while it
+    compacts -- and finishes (found by a new-user trial: it was rejected/engine)."""
+    server = start_server([{"text": "a"}, {"text": "b"}, {"hang": True}, {"text": "d done"}])
+    journal = tmp_path / "j.jsonl"
+    try:
+        profile = scripted_profile(server.write_models(str(tmp_path)), settings={"compaction": {"keepRecentTokens": 1}})
+        with trio.fail_after(60):
+            async with open_bridge(profile, journal=journal) as bridge:
+                await bridge.prompt("first")
+                await bridge.prompt("second")
+                bridge.compact()
+                c = await bridge.submit("third", request="c")
+                d = await bridge.submit("fourth", request="d")
+                while len(server.requests) < 3:  # the summary request is in
+                    await trio.sleep(0.05)
+                await bridge.stop("c")
+                rc, rd = await c.receipt(), await d.receipt()
+    finally:
+        server.close()
+    assert (rc.state, rc.reason) == ("rejected", "cancelled"), rc
+    assert (rd.state, rd.reason, rd.reply) == ("finished", None, "d done"), rd
+    sends = [json.loads(line).get("send", {}) for line in journal.read_text().splitlines()]
+    types = [s.get("type") for s in sends if s]
+    i = types.index("compact")
+    assert types[i:].index("abort") < types[i:].index("prompt"), types[i:]

@@ -25,7 +25,8 @@ Rules:
   stderr.
 - An allowed extension's dialog (``--extension``) is an ``ask`` line; the controller answers
   it with ``answer``, and ``dialog-end`` says who gave its one response (the controller, or
-  ``cancelled`` by its timeout, its prompt's stop or receipt, the engine's stop, closing).
+  ``cancelled`` by its timeout, its prompt's stop or receipt, the engine's stop, closing;
+  after stdin EOF nobody can answer, so open and later dialogs are cancelled at once).
   An answer that does not fit, or comes after the end, is an ``error`` line.
 - ``ready`` is the first line and ``bye`` the last, also when the bridge could not open
   (then ``bye`` alone, and the error propagates).
@@ -186,6 +187,7 @@ async def _serve_loop(bridge: Bridge, out: Output, stdin_fd: int, drain_timeout:
             """Read stdin, then shut down. Ends after EOF (when the shutdown is asked for)."""
             await _read_controller(bridge, out, stdin_fd, drain_timeout, nursery)
             bridge.shutdown(drain_timeout)  # EOF
+            bridge.stop_answering_dialogs()  # and no answer can come any more
 
         nursery.start_soon(read_controller)
         await bridge.wait_closed()

@@ -50,7 +50,8 @@ FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "set_editor_text": ("text",),
 }
 
-#: Bounds on what is passed on: a string field, an editor's prefill, a list's entries.
+#: Bounds on what is passed on: a string field, an editor's prefill, a list's entries (a
+#: ``select``'s options are passed whole: the answer must be one of them exactly).
 TEXT_CHARS: Final = 4000
 PREFILL_CHARS: Final = 100_000
 LIST_ITEMS: Final = 200
@@ -82,7 +83,11 @@ def ui_fields(method: str, value: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in FIELDS.get(method, ()):
         field = value.get(name)
-        if isinstance(field, list):
+        if name == "options" and isinstance(field, list):
+            # Whole: an answer must be one of them exactly, so none is cut or left out (the
+            # engine's line, bounded by --max-line, bounds them).
+            out[name] = [x for x in field if isinstance(x, str)]
+        elif isinstance(field, list):
             items = [_text(x, TEXT_CHARS) for x in field[:LIST_ITEMS]]
             out[name] = [x for x in items if x is not None]
         else:
@@ -116,12 +121,15 @@ def check_answer(
         if not isinstance(confirmed, bool):
             return None, f"confirmed must be true or false, not {confirmed!r}"
         return {"confirmed": confirmed}, None
+    article = "an" if method in ("input", "editor") else "a"
     if confirmed is not None:
-        return None, f"a {method} dialog is answered with a value (or cancelled: true), not confirmed"
+        return None, f"{article} {method} dialog is answered with a value (or cancelled: true), not confirmed"
     if not isinstance(value, str):
-        return None, f"a {method} dialog's value is a string, not {type(value).__name__}"
+        return None, f"{article} {method} dialog's value is a string, not {type(value).__name__}"
     if method == "select":
         options = fields.get("options") or []
         if value not in options:
-            return None, f"{value!r} is not one of the dialog's options ({', '.join(map(repr, options[:10]))})"
+            shown = ", ".join(repr(o if len(o) <= 80 else o[:80] + "…") for o in options[:10])
+            more = f" and {len(options) - 10} more" if len(options) > 10 else ""
+            return None, f"{value[:200]!r} is not one of the dialog's options ({shown}{more})"
     return {"value": value}, None

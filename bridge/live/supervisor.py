@@ -75,6 +75,7 @@ from bridge.core.lifecycle import (
     JournalFailed,
     Lifecycle,
     NewConversation,
+    NobodyAnswers,
     Note,
     Notify,
     NotWritten,
@@ -394,6 +395,14 @@ class Bridge:
         error = self._dialog_replies.pop(dialog, "the bridge did not take the answer")
         if error is not None:
             raise DialogError(error)
+
+    def stop_answering_dialogs(self) -> None:
+        """Nobody will answer dialogs any more (serve's stdin ended): the open ones are
+        answered ``cancelled`` now (``no-controller``), and so is every later one unless a
+        :meth:`dialogs` channel is open."""
+        self.answers_dialogs = False
+        if not self._listened():
+            self._feed(NobodyAnswers())
 
     def _listened(self) -> bool:
         """Someone answers dialogs: the controller, or an open :meth:`dialogs` channel."""

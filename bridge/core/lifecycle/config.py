@@ -17,6 +17,7 @@ SIGNALS_PER_GENERATION: Final = 1000
 #: The deadlines, and what happens when each passes:
 #:
 #: ``dialog``   an extension dialog's timeout passed unanswered: answered ``cancelled``
+#: ``busy``     an aborted compaction was not answered: the engine is replaced
 #: ``ask``      a question written to the engine was not answered: answered with an error
 #: ``config``   the held prompt's configuration was not answered: ``rejected``/``config``, recycle
 #: ``ack``      the held prompt was written and not acked: give up (``no-ack``), recycle

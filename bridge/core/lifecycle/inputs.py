@@ -151,6 +151,12 @@ class AnswerDialog:
 
 
 @attrs.frozen
+class NobodyAnswers:
+    """Nobody can answer dialogs any more (the controller's stdin ended): the open ones are
+    answered ``cancelled`` (``no-controller``)."""
+
+
+@attrs.frozen
 class Configured:
     """Every configuration command written for ``request`` was answered (by id)."""
 
@@ -252,6 +258,7 @@ Input = (
     | Answered
     | DialogOpened
     | AnswerDialog
+    | NobodyAnswers
     | Configured
     | Stop
     | Shutdown

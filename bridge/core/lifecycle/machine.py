@@ -50,6 +50,7 @@ from bridge.core.lifecycle.inputs import (
     Input,
     JournalFailed,
     NewConversation,
+    NobodyAnswers,
     NotWritten,
     Shutdown,
     SignalSeen,
@@ -106,6 +107,7 @@ class Lifecycle:
             Answered: self._answered,
             DialogOpened: self._dialog_opened,
             AnswerDialog: self._answer_dialog,
+            NobodyAnswers: lambda ev: self._end_dialogs(dialogs.BY_NOBODY),
             Stop: self._stop,
             Shutdown: self._shutdown,
             Close: self._close,
@@ -193,12 +195,27 @@ class Lifecycle:
         if rec is None:
             self._out.append(StopAnswer(ev.request, None))
         elif rec.phase in ("queued", "configuring"):  # never written: nothing to abort
+            if rec.phase == "configuring":
+                self._abort_compaction(rec)
             self._reject(rec, Reason.CANCELLED)
             self._out.append(StopAnswer(ev.request, None))
         else:
             if rec.stop is None and rec.gave_up is None:
                 self._send_stop(rec, StopBy.CONTROLLER, "the controller asked")
             self._out.append(StopAnswer(ev.request, rec.stop))
+
+    def _abort_compaction(self, rec: PromptRec) -> None:
+        """A configuring prompt is stopped while Pi compacts for it: Pi's ``abort`` stops the
+        compaction (agent-session.js ``abort``: ``abortCompaction``), and no prompt is written
+        until the compaction is answered -- Pi refuses a prompt while it compacts."""
+        s, e = self.state, self.state.engine
+        cmds = self._config_commands(rec)
+        pending = cmds[len(rec.config_answers)] if len(rec.config_answers) < len(cmds) else None
+        if pending is None or pending["type"] != "compact" or e.phase not in ("checking", "ready"):
+            return
+        e.busy = pending["id"]
+        self._out.append(Write(e.generation, {"type": "abort", "id": f"{self._config_prefix()}:abort"}, "abort"))
+        s.deadlines["busy"] = self._now + self.config.ack_timeout
 
     def _configure(self, ev: Configure) -> None:
         self.state.wanted = ev.wanted.over(self.state.wanted)
@@ -373,6 +390,9 @@ class Lifecycle:
 
     def _configured(self, ev: Configured) -> None:
         s, e = self.state, self.state.engine
+        if e.busy is not None and e.busy in ev.answers and self._current(ev.generation):
+            e.busy = None  # the aborted compaction is over: prompts may be written again
+            s.deadlines.pop("busy", None)
         rec = self._held()
         if rec is None or rec.phase != "configuring" or rec.request != ev.request or not self._current(ev.generation):
             return
@@ -583,6 +603,8 @@ class Lifecycle:
         self._out.append(Notify(EngineExitedNotice(e.pid, e.generation, ev.code, ev.signal, requested)))
         s.deadlines.pop("startup", None)
         s.deadlines.pop("close", None)
+        s.deadlines.pop("busy", None)
+        e.busy = None
         e.phase = "none"
         e.pid = None
         self._end_dialogs(dialogs.BY_ENGINE_EXIT, generation=ev.generation, write=False)
@@ -626,6 +648,12 @@ class Lifecycle:
             if rec.deadline <= self._now:
                 self._end_dialog(rec, dialogs.BY_TIMEOUT, None)
         self._arm_dialogs()
+
+    def _deadline_busy(self) -> None:
+        e = self.state.engine
+        if e.busy is not None:
+            e.busy = None
+            e.recycle = True  # it did not say its compaction ended: the next prompt goes to a new engine
 
     def _deadline_ask(self) -> None:
         self._answer_all(f"the engine did not answer in {self.config.ack_timeout:g} s")
@@ -712,7 +740,7 @@ class Lifecycle:
         if s.held is None:
             if e.phase in ("checking", "ready") and (s.closing is not None or e.recycle or not e.sealed):
                 self._stop_engine(requested=True)
-            elif e.phase == "ready" and s.queue:
+            elif e.phase == "ready" and s.queue and e.busy is None:
                 self._write_prompt()
             elif e.phase == "none" and self._wants_engine():
                 self._spawn_or_wait()
@@ -762,6 +790,7 @@ class Lifecycle:
         e.in_startup = False
         e.config = None
         e.configs = 0
+        e.busy = None
         self._out.append(Spawn(e.generation))
 
     def _write_prompt(self) -> None:
@@ -796,10 +825,10 @@ class Lifecycle:
         self.state.deadlines["config"] = self._now + self._config_bound(rec, cmd)
 
     def _config_bound(self, rec: PromptRec, cmd: dict[str, Any]) -> float:
-        bound = self.config.ack_timeout
+        """``ack_timeout``; a compaction, which calls the model, the prompt's stall timeout."""
         if cmd["type"] == "compact":
-            bound = max(bound, rec.stall or self.config.stall_timeout or DEFAULT_STALL_TIMEOUT)
-        return bound
+            return rec.stall or self.config.stall_timeout or DEFAULT_STALL_TIMEOUT
+        return self.config.ack_timeout
 
     def _compacted(self, rec: PromptRec, answer: dict[str, Any]) -> None:
         """The compaction before ``rec`` was answered: the controller is told how it went (a
@@ -863,8 +892,12 @@ class Lifecycle:
 
     def _stop_engine(self, *, requested: bool) -> None:
         e = self.state.engine
-        # Answered before it is stopped: an extension waiting on one may then end cleanly.
-        self._end_dialogs(dialogs.BY_ENGINE_STOP, generation=e.generation, write=e.phase in ("checking", "ready"))
+        if requested:
+            # Answered before it is stopped: an extension waiting on one may then end cleanly.
+            self._end_dialogs(dialogs.BY_ENGINE_STOP, generation=e.generation, write=e.phase in ("checking", "ready"))
+        else:
+            # It broke (closed its stdout or stdin, died): nothing it waits on can be answered.
+            self._end_dialogs(dialogs.BY_ENGINE_EXIT, generation=e.generation, write=False)
         e.phase = "stopping"
         e.stop_requested = requested
         self.state.deadlines.pop("startup", None)

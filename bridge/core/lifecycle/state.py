@@ -99,6 +99,9 @@ class EngineRec:
     config: EngineConfig | None = None
     #: Configurations applied to it so far (their commands' ids count with it).
     configs: int = 0
+    #: The id of a command whose answer must come before any prompt is written to it (a
+    #: compaction aborted with the prompt it was for), or None.
+    busy: str | None = None
     #: Its start-up check has not ended yet (an exit now is a start-up death,
     #: even after it closed its stdout first).
     in_startup: bool = False
