@@ -390,3 +390,18 @@ async def test_a_prompt_stopped_while_pi_compacts_for_it_aborts_the_compaction(p
     types = [s.get("type") for s in sends if s]
     i = types.index("compact")
     assert types[i:].index("abort") < types[i:].index("prompt"), types[i:]
+
+
+def test_a_model_named_provider_slash_id_is_the_same_model() -> None:
+    """``"model": "provider/id"`` names a model as the command line's ``--model`` does (a
+    serve line with it used to ask Pi for ``provider/provider/id``: found by a new-user trial)."""
+    from bridge.controller.messages import Prompt, parse_command
+
+    same = Wanted("scripted", "scripted-model")
+    assert Wanted(None, "scripted/scripted-model") == same
+    assert Wanted("scripted", "scripted/scripted-model") == same
+    assert Wanted("openrouter", "anthropic/claude").model == "anthropic/claude"  # an id with a slash stays
+    cmd = parse_command(b'{"type":"prompt","id":"a","message":"m","model":"scripted/scripted-model"}')
+    assert isinstance(cmd, Prompt) and cmd.wanted == same
+    with pytest.raises(ValueError):
+        Wanted(None, "no-provider")

@@ -332,8 +332,11 @@ def _wanted(value: dict[str, Any]) -> Wanted:
         if got is not None and (not isinstance(got, str) or not got):
             raise ControllerError(f'"{key}" must be a non-empty string')
         fields[key] = got
-    if (fields["provider"] is None) != (fields["model"] is None):
-        raise ControllerError('"provider" and "model" go together: a model is named by both')
+    model_alone = fields["provider"] is None and fields["model"] is not None and "/" in fields["model"]
+    if (fields["provider"] is None) != (fields["model"] is None) and not model_alone:
+        raise ControllerError(
+            '"provider" and "model" go together: a model is named by both (or "model": "provider/id")'
+        )
     try:
         return Wanted(fields["provider"], fields["model"], fields["thinking"])
     except ValueError as e:

@@ -35,13 +35,22 @@ THINKING_LEVELS: Final = ("off", "minimal", "low", "medium", "high", "xhigh", "m
 
 @attrs.frozen
 class Wanted:
-    """What a prompt asks for: a model (provider and id together), a thinking level; None: as is."""
+    """What a prompt asks for: a model (provider and id together, or ``model`` as
+    ``provider/id``), a thinking level; None: as is."""
 
     provider: str | None = None
     model: str | None = None
     thinking: str | None = None
 
     def __attrs_post_init__(self) -> None:
+        # "provider/id" names a model as the command line's --model does: the same model.
+        if self.model is not None and "/" in self.model:
+            head, _, tail = self.model.partition("/")
+            if self.provider is None and head and tail:
+                object.__setattr__(self, "provider", head)
+                object.__setattr__(self, "model", tail)
+            elif self.provider == head and tail:
+                object.__setattr__(self, "model", tail)
         if (self.provider is None) != (self.model is None):
             raise ValueError("a model is named by its provider and its id together")
         if self.thinking is not None and self.thinking not in THINKING_LEVELS:
