@@ -283,3 +283,29 @@ def test_pi_settings_must_be_an_object_and_leave_the_seals_own_settings_alone(tm
     ):
         p = bridge("run", "hi", "--no-journal", "--pi-settings", str(path))
         assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_serve_whose_reader_went_away_closes_and_exits_141(tmp_path):
+    """``bridge serve … | head -1``: after ``ready`` nobody reads. serve closes as for a signal
+    (nothing more is written to the engine; every accepted prompt's receipt is in the journal)
+    and exits 141 -- it used to go on running prompts for nobody and exit 0 (a new-user trial)."""
+    journal = tmp_path / "j.jsonl"
+    fake = " ".join(FAKE)
+    lines = "".join(f'echo \'{{"type":"prompt","id":"p{n}","message":"hi"}}\'; ' for n in range(3))
+    p = subprocess.run(
+        f"({lines} sleep 2) | {sys.executable} -m bridge serve --journal {journal} -- {fake} | head -1; "
+        "exit ${PIPESTATUS[1]}",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        executable="/bin/bash",
+        cwd=ROOT,
+    )
+    assert p.returncode == 141, (p.returncode, p.stdout, p.stderr)
+    assert p.stdout.startswith('{"type":"ready"') and p.stderr == "", p.stderr
+    text = journal.read_text()
+    assert '"controller-gone"' in text
+    receipts = [line for line in text.splitlines() if line.startswith('{"receipt"')]
+    prompts = [line for line in text.splitlines() if '"type":"prompt"' in line and '"send"' in line]
+    assert len(receipts) >= 1 and len(receipts) >= len(prompts)

@@ -10,8 +10,9 @@ Rules:
   for the writer task's turn (a receipt reaches the controller in the step that settled it;
   issue 18): a non-blocking write the pipe takes whole, else what is left is queued.
 - Lines are written in the order they were queued, whatever is queued at once in one write.
-- A controller that goes away (a broken pipe) is not an error: the rest is dropped quietly;
-  receipts still reach the journal. Any other write error (a full disk, a closed descriptor)
+- A controller that goes away (a broken pipe) is not an error: the rest is dropped quietly,
+  receipts still reach the journal, and :attr:`Output.on_gone` is called once (``serve``
+  closes the bridge then: nobody reads what it would do). Any other write error (a full disk, a closed descriptor)
   drops the rest too, but is kept in :attr:`Output.failed`: ``serve`` says so and exits 1.
 - :meth:`Output.close` ends the queue: what was queued before it is still written, and
   :attr:`Output.done` is set once it has been (or dropped).
@@ -22,6 +23,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -46,6 +48,8 @@ class Output:
         self._closed = False
         #: Set when everything queued is written (or the controller is gone).
         self.done = trio.Event()
+        #: Called once when the controller goes away (its end of stdout closed).
+        self.on_gone: Callable[[], None] | None = None
 
     def put(self, note: dict[str, Any]) -> None:
         """Write or queue one JSON object (a no-op once closed)."""
@@ -105,10 +109,14 @@ class Output:
     def _broke(self, e: BaseException) -> None:
         """Nothing more is written. A broken pipe is the controller going away (quiet: the
         receipts are journaled); anything else is kept as :attr:`failed`."""
+        first = not self.broken
         self.broken = True
         cause = e if isinstance(e, OSError) else e.__cause__
-        if not isinstance(cause, (BrokenPipeError, ConnectionResetError)) and self.failed is None:
-            self.failed = getattr(cause, "strerror", None) or str(cause or e) or type(e).__name__
+        if not isinstance(cause, (BrokenPipeError, ConnectionResetError)):
+            if self.failed is None:
+                self.failed = getattr(cause, "strerror", None) or str(cause or e) or type(e).__name__
+        elif first and self.on_gone is not None:
+            self.on_gone()
 
     def _queued_now(self) -> list[bytes]:
         """Every line already queued (taken without waiting)."""

@@ -19,6 +19,8 @@ Rules:
   a second ``shutdown`` changes nothing.
 - SIGINT / SIGTERM / SIGHUP: closing at once (nothing queued is written; the
   running prompt is stopped, ``failed``/``closing``), exit 130 / 143 / 129.
+- stdout closed by the controller (a broken pipe, ``| head``): closing at once as for a
+  signal, every receipt in the journal, exit 141.
 - The journal cannot be written (a full disk): the controller gets a
   ``journal-failed`` signal at once, the bridge closes as for a signal (every
   accepted prompt still gets its receipt here), and exits 1 with one line on
@@ -158,11 +160,20 @@ class _Server:
     def _opened(self, bridge: Bridge) -> None:
         """The bridge is open: its notifications go to the controller, after ``ready``."""
         self.bridge = bridge
+        self.out.on_gone = self._controller_gone
         bridge.listeners.append(self.out.put)
         bridge.answers_dialogs = True  # the controller reads each ask and answers on stdin
         self.out.write(Ready(__version__, str(bridge.journal.path) if bridge.journal is not None else None))
         if self.status:  # a signal came while the bridge was opening
             bridge.close_on_signal(self.status - 128)
+
+    def _controller_gone(self) -> None:
+        """The controller closed its end of stdout (``| head``): nobody reads receipts any more,
+        so the bridge closes as for a signal (the running prompt stopped, every receipt in the
+        journal) and serve exits 141, like a process killed by SIGPIPE."""
+        self.status = self.status or 141
+        if self.bridge is not None:
+            self.bridge.close_now("controller-gone", "the controller closed its end of stdout")
 
     def exit_status(self) -> int:
         """The exit status (README "Exit codes"); a journal failure, or a stdout that could not
