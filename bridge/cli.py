@@ -646,9 +646,11 @@ def _add_serve(sub: _Subcommands) -> None:
         help="the controller protocol: JSONL prompts/stops on stdin, receipts and signals on stdout",
         usage="bridge serve [OPTIONS] [-- ENGINE ARGV...]",
         description="Read controller commands (prompt, stop, status, shutdown, configure, new_conversation, "
-        "models) as JSON lines on stdin; write "
-        "receipts, signals, streamed text and engine lifecycle as JSON lines on stdout (see the README). "
-        "stdin EOF or shutdown: every outstanding prompt gets its receipt, the engine is stopped, exit 0.",
+        "compact, models, answer) as JSON lines on stdin; write "
+        "receipts, signals, streamed text, events, extension dialogs (ask) and engine lifecycle as JSON lines "
+        "on stdout (see the README). "
+        "stdin EOF or shutdown: every outstanding prompt gets its receipt, the engine is stopped, exit 0; "
+        "stdout closed by the reader: closing at once, exit 141.",
     )
     _add_engine_options(p)
     _add_bridge_options(p)

@@ -319,8 +319,10 @@ def _prompt(value: dict[str, Any], rid: RequestId) -> Prompt:
 
 def _answer(value: dict[str, Any]) -> AnswerDialog:
     dialog = value.get("dialog")
-    if not isinstance(dialog, str) or not dialog:
+    if dialog is None:
         raise ControllerError('answer needs a "dialog": the id of the ask it answers')
+    if not isinstance(dialog, str) or not dialog:
+        raise ControllerError('"dialog" must be a non-empty string: the id of the ask it answers')
     return AnswerDialog(dialog, value.get("value"), value.get("confirmed"), value.get("cancelled", False))
 
 

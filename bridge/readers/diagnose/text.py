@@ -121,7 +121,7 @@ def _summary(s: dict[str, Any]) -> list[str]:
     dialogs = s.get("dialogs")
     if dialogs:
         said = ", ".join(f"{by} {n}" for by, n in dialogs.items())
-        out.append(f"  dialogs: {sum(dialogs.values())} asked of the controller, ended by: {said}")
+        out.append(f"  dialogs: {sum(dialogs.values())} (who gave each its one response: {said})")
     out.append("  signals: " + (", ".join(f"{k} {v}" for k, v in s["signals"].items()) or "none"))
     gaps = s["gaps"]
     out.append(
