@@ -200,9 +200,10 @@ def _dialog_line(note: dict[str, Any]) -> None:
     if note.get("type") != "dialog-end" or note.get("by") != "no-controller":
         return
     title = str(note.get("title") or "")[:80]
+    whose = f" (prompt {note.get('id')})" if note.get("id") is not None else ""
     try:
         print(
-            f"bridge run: an extension's {note.get('method')} dialog {title!r} was answered cancelled: "
+            f"bridge run: an extension's {note.get('method')} dialog {title!r}{whose} was answered cancelled: "
             "bridge run cannot ask anyone (bridge serve or the Python API can answer dialogs)",
             file=sys.stderr,
             flush=True,
