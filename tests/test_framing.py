@@ -226,3 +226,21 @@ def test_sized_update_runs_classify_every_line_as_one_by_one_would(picks: list[i
     assert [f for s, e, f, _ in runs for _ in range(s, e)] == flags
     assert all(a[1] == b[0] and a[2] != b[2] for a, b in itertools.pairwise(runs))
     assert [n for s, e, f, n in runs] == [sum(map(len, lines[s:e])) if f else 0 for s, e, f, _ in runs]
+
+
+def test_sized_update_runs_give_the_same_runs_in_bulk_and_line_by_line() -> None:
+    """A batch of many lines is checked in bulk first, one of few lines (long ones: the older
+    engines' whole partials) line by line: the runs and sizes are the same either way."""
+    from bridge.core.framing import BULK_MIN_LINES, sized_update_runs
+
+    up = _UP + b'"d":"x"}'
+    other = b'{"type":"turn_end"}'
+    for n in (BULK_MIN_LINES - 1, BULK_MIN_LINES, 3 * BULK_MIN_LINES):
+        same = [up] * n
+        assert list(sized_update_runs(same, _UP, b"}")) == [(0, n, True, n * len(up))]
+        mixed = [up] * (n - 2) + [other, up]
+        assert list(sized_update_runs(mixed, _UP, b"}")) == [
+            (0, n - 2, True, (n - 2) * len(up)),
+            (n - 2, n - 1, False, 0),
+            (n - 1, n, True, len(up)),
+        ]
