@@ -117,11 +117,7 @@ def test_sandbox_bench_stopped_midway_removes_its_folders_and_its_engine(tmp_pat
             proc.wait()
     assert _left_behind(tmp_path) == []
     # The engine's private config folder named its process; none runs with it any more.
-    engines = [
-        pid
-        for pid in os.listdir("/proc")
-        if pid.isdigit() and _cmdline_mentions(pid, str(tmp_path))
-    ]
+    engines = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline_mentions(pid, str(tmp_path))]
     assert engines == []
 
 
