@@ -7,8 +7,12 @@ and on whatever else it is doing).
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 from tests.conftest import ROOT
 
@@ -63,18 +67,66 @@ def test_quick_bench_prints_the_table_and_the_targets() -> None:
     assert not data["notes"], data["notes"]
 
 
-def test_sandbox_bench_prints_the_ratios() -> None:
-    """``tools/bench_sandbox`` (what confinement costs at start-up) runs and reports every mode."""
+def _left_behind(tmp: Path) -> list[str]:
+    """What a bench_sandbox run made in its temporary folder and left there (Node's own
+    compile cache, which every unconfined Pi keeps in the temporary folder, aside)."""
+    return sorted(p.name for p in tmp.iterdir() if p.name != "node-compile-cache")
+
+
+def test_sandbox_bench_prints_the_ratios(tmp_path: Path) -> None:
+    """``tools/bench_sandbox`` (what confinement costs at start-up) runs, reports every mode and
+    leaves nothing behind in the temporary folder."""
     proc = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "bench_sandbox"), "--rounds", "1", "--json"],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _left_behind(tmp_path) == []
     modes = json.loads(proc.stdout)["modes"]
     assert set(modes) == {"unconfined (--no-sandbox)", "sandbox (default)", "sandbox --no-network"}
     assert modes["unconfined (--no-sandbox)"]["ratio"] == 1.0
     for row in modes.values():
         assert set(row) == {"start_ms", "start_min_ms", "stop_ms", "ratio", "cpu_ms", "cpu_ratio"}
+
+
+def test_sandbox_bench_stopped_midway_removes_its_folders_and_its_engine(tmp_path: Path) -> None:
+    """A SIGTERM while an engine is starting: the run's folders are removed and no engine is left."""
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "tools" / "bench_sandbox"), "--rounds", "5", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not any(p.name.startswith("pi-bridge-") for p in tmp_path.iterdir()):
+            assert proc.poll() is None and time.monotonic() < deadline, "no engine was started"
+            time.sleep(0.05)
+        made = _left_behind(tmp_path)
+        assert any(n.startswith("bench-sandbox-") for n in made), made
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert _left_behind(tmp_path) == []
+    # The engine's private config folder named its process; none runs with it any more.
+    engines = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline_mentions(pid, str(tmp_path))]
+    assert engines == []
+
+
+def _cmdline_mentions(pid: str, text: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read()
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read()
+    except OSError:
+        return False
+    return text.encode() in cmd or text.encode() in env

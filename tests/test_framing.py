@@ -226,3 +226,105 @@ def test_sized_update_runs_classify_every_line_as_one_by_one_would(picks: list[i
     assert [f for s, e, f, _ in runs for _ in range(s, e)] == flags
     assert all(a[1] == b[0] and a[2] != b[2] for a, b in itertools.pairwise(runs))
     assert [n for s, e, f, n in runs] == [sum(map(len, lines[s:e])) if f else 0 for s, e, f, _ in runs]
+
+
+def test_sized_update_runs_give_the_same_runs_in_bulk_and_line_by_line() -> None:
+    """A batch of many lines is checked in bulk first, one of few lines (long ones: the older
+    engines' whole partials) line by line: the runs and sizes are the same either way."""
+    from bridge.core.framing import BULK_MIN_LINES, sized_update_runs
+
+    up = _UP + b'"d":"x"}'
+    other = b'{"type":"turn_end"}'
+    for n in (BULK_MIN_LINES - 1, BULK_MIN_LINES, 3 * BULK_MIN_LINES):
+        same = [up] * n
+        assert list(sized_update_runs(same, _UP, b"}")) == [(0, n, True, n * len(up))]
+        mixed = [up] * (n - 2) + [other, up]
+        assert list(sized_update_runs(mixed, _UP, b"}")) == [
+            (0, n - 2, True, (n - 2) * len(up)),
+            (n - 2, n - 1, False, 0),
+            (n - 1, n, True, len(up)),
+        ]
+
+
+# -- runs of long update lines left in the read (LineSplitter.feed_runs, UpdateRun)
+
+_LONG = 4096  # framing.LONG_LINE
+_RUNS = (_UP, b"}")
+
+
+def _line(kind: int, size: int, bad: bool) -> bytes:
+    """An update (0), an update without its closing brace (1), another event (2) or junk (3),
+    padded to about ``size`` bytes, with an invalid UTF-8 byte when ``bad``."""
+    pad = ("é—x" * size)[:size].encode()
+    body = [
+        _UP + b'"d":"' + pad + b'"}',
+        _UP + b'"d":"' + pad + b'"',
+        b'{"type":"turn_end","d":"' + pad + b'"}',
+        b"junk " + pad,
+    ][kind]
+    if bad:
+        body = body[:30] + b"\xff" + body[30:]
+    return body
+
+
+_lines = st.tuples(
+    st.sampled_from([0, 0, 0, 1, 2, 3]),
+    st.sampled_from([0, 10, _LONG - 40, _LONG, _LONG + 300, 3 * _LONG]),
+    st.booleans(),
+    st.sampled_from([b"\n", b"\n", b"\n", b"\r\n"]),
+)
+
+
+def _expand(items: list) -> list:
+    from bridge.core.framing import UpdateRun
+
+    out = []
+    for x in items:
+        out += list(x) if type(x) is UpdateRun else [x]
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(_lines, max_size=14),
+    st.lists(st.integers(min_value=1, max_value=3 * _LONG), max_size=12),
+    st.sampled_from([1 << 20, 2 * _LONG, _LONG + 100]),
+    st.booleans(),
+)
+def test_a_splitter_with_runs_gives_the_same_lines_as_one_without(specs, chunks, max_line, final_lf) -> None:
+    """Runs of long update lines left in the read are, line for line, what a plain splitter
+    cuts out (CRs, oversize lines, any chunking); each run's lines are long, start and end like
+    an update, and its sizes and UTF-8 check agree with its lines."""
+    from bridge.core.framing import UpdateRun, valid_utf8
+
+    data = b"".join(_line(k, n, bad) + end for k, n, bad, end in specs)
+    if not final_lf:
+        data = data[:-1]
+    runs = LineSplitter(max_line)
+    got: list = []
+    pos = 0
+    for size in chunks:
+        got += runs.feed_runs(data[pos : pos + size], *_RUNS)
+        pos += size
+    got += runs.feed_runs(data[pos:], *_RUNS) + runs.close()
+    assert _expand(got) == split(data, max_line)
+    for item in got:
+        if type(item) is UpdateRun:
+            lines = list(item)
+            assert lines and all(len(x) >= _LONG and x.startswith(_UP) and x.endswith(b"}") for x in lines)
+            assert item.nbytes == sum(map(len, lines)) and len(item) == len(lines)
+            assert item[0] == lines[0] and item[-1:] == lines[-1:]
+            assert item.valid_utf8() == all(map(valid_utf8, lines))
+
+
+def test_long_update_lines_come_as_one_run_and_other_lines_cut_out() -> None:
+    from bridge.core.framing import UpdateRun
+
+    up, other, short = _line(0, _LONG, False), _line(2, _LONG, False), _line(0, 10, False)
+    got = LineSplitter().feed_runs(b"x\n" + b"\n".join([up, up, other, up, short, up]) + b"\n", *_RUNS)
+    assert [type(x).__name__ for x in got] == ["bytes", "UpdateRun", "bytes", "UpdateRun", "bytes", "bytes"]
+    assert list(got[1]) == [up, up] and got[2] == other and list(got[3]) == [up]
+    assert got[4:] == [short, up]  # after a short line the read's rest is cut out line by line
+    bad = _line(0, _LONG, True)
+    (run,) = LineSplitter().feed_runs(b"\n" + up + b"\n" + bad + b"\n", *_RUNS)[1:]
+    assert type(run) is UpdateRun and list(run) == [up, bad] and not run.valid_utf8()

@@ -171,3 +171,66 @@ def test_the_fast_path_observes_exactly_what_line_by_line_does(batches, stream_f
         single.release(f"p{n}")
     assert bulk.observations == single.observations
     assert [r.to_json() for r in bulk.receipts] == [r.to_json() for r in single.receipts]
+
+
+def _long_update(text: str) -> bytes:
+    """A text delta padded past framing.LONG_LINE (the older engines' whole partials)."""
+    event = {"type": "text_delta", "contentIndex": 0, "delta": text, "pad": "é—x" * 1500}
+    return b'{"type":"message_update","assistantMessageEvent":' + __import__("json").dumps(event).encode() + b"}"
+
+
+_LONG_LINES = [
+    _long_update("hi"),
+    _long_update("there"),
+    _long_update("x")[:-2],  # no closing braces: parsed, malformed (a gap)
+    _long_update("x")[:40] + b"\xff" + _long_update("x")[40:],  # invalid UTF-8: a gap
+    UPDATE,
+    b'{"type":"agent_start"}',
+    b'{"type":"turn_end","message":{"role":"assistant","content":[]},"pad":"' + b"y" * 5000 + b'"}',
+]
+
+
+@given(
+    st.lists(st.lists(st.sampled_from(range(len(_LONG_LINES))), max_size=10), max_size=8),
+    st.lists(st.booleans(), min_size=1, max_size=8),
+    st.lists(st.integers(min_value=1, max_value=20000), min_size=1, max_size=8),
+)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_runs_left_in_the_read_observe_exactly_what_line_by_line_does(batches, stream_flags, sizes):
+    """The engine's splitter leaves runs of long update lines in the read (UpdateRun); the
+    session takes them in bulk or line by line (a streamed prompt, invalid UTF-8) and must give
+    every line the same index and cause the same events as lines fed one at a time."""
+    from bridge.core.framing import UpdateRun
+
+    bulk, single = Session(("clear_queue",)), Session(("clear_queue",))
+    splitter = LineSplitter()
+    runs_seen = 0
+
+    def feed(s, batch):
+        out = []
+        for seen in s.observe_batch(batch):
+            if hasattr(seen, "first"):
+                out += [(i, None) for i in range(seen.first, seen.first + len(seen.lines))]
+            else:
+                out.append((seen.idx, [e.__class__.__name__ for e in seen.events]))
+        return out
+
+    for n, picks in enumerate(batches):
+        prompt = {"type": "prompt", "id": f"p{n}", "message": "x"}
+        stream = stream_flags[n % len(stream_flags)]
+        bulk.send(prompt, stream=stream)
+        single.send(prompt, stream=stream)
+        data = b"".join(_LONG_LINES[k] + b"\n" for k in picks)
+        size = sizes[n % len(sizes)]
+        for pos in range(0, len(data), size):
+            batch = splitter.feed_runs(data[pos : pos + size], b'{"type":"message_update",', b"}")
+            runs_seen += sum(type(x) is UpdateRun for x in batch)
+            lines = [line for x in batch for line in (x if type(x) is UpdateRun else [x])]
+            got = feed(bulk, batch)
+            want = [item for line in lines for item in feed(single, [line])]
+            assert [i for i, _ in got] == [i for i, _ in want]
+            assert [e for _, e in got if e] == [e for _, e in want if e]
+        bulk.release(f"p{n}")
+        single.release(f"p{n}")
+    assert bulk.observations == single.observations
+    assert [r.to_json() for r in bulk.receipts] == [r.to_json() for r in single.receipts]

@@ -31,7 +31,9 @@ one read's batch with C-level maps (no per-line Python), and :func:`all_utf8`
 checks a run the same way; a line of such a run still takes its observation index
 (:meth:`bridge.core.session.Session.observe_batch`), it is just not parsed. The
 same classifier finds the journal's ``recv`` lines of ``message_update`` for
-replay (:data:`JOURNAL_UPDATE`).
+replay (:data:`JOURNAL_UPDATE`). Long lines (the older engines' whole partials) are not
+even cut out of the read: :meth:`LineSplitter.feed_runs` hands a run of them on as one
+:class:`UpdateRun`, the read and the lines' offsets in it, checked there in place.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import json
 import operator
 from collections.abc import Iterator, Sequence
 from io import BytesIO  # a buffer in memory, no I/O: its readlines finds LFs with memchr
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, overload
 
 import attrs
 import orjson
@@ -79,12 +81,73 @@ class RawLine:
 
 _LF = itertools.repeat(b"\n")
 
+#: From this length on a line is found with its own ``find`` and checked where it lies in the
+#: read (:class:`UpdateRun`); shorter ones are cut out by ``readlines`` (C-level, per line
+#: cheaper below ~4 KiB here). The older engines' whole partials are ~13 KB a line, Pi 1.6's
+#: deltas ~330 B.
+LONG_LINE: Final = 4096
+
+
+class UpdateRun(Sequence[bytes]):
+    """Consecutive long lines of one read that each start with a prefix and end with a suffix
+    (:meth:`LineSplitter.feed_runs`: candidate ``message_update`` lines), left where they lie:
+    ``data`` and each line's start and end offset. Nothing is copied unless a line is asked
+    for (indexing, iterating), so a run the session takes in bulk costs no copy at all."""
+
+    __slots__ = ("data", "ends", "starts")
+
+    def __init__(self, data: bytes, starts: list[int], ends: list[int]) -> None:
+        self.data = data
+        self.starts = starts
+        self.ends = ends
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    @overload
+    def __getitem__(self, k: int) -> bytes: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> list[bytes]: ...
+
+    def __getitem__(self, k: int | slice) -> bytes | list[bytes]:
+        if isinstance(k, slice):
+            return [self.data[a:b] for a, b in zip(self.starts[k], self.ends[k])]
+        return self.data[self.starts[k] : self.ends[k]]
+
+    def __iter__(self) -> Iterator[bytes]:
+        data = self.data
+        return (data[a:b] for a, b in zip(self.starts, self.ends))
+
+    def __repr__(self) -> str:
+        return f"UpdateRun({len(self)} lines, {self.nbytes} bytes)"
+
+    @property
+    def nbytes(self) -> int:
+        """The lines' bytes together (no separators)."""
+        return sum(self.ends) - sum(self.starts)
+
+    def valid_utf8(self) -> bool:
+        """:func:`valid_utf8` for every line, decoded in place (a view, no copy); one call per
+        line, since a decode gets slower from a line's first character above U+00FF on."""
+        view = memoryview(self.data)
+        try:
+            for a, b in zip(self.starts, self.ends):
+                str(view[a:b], "utf-8")  # decodes the view's bytes in place
+        except UnicodeDecodeError:
+            return False
+        finally:
+            view.release()
+        return True
+
 
 class LineSplitter:
     """Incremental LF splitter. Feed it chunks; it returns complete lines.
 
-    Lines are ``bytes`` (CR stripped) or :class:`Oversize`. Every byte fed lands
-    in exactly one line or separator.
+    Lines are ``bytes`` (CR stripped) or :class:`Oversize`, and from :meth:`feed_runs` also
+    :class:`UpdateRun`: consecutive lines of at least :data:`LONG_LINE` bytes that start with
+    a prefix and end with a suffix, not cut out (each such line is one of the run's lines, in
+    order). Every byte fed lands in exactly one line or separator.
     """
 
     def __init__(self, max_line: int = DEFAULT_MAX_LINE) -> None:
@@ -101,12 +164,24 @@ class LineSplitter:
 
     def feed(self, data: bytes) -> list[bytes | Oversize]:
         out: list[bytes | Oversize] = []
+        self._feed(data, out, None)
+        return out
+
+    def feed_runs(self, data: bytes, prefix: bytes, suffix: bytes) -> list[bytes | Oversize | UpdateRun]:
+        """:meth:`feed`, with runs of long lines that start with ``prefix`` and end with
+        ``suffix`` left in the read as :class:`UpdateRun` (the engine's stdout: the older
+        engines' whole partials, each a ``message_update`` of ~13 KB)."""
+        out: list[bytes | Oversize | UpdateRun] = []
+        self._feed(data, out, (prefix, suffix))
+        return out
+
+    def _feed(self, data: bytes, out: list[Any], runs: tuple[bytes, bytes] | None) -> None:
         if not data:
-            return out
+            return
         nl = data.find(b"\n")
         if nl < 0:
             self._hold(data)
-            return out
+            return
         # The first LF ends whatever was pending.
         self._hold(data[:nl])
         out.append(self._take())
@@ -115,12 +190,16 @@ class LineSplitter:
         if last > nl:
             max_line = self.max_line
             if last - start <= max_line and data.find(b"\r", start, last) < 0:
-                # The common case, all in C: no CR to strip, no line can be oversize. BytesIO
-                # shares ``data`` and finds each LF with memchr (bytes.split(b"\n") looks at
-                # every byte in a loop of its own: 5x the instructions on Pi's short lines).
-                whole = BytesIO(data)
-                whole.seek(start)
-                out += map(bytes.removesuffix, whole.readlines(last + 1 - start), _LF)
+                # The common case: no CR to strip, no line can be oversize. Long lines first,
+                # found in place (feed_runs); the rest all in C: BytesIO shares ``data`` and finds
+                # each LF with memchr (bytes.split(b"\n") looks at every byte in a loop of its
+                # own: 5x the instructions on Pi's short lines).
+                if runs is not None:
+                    start = self._long_lines(data, start, last, out, *runs)
+                if start <= last:
+                    whole = BytesIO(data)
+                    whole.seek(start)
+                    out += map(bytes.removesuffix, whole.readlines(last + 1 - start), _LF)
             else:
                 for line in data[start:last].split(b"\n"):
                     if line[-1:] == b"\r":
@@ -132,7 +211,33 @@ class LineSplitter:
             start = last + 1
         if start < len(data):
             self._hold(data[start:])
-        return out
+
+    @staticmethod
+    def _long_lines(data: bytes, start: int, last: int, out: list[Any], prefix: bytes, suffix: bytes) -> int:
+        """The lines from ``start`` on while they are long (``data[last]`` is an LF and no line
+        up to it has a CR or is oversize): those that start with ``prefix`` and end with
+        ``suffix`` as runs left in place, the others cut out. Returns where the first short line
+        starts (``last + 1``: none)."""
+        find = data.find
+        starts: list[int] = []
+        ends: list[int] = []
+        pos = start
+        while pos <= last:
+            end = find(b"\n", pos, last + 1)
+            if end - pos < LONG_LINE:
+                break
+            if data.startswith(prefix, pos) and data.endswith(suffix, pos, end):
+                starts.append(pos)
+                ends.append(end)
+            else:
+                if ends:
+                    out.append(UpdateRun(data, starts, ends))
+                    starts, ends = [], []
+                out.append(data[pos:end])
+            pos = end + 1
+        if ends:
+            out.append(UpdateRun(data, starts, ends))
+        return pos
 
     def close(self) -> list[bytes | Oversize]:
         """End of stream: a final line without LF is still a line."""
@@ -263,6 +368,15 @@ def update_runs(
         pos = end
 
 
+#: Below this many lines a batch is classified line by line, above it first in bulk
+#: (:func:`sized_update_runs`). The bulk check costs per byte (a join and a count: ~0.56 ns/B
+#: here), the per-line maps per line (~280 ns), so it pays for lines shorter than ~500 bytes:
+#: Pi 1.6's deltas (~330 B, ~780 lines in a 256 KiB read), not the older engines' whole
+#: partials (~13 KB, ~20 lines a read, where the bulk check was 6.6x the per-line one) nor
+#: tool output. A full read of 128 lines averages 2 KiB a line (0.5 KiB in a 64 KiB read).
+BULK_MIN_LINES: Final = 128
+
+
 def sized_update_runs(
     lines: Sequence[bytes | Oversize], prefix: bytes, suffix: bytes
 ) -> Iterator[tuple[int, int, bool, int]]:
@@ -272,14 +386,17 @@ def sized_update_runs(
     ``suffix + LF + prefix`` once per line boundary (every LF is a boundary and each occurrence
     holds one), which one C-level count tells. Most of a Pi stream's reads are such batches; a
     batch with another line in it goes line by line (counting its parts again costs more than
-    the per-line maps once a few other lines are scattered in it)."""
+    the per-line maps once a few other lines are scattered in it), and so does a batch of few
+    lines (:data:`BULK_MIN_LINES`: long lines, where the bulk check costs more than it saves)."""
     count = len(lines)
     if not count:
         return
-    try:
-        joined = b"\n".join(lines)  # type: ignore[arg-type]  # an Oversize raises TypeError
-    except TypeError:
-        joined = None
+    joined = None
+    if count >= BULK_MIN_LINES:
+        try:
+            joined = b"\n".join(lines)  # type: ignore[arg-type]  # an Oversize raises TypeError
+        except TypeError:
+            pass
     if (
         joined is not None
         and joined.startswith(prefix)

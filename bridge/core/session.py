@@ -82,6 +82,7 @@ from bridge.core.framing import (
     MESSAGE_UPDATE,
     Oversize,
     RawLine,
+    UpdateRun,
     all_utf8,
     parse_line,
     sized_update_runs,
@@ -241,26 +242,46 @@ class Session:
             self._pending_clears.append((kind, cmd.get("id")))
         return out or NO_EVENTS
 
-    def observe_batch(self, lines: Sequence[bytes | Oversize], *, t: float | None = None) -> Iterator[Observation]:
+    def observe_batch(
+        self, lines: Sequence[bytes | Oversize | UpdateRun], *, t: float | None = None
+    ) -> Iterator[Observation]:
         """One read's lines from the engine's stdout, in order: the one entry point for them.
 
         Yields one :class:`Skipped` per run of ``message_update`` lines nobody streams (they
-        take their indices and are not parsed: the fast path, :func:`bridge.core.framing.sized_update_runs`)
-        and one :class:`Observed` per other line. Consume it whole: each item is yielded after
-        its lines were observed, and what the caller does between items (journal a line, answer
-        a start-up check) sees the session as of that line."""
+        take their indices and are not parsed: the fast path, :func:`bridge.core.framing.sized_update_runs`,
+        and a splitter's :class:`~bridge.core.framing.UpdateRun` of long ones, each of its lines
+        one observation) and one :class:`Observed` per other line. Consume it whole: each item
+        is yielded after its lines were observed, and what the caller does between items
+        (journal a line, answer a start-up check) sees the session as of that line."""
         if not self._updates_skippable():
             for line in lines:
-                yield self._receive_line(line, t)
+                if type(line) is UpdateRun:
+                    yield from self._observe_run(line, t)
+                else:
+                    yield self._receive_line(line, t)  # type: ignore[arg-type]  # not a run
             return
-        for start, end, is_update, nbytes in sized_update_runs(lines, MESSAGE_UPDATE, b"}"):
+        # An UpdateRun (like an Oversize) fails the bulk and per-line checks' C-level maps:
+        # it lands in a run of other lines, met below.
+        for start, end, is_update, nbytes in sized_update_runs(lines, MESSAGE_UPDATE, b"}"):  # type: ignore[arg-type]
             if is_update and self._updates_skippable():
                 run: Sequence[bytes] = lines[start:end]  # type: ignore[assignment]  # update runs are bytes
                 if all_utf8(run):
                     yield Skipped(self.observe_updates(len(run)), run, nbytes)
                     continue
             for line in lines[start:end]:  # the one with invalid UTF-8 is a gap
-                yield self._receive_line(line, t)
+                if type(line) is UpdateRun:
+                    yield from self._observe_run(line, t)
+                else:
+                    yield self._receive_line(line, t)  # type: ignore[arg-type]  # not a run
+
+    def _observe_run(self, run: UpdateRun, t: float | None) -> Iterator[Observation]:
+        """A splitter's run of long ``message_update`` candidates: in bulk when nobody streams
+        them and all are valid UTF-8 (checked in place), else line by line."""
+        if self._updates_skippable() and run.valid_utf8():
+            yield Skipped(self.observe_updates(len(run)), run, run.nbytes)
+            return
+        for line in run:
+            yield self._receive_line(line, t)
 
     def observe_updates(self, count: int) -> int:
         """``count`` ``message_update`` lines (or their elided journal entries) the tracker

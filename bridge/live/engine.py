@@ -30,11 +30,12 @@ import collections
 import os
 import signal
 import subprocess
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import trio
 
-from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
+from bridge.core.framing import DEFAULT_MAX_LINE, MESSAGE_UPDATE, LineSplitter, Oversize, UpdateRun
 from bridge.profiles.command import Launch
 from bridge.transcript import dumps
 
@@ -93,7 +94,7 @@ class EngineGone(Exception):
 
 
 class EngineSink(Protocol):
-    def lines(self, engine: Engine, lines: list[bytes | Oversize]) -> None: ...
+    def lines(self, engine: Engine, lines: Sequence[bytes | Oversize | UpdateRun]) -> None: ...
 
     def stderr(self, engine: Engine, text: str) -> None: ...
 
@@ -184,6 +185,8 @@ class Engine:
         inherited its stdout, closed it) or when :meth:`_wait` cancels it after the drain grace."""
         assert self.process is not None and self.process.stdout is not None
         stdout = self.process.stdout
+        # Runs of long message_update lines stay in the read (framing.UpdateRun): the session
+        # takes them in bulk without a copy.
         splitter = LineSplitter(self.max_line)
         sink_lines = self.sink.lines
         with self._reader_scope:
@@ -192,7 +195,7 @@ class Engine:
                     data = await stdout.receive_some(READ_SIZE)
                     if not data:
                         break
-                    lines = splitter.feed(data)  # type: ignore[arg-type]  # FdStream reads bytes
+                    lines = splitter.feed_runs(data, MESSAGE_UPDATE, b"}")  # type: ignore[arg-type]  # FdStream reads bytes
                     if lines:
                         sink_lines(self, lines)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):

@@ -19,7 +19,7 @@ from typing import Any
 import trio
 
 from bridge.core.events import Event, Skipped
-from bridge.core.framing import Oversize, RawLine
+from bridge.core.framing import Oversize, RawLine, UpdateRun
 from bridge.core.lifecycle import (
     Answered,
     BridgeConfig,
@@ -152,7 +152,7 @@ class EngineSide:
 
     # -- what an engine reports (it calls these: EngineSink) ------------------------------------
 
-    def lines(self, engine: Engine, lines: list[bytes | Oversize]) -> None:
+    def lines(self, engine: Engine, lines: Sequence[bytes | Oversize | UpdateRun]) -> None:
         """One read's lines, in order, with one clock read. The session observes them
         (:meth:`~bridge.core.session.Session.observe_batch`: runs of ``message_update``
         lines nobody streams are taken in bulk); here each is journaled and its events

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Two checkouts side by side on one stream, rounds interleaved: the raw drain, then each tree's
+``bridge API`` (and ``bridge serve`` with ``--serve``), round after round, so load from other
+work falls on all of them alike. Prints wall and CPU (median and best) and the ratio to the raw
+drain: of the medians, of the best rounds, and the median of each round's own ratio (paired)::
+
+    tools/bench_engine.py --gen legacy --mb 143 --write /tmp/legacy.jsonl
+    git worktree add /tmp/old main
+    .venv/bin/python tools/bench_ab.py /tmp/legacy.jsonl --trees /tmp/old,. --rounds 15 --serve
+
+Each tree's own ``tools/bench`` runs its readers (so its own ``bridge`` is imported); the
+interpreter is this one (the trees need not have a venv). Never asserts a speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.machinery
+import importlib.util
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def load_bench(tree: Path, name: str) -> Any:
+    os.environ["PI_BRIDGE_BENCH_REEXEC"] = "1"  # the interpreter is this one
+    loader = importlib.machinery.SourceFileLoader(name, str(tree / "tools" / "bench"))
+    spec = importlib.util.spec_from_loader(name, loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("stream", help="a stream written by tools/bench_engine.py --write")
+    p.add_argument("--trees", default=".", help="checkouts, comma-separated (default: this one)")
+    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--serve", action="store_true", help="also each tree's bridge serve")
+    p.add_argument("--timeout", type=float, default=600)
+    a = p.parse_args()
+    trees = [Path(t).resolve() for t in a.trees.split(",")]
+    benches = [load_bench(t, f"bench_{k}") for k, t in enumerate(trees)]
+    first = benches[0]
+    rows: dict[str, list[tuple[float, float]]] = {"raw drain": []}
+    for rnd in range(a.rounds):
+        print(f"round {rnd + 1}/{a.rounds}", file=sys.stderr)
+        d = first.run_pipe_reader([first.PY, first.SELF, "_role", "drain"], a.stream, a.timeout)
+        rows["raw drain"].append((d["wall"], d["cpu"]))
+        for tree, bench in zip(trees, benches):
+            runs = [("bridge API", bench.run_api)] + ([("bridge serve", bench.run_serve)] if a.serve else [])
+            for label, run in runs:
+                res = run(a.stream, 1, 1, a.timeout)
+                engine = res["engines"][0]
+                if any(s != "finished" for s in engine["states"]):
+                    raise SystemExit(f"{tree} {label}: receipt {engine['states']}")
+                rows.setdefault(f"{tree} {label}", []).append((engine["t_end"] - res["t0"], res["cpu"]))
+    size = os.path.getsize(a.stream) / 1e6
+    print(f"{a.stream}: {size:.1f} MB, {a.rounds} rounds interleaved, load average now {os.getloadavg()[0]:.1f}")
+    print(f"{'reader':<44} {'wall med':>8} {'best':>6} {'CPU med':>8} {'best':>6}   drain/x: med  best  paired")
+    drain = [w for w, _ in rows["raw drain"]]
+    for name, vals in rows.items():
+        wall = [w for w, _ in vals]
+        cpu = [c for _, c in vals]
+        paired = statistics.median(d / w for d, w in zip(drain, wall))
+        print(
+            f"{name:<44} {statistics.median(wall):8.3f} {min(wall):6.3f} {statistics.median(cpu):8.3f} "
+            f"{min(cpu):6.3f}   {statistics.median(drain) / statistics.median(wall):11.2f} "
+            f"{min(drain) / min(wall):5.2f} {paired:7.2f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
