@@ -68,9 +68,11 @@ def test_quick_bench_prints_the_table_and_the_targets() -> None:
 
 
 def _left_behind(tmp: Path) -> list[str]:
-    """What a bench_sandbox run made in its temporary folder and left there (Node's own
-    compile cache, which every unconfined Pi keeps in the temporary folder, aside)."""
-    return sorted(p.name for p in tmp.iterdir() if p.name != "node-compile-cache")
+    """What a bench_sandbox run, and the bridge it drives, made in the temporary folder and
+    left there: its own ``bench-sandbox-*`` and the engines' ``pi-bridge-*`` folders. (What an
+    unconfined Pi makes there itself -- Node's compile cache, a folder named for its pid when it
+    is stopped under load -- is Pi's, not the bench's.)"""
+    return sorted(p.name for p in tmp.iterdir() if p.name.startswith(("bench-sandbox-", "pi-bridge-")))
 
 
 def test_sandbox_bench_prints_the_ratios(tmp_path: Path) -> None:
@@ -118,7 +120,18 @@ def test_sandbox_bench_stopped_midway_removes_its_folders_and_its_engine(tmp_pat
     assert _left_behind(tmp_path) == []
     # The engine's private config folder named its process; none runs with it any more.
     engines = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline_mentions(pid, str(tmp_path))]
-    assert engines == []
+    assert engines == [], [_describe(pid) for pid in engines]
+
+
+def _describe(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\0", b" ")[:300].decode(errors="replace")
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read().split()
+        return f"{pid} ppid {stat[3]} pgrp {stat[4]} state {stat[2]}: {cmd}"
+    except OSError:
+        return f"{pid} gone"
 
 
 def _cmdline_mentions(pid: str, text: str) -> bool:

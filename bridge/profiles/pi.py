@@ -399,7 +399,9 @@ class PiProfile:
         ext_args = self._extension_args()
         models_bytes = self._read_models()
         remove_orphans_once()
-        folders = _PrivateFolders(Path(tempfile.mkdtemp(prefix=f"pi-bridge-pi-{os.getpid()}-")))
+        folders = _PrivateFolders(
+            Path(tempfile.mkdtemp(prefix=f"pi-bridge-pi-{os.getpid()}-", dir=self._config_base()))
+        )
         confined: Confined | None = None
         try:
             key_kind = self._write_config(folders.config, models_bytes)
@@ -441,6 +443,15 @@ class PiProfile:
             cleanup=folders.remove,
             dialogs=bool(extensions),
         )
+
+    def _config_base(self) -> str | None:
+        """Where the private config folder is made: the temporary folder, unless ``--no-network``
+        needs a unix socket in it (``provider.sock``) and its path would pass the 107 bytes a
+        socket's path may have (a deep ``$TMPDIR``, as pytest-xdist's): then ``/tmp``."""
+        base = tempfile.gettempdir()
+        if self.sandbox.network or len(base) <= _SOCKET_BASE_MAX or not os.access("/tmp", os.W_OK):
+            return None
+        return "/tmp"
 
     def _confine(
         self,
@@ -569,6 +580,11 @@ class PiProfile:
                 "env_removed": removed,
             },
         }
+
+
+#: The longest temporary folder whose ``pi-bridge-pi-PID-XXXXXXXX/provider.sock`` still fits in
+#: a unix socket's 107-byte path.
+_SOCKET_BASE_MAX: Final = 60
 
 
 def _sha256(path: str) -> str | None:

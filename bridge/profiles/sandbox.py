@@ -54,6 +54,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -323,16 +324,7 @@ def compile_cache(
             needs=needs,
             own_cwd=False,
         )
-        done = subprocess.run(
-            warm.argv,
-            env={**env, "NODE_COMPILE_CACHE": str(folder), "TMPDIR": "/tmp"},
-            cwd=work,
-            capture_output=True,
-            timeout=60,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
-        if done.returncode != 0:
+        if _run_group(warm.argv, {**env, "NODE_COMPILE_CACHE": str(folder), "TMPDIR": "/tmp"}, work) != 0:
             return None
         (folder / ".warm").touch()
     except (OSError, subprocess.TimeoutExpired, ProfileError):
@@ -340,6 +332,33 @@ def compile_cache(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return str(folder)
+
+
+def _run_group(argv: Sequence[str], env: Mapping[str, str], cwd: str, timeout: float = 60.0) -> int | None:
+    """Run ``argv`` in a process group of its own and wait (at most ``timeout``); whatever ends
+    the wait -- the timeout, a signal's SystemExit, KeyboardInterrupt -- the whole group is
+    killed first: without ``--die-with-parent``, the sandbox's own init outlives a bwrap that
+    was killed alone (found by a SIGTERM during a warm-up). Returns the exit status (None: killed)."""
+    proc = subprocess.Popen(
+        argv,
+        env=dict(env),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        if proc.returncode is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
 
 
 def _first_below(path: str, folder: str) -> str:
