@@ -453,10 +453,15 @@ def _journal(args: argparse.Namespace) -> Any:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from bridge.controller.serve import main_serve
 
+    return _run_controller(args, main_serve)
+
+
+def _run_controller(args: argparse.Namespace, main: Any) -> int:
+    """``serve`` and ``acp``: the engine, journal and bridge options, set-up mistakes in one line."""
     return int(
         guard_setup(
-            "serve",
-            lambda: main_serve(
+            args.command,
+            lambda: main(
                 _profile(args, args.engine),
                 journal=_journal(args),
                 config=_config(args),
@@ -472,17 +477,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _cmd_acp(args: argparse.Namespace) -> int:
     from bridge.controller.acp.agent import main_acp
 
-    return int(
-        guard_setup(
-            "acp",
-            lambda: main_acp(
-                _profile(args, args.engine),
-                journal=_journal(args),
-                config=_config(args),
-                drain_timeout=args.drain_timeout,
-            ),
-        )
-    )
+    return _run_controller(args, main_acp)
 
 
 # -- run ---------------------------------------------------------------------------------------
