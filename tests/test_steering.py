@@ -347,6 +347,7 @@ async def test_compact_on_request_summarizes_before_the_next_prompt(pinned_pi: A
     compacted = [n for n in seen if n["type"] == "compacted"]
     assert [(c["id"], c["ok"]) for c in compacted] == [(after.request, True), (small.request, False)], compacted
     assert compacted[0]["tokensBefore"] > 0 and compacted[0]["summaryChars"] > len(summary)
+    assert compacted[0]["usage"]["input"] > 0 and set(compacted[0]["usage"]) >= {"cacheRead", "cost", "totalTokens"}
     assert "Nothing to compact" in compacted[1]["error"]
     # The summary request carried the instructions; the next prompt's request starts from the summary.
     assert "keep the number" in json.dumps(requests[2]["body"])

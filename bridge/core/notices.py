@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from bridge.core.receipts import Receipt
+from bridge.core.receipts import Receipt, Usage
 from bridge.core.wire import Wire, form
 from bridge.core.words import RequestId, Signal
 
@@ -82,8 +82,8 @@ class CompactedNotice(Wire):
     error: str | None = None
     tokens_before: Any = None
     tokens_after: Any = None
-    #: Pi's usage of the model call(s) that wrote the summary.
-    usage: Any = None
+    #: Pi's usage of the model call(s) that wrote the summary, in a receipt's ``usage`` shape.
+    usage: Usage | None = None
     #: How long the summary is, in characters (the summary itself is in the journal).
     summary_chars: int | None = None
 
@@ -96,12 +96,13 @@ def compaction_notice(request: RequestId | None, answer: Mapping[str, Any]) -> C
     data = answer.get("data")
     data = data if isinstance(data, Mapping) else {}
     summary = data.get("summary")
+    usage = data.get("usage")
     return CompactedNotice(
         request,
         True,
         tokens_before=data.get("tokensBefore"),
         tokens_after=data.get("estimatedTokensAfter"),
-        usage=data.get("usage"),
+        usage=Usage().add({"usage": usage}) if isinstance(usage, dict) else None,
         summary_chars=len(summary) if isinstance(summary, str) else None,
     )
 
