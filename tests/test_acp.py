@@ -18,6 +18,7 @@ import asyncio
 import base64
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -35,8 +36,10 @@ from bridge.core.receipts import REASONS, Receipt
 from bridge.core.words import Reason, State
 from bridge.demo.model_server import start_server
 from bridge.demo.model_server.server import models_json
+from bridge.profiles.command import ProfileError
+from bridge.profiles.pi import scripted_profile
 from bridge.readers.replay import replay
-from tests.helpers_live import generations_argv
+from tests.helpers_live import fake_engine_argv, generations_argv, read_journal
 
 ROOT = Path(__file__).resolve().parents[1]
 ACP_DIR = ROOT / "tools" / "acp"
@@ -857,3 +860,114 @@ async def _permissions(client: Permitting, argv: list[str], tmp_path: Path) -> l
         await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities())
         sid = (await conn.new_session(cwd=str(tmp_path / "proj"), mcp_servers=[])).session_id
         return [await conn.prompt(session_id=sid, prompt=[text_block("run it")]) for _ in range(4)]
+
+
+def test_prompts_in_a_burst_run_in_order_and_a_cancel_right_behind_one_stops_it(tmp_path: Path) -> None:
+    """Found by a new-user trial: three prompts written at once reached the engine in any order
+    (each was submitted from its own task), and a ``session/cancel`` in the same write as its
+    prompt was lost (the prompt was not outstanding yet). Now each prompt is submitted as it is
+    read: the answers come in order with their own replies, and the cancel stops its prompt."""
+    engine = fake_engine_argv({"defaults": {"delta_delay": 0.05, "deltas": 6}})
+    argv = [sys.executable, "-m", "bridge", "acp", "--no-journal", "--", *engine]
+    head = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
+        {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": str(tmp_path), "mcpServers": []}},
+    ]
+
+    def prompt(rid: int, text: str) -> dict[str, Any]:
+        params = {"sessionId": "s1", "prompt": [{"type": "text", "text": text}]}
+        return {"jsonrpc": "2.0", "id": rid, "method": "session/prompt", "params": params}
+
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        answers: dict[Any, dict[str, Any]] = {}
+        try:
+
+            def send(*msgs: dict[str, Any]) -> None:
+                proc.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in msgs))  # type: ignore[union-attr]
+                proc.stdin.flush()  # type: ignore[union-attr]
+
+            def answer(rid: Any) -> dict[str, Any]:
+                while rid not in answers:
+                    msg = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
+                    if "id" in msg:
+                        answers[msg["id"]] = msg
+                return answers[rid]
+
+            send(*head)
+            assert answer(2)["result"]["sessionId"] == "s1"
+            send(prompt(10, "first"), prompt(11, "second"), prompt(12, "third"))
+            replies = [answer(rid)["result"]["_meta"]["pi-bridge"]["receipt"] for rid in (10, 11, 12)]
+            send(prompt(13, "cancel me"), {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "s1"}})
+            cancelled = answer(13)
+            proc.stdin.close()
+            assert proc.wait(timeout=20) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert [(r["request"], r["reply"]) for r in replies] == [
+        ("s1-1", "ok: first"),
+        ("s1-2", "ok: second"),
+        ("s1-3", "ok: third"),
+    ]
+    assert cancelled["result"]["stopReason"] == "cancelled", cancelled
+
+
+def test_the_client_closing_stdout_or_signalling_then_leaving_is_141_or_143(tmp_path: Path) -> None:
+    """Found by a new-user trial: ``bridge acp | head`` went on running prompts for nobody and
+    exited 0, and a SIGTERM followed at once by stdin's EOF (an editor quitting) exited 0. Now a
+    client that stops reading closes every session (141), and the signal's status stands (143).
+    A session's journal name that an earlier run used gets a new one, and a session whose cwd
+    is the journal's folder (hidden from the engine) is refused, not run in an empty project."""
+    engine = fake_engine_argv({"defaults": {"delta_delay": 0.2, "deltas": 20}})
+    journal = tmp_path / "j" / "j.jsonl"
+    (tmp_path / "j").mkdir()
+    (tmp_path / "j" / "j-s1.jsonl").write_text("an earlier run's\n")
+    new = {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": str(tmp_path), "mcpServers": []}}
+    msgs = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}, new]
+    prompt = {"sessionId": "s1", "prompt": [{"type": "text", "text": "long"}]}
+    msgs.append({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": prompt})
+    lines = "".join(json.dumps(m) + "\n" for m in msgs)
+    (tmp_path / "in.jsonl").write_text(lines)
+    argv = f"{sys.executable} -m bridge acp --journal {journal} -- {shlex.join(engine)}"
+    p = subprocess.run(
+        f"(cat {tmp_path / 'in.jsonl'}; sleep 3) | {argv} | head -c 60; exit ${{PIPESTATUS[1]}}",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        executable="/bin/bash",
+        cwd=ROOT,
+    )
+    assert p.returncode == 141, (p.returncode, p.stderr)
+    assert (tmp_path / "j" / "j-s1.jsonl").read_text() == "an earlier run's\n"
+    kept = read_journal(tmp_path / "j" / "j-s1.2.jsonl")
+    assert any(isinstance(e.get("note"), dict) and e["note"].get("why") == "controller-gone" for e in kept)
+    # SIGTERM, then EOF at once.
+    with subprocess.Popen(
+        [sys.executable, "-m", "bridge", "acp", "--no-journal", "--", *engine],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+    ) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(lines.encode())
+        proc.stdin.flush()
+        time.sleep(1.5)  # the prompt runs (4 s of updates)
+        proc.send_signal(signal.SIGTERM)
+        proc.stdin.close()
+        assert proc.wait(timeout=20) == 143
+
+
+def test_a_working_folder_inside_a_hidden_journal_folder_is_refused(pinned_pi: Any, tmp_path: Path) -> None:
+    """The sandbox hides journal folders from the engine; a session (or ``--engine-cwd``) in one
+    would run in an empty, read-only project without a word (a new-user trial): refused instead."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    server = start_server([])
+    try:
+        profile = scripted_profile(server.write_models(str(tmp_path)), cwd=str(folder)).hiding(folder)
+        with pytest.raises(ProfileError, match="journal folder the sandbox hides"):
+            profile.prepare()
+    finally:
+        server.close()

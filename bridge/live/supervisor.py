@@ -195,7 +195,11 @@ class Bridge:
 
     # -- controller API ----------------------------------------------------------------
 
-    async def submit(
+    async def submit(self, message: str, **kw: Any) -> PromptHandle:
+        """Accept a prompt; returns at once (:meth:`submit_nowait` says the rest)."""
+        return self.submit_nowait(message, **kw)
+
+    def submit_nowait(
         self,
         message: str,
         *,

@@ -260,6 +260,14 @@ def confine(
     cwd, config = _real(cwd), _real(config)
     needed = sorted({_real(p) for p in [*needs, *([cache] if cache else [])] if os.path.exists(p)})
     lay = _layout(sandbox, reads, writes, needed, [cwd, config])
+    for h in lay.hidden:
+        if _within(cwd, h):
+            # The hidden folder would be mounted over the project: Pi would see it empty and
+            # read-only, and say nothing (found by a new-user trial of bridge acp).
+            raise ProfileError(
+                f"the engine's working folder {cwd} is inside {h}, a journal folder the sandbox hides "
+                "from the engine: put the journal (--journal) somewhere else"
+            )
     home = lay.home if lay.hide_home else None
     writable = [config, "/tmp"] + ([cwd] if own_cwd else [])
     refused = [p for p in ([home] if home else []) + lay.hidden + ["/"] if not any(_within(p, w) for w in writes)]

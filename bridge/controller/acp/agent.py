@@ -50,8 +50,8 @@ from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
 from bridge.core.lifecycle import BridgeConfig
 from bridge.core.progress import TurnEnd
 from bridge.live.api import Bridge, open_bridge
-from bridge.live.handles import Dialog, DialogError
-from bridge.live.journal import JournalError, default_journal_path
+from bridge.live.handles import Dialog, DialogError, PromptHandle
+from bridge.live.journal import JournalError, default_journal_path, private_dir
 from bridge.live.supervisor import EngineQuestionError
 from bridge.profiles.command import CommandProfile, EngineProfile, ProfileError
 from bridge.profiles.pi import PiProfile
@@ -65,6 +65,16 @@ def main_acp(profile: EngineProfile, *, journal: Any, config: BridgeConfig, drai
     cannot be prepared (no Pi, a bad setting) raises ProfileError before anything is read, as
     ``serve`` does: the command line's mistake is one line and exit 2, not an error per session."""
     profile.prepare().run_cleanup()
+    if journal and journal is not True:
+        # Each session's journal goes beside --journal: a folder that cannot be made or written
+        # is the command line's mistake, said once (as serve does), not an error per session.
+        folder = Path(journal).parent
+        try:
+            private_dir(folder)
+        except OSError as e:
+            raise JournalError(f"cannot create the journal folder {folder}: {e.strerror or e}") from None
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise JournalError(f"cannot write journals in {folder}: permission denied")
     try:
         return trio.run(lambda: serve_acp(profile, journal=journal, config=config, drain_timeout=drain_timeout))
     except KeyboardInterrupt:
@@ -83,6 +93,7 @@ async def serve_acp(
     """Be an ACP agent until stdin's EOF (and every session's drain) or a signal; returns the
     exit status. Ends when every bridge has closed and every answer is written (or dropped)."""
     agent = AcpAgent(Output(stdout_fd), profile, journal, config or BridgeConfig(), drain_timeout)
+    agent.out.on_gone = agent.client_gone
     for signum in (signal.SIGTERM, signal.SIGHUP):  # as serve: ours from the first line to the exit
         signal.signal(signum, signal.SIG_IGN)
     with trio.open_signal_receiver(*CLOSING_SIGNALS) as signals:
@@ -101,11 +112,16 @@ async def serve_acp(
 
 def journal_for(journal: Any, session_id: str) -> str | None:
     """A session's journal: ``STEM-SESSION.jsonl`` beside ``--journal PATH`` (or the default
-    journal's path), None for none."""
+    journal's path; ``STEM-SESSION.N.jsonl`` when an earlier run left that name), None for none."""
     if not journal:
         return None
     base = default_journal_path() if journal is True else Path(journal)
-    return str(base.with_name(f"{base.stem}-{session_id}{base.suffix or '.jsonl'}"))
+    path = base.with_name(f"{base.stem}-{session_id}{base.suffix or '.jsonl'}")
+    n = 1
+    while path.exists():  # an earlier run's, with the same --journal: never overwritten, never refused
+        n += 1
+        path = base.with_name(f"{base.stem}-{session_id}.{n}{base.suffix or '.jsonl'}")
+    return str(path)
 
 
 @attrs.define(eq=False)
@@ -165,12 +181,22 @@ class AcpAgent:
     async def watch_signals(self, signals: AsyncIterator[int]) -> None:
         """Close every bridge on each signal. Ends only when cancelled (at the exit)."""
         async for signum in signals:
-            if not self.ended.is_set():
-                self.status = self.status or 128 + signum
+            # Also after stdin's EOF (an editor that quits signals, then closes the pipe): the
+            # signal still stopped the prompts, so the status says so.
+            self.status = self.status or 128 + signum
             self.ended.set()
             for sess in self.sessions.values():
                 if sess.bridge is not None:
                     sess.bridge.close_on_signal(signum)
+
+    def client_gone(self) -> None:
+        """The client closed its end of stdout: nobody reads answers any more, so every bridge
+        closes as for a signal (the receipts are in the journals) and the agent exits 141."""
+        self.status = self.status or 141
+        self.ended.set()
+        for sess in self.sessions.values():
+            if sess.bridge is not None:
+                sess.bridge.close_now("controller-gone", "the client closed its end of stdout")
 
     def exit_status(self) -> int:
         """README "Exit codes"; a journal or a stdout that failed also gets its line on stderr."""
@@ -235,8 +261,11 @@ class AcpAgent:
                 raise acp.AcpError(acp.INTERNAL_ERROR, "bridge acp is closing: no new session")
             self.work.start_soon(self._new_session, req, acp.parse_new_session(req.params))
         elif req.method == "session/prompt":
+            # Submitted here, in the order the prompts came (each in its own task, they reached
+            # Pi in any order), and outstanding at once (a cancel right behind it stops it).
             params = acp.parse_prompt(req.params)
-            self.work.start_soon(self._prompt, req, self._session(params.session_id), params)
+            sess = self._session(params.session_id)
+            self.work.start_soon(self._prompt, req, sess, self._submit(sess, params))
         elif req.method == "session/set_config_option":
             self._set_option(req, acp.parse_set_option(req.params))
         elif req.method == "session/close":
@@ -279,6 +308,7 @@ class AcpAgent:
                 self.out.put(
                     acp.error(req.id, acp.INTERNAL_ERROR, f"the engine cannot start: {bridge.down_reason or e}")
                 )
+                del self.sessions[sess.id]  # never answered as a session: unknown from here on
                 bridge.close_now()
                 return
             models = []  # an engine that lists no models: no model selector
@@ -298,7 +328,9 @@ class AcpAgent:
             assert self.work is not None
             self.work.start_soon(self._dialogs, sess, dialogs)
             task_status.started()
-            if self.status:  # a signal came while it opened
+            if self.status == 141:  # the client went away while it opened
+                bridge.close_now("controller-gone", "the client closed its end of stdout")
+            elif self.status:  # a signal came while it opened
                 bridge.close_on_signal(self.status - 128)
             elif self.ended.is_set():
                 bridge.shutdown(self.drain_timeout)
@@ -358,16 +390,20 @@ class AcpAgent:
 
     # -- prompts ----------------------------------------------------------------------------------------
 
-    async def _prompt(self, req: acp.Request, sess: Session, params: acp.PromptParams) -> None:
-        """One prompt: its events as updates, its receipt as the answer. Ends at the receipt."""
+    def _submit(self, sess: Session, params: acp.PromptParams) -> PromptHandle:
+        """Submit one prompt to the session's bridge now (the bridge accepts it at once)."""
         bridge = sess.bridge
         assert bridge is not None
         sess.count += 1
-        handle = await bridge.submit(
+        handle = bridge.submit_nowait(
             params.message, request=f"{sess.id}-{sess.count}", images=params.images or None, events=True
         )
         sess.prompts.add(handle.request)
         sess.quiet = trio.Event()
+        return handle
+
+    async def _prompt(self, req: acp.Request, sess: Session, handle: PromptHandle) -> None:
+        """One submitted prompt: its events as updates, its receipt as the answer. Ends at the receipt."""
         last_stop: str | None = None
         try:
             async for event in handle.events():
