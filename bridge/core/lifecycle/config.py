@@ -33,6 +33,7 @@ SIGNALS_PER_GENERATION: Final = 1000
 #: ``drain``    shutdown's bound passed: closing, the held prompt stopped (``timeout``)
 DEADLINES: Final = (
     "dialog",
+    "busy",
     "ask",
     "config",
     "ack",
