@@ -167,6 +167,27 @@ def test_events_become_standard_updates_with_tool_output_as_content_never_a_term
     assert end is not None and end["status"] == "failed"
     assert tools.update_for(TurnEnd("p", 7, "stop", 0)) is None
     assert acp.tool_title("bash", {"command": "x" * 500}).endswith("…")
+    # A call that never ends (Pi died mid-tool: a new-user trial saw it stay in_progress) is
+    # failed when its prompt has its receipt; one that ended is not touched again.
+    assert tools.unfinished("gone") == []
+    tools.update_for(ToolStart("p", 8, "c2", "bash", {"command": "sleep 9"}))
+    assert tools.unfinished("the prompt ended (outcome-unknown, engine-exited) before the tool did") == [
+        {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": "c2",
+            "status": "failed",
+            "content": [
+                {
+                    "type": "content",
+                    "content": {
+                        "type": "text",
+                        "text": "the prompt ended (outcome-unknown, engine-exited) before the tool did",
+                    },
+                }
+            ],
+        }
+    ]
+    assert tools.unfinished("again") == []
 
 
 _JSON = st.recursive(

@@ -417,6 +417,9 @@ class AcpAgent:
             sess.prompts.discard(handle.request)
             if not sess.prompts:
                 sess.quiet.set()
+        why = f"the prompt ended ({receipt.state}{f', {receipt.reason}' if receipt.reason else ''}) before the tool did"
+        for update in sess.tools.unfinished(why):
+            self.out.put(acp.session_update(sess.id, update))
         outcome = acp.prompt_outcome(receipt, last_stop)
         answer = acp.prompt_result(receipt, outcome, req.id)
         if receipt.generation is not None:

@@ -412,6 +412,8 @@ class ToolCalls:
 
     cwd: str
     seen: set[str] = attrs.field(factory=set)
+    #: Calls started and not ended yet, in order.
+    running: list[str] = attrs.field(factory=list)
 
     def update_for(self, event: ProgressEvent) -> dict[str, Any] | None:
         """The ``session/update`` ``update`` for one of the prompt's events, or None (rule 7)."""
@@ -430,13 +432,32 @@ class ToolCalls:
             return self._progress(event.call_id, event.tool, "in_progress", event.output)
         if kind is ToolEnd:
             assert isinstance(event, ToolEnd)
+            if event.call_id in self.running:
+                self.running.remove(event.call_id)
             return self._progress(event.call_id, event.tool, "failed" if event.is_error else "completed", event.result)
         return None
+
+    def unfinished(self, why: str) -> list[dict[str, Any]]:
+        """The prompt has its receipt: a ``failed`` update for each of its tool calls that never
+        ended (Pi died or was stopped mid-tool), so no editor shows one running forever."""
+        updates = [
+            {
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": call_id,
+                "status": "failed",
+                "content": [{"type": "content", "content": _text(why)}],
+            }
+            for call_id in self.running
+        ]
+        self.running = []
+        return updates
 
     def _start(self, event: ToolStart) -> dict[str, Any] | None:
         if event.call_id is None:
             return None
         self.seen.add(event.call_id)
+        if event.call_id not in self.running:
+            self.running.append(event.call_id)
         update: dict[str, Any] = {
             "sessionUpdate": "tool_call",
             "toolCallId": event.call_id,
