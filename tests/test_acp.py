@@ -541,8 +541,11 @@ def engine_gone(pid: int, *, reaped: bool, within: float = 10.0) -> None:
             os.kill(pid, 0)
         except ProcessLookupError:
             return
-        stat = Path(f"/proc/{pid}/stat")
-        if not reaped and stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z":
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return  # reaped between the two looks
+        if not reaped and state == "Z":
             return  # killed, not yet reaped by the bridge
         time.sleep(0.02)
     raise AssertionError(f"engine {pid} still there")
