@@ -614,13 +614,7 @@ class Bridge:
         d = Dialog(action.dialog, action.request, action.method, action.fields, action.payload["timeout"], self)
         self._dialogs[action.dialog] = d
         self._notify(action.payload)
-        for send in list(self._dialog_subscribers):
-            try:
-                send.send_nowait(d)
-            except trio.WouldBlock:
-                pass  # it ends at its timeout
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self._dialog_subscribers.remove(send)
+        _offer(self._dialog_subscribers, d)  # one nobody takes ends at its timeout
 
     def _record_send(self, cmd: dict[str, Any], *, stream: bool = False, events: bool = False) -> None:
         """Journal a command and feed it to the session, before it is written:
@@ -664,13 +658,7 @@ class Bridge:
     def _notify(self, note: dict[str, Any]) -> None:
         for listener in self.listeners:
             listener(note)
-        for send in list(self._subscribers):
-            try:
-                send.send_nowait(note)
-            except trio.WouldBlock:
-                pass  # a subscriber that does not read loses notifications, not the bridge
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self._subscribers.remove(send)
+        _offer(self._subscribers, note)  # a subscriber that does not read loses notifications, not the bridge
 
     def _poke(self) -> None:
         self._changed.set()
@@ -783,6 +771,18 @@ class Bridge:
         if event.answer is not None and method in DIALOG_METHODS:
             listened = allowed and self._listened()
             self._feed(DialogOpened(generation, engine_id, method, event.ui or {}, listened, allowed))
+
+
+def _offer(channels: list[trio.MemorySendChannel[Any]], item: Any) -> None:
+    """Hand ``item`` to every channel without waiting: a full one misses it, a closed one is
+    dropped from ``channels``."""
+    for send in list(channels):
+        try:
+            send.send_nowait(item)
+        except trio.WouldBlock:
+            pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            channels.remove(send)
 
 
 def _closed(send: trio.MemorySendChannel[Any]) -> bool:
