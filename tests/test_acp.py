@@ -721,6 +721,27 @@ async def _python_scenario(
 # -- faults the real engine cannot be made to do: the fake engine ------------------------------------
 
 
+class _Wire:
+    """A client's end of ``bridge acp``'s pipes: messages written (several in one write), and
+    the answers read, by id, until the one asked for."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdin is not None and proc.stdout is not None
+        self.stdin, self.stdout = proc.stdin, proc.stdout
+        self.answers: dict[Any, dict[str, Any]] = {}
+
+    def send(self, *msgs: dict[str, Any] | bytes) -> None:
+        self.stdin.write(b"".join(m if isinstance(m, bytes) else json.dumps(m).encode() + b"\n" for m in msgs))
+        self.stdin.flush()
+
+    def answer(self, rid: Any) -> dict[str, Any]:
+        while rid not in self.answers:
+            msg = json.loads(self.stdout.readline())
+            if "id" in msg:
+                self.answers[msg["id"]] = msg
+        return self.answers[rid]
+
+
 def test_every_receipt_state_reaches_the_client_as_its_own_error_and_bad_messages_are_named(tmp_path: Path) -> None:
     """Through ``bridge acp -- FAKE ENGINE`` (its first process, then its second after the
     bridge recycles it): an engine refusing the prompt
@@ -739,20 +760,9 @@ def test_every_receipt_state_reaches_the_client_as_its_own_error_and_bad_message
     prompt = {"sessionId": "s1", "prompt": [{"type": "text", "text": "hi"}]}
     with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT) as proc:
         assert proc.stdin is not None and proc.stdout is not None
+        wire = _Wire(proc)
+        answers, ask, answer = wire.answers, wire.send, wire.answer
         try:
-            answers: dict[Any, dict[str, Any]] = {}
-
-            def ask(msg: dict[str, Any] | bytes) -> None:
-                proc.stdin.write(msg if isinstance(msg, bytes) else json.dumps(msg).encode() + b"\n")  # type: ignore[union-attr]
-                proc.stdin.flush()  # type: ignore[union-attr]
-
-            def answer(rid: Any) -> dict[str, Any]:
-                while rid not in answers:
-                    msg = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
-                    if "id" in msg:
-                        answers[msg["id"]] = msg
-                return answers[rid]
-
             for m in msgs:
                 ask(m)
             assert answer(2)["result"]["sessionId"] == "s1"
@@ -904,20 +914,9 @@ def test_prompts_in_a_burst_run_in_order_and_a_cancel_right_behind_one_stops_it(
 
     with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT) as proc:
         assert proc.stdin is not None and proc.stdout is not None
-        answers: dict[Any, dict[str, Any]] = {}
+        wire = _Wire(proc)
+        send, answer = wire.send, wire.answer
         try:
-
-            def send(*msgs: dict[str, Any]) -> None:
-                proc.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in msgs))  # type: ignore[union-attr]
-                proc.stdin.flush()  # type: ignore[union-attr]
-
-            def answer(rid: Any) -> dict[str, Any]:
-                while rid not in answers:
-                    msg = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
-                    if "id" in msg:
-                        answers[msg["id"]] = msg
-                return answers[rid]
-
             send(*head)
             assert answer(2)["result"]["sessionId"] == "s1"
             send(prompt(10, "first"), prompt(11, "second"), prompt(12, "third"))
