@@ -999,7 +999,12 @@ extension_autorun.stable = _autorun_form
 
 def sanitise(text: str) -> str:
     """A journal fit to commit: the checkout's absolute path becomes relative,
-    the profile's private temp folders lose their machine-specific names."""
+    the profile's private temp folders lose their machine-specific names. A tool folder that
+    is a symlink (a second checkout sharing node_modules) is bound at its target: that path
+    goes too."""
+    for link in [ROOT / "tools" / "pi" / "node_modules", *ROOT.glob("tools/pi-matrix/*/node_modules")]:
+        if link.is_symlink():
+            text = text.replace(str(link.resolve()), str(link.relative_to(ROOT)))
     text = text.replace(str(ROOT) + "/", "")
     tmp = re.escape(tempfile.gettempdir().rstrip("/"))
     return re.sub(tmp + r"/(pi-bridge-(?:cwd|pi)-)[A-Za-z0-9_]+", r"<tmp>/\1XXXXXXXX", text)
