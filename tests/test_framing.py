@@ -180,7 +180,7 @@ def test_parse_line_never_raises(data):
 
 
 def test_update_runs_splits_a_batch_into_runs_and_an_oversize_line_is_never_an_update() -> None:
-    from bridge.core.framing import MESSAGE_UPDATE, Oversize, all_utf8, update_runs
+    from bridge.core.framing import MESSAGE_UPDATE, Oversize, update_runs
 
     up = MESSAGE_UPDATE + b'"x":1}'
     lines = [up, up, b'{"type":"agent_start"}', up[:-1], up, Oversize(10, up[:5]), up]
@@ -194,7 +194,6 @@ def test_update_runs_splits_a_batch_into_runs_and_an_oversize_line_is_never_an_u
     # Without a suffix the prefix alone decides (the journal reader's case).
     assert list(update_runs([up, up[:-1], b"{}"], MESSAGE_UPDATE)) == [(0, 2, True), (2, 3, False)]
     assert list(update_runs([], MESSAGE_UPDATE)) == []
-    assert all_utf8([up, "é".encode()]) and not all_utf8([up, b"\xff"])
 
 
 _UP = b'{"type":"message_update",'
@@ -294,8 +293,10 @@ def _expand(items: list) -> list:
 def test_a_splitter_with_runs_gives_the_same_lines_as_one_without(specs, chunks, max_line, final_lf) -> None:
     """Runs of long update lines left in the read are, line for line, what a plain splitter
     cuts out (CRs, oversize lines, any chunking); each run's lines are long, start and end like
-    an update, and its sizes and UTF-8 check agree with its lines."""
-    from bridge.core.framing import UpdateRun, valid_utf8
+    an update, and its sizes and JSON check agree with its lines."""
+    from bridge.core.framing import JsonCheck, UpdateRun
+
+    check = JsonCheck()
 
     data = b"".join(_line(k, n, bad) + end for k, n, bad, end in specs)
     if not final_lf:
@@ -314,11 +315,11 @@ def test_a_splitter_with_runs_gives_the_same_lines_as_one_without(specs, chunks,
             assert lines and all(len(x) >= _LONG and x.startswith(_UP) and x.endswith(b"}") for x in lines)
             assert item.nbytes == sum(map(len, lines)) and len(item) == len(lines)
             assert item[0] == lines[0] and item[-1:] == lines[-1:]
-            assert item.valid_utf8() == all(map(valid_utf8, lines))
+            assert check.run(item) == check.lines(lines) == all(map(check.line, lines))
 
 
 def test_long_update_lines_come_as_one_run_and_other_lines_cut_out() -> None:
-    from bridge.core.framing import UpdateRun
+    from bridge.core.framing import JsonCheck, UpdateRun
 
     up, other, short = _line(0, _LONG, False), _line(2, _LONG, False), _line(0, 10, False)
     got = LineSplitter().feed_runs(b"x\n" + b"\n".join([up, up, other, up, short, up]) + b"\n", *_RUNS)
@@ -327,4 +328,49 @@ def test_long_update_lines_come_as_one_run_and_other_lines_cut_out() -> None:
     assert got[4:] == [short, up]  # after a short line the read's rest is cut out line by line
     bad = _line(0, _LONG, True)
     (run,) = LineSplitter().feed_runs(b"\n" + up + b"\n" + bad + b"\n", *_RUNS)[1:]
-    assert type(run) is UpdateRun and list(run) == [up, bad] and not run.valid_utf8()
+    assert type(run) is UpdateRun and list(run) == [up, bad]
+    assert not JsonCheck().run(run) and not JsonCheck().lines(list(run)) and JsonCheck().lines([up, up])
+
+
+_VALID_UPDATE = (
+    b'{"type":"message_update","usage":{"input":604,"output":9,"cost":{"total":0.5}},'
+    b'"assistantMessageEvent":{"type":"text_delta","contentIndex":0,"delta":"\xc3\xa9\xe2\x80\x94 \\"x\\"\\n"}}'
+)
+
+
+@settings(max_examples=1000)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=len(_VALID_UPDATE)),
+            st.sampled_from(["del", "ins", "flip", "cut", "dup"]),
+        ),
+        max_size=3,
+    ),
+    st.binary(max_size=3),
+)
+def test_the_json_check_says_yes_only_to_what_the_exact_parser_takes(edits, junk) -> None:
+    """JsonCheck's True is certain (the fast path skips on it): a line it accepts is one JSON
+    text that parse_line also takes. Its False only sends a line to parse_line."""
+    import json
+
+    from bridge.core.framing import JsonCheck
+
+    line = _VALID_UPDATE
+    for pos, how in edits:
+        pos = min(pos, len(line))
+        if how == "del":
+            line = line[:pos] + line[pos + 1 :]
+        elif how == "ins":
+            line = line[:pos] + junk + line[pos:]
+        elif how == "flip" and pos < len(line):
+            line = line[:pos] + bytes([line[pos] ^ (junk[0] if junk else 0x80)]) + line[pos + 1 :]
+        elif how == "cut":
+            line = line[:pos]
+        elif how == "dup":
+            line = line[:pos] + line
+    check = JsonCheck()
+    if check.line(line):
+        assert not isinstance(parse_line(line), RawLine)
+        json.loads(line.decode("utf-8"))
+    assert check.line(_VALID_UPDATE)  # a refusal leaves the parser usable

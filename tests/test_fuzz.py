@@ -234,3 +234,86 @@ def test_runs_left_in_the_read_observe_exactly_what_line_by_line_does(batches, s
         single.release(f"p{n}")
     assert bulk.observations == single.observations
     assert [r.to_json() for r in bulk.receipts] == [r.to_json() for r in single.receipts]
+
+
+# Lines that start and end like a message_update but are not one JSON object (SPEC §3: a gap),
+# and lines JavaScript reads that simdjson refuses (the exact path decides those: no gap).
+_NOT_JSON_UPDATES = [
+    b'{"type":"message_update","a":,}',
+    UPDATE + UPDATE,  # a lost LF: two lines as one
+    UPDATE[:-1] + b"," + UPDATE,  # an update cut short, the next one after it
+    b'{"type":"message_update","d":"ab' + b'{"type":"agent_end","messages":[]}',  # cut mid-string
+    b'{"type":"message_update","x":1},{"y":2}',
+    b'{"type":"message_update","d":"\x01"}',  # a raw control character in a string
+    b'{"type":"message_update","d":"\xed\xa0\x80"}',  # a surrogate encoded as UTF-8
+    _long_update("x")[:3000] + b"}",  # a long one cut and closed
+    _long_update("x") + _long_update("y"),  # two long ones as one
+]
+_JS_ONLY_UPDATES = [
+    b'{"type":"message_update","d":"\\ud83d"}',  # a lone surrogate escape
+    b'{"type":"message_update","n":1e999}',
+    b'{"type":"message_update","n":123456789012345678901234567890}',
+]
+
+
+def _lines_of(batch: list) -> list[bytes]:
+    from bridge.core.framing import UpdateRun
+
+    return [line for x in batch for line in (list(x) if type(x) is UpdateRun else [x])]
+
+
+@given(
+    st.lists(
+        st.lists(
+            st.sampled_from([UPDATE, _long_update("hi"), *_NOT_JSON_UPDATES, *_JS_ONLY_UPDATES])
+            | events.map(lambda e: __import__("json").dumps(e, separators=(",", ":")).encode()),
+            max_size=12,
+        ),
+        max_size=10,
+    ),
+    st.lists(st.booleans(), min_size=1, max_size=10),
+)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_the_fast_path_decides_what_a_full_parse_decides(batches, stream_flags):
+    """A session that skips message_update lines (the default) and one that parses every line
+    (a full journal) must see the same gaps and settle the same receipts: a line that starts
+    and ends like an update but is not one JSON object opens a gap either way."""
+    fast, full = Session(("clear_queue",)), Session(("clear_queue",), skip_updates=False)
+    splitter = LineSplitter()
+    for n, picks in enumerate(batches):
+        prompt = {"type": "prompt", "id": f"p{n}", "message": "x"}
+        stream = stream_flags[n % len(stream_flags)]
+        fast.send(prompt, stream=stream)
+        full.send(prompt, stream=stream)
+        batch = splitter.feed_runs(b"".join(line + b"\n" for line in picks), b'{"type":"message_update",', b"}")
+        list(fast.observe_batch(batch))
+        list(full.observe_batch(_lines_of(batch)))
+        assert fast.tracker.gap == full.tracker.gap
+        fast.release(f"p{n}")
+        full.release(f"p{n}")
+    assert fast.observations == full.observations
+    assert [r.to_json() for r in fast.receipts] == [r.to_json() for r in full.receipts]
+
+
+def test_an_update_line_that_is_not_json_is_a_gap_on_the_fast_path():
+    for line in _NOT_JSON_UPDATES:
+        # alone, after a bulk batch of updates, and among long lines left in the read
+        for batch in (
+            [line],
+            [UPDATE] * 200 + [line],
+            LineSplitter().feed_runs(
+                b"".join(x + b"\n" for x in [_long_update("a"), line, _long_update("b")]),
+                b'{"type":"message_update",',
+                b"}",
+            ),
+        ):
+            s = Session()
+            s.send({"type": "prompt", "id": "p", "message": "x"})
+            list(s.observe_batch(batch))
+            lines = _lines_of(batch)
+            assert s.tracker.gap == lines.index(line) + 1, line[:60]
+    for line in _JS_ONLY_UPDATES:
+        s = Session()
+        s.send({"type": "prompt", "id": "p", "message": "x"})
+        list(s.observe_batch([line, UPDATE]))
+        assert s.tracker.gap is None, line

@@ -1,7 +1,7 @@
 """The layers stay layers: what each folder of ``bridge/`` may import (README "Where things are").
 
 - ``bridge.core`` is sans-IO (the style of h11 and seed 004): pure objects fed events and returning
-  results. It imports only pure standard-library modules, attrs/cattrs/orjson and itself: never
+  results. It imports only pure standard-library modules, attrs/cattrs/orjson/simdjson and itself: never
   trio, never a clock, a file, a process or a socket, and never the layers above it.
 - ``bridge.transcript`` is the format: it may use the core, never the live layer or the readers.
 - ``bridge.readers`` read files: no trio, no live bridge.
@@ -45,7 +45,8 @@ PURE_STDLIB = frozenset(
         "abc",
     }
 )
-THIRD_PARTY_PURE = frozenset({"attrs", "cattrs", "orjson"})
+#: simdjson: a parser in memory (the framing's JSON check of lines it does not parse).
+THIRD_PARTY_PURE = frozenset({"attrs", "cattrs", "orjson", "simdjson"})
 #: Names the core may import (``from MODULE import NAME``) from a module that otherwise touches
 #: the world: in memory only. ``io.BytesIO`` is a buffer; the framing finds LFs with its
 #: ``readlines`` (memchr), which ``bytes.split`` does not (issue 18).

@@ -27,8 +27,9 @@ over.
 The fast path (SPEC §8 "Speed") lives here too, as pure functions over a batch of
 lines: nearly every line Pi writes is a ``message_update`` (a streamed delta), an
 event the tracker never reads. :func:`update_runs` finds the runs of such lines in
-one read's batch with C-level maps (no per-line Python), and :func:`all_utf8`
-checks a run the same way; a line of such a run still takes its observation index
+one read's batch with C-level maps (no per-line Python), and :class:`JsonCheck`
+makes sure each of them is one well-formed JSON text (simdjson: UTF-8 and grammar, no
+objects built); a line of such a run still takes its observation index
 (:meth:`bridge.core.session.Session.observe_batch`), it is just not parsed. The
 same classifier finds the journal's ``recv`` lines of ``message_update`` for
 replay (:data:`JOURNAL_UPDATE`). Long lines (the older engines' whole partials) are not
@@ -48,6 +49,7 @@ from typing import Any, Final, Literal, overload
 
 import attrs
 import orjson
+import simdjson
 
 #: Lines longer than this are reported as oversize. Pi's ``tool_execution_update``
 #: carries a tool's accumulated output and ``agent_end`` the run's whole message
@@ -126,19 +128,6 @@ class UpdateRun(Sequence[bytes]):
     def nbytes(self) -> int:
         """The lines' bytes together (no separators)."""
         return sum(self.ends) - sum(self.starts)
-
-    def valid_utf8(self) -> bool:
-        """:func:`valid_utf8` for every line, decoded in place (a view, no copy); one call per
-        line, since a decode gets slower from a line's first character above U+00FF on."""
-        view = memoryview(self.data)
-        try:
-            for a, b in zip(self.starts, self.ends):
-                str(view[a:b], "utf-8")  # decodes the view's bytes in place
-        except UnicodeDecodeError:
-            return False
-        finally:
-            view.release()
-        return True
 
 
 class LineSplitter:
@@ -409,24 +398,48 @@ def sized_update_runs(
         yield start, end, is_update, sum(map(len, lines[start:end])) if is_update else 0  # type: ignore[arg-type]
 
 
-def valid_utf8(line: bytes) -> bool:
-    """Invalid UTF-8 is a gap even in a line nobody parses (SPEC §3)."""
-    if line.isascii():
-        return True
-    try:
-        line.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
+#: The biggest line :class:`JsonCheck` parses: its parser keeps the capacity of the biggest
+#: document it was given, so this bounds what a session holds (memory flat as a stream grows,
+#: SPEC §8). Older engines' whole partials are ~13 KB a line; a longer line takes the exact path.
+CHECK_MAX: Final = 256 * 1024
 
 
-def all_utf8(lines: Sequence[bytes]) -> bool:
-    """:func:`valid_utf8` for a whole run: ASCII lines are; only the others are decoded (all in C)."""
-    others = list(itertools.compress(lines, map(operator.not_, map(bytes.isascii, lines))))
-    if not others:
+class JsonCheck:
+    """Is a line one well-formed JSON text? Even a line nobody parses must be (SPEC §3: a line
+    that is not valid UTF-8 or not one JSON object opens a gap), so the fast path asks this of
+    every ``message_update`` it skips; the prefix and the suffix only say which lines those are.
+
+    ``True`` is certain: simdjson (its DOM parser: every byte validated as UTF-8 with SIMD, the
+    whole grammar of RFC 8259, nothing kept) accepted the line, and what it accepts
+    ``JSON.parse`` accepts. ``False`` is "don't know": simdjson also refuses what JavaScript
+    reads (a lone surrogate escape, ``1e999``, an integer beyond 64 bits, nesting deeper than
+    1,024) and lines over :data:`CHECK_MAX`, so such a line goes to :func:`parse_line`, which
+    decides exactly. One per session: a parser is not shared between threads."""
+
+    __slots__ = ("_parse",)
+
+    def __init__(self) -> None:
+        self._parse = simdjson.Parser(max_capacity=CHECK_MAX).parse
+
+    def line(self, line: bytes | memoryview) -> bool:
+        try:
+            self._parse(line)
+        except (ValueError, RuntimeError):  # UnicodeDecodeError is a ValueError
+            return False
         return True
-    try:
-        collections.deque(map(bytes.decode, others), maxlen=0)
-    except UnicodeDecodeError:
-        return False
-    return True
+
+    def lines(self, lines: Sequence[bytes] | Sequence[memoryview]) -> bool:
+        """:meth:`line` for every line of a batch: one C-level map, the documents dropped."""
+        try:
+            collections.deque(map(self._parse, lines), maxlen=0)
+        except (ValueError, RuntimeError):
+            return False
+        return True
+
+    def run(self, run: UpdateRun) -> bool:
+        """:meth:`lines` for an :class:`UpdateRun`, each line given as a view of the read."""
+        view = memoryview(run.data)
+        try:
+            return self.lines([view[a:b] for a, b in zip(run.starts, run.ends)])
+        finally:
+            view.release()

@@ -80,13 +80,12 @@ from bridge.core.events import (
 )
 from bridge.core.framing import (
     MESSAGE_UPDATE,
+    JsonCheck,
     Oversize,
     RawLine,
     UpdateRun,
-    all_utf8,
     parse_line,
     sized_update_runs,
-    valid_utf8,
 )
 from bridge.core.progress import EVENT_LINES, TextEvent, ThinkingEvent, delta_of, translate
 from bridge.core.receipts import Facts, GiveUpWhy, Receipt, Times, Usage, decide, exit_words
@@ -164,6 +163,8 @@ class Session:
         #: Skip parsing ``message_update`` lines nobody streams (off for full journals, which
         #: keep every line's payload and so need it parsed).
         self.skip_updates = skip_updates
+        #: Each skipped line is still checked to be one JSON text (SPEC §3).
+        self._json = JsonCheck()
         self.tracker = self._new_tracker(0)
         self.observations = 0
         self.generation = 1
@@ -265,10 +266,10 @@ class Session:
         for start, end, is_update, nbytes in sized_update_runs(lines, MESSAGE_UPDATE, b"}"):  # type: ignore[arg-type]
             if is_update and self._updates_skippable():
                 run: Sequence[bytes] = lines[start:end]  # type: ignore[assignment]  # update runs are bytes
-                if all_utf8(run):
+                if self._json.lines(run):
                     yield Skipped(self.observe_updates(len(run)), run, nbytes)
                     continue
-            for line in lines[start:end]:  # the one with invalid UTF-8 is a gap
+            for line in lines[start:end]:  # one of them is not JSON, or not simdjson's
                 if type(line) is UpdateRun:
                     yield from self._observe_run(line, t)
                 else:
@@ -276,8 +277,8 @@ class Session:
 
     def _observe_run(self, run: UpdateRun, t: float | None) -> Iterator[Observation]:
         """A splitter's run of long ``message_update`` candidates: in bulk when nobody streams
-        them and all are valid UTF-8 (checked in place), else line by line."""
-        if self._updates_skippable() and run.valid_utf8():
+        them and each is one JSON text (checked in place), else line by line."""
+        if self._updates_skippable() and self._json.run(run):
             yield Skipped(self.observe_updates(len(run)), run, run.nbytes)
             return
         for line in run:
@@ -299,7 +300,7 @@ class Session:
             and line.endswith(b"}")
             and not self._streaming()
             and not self._fresh_needed
-            and valid_utf8(line)
+            and self._json.line(line)
         ):
             self.observations += 1
             return Observed(self.tracker.read(), line, None, NO_EVENTS)
