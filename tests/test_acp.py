@@ -974,9 +974,16 @@ def test_the_client_closing_stdout_or_signalling_then_leaving_is_141_or_143(tmp_
         cwd=ROOT,
     ) as proc:
         assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(lines.encode())
+        # The prompt is sent once the session exists (its id is in session/new's answer), and
+        # the signal once the prompt's first update is out: a fixed sleep could signal a bridge
+        # still importing under load, which dies of it (-15, not 143).
+        proc.stdin.write("".join(json.dumps(m) + "\n" for m in msgs[:2]).encode())
         proc.stdin.flush()
-        time.sleep(1.5)  # the prompt runs (4 s of updates)
+        for want, then in ((b'"id":2,"result"', json.dumps(msgs[2]) + "\n"), (b"session/update", "")):
+            while want not in (line := proc.stdout.readline()):
+                assert line, "the agent ended early"
+            proc.stdin.write(then.encode())
+            proc.stdin.flush()
         proc.send_signal(signal.SIGTERM)
         proc.stdin.close()
         assert proc.wait(timeout=20) == 143
