@@ -670,10 +670,18 @@ class LifecycleMachine(RuleBasedStateMachine):
         assert generation is not None
         self.h.startup_pending.discard(generation)
         crashes = len(self.lc.state.crashes)
+        down = self.lc.state.down
         out = self.h.feed(StartupChecked(generation, problems))
         if problems and self.h.cfg.seal_check == "refuse":
-            assert len(self.lc.state.crashes) == crashes + 1
+            # A refusal is not retried: down at once (unless it was already), not a crash.
+            assert len(self.lc.state.crashes) == crashes
             assert of(out, StopEngine) == [StopEngine(generation, True)]
+            assert not of(out, Spawn)
+            if down is None and self.lc.state.closing is None:
+                assert self.lc.state.setup_failed
+                assert self.lc.state.down == "seal check failed: " + "; ".join(problems)
+                assert self.lc.state.queue == [] and not self.lc.state.asks
+                assert any(a.payload.get("signal") == "engine-down" for a in of(out, Signal))
 
     @precondition(lambda self: self._held_on_live_engine() is not None and self.lc.state.held not in self.h.acked)
     @rule()
@@ -1261,22 +1269,49 @@ def test_a_journal_failure_closes_and_every_prompt_gets_its_receipt() -> None:
     h.drive_to_completion()
 
 
-def test_seal_check_failure_counts_once() -> None:
+def test_a_startup_check_answered_with_a_refusal_goes_down_at_once_not_retried() -> None:
+    """A check the engine answered and the answers fail (a model it does not offer): a fresh
+    engine would answer the same, so no second engine is started and nothing is counted as a
+    crash; every prompt is rejected engine-down with the problems, and the bridge is down as a
+    set-up failure (run and serve exit 2)."""
+    problem = "Pi does not offer --model nope (scripted: scripted-model)"
+    h = Harness()
+    h.submit("p1")
+    h.submit("p2")
+    h.spawned(1, startup=True)
+    out = h.feed(StartupChecked(1, [problem]))
+    assert h.lc.state.crashes == []
+    assert of(out, StopEngine) == [StopEngine(1, True)]
+    assert not of(out, Write)
+    assert payloads(out) == [
+        {"signal": "seal-check", "problems": [problem], "action": "refuse"},
+        {"signal": "engine-down", "why": f"seal check failed: {problem}"},
+    ]
+    assert delivered(out) == {"p1": ("rejected", "engine-down"), "p2": ("rejected", "engine-down")}
+    assert all(problem in (r.native_error or "") for (r,) in h.receipts.values())
+    assert h.lc.state.down == f"seal check failed: {problem}" and h.lc.state.setup_failed
+    # Its exit (our own stop) starts nothing, and counts nothing.
+    out = h.exited(1, 0)
+    assert not of(out, Spawn) and h.lc.state.crashes == []
+    (r3,) = of(h.submit("p3"), Deliver)
+    assert (r3.receipt.state, r3.receipt.reason) == ("rejected", "engine-down")
+    assert [a for a in h.log if type(a) is Spawn] == [Spawn(1)]
+    assert h.violations == []
+    h.drive_to_completion()
+
+
+def test_a_startup_check_answered_sealed_after_crashes_sends_the_prompt() -> None:
+    """The control: an engine that died in its check is a crash (restarted after the backoff),
+    and the next one's clean check lets the prompt through; no set-up failure."""
     h = Harness()
     h.submit("p1")
     h.spawned(1, startup=True)
-    out = h.feed(StartupChecked(1, ["extensions were loaded"]))
-    assert len(h.lc.state.crashes) == 1
-    assert of(out, StopEngine) == [StopEngine(1, True)]
-    assert payloads(out) == [{"signal": "seal-check", "problems": ["extensions were loaded"], "action": "refuse"}]
-    assert not of(out, Write)
-    out = h.exited(1, 0)
-    assert len(h.lc.state.crashes) == 1
-    assert of(out, Spawn) == [Spawn(2)]  # the first crash's backoff is 0
+    out = h.exited(1, 1, None, [LICENCE])
+    assert len(h.lc.state.crashes) == 1 and of(out, Spawn) == [Spawn(2)]
     h.spawned(2, startup=True)
     out = h.feed(StartupChecked(2, []))
     assert [w.request for w in of(out, Write)] == ["p1"]
-    assert len(h.lc.state.crashes) == 1
+    assert not h.lc.state.setup_failed and h.lc.state.down is None
     assert h.violations == []
     h.drive_to_completion()
 
@@ -1288,8 +1323,10 @@ def test_a_startup_check_never_answered_counts_once() -> None:
     out = h.advance(h.cfg.startup_timeout)
     assert len(h.lc.state.crashes) == 1
     assert of(out, StopEngine) == [StopEngine(1, True)]
-    h.exited(1, None, 15)
+    out = h.exited(1, None, 15)
     assert len(h.lc.state.crashes) == 1
+    # Not answered is not a refusal (a slow start may pass next time): retried, not down.
+    assert of(out, Spawn) == [Spawn(2)] and h.lc.state.down is None and not h.lc.state.setup_failed
     h.drive_to_completion()
 
 
