@@ -94,6 +94,7 @@ from bridge.core.lifecycle import (
 )
 from bridge.core.receipts import Facts, Receipt, decide
 from bridge.core.steering import Wanted
+from bridge.core.words import Reason
 
 SEAL_STATE = {"type": "get_state", "id": "seal-state"}
 LICENCE = "fatal: licence file expired"
@@ -305,7 +306,13 @@ class Harness:
                 self.violations.append(f"{request!r} delivered and still outstanding")
         elif kind is Note:
             payload = action.payload
-            if payload.get("event") == "closing":
+            if payload.get("event") == "unsent":
+                # The evidence half's answer (bridge/core/session.py note): never delivered.
+                rec = s.prompts.get(payload["request"])
+                if rec is None or rec.phase != "held" or payload["request"] != s.held or rec.acked:
+                    self.violations.append(f"{action!r} for a prompt not held, or acked")
+                inputs.append(Decided(receipt(payload["request"], Facts(unsent=Reason.ENGINE_DOWN))))
+            elif payload.get("event") == "closing":
                 if self.closing_noted:
                     self.violations.append("closing noted twice")
                 self.closing_noted = True
@@ -641,7 +648,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             h.startup_pending.discard(s.engine.generation)
             h.feed(StartupChecked(s.engine.generation, []))
         elif any(phase == "stopping" for phase in h.procs.values()):
-            self.a_stopped_engine_exits(0, [], True)
+            self.a_stopped_engine_exits(0, [], True, False)
         elif found is not None and found[0] not in h.acked:
             self.engine_acks()
         elif found is not None and found[0] in h.stop_notes:
@@ -869,7 +876,19 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self._running() is not None)
     @rule(
-        how=st.sampled_from(["unsealed", "signal", "stuck", "stdin-broken", "stdout-closed", "dies", "dies", "flood"]),
+        how=st.sampled_from(
+            [
+                "unsealed",
+                "signal",
+                "stuck",
+                "stdin-broken",
+                "stdin-closed-before-the-prompt",
+                "stdout-closed",
+                "dies",
+                "dies",
+                "flood",
+            ]
+        ),
         for_held=st.booleans(),
         stderr=STDERRS,
     )
@@ -892,6 +911,14 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert self.lc.state.engine.recycle
         elif how == "stdin-broken":  # stopped like an engine that closed its stdout
             assert of(h.feed(WriteFailed(g, held, False)), StopEngine) == [StopEngine(g, False)]
+        elif how == "stdin-closed-before-the-prompt":
+            # Not one byte of the held prompt went in: it is rejected, never given up on.
+            rec = self.lc.state.prompts.get(held) if held is not None else None
+            unsent = rec is not None and rec.phase == "held" and not rec.acked and rec.gave_up is None
+            out = h.feed(WriteFailed(g, held, False, True, "EPIPE", stderr))
+            assert of(out, StopEngine) == [StopEngine(g, False)]
+            assert delivered(out).get(held) == (("rejected", "engine-down") if unsent else None)
+            assert [n["request"] for n in notes(out, "unsent")] == ([held] if unsent else [])
         elif how == "stdout-closed":
             assert of(h.feed(StdoutClosed(g)), StopEngine) == [StopEngine(g, False)]
         else:
@@ -900,14 +927,27 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert self.lc.state.crashes[-1] == h.now
 
     @precondition(lambda self: any(phase == "stopping" for phase in self.h.procs.values()))
-    @rule(code=st.sampled_from([0, 143]), stderr=STDERRS, evidence_first=st.booleans())
-    def a_stopped_engine_exits(self, code: int, stderr: list[str], evidence_first: bool) -> None:
+    @rule(
+        code=st.sampled_from([0, 143]),
+        stderr=STDERRS,
+        evidence_first=st.booleans(),
+        never_written=st.sampled_from([False, False, True]),
+    )
+    def a_stopped_engine_exits(self, code: int, stderr: list[str], evidence_first: bool, never_written: bool) -> None:
         """``evidence_first``: the supervisor's order, the session deciding the held
-        prompt on the exit before EngineExited is fed (safe once the engine is stopping)."""
+        prompt on the exit before EngineExited is fed (safe once the engine is stopping).
+        ``never_written``: the held prompt's bytes were still queued for the engine at its exit
+        (the supervisor says so first): rejected, engine-down."""
         generation = next(g for g, phase in self.h.procs.items() if phase == "stopping")
         requested = self.h.stop_requested[generation]
         crashes = len(self.lc.state.crashes)
         held = self._held_on_live_engine()
+        if never_written and held is not None and held[0] not in self.h.acked:
+            rec = self.lc.state.prompts[held[0]]
+            out = self.h.feed(WriteFailed(generation, held[0], False, True, "the engine had exited"))
+            if rec.gave_up is None:
+                assert delivered(out) == {held[0]: ("rejected", "engine-down")}, out
+            held = self._held_on_live_engine()
         if evidence_first and held is not None:
             self.h.procs[generation] = "gone"
             out = self.h.settle(held[0], Facts(exited=True, working=held[0] in self.h.acked))

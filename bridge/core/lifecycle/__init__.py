@@ -38,6 +38,14 @@ exit). This machine owns the rest of SPEC §5 and §7:
   that fails to load is a crash by these rules: Pi exits 1 before it reads a command
   ("Failed to load extension", main.js), the same words as for an extension whose
   load threw for a passing reason, so only its stderr tells and it is retried;
+- **a written prompt that never reached the engine**: a prompt is journaled and handed
+  to the session as sent before its bytes go to the pipe. If the write then fails before
+  one byte went in (:class:`WriteFailed` ``unsent``: the engine's stdin was closed, as a
+  dying engine's is, or it exited with the prompt still queued for its writer), the engine
+  certainly never read it (SPEC §5 ``rejected``: "never sent"): an ``unsent`` note, from
+  which the session decides ``rejected``/``engine-down`` (so replay decides the same). It is
+  not requeued: its id is already in the journal as sent on that engine. A write cut short
+  is no such fact: the engine's exit decides that prompt (``delivery-unknown``);
 - **deadlines**: ack, settle and stall (a stop first, then the stop's grace), taint
   grace, close grace, start-up, backoff, drain (see :data:`DEADLINES`);
 - **stops and whose they are**: the controller's (``interrupted``), a

@@ -562,6 +562,8 @@ class Lifecycle:
 
     def _write_failed(self, ev: WriteFailed) -> None:
         e = self.state.engine
+        if ev.unsent and self._current(ev.generation):
+            self._unsent(ev)
         if not self._current(ev.generation) or e.phase not in ("checking", "ready"):
             return
         if not ev.stuck:
@@ -575,6 +577,22 @@ class Lifecycle:
             self._reject(rec, Reason.CONFIG, "the engine stopped reading its configuration commands")
         elif rec is not None and rec.request == ev.request and not rec.acked:
             self._give_up(rec, "ack")
+
+    def _unsent(self, ev: WriteFailed) -> None:
+        """The held prompt was journaled and given to the session as sent, but not one byte of it
+        reached the engine (its stdin closed first: it was dying). It is certainly undelivered:
+        the ``unsent`` note tells the session, which decides it ``rejected``/``engine-down``
+        (decide's first row) -- and tells replay the same. A prompt of which part went in is
+        not unsent: the engine's exit decides it (``delivery-unknown``)."""
+        rec = self._held()
+        if rec is None or rec.request != ev.request or rec.phase != "held" or rec.acked or rec.gave_up is not None:
+            return
+        how = f" ({ev.error})" if ev.error else ""
+        tail = " | ".join(line for line in ev.stderr if line.strip())
+        why = f"never written: the engine's stdin closed before any of the prompt went in{how}" + (
+            f"; its last stderr: {tail}" if tail else ""
+        )
+        self._note({"event": "unsent", "request": rec.request, "generation": ev.generation, "why": why})
 
     def _not_written(self, ev: NotWritten) -> None:
         s = self.state
