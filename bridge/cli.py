@@ -123,7 +123,7 @@ def _add_engine_options(p: argparse.ArgumentParser, *, engine_cwd: bool = True) 
     g.add_argument(
         "--model",
         help="Pi model id, exactly as `bridge models` lists it (or provider/id); an engine that does not run "
-        "that model, one Pi offers, fails its start-up check",
+        "that model, one Pi offers, fails its start-up check: not retried, the engine cannot be set up (exit 2)",
     )
     g.add_argument(
         "--api-key-env",
@@ -644,7 +644,8 @@ def _add_serve(sub: _Subcommands) -> None:
         "compact, models, answer) as JSON lines on stdin; write "
         "receipts, signals, streamed text, events, extension dialogs (ask) and engine lifecycle as JSON lines "
         "on stdout (see the README). "
-        "stdin EOF or shutdown: every outstanding prompt gets its receipt, the engine is stopped, exit 0; "
+        "stdin EOF or shutdown: every outstanding prompt gets its receipt, the engine is stopped, exit 0 (2 when "
+        "the engine cannot be set up: not launched, or its start-up check refused it); "
         "stdout closed by the reader: closing at once, exit 141.",
     )
     _add_engine_options(p)
@@ -693,7 +694,8 @@ def _add_run(sub: _Subcommands) -> None:
         description="Send each PROMPT in turn (the next when the previous has its receipt), stream the reply "
         "text to stdout, then print the receipts to stderr. With --json, stdout has only the receipts as JSON "
         "lines and the reply text goes to stderr. Exit 0 when every prompt finished, 1 otherwise, 2 for bad "
-        "usage or a journal or engine that cannot be set up; 129/130/143 after SIGHUP/SIGINT/SIGTERM (the "
+        "usage or a journal or engine that cannot be set up (also: its start-up check refused it, e.g. a --model "
+        "Pi does not offer); 129/130/143 after SIGHUP/SIGINT/SIGTERM (the "
         "running prompt is stopped, failed/closing); 141 when stdout is closed early (e.g. | head).",
     )
     p.add_argument("prompts", nargs="*", metavar="PROMPT")

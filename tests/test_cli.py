@@ -49,6 +49,26 @@ def test_an_engine_that_cannot_be_launched_is_named(tmp_path):
     assert p.returncode == 2 and "rejected (engine-down)" in p.stderr and "no-such-engine" in p.stderr
 
 
+def test_serve_on_an_engine_that_cannot_be_launched_answers_every_prompt_then_exits_2(tmp_path):
+    p = subprocess.run(
+        [sys.executable, "-m", "bridge", "serve", "--no-journal", "--", str(tmp_path / "no-such-engine")],
+        input='{"type":"prompt","id":"q1","message":"hi"}\n',
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 2, p.stderr
+    (line,) = p.stderr.splitlines()
+    assert (
+        line.startswith("bridge serve: the engine cannot be set up: cannot start the engine")
+        and "no-such-engine" in line
+    )
+    import json
+
+    (r,) = [json.loads(x)["receipt"] for x in p.stdout.splitlines() if '"type":"receipt"' in x]
+    assert (r["state"], r["reason"]) == ("rejected", "engine-down")
+
+
 def test_config_refuses_nonsense():
     for bad in (dict(queue_max=0), dict(ack_timeout=-1.0), dict(settle_timeout=0.0), dict(seal_check="x")):
         with pytest.raises(ValueError):

@@ -713,6 +713,44 @@ async def test_startup_death_counts_once_toward_the_crash_limit(tmp_path: Path, 
     assert zombie_children() == []
 
 
+class RefusingCheck(CommandProfile):
+    """A ``--`` engine with Pi's seal check (``get_state``): a session that already holds
+    messages is refused, as :func:`bridge.profiles.seal.check_seal` does."""
+
+    def prepare(self):  # type: ignore[no-untyped-def]
+        from bridge.profiles.seal import STARTUP, check_seal
+
+        launch = super().prepare()
+        launch.startup = [dict(c) for c in STARTUP]
+        launch.check = check_seal
+        return launch
+
+
+async def test_a_startup_check_the_engine_answered_with_a_refusal_is_not_retried(tmp_path: Path) -> None:
+    """The engine answered its check and the answers fail it: a fresh engine would answer the
+    same, so the bridge goes down after that one engine (no crash counted, no backoff), every
+    prompt rejected engine-down with the problem, as a set-up failure (README "Timeouts,
+    limits, crashes"); replay of the journal agrees."""
+    argv = fake_engine_argv({"state": {"messageCount": 3}})
+    journal = tmp_path / "j.jsonl"
+    with trio.fail_after(30):
+        async with open_bridge(RefusingCheck(argv), journal=journal, config=BridgeConfig(**FAST)) as bridge:
+            first = await bridge.submit("hi")
+            second = await bridge.submit("again")
+            r1, r2 = await first.receipt(), await second.receipt()
+            state = bridge.lifecycle.state
+            assert state.setup_failed and state.crashes == []
+    problem = "Pi's session already held 3 message(s) at start-up"
+    for r in (r1, r2):
+        assert (r.state, r.reason) == ("rejected", "engine-down"), r
+        assert r.native_error is not None and r.native_error.startswith(f"seal check failed: {problem}"), r
+    assert len(notes(journal, "engine-start")) == 1
+    [check] = notes(journal, "seal-check")
+    assert check["problems"][0].startswith(problem)
+    assert prompt_sends(journal) == []
+    assert [(x.state, x.reason) for x in replay(str(journal)).receipts] == [("rejected", "engine-down")] * 2
+
+
 async def test_startup_failure_signals_name_the_engine_they_are_about(tmp_path: Path) -> None:
     """Each failed start-up check is signalled once, labelled with the generation of the engine
     that failed -- also when the next engine is spawned at once (restart backoff 0)."""

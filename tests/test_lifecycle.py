@@ -94,6 +94,7 @@ from bridge.core.lifecycle import (
 )
 from bridge.core.receipts import Facts, Receipt, decide
 from bridge.core.steering import Wanted
+from bridge.core.words import Reason
 
 SEAL_STATE = {"type": "get_state", "id": "seal-state"}
 LICENCE = "fatal: licence file expired"
@@ -305,7 +306,13 @@ class Harness:
                 self.violations.append(f"{request!r} delivered and still outstanding")
         elif kind is Note:
             payload = action.payload
-            if payload.get("event") == "closing":
+            if payload.get("event") == "unsent":
+                # The evidence half's answer (bridge/core/session.py note): never delivered.
+                rec = s.prompts.get(payload["request"])
+                if rec is None or rec.phase != "held" or payload["request"] != s.held or rec.acked:
+                    self.violations.append(f"{action!r} for a prompt not held, or acked")
+                inputs.append(Decided(receipt(payload["request"], Facts(unsent=Reason.ENGINE_DOWN))))
+            elif payload.get("event") == "closing":
                 if self.closing_noted:
                     self.violations.append("closing noted twice")
                 self.closing_noted = True
@@ -641,7 +648,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             h.startup_pending.discard(s.engine.generation)
             h.feed(StartupChecked(s.engine.generation, []))
         elif any(phase == "stopping" for phase in h.procs.values()):
-            self.a_stopped_engine_exits(0, [], True)
+            self.a_stopped_engine_exits(0, [], True, False)
         elif found is not None and found[0] not in h.acked:
             self.engine_acks()
         elif found is not None and found[0] in h.stop_notes:
@@ -670,10 +677,18 @@ class LifecycleMachine(RuleBasedStateMachine):
         assert generation is not None
         self.h.startup_pending.discard(generation)
         crashes = len(self.lc.state.crashes)
+        down = self.lc.state.down
         out = self.h.feed(StartupChecked(generation, problems))
         if problems and self.h.cfg.seal_check == "refuse":
-            assert len(self.lc.state.crashes) == crashes + 1
+            # A refusal is not retried: down at once (unless it was already), not a crash.
+            assert len(self.lc.state.crashes) == crashes
             assert of(out, StopEngine) == [StopEngine(generation, True)]
+            assert not of(out, Spawn)
+            if down is None and self.lc.state.closing is None:
+                assert self.lc.state.setup_failed
+                assert self.lc.state.down == "seal check failed: " + "; ".join(problems)
+                assert self.lc.state.queue == [] and not self.lc.state.asks
+                assert any(a.payload.get("signal") == "engine-down" for a in of(out, Signal))
 
     @precondition(lambda self: self._held_on_live_engine() is not None and self.lc.state.held not in self.h.acked)
     @rule()
@@ -861,7 +876,19 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self._running() is not None)
     @rule(
-        how=st.sampled_from(["unsealed", "signal", "stuck", "stdin-broken", "stdout-closed", "dies", "dies", "flood"]),
+        how=st.sampled_from(
+            [
+                "unsealed",
+                "signal",
+                "stuck",
+                "stdin-broken",
+                "stdin-closed-before-the-prompt",
+                "stdout-closed",
+                "dies",
+                "dies",
+                "flood",
+            ]
+        ),
         for_held=st.booleans(),
         stderr=STDERRS,
     )
@@ -884,6 +911,14 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert self.lc.state.engine.recycle
         elif how == "stdin-broken":  # stopped like an engine that closed its stdout
             assert of(h.feed(WriteFailed(g, held, False)), StopEngine) == [StopEngine(g, False)]
+        elif how == "stdin-closed-before-the-prompt":
+            # Not one byte of the held prompt went in: it is rejected, never given up on.
+            rec = self.lc.state.prompts.get(held) if held is not None else None
+            unsent = rec is not None and rec.phase == "held" and not rec.acked and rec.gave_up is None
+            out = h.feed(WriteFailed(g, held, False, True, "EPIPE", stderr))
+            assert of(out, StopEngine) == [StopEngine(g, False)]
+            assert delivered(out).get(held) == (("rejected", "engine-down") if unsent else None)
+            assert [n["request"] for n in notes(out, "unsent")] == ([held] if unsent else [])
         elif how == "stdout-closed":
             assert of(h.feed(StdoutClosed(g)), StopEngine) == [StopEngine(g, False)]
         else:
@@ -892,14 +927,27 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert self.lc.state.crashes[-1] == h.now
 
     @precondition(lambda self: any(phase == "stopping" for phase in self.h.procs.values()))
-    @rule(code=st.sampled_from([0, 143]), stderr=STDERRS, evidence_first=st.booleans())
-    def a_stopped_engine_exits(self, code: int, stderr: list[str], evidence_first: bool) -> None:
+    @rule(
+        code=st.sampled_from([0, 143]),
+        stderr=STDERRS,
+        evidence_first=st.booleans(),
+        never_written=st.sampled_from([False, False, True]),
+    )
+    def a_stopped_engine_exits(self, code: int, stderr: list[str], evidence_first: bool, never_written: bool) -> None:
         """``evidence_first``: the supervisor's order, the session deciding the held
-        prompt on the exit before EngineExited is fed (safe once the engine is stopping)."""
+        prompt on the exit before EngineExited is fed (safe once the engine is stopping).
+        ``never_written``: the held prompt's bytes were still queued for the engine at its exit
+        (the supervisor says so first): rejected, engine-down."""
         generation = next(g for g, phase in self.h.procs.items() if phase == "stopping")
         requested = self.h.stop_requested[generation]
         crashes = len(self.lc.state.crashes)
         held = self._held_on_live_engine()
+        if never_written and held is not None and held[0] not in self.h.acked:
+            rec = self.lc.state.prompts[held[0]]
+            out = self.h.feed(WriteFailed(generation, held[0], False, True, "the engine had exited"))
+            if rec.gave_up is None:
+                assert delivered(out) == {held[0]: ("rejected", "engine-down")}, out
+            held = self._held_on_live_engine()
         if evidence_first and held is not None:
             self.h.procs[generation] = "gone"
             out = self.h.settle(held[0], Facts(exited=True, working=held[0] in self.h.acked))
@@ -1261,22 +1309,49 @@ def test_a_journal_failure_closes_and_every_prompt_gets_its_receipt() -> None:
     h.drive_to_completion()
 
 
-def test_seal_check_failure_counts_once() -> None:
+def test_a_startup_check_answered_with_a_refusal_goes_down_at_once_not_retried() -> None:
+    """A check the engine answered and the answers fail (a model it does not offer): a fresh
+    engine would answer the same, so no second engine is started and nothing is counted as a
+    crash; every prompt is rejected engine-down with the problems, and the bridge is down as a
+    set-up failure (run and serve exit 2)."""
+    problem = "Pi does not offer --model nope (scripted: scripted-model)"
+    h = Harness()
+    h.submit("p1")
+    h.submit("p2")
+    h.spawned(1, startup=True)
+    out = h.feed(StartupChecked(1, [problem]))
+    assert h.lc.state.crashes == []
+    assert of(out, StopEngine) == [StopEngine(1, True)]
+    assert not of(out, Write)
+    assert payloads(out) == [
+        {"signal": "seal-check", "problems": [problem], "action": "refuse"},
+        {"signal": "engine-down", "why": f"seal check failed: {problem}"},
+    ]
+    assert delivered(out) == {"p1": ("rejected", "engine-down"), "p2": ("rejected", "engine-down")}
+    assert all(problem in (r.native_error or "") for (r,) in h.receipts.values())
+    assert h.lc.state.down == f"seal check failed: {problem}" and h.lc.state.setup_failed
+    # Its exit (our own stop) starts nothing, and counts nothing.
+    out = h.exited(1, 0)
+    assert not of(out, Spawn) and h.lc.state.crashes == []
+    (r3,) = of(h.submit("p3"), Deliver)
+    assert (r3.receipt.state, r3.receipt.reason) == ("rejected", "engine-down")
+    assert [a for a in h.log if type(a) is Spawn] == [Spawn(1)]
+    assert h.violations == []
+    h.drive_to_completion()
+
+
+def test_a_startup_check_answered_sealed_after_crashes_sends_the_prompt() -> None:
+    """The control: an engine that died in its check is a crash (restarted after the backoff),
+    and the next one's clean check lets the prompt through; no set-up failure."""
     h = Harness()
     h.submit("p1")
     h.spawned(1, startup=True)
-    out = h.feed(StartupChecked(1, ["extensions were loaded"]))
-    assert len(h.lc.state.crashes) == 1
-    assert of(out, StopEngine) == [StopEngine(1, True)]
-    assert payloads(out) == [{"signal": "seal-check", "problems": ["extensions were loaded"], "action": "refuse"}]
-    assert not of(out, Write)
-    out = h.exited(1, 0)
-    assert len(h.lc.state.crashes) == 1
-    assert of(out, Spawn) == [Spawn(2)]  # the first crash's backoff is 0
+    out = h.exited(1, 1, None, [LICENCE])
+    assert len(h.lc.state.crashes) == 1 and of(out, Spawn) == [Spawn(2)]
     h.spawned(2, startup=True)
     out = h.feed(StartupChecked(2, []))
     assert [w.request for w in of(out, Write)] == ["p1"]
-    assert len(h.lc.state.crashes) == 1
+    assert not h.lc.state.setup_failed and h.lc.state.down is None
     assert h.violations == []
     h.drive_to_completion()
 
@@ -1288,8 +1363,10 @@ def test_a_startup_check_never_answered_counts_once() -> None:
     out = h.advance(h.cfg.startup_timeout)
     assert len(h.lc.state.crashes) == 1
     assert of(out, StopEngine) == [StopEngine(1, True)]
-    h.exited(1, None, 15)
+    out = h.exited(1, None, 15)
     assert len(h.lc.state.crashes) == 1
+    # Not answered is not a refusal (a slow start may pass next time): retried, not down.
+    assert of(out, Spawn) == [Spawn(2)] and h.lc.state.down is None and not h.lc.state.setup_failed
     h.drive_to_completion()
 
 

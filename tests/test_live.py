@@ -282,6 +282,89 @@ async def test_engine_exits_before_the_ack(tmp_path: Path):
     assert (r.state, r.reason) == ("delivery-unknown", "engine-exited")
 
 
+async def test_a_prompt_whose_write_failed_before_any_byte_went_in_is_rejected_never_sent(tmp_path: Path):
+    """The engine is dying: it closed its stdin (and exits soon after) while its first prompt
+    ran. The next prompt is journaled as sent, but its write fails at once (EPIPE), not one byte
+    in: the engine never read it, so it is rejected/engine-down (SPEC 5: never sent), not
+    delivery-unknown; an ``unsent`` note says so, and replay agrees (session() checks). The
+    next prompt runs on a fresh engine."""
+    scenario = {"prompts": [{"close_stdin": True, "exit_after_close": 3.0}]}
+
+    async def body(bridge: Bridge) -> list[Receipt]:
+        a = await bridge.submit("a", request="a")
+        b = await bridge.submit("b", request="b")
+        done = [await a.receipt(), await b.receipt()]
+        done.append(await bridge.prompt("c", request="c"))
+        assert len(bridge.lifecycle.state.crashes) == 1  # the broken engine's exit, once
+        return done
+
+    run, (a, b, c) = await session(tmp_path, fake(scenario), body)
+    assert (a.state, a.reason, a.generation) == ("finished", None, 1)
+    assert (b.state, b.reason) == ("rejected", "engine-down"), b
+    assert b.native_error is not None and b.native_error.startswith("never written: the engine's stdin closed")
+    assert "EPIPE" in b.native_error
+    assert (c.state, c.reason, c.generation) == ("finished", None, 2)
+    assert [s["id"] for s in journal_sends(run) if s["type"] == "prompt"] == ["a", "b", "c"]
+    lines = [json.loads(x) for x in run.journal.read_bytes().split(b"\n") if x.startswith(b'{"note"')]
+    (unsent,) = [x["note"] for x in lines if x["note"].get("event") == "unsent"]
+    assert unsent["request"] == "b" and unsent["why"] == b.native_error
+    (replayed,) = [r for r in replay(str(run.journal)).receipts if r.request == "b"]
+    assert replayed.native_error == b.native_error
+
+
+async def test_a_write_counts_the_bytes_the_pipe_took_before_it_failed() -> None:
+    """What tells "never sent" from "maybe delivered": a write that failed before its first
+    byte went in says 0; one cut short (the engine read some, then closed its stdin) says how
+    much went in -- the bridge keeps that prompt delivery-unknown."""
+    from bridge.live.engine import Engine, EngineGone
+
+    class Sink:
+        def __init__(self) -> None:
+            self.said: list[bytes] = []
+
+        def lines(self, engine: Any, lines: Any) -> None:
+            self.said.extend(bytes(x) for x in lines)
+
+        def stderr(self, engine: Any, text: str) -> None:
+            pass
+
+        def stdout_closed(self, engine: Any) -> None:
+            pass
+
+        def exited(self, engine: Any, code: Any, sig: Any) -> None:
+            pass
+
+    script = (
+        "import os, sys, time; n = int(sys.argv[1]); got = 0\n"
+        "while got < n:\n    got += len(os.read(0, n - got))\n"
+        "os.close(0); print('closed', flush=True); time.sleep(30)"
+    )
+
+    async def write(first: int, size: int) -> EngineGone:
+        """``size`` bytes to an engine that reads ``first`` of them, then closes its stdin
+        (waited for when it reads none). Ends with the write's failure."""
+        sink = Sink()
+        launch = CommandProfile([sys.executable, "-c", script, str(first)]).prepare()
+        try:
+            with trio.fail_after(20):
+                async with trio.open_nursery() as nursery:
+                    engine = await Engine.start(nursery, launch, 1, sink)  # type: ignore[arg-type]
+                    if first == 0:
+                        await until(lambda: sink.said == [b"closed"])
+                    with pytest.raises(EngineGone) as gone:
+                        await engine.send_bytes(b"x" * size)
+                    assert engine.writing is None
+                    await engine.aclose(0.5, 0.5)
+        finally:
+            launch.run_cleanup()
+        return gone.value
+
+    never = await write(0, 1000)
+    assert never.written == 0 and "EPIPE" in str(never)
+    cut = await write(1000, 4 << 20)
+    assert 1000 <= cut.written < 4 << 20
+
+
 # -- outcome-unknown ------------------------------------------------------------------------------
 
 

@@ -108,11 +108,14 @@ def test_bridge_run_with_an_unknown_model_ends_with_one_line_naming_it(pinned_pi
         assert server.requests == []
     finally:
         server.close()
-    assert run.returncode == 1 and run.stdout.strip() == ""
+    # An engine that cannot be set up: exit 2 (README "Exit codes"), after one engine start --
+    # the refusal is not retried (a fresh Pi answers the same), so no crash-limit backoff.
+    assert run.returncode == 2 and run.stdout.strip() == ""
     assert "Traceback" not in run.stderr
-    (line,) = [x for x in run.stderr.splitlines() if x.strip()]
-    assert line.startswith("p1: rejected (engine-down) [error: 5 engine failures in 60s; last: seal check failed: ")
-    assert "Pi does not offer --model nope (scripted: scripted-model)" in line
+    receipt, ending = [x for x in run.stderr.splitlines() if x.strip()]
+    assert receipt.startswith("p1: rejected (engine-down) [error: seal check failed: Pi does not offer --model nope")
+    assert ending.startswith("bridge run: the engine cannot be set up: seal check failed: Pi does not offer")
+    assert "(scripted: scripted-model)" in ending
 
 
 def test_bridge_serve_with_an_unknown_model_signals_it_and_rejects_the_prompt(pinned_pi: Any, tmp_path: Path) -> None:
@@ -129,10 +132,14 @@ def test_bridge_serve_with_an_unknown_model_signals_it_and_rejects_the_prompt(pi
         )
     finally:
         server.close()
-    assert serve.returncode == 0, serve.stderr
+    assert serve.returncode == 2, serve.stderr
+    (line,) = serve.stderr.splitlines()
+    assert line.startswith("bridge serve: the engine cannot be set up: seal check failed: Pi does not offer")
     lines = [json.loads(x) for x in serve.stdout.splitlines()]
-    checks = [x for x in lines if x["type"] == "signal" and x["signal"] == "seal-check"]
-    assert checks and all(c["problems"][0].startswith("Pi does not offer --model nope") for c in checks)
+    # One engine start, one check: a refusal is not retried.
+    assert len([x for x in lines if x["type"] == "engine" and x["event"] == "started"]) == 1
+    (check,) = [x for x in lines if x["type"] == "signal" and x["signal"] == "seal-check"]
+    assert check["problems"][0].startswith("Pi does not offer --model nope")
     (receipt,) = [x["receipt"] for x in lines if x["type"] == "receipt"]
     assert (receipt["state"], receipt["reason"]) == ("rejected", "engine-down")
     assert lines[-1] == {"type": "bye", "receipts": 1}

@@ -162,6 +162,9 @@ BEHAVIOUR (missing keys = Pi's default; unknown keys are warned about on stderr)
   seen, so the process lingers until killed).
 * ``close_stdin``: like ``ignore_stdin``, but stdin is closed too, so the bridge's next write
   fails at once (EPIPE) instead of filling the pipe; the process lingers until killed.
+* ``exit_after_close``: with ``close_stdin``, exit (``exit_code``, with a stack trace on stderr)
+  that many seconds after closing stdin instead of lingering: an engine dying, whose stdin
+  goes first, so a prompt written in between is never read.
 
 Faults at a step. A prompt's steps are the lines its story writes, counted from 1: its
 dialog requests, ``before_ack`` lines, the ack, its run (retries, steering turns,
@@ -276,6 +279,7 @@ BEHAVIOUR_DEFAULTS: dict[str, Any] = {
     "responses_out_of_order": False,
     "ignore_stdin": False,
     "close_stdin": False,
+    "exit_after_close": None,
     "crash_at": None,
     "exit_code": 1,
     "kill_at": None,
@@ -870,6 +874,7 @@ class Engine:
         self.dying_code = 1
         self.prompts_seen = 0  # reader thread only
         self.close_stdin = False  # reader thread only
+        self.close_exit: tuple[float, int] | None = None  # reader thread only: (seconds, code)
         self._beh_cache: dict[int, dict[str, Any]] = {}
         self._beh_lock = threading.Lock()
         known = set(BEHAVIOUR_DEFAULTS)
@@ -1194,10 +1199,9 @@ class Engine:
                 if not self.feed(line):
                     if self.close_stdin:
                         log("close_stdin: stdin closed, no longer reading it")
-                        try:
-                            os.close(0)
-                        except OSError:
-                            pass
+                        if self.close_exit is not None:
+                            time.sleep(self.close_exit[0])
+                            self.inbox.put(("die", self.close_exit[1]))
                     else:
                         log("ignore_stdin: no longer reading stdin")
                     threading.Event().wait()
@@ -1220,15 +1224,27 @@ class Engine:
             self.prompts_seen += 1
             n = self.prompts_seen
             beh = self.behaviour(n)
-        self.inbox.put(("cmd", obj, n, beh))
         if beh and beh.get("close_stdin"):
             self.close_stdin = True
+            if beh.get("exit_after_close") is not None:
+                self.close_exit = (float(beh["exit_after_close"]), int(beh.get("exit_code", 1)))
+            # Closed before the prompt is handled, so any write after its output certainly fails.
+            try:
+                os.close(0)
+            except OSError:
+                pass
+        self.inbox.put(("cmd", obj, n, beh))
         return not (beh and (beh.get("ignore_stdin") or beh.get("close_stdin")))
 
     def handle(self, item: tuple) -> None:
         kind = item[0]
         if kind == "eof":
             self.exit(0)
+        if kind == "die":
+            log(f"exit_after_close: exiting {item[1]}")
+            sys.stderr.write(crash_trace("fake engine died after closing its stdin", item[1], "Error"))
+            sys.stderr.flush()
+            self.exit(item[1])
         if kind == "parse_error":
             self.write(
                 {

@@ -39,8 +39,8 @@ class Run:
     journal_path: str | None = None
     #: Why the journal could not be written.
     journal_failed: str | None = None
-    #: Why the engine could not be launched.
-    launch_failed: str | None = None
+    #: Why the engine cannot be set up (not launched, or its start-up check refused it).
+    setup_failed: str | None = None
     #: Stdout was closed early (``| head``): nothing more is written there.
     stdout_gone: bool = False
     #: Why stdout could not be written (a full disk, a closed descriptor), when it was not
@@ -126,8 +126,8 @@ class Run:
     def _closing(self, bridge: Bridge) -> None:
         if bridge.journal_failed:
             self.journal_failed = bridge.journal_failed
-        if bridge.lifecycle.state.launch_failed:
-            self.launch_failed = bridge.down_reason or "the engine cannot be launched"
+        if bridge.lifecycle.state.setup_failed:
+            self.setup_failed = bridge.down_reason or "the engine cannot be set up"
 
     # -- after it closed
 
@@ -172,18 +172,19 @@ class Run:
             print(f"bridge run: cannot write to stdout ({self.stdout_failed}); the receipts are above", file=sys.stderr)
         if self.journal_failed is not None:
             print(f"bridge run: {self.journal_failed}; the receipts above are complete", file=sys.stderr)
-        elif self.launch_failed is not None:
-            print(f"bridge run: {self.launch_failed}", file=sys.stderr)
+        elif self.setup_failed is not None:
+            print(f"bridge run: the engine cannot be set up: {self.setup_failed}", file=sys.stderr)
 
     def exit_status(self, receipts: list[Receipt]) -> int:
         """README "Exit codes", first match wins: a journal that failed, 1 (or 128+N after a
-        signal); an engine that could not be launched, 2; a signal N, 128+N; stdout closed
+        signal); an engine that cannot be set up (not launched, or its start-up check refused
+        it), 2; a signal N, 128+N; stdout closed
         early, 141; 0 when every prompt finished, else 1."""
         from bridge.core.words import State
 
         if self.journal_failed is not None:
             return self.interrupted or 1
-        if self.launch_failed is not None:
+        if self.setup_failed is not None:
             return 2
         if self.interrupted:
             return self.interrupted

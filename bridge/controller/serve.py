@@ -25,6 +25,9 @@ Rules:
   ``journal-failed`` signal at once, the bridge closes as for a signal (every
   accepted prompt still gets its receipt here), and exits 1 with one line on
   stderr.
+- The engine cannot be set up (it could not be launched, or its start-up check refused
+  the configuration: the bridge is down at once, every prompt ``rejected``/``engine-down``):
+  serving goes on until EOF as usual, then the bridge exits 2 with one line on stderr.
 - An allowed extension's dialog (``--extension``) is an ``ask`` line; the controller answers
   it with ``answer``, and ``dialog-end`` says who gave its one response (the controller, or
   ``cancelled`` by its timeout, its prompt's stop or receipt, the engine's stop, closing;
@@ -176,8 +179,9 @@ class _Server:
             self.bridge.close_now("controller-gone", "the controller closed its end of stdout")
 
     def exit_status(self) -> int:
-        """The exit status (README "Exit codes"); a journal failure, or a stdout that could not
-        be written (not a controller that went away), also gets its line on stderr."""
+        """The exit status (README "Exit codes"); a journal failure, an engine that cannot be set
+        up (2), or a stdout that could not be written (not a controller that went away), also
+        gets its line on stderr."""
         if self.out.failed is not None:
             journal = self.bridge.journal if self.bridge is not None else None
             where = f"every receipt is in the journal {journal.path}" if journal is not None else "there is no journal"
@@ -186,6 +190,11 @@ class _Server:
         if self.bridge is not None and self.bridge.journal_failed:
             print(f"bridge serve: {self.bridge.journal_failed}; every receipt went to the controller", file=sys.stderr)
             return self.status or 1
+        if self.bridge is not None and self.bridge.lifecycle.state.setup_failed:
+            # Down for good with a problem to fix (like ``run``): every prompt was answered
+            # rejected/engine-down, and the status says so too.
+            print(f"bridge serve: the engine cannot be set up: {self.bridge.down_reason}", file=sys.stderr)
+            return 2
         return self.status
 
 

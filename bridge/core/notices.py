@@ -40,7 +40,7 @@ class EngineExitedNotice(Wire):
 @form(tag={"type": "engine", "event": "down"})
 @attrs.frozen
 class EngineDownNotice(Wire):
-    """The engine will not be started again (the crash limit, or it cannot be launched)."""
+    """The engine will not be started again (the crash limit, or it cannot be set up)."""
 
     why: str
 

@@ -46,6 +46,10 @@ The bridge's own rules on top (SPEC §5):
   bridge itself; only a deliberate ``send_raw``) breaks the seal: the engine
   is tainted (``overlap``) and the displaced prompt, which keeps its run id and
   its signals, settles ``outcome-unknown`` when its own run settles.
+- A prompt the bridge sent whose write then failed before one byte of it went in
+  (the engine's stdin was closed: it was dying) was never read: the ``unsent`` note
+  the lifecycle journals for it settles it ``rejected`` / ``engine-down``, live and
+  in replay alike. One of which part went in is not: its engine's exit decides it.
 - When the engine exits, the held slot settles ``outcome-unknown`` /
   ``engine-exited`` if the model had it (working), else ``delivery-unknown`` /
   ``engine-exited``. Whatever the engine writes after an exit comes from a new
@@ -483,11 +487,15 @@ class Session:
         """A line the engine wrote to stderr (kept for ``engine-exited`` receipts)."""
         self.stderr_tail.append(text)
 
-    def note(self, value: Any) -> None:
-        """A journal ``note`` the bridge wrote: an engine start, or whose stop is coming."""
+    def note(self, value: Any, *, t: float | None = None) -> list[Event]:
+        """A journal ``note`` the bridge wrote: an engine start, whose stop is coming, a prompt's
+        configuration, or a prompt that was never written (``unsent``: decided here)."""
+        events: list[Event] = []
         if not isinstance(value, dict):
-            return
+            return events
         event = value.get("event")
+        if event == "unsent":
+            self._unsent(value.get("request"), value.get("why"), t, events)
         if event == "stop":
             stop, by = value.get("stop"), value.get("by")
             if isinstance(stop, str) and by in _STOP_BY:
@@ -501,6 +509,17 @@ class Session:
             self.engine_started(
                 pid if isinstance(pid, int) else None, generation if isinstance(generation, int) else None
             )
+        return events
+
+    def _unsent(self, request: Any, why: Any, t: float | None, events: list[Event]) -> None:
+        """The held prompt ``request`` was sent here but no byte of it reached the engine (its
+        stdin was closed): never delivered, ``rejected``/``engine-down`` (decide's first row).
+        Not for a prompt the engine acked (it read that one) or one already decided."""
+        held = self.held
+        if held is None or held.request != request or held.receipt is not None or held.ack_idx is not None:
+            return
+        words = why if isinstance(why, str) else "never written: the engine's stdin was closed"
+        self._conclude(held, Facts(unsent=Reason.ENGINE_DOWN), t, events, native_error=words)
 
     def engine_exited(
         self, code: int | None = None, signal: int | None = None, *, t: float | None = None

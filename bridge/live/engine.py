@@ -21,12 +21,16 @@ itself is killed, the engine's stdin reaches EOF and Pi exits on its own.
 
 Writes are serialised by a lock (a trio stream allows one sender at a time).
 A write to an engine that has stopped reading blocks when the pipe fills: the
-caller bounds every write with a timeout.
+caller bounds every write with a timeout. A write counts the bytes the pipe took
+(:attr:`Engine.writing`; trio's ``send_all`` does not say how many went in before
+it failed): a line of which no byte went in was certainly never read by the engine
+(:attr:`EngineGone.written` is 0), one cut short may have been.
 """
 
 from __future__ import annotations
 
 import collections
+import errno
 import os
 import signal
 import subprocess
@@ -71,6 +75,13 @@ PIPE_MAX = 256 << 10
 _live_engines: set[Engine] = set()
 
 
+def errno_name(e: BaseException) -> str | None:
+    """``EPIPE``, ``EBADF``, … for an OSError (also one a trio error wraps), else None."""
+    cause = e if isinstance(e, OSError) else e.__cause__ or e.__context__
+    code = getattr(cause, "errno", None)
+    return errno.errorcode.get(code) if isinstance(code, int) else None
+
+
 def _pipe_share() -> int:
     share = PIPE_BUDGET // max(1, len(_live_engines))
     return max(PIPE_MIN, min(PIPE_MAX, share))
@@ -90,7 +101,14 @@ def _resize_pipes() -> None:
 
 
 class EngineGone(Exception):
-    """The engine cannot take a command: it exited or closed its stdin."""
+    """The engine cannot take a command: it exited or closed its stdin.
+
+    ``written``: how many bytes of the data being written went into the pipe before the
+    write failed (0: none, so the engine never read any of it)."""
+
+    def __init__(self, message: str, written: int = 0) -> None:
+        super().__init__(message)
+        self.written = written
 
 
 class EngineSink(Protocol):
@@ -118,6 +136,9 @@ class Engine:
         #: True once the bridge asked this engine to stop (not a crash).
         self.retiring = False
         self._send_lock = trio.Lock()
+        #: Bytes of the data being written that the pipe has taken so far (None: no write
+        #: under way). Read at the engine's exit: 0 means none of it can ever be read.
+        self.writing: int | None = None
         # The reader, the stderr drain and the waiter are shielded: cancelling
         # the bridge must not blind it while it stops the engine (the close
         # ladder needs to see the exit, the journal the last lines). What ends
@@ -173,10 +194,29 @@ class Engine:
         if proc is None or proc.stdin is None or self.exited.is_set():
             raise EngineGone("the engine has exited")
         async with self._send_lock:
+            self.writing = 0
             try:
-                await proc.stdin.send_all(data)
+                await self._send_all(proc.stdin, data)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as e:
-                raise EngineGone(f"the engine stopped reading its stdin ({e.__class__.__name__})") from None
+                name = errno_name(e) or e.__class__.__name__
+                raise EngineGone(f"the engine stopped reading its stdin ({name})", self.writing) from None
+            finally:
+                self.writing = None
+
+    async def _send_all(self, stdin: Any, data: bytes) -> None:
+        """trio's ``FdStream.send_all``, counting what the pipe took in :attr:`writing`. Ends
+        when the pipe took all of ``data``; raises OSError (EPIPE: the engine closed its stdin;
+        EBADF) or trio.ClosedResourceError (the stream was closed while it waited). The
+        descriptor is asked for at each write: a stream closed meanwhile (the close ladder)
+        gives -1 (EBADF), never a number the process has reused."""
+        await trio.lowlevel.checkpoint()
+        with memoryview(data) as view:
+            while self.writing is not None and self.writing < len(data):
+                fd = stdin.fileno()
+                try:
+                    self.writing += os.write(fd, view[self.writing :])
+                except BlockingIOError:
+                    await trio.lowlevel.wait_writable(fd)
 
     # -- tasks -------------------------------------------------------------------------
 

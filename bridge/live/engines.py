@@ -39,6 +39,9 @@ from bridge.live.engine import Engine, EngineGone
 from bridge.live.journal import Journal
 from bridge.profiles.command import EngineProfile, Launch, ProfileError
 
+#: A writer queue's item: the bytes, the request they are for, the Write's kind.
+_Item = tuple[bytes, str | None, str]
+
 
 class EngineSide:
     """The engines of one bridge (one at a time: :attr:`current`)."""
@@ -72,7 +75,10 @@ class EngineSide:
         self._generation = generation
         #: The engine whose lines count (a stopped one's late lines are ignored).
         self.current: Engine | None = None
-        self._writers: dict[Engine, trio.MemorySendChannel[tuple[bytes, str | None]]] = {}
+        #: Each engine's writer queue: (bytes, the request they are for, the Write's kind).
+        self._writers: dict[Engine, tuple[trio.MemorySendChannel[_Item], trio.MemoryReceiveChannel[_Item]]] = {}
+        #: The item each engine's writer is writing now.
+        self._writing: dict[Engine, _Item] = {}
         self._startup_waiting: dict[str, dict[str, Any] | None] = {}
         #: When the current engine's last line was read (the stall timeout counts from it).
         self.last_seen: float | None = None
@@ -90,11 +96,12 @@ class EngineSide:
             self._config_waiting = {}
         self._config_waiting[cid] = None
 
-    def queue(self, engine: Engine, data: bytes, request: str | None) -> None:
-        """Queue ``data`` (whole lines) for ``engine``'s writer; dropped if it has none (it exited)."""
+    def queue(self, engine: Engine, data: bytes, request: str | None, kind: str = "") -> None:
+        """Queue ``data`` (whole lines; a Write of ``kind``) for ``engine``'s writer; dropped if it
+        has none (it exited)."""
         writer = self._writers.get(engine)
         if writer is not None:
-            writer.send_nowait((data, request))
+            writer[0].send_nowait((data, request, kind))
 
     # -- tasks ----------------------------------------------------------------------------
 
@@ -115,8 +122,8 @@ class EngineSide:
                 self._feed(SpawnFailed(generation, f"cannot start the engine {launch.argv[0]!r}: {e.strerror or e}"))
                 return
             self.current = engine
-            send, recv = trio.open_memory_channel[tuple[bytes, "str | None"]](math.inf)
-            self._writers[engine] = send
+            send, recv = trio.open_memory_channel[_Item](math.inf)
+            self._writers[engine] = (send, recv)
             self._nursery.start_soon(self._writer, engine, recv)
             self._startup_waiting = {cmd["id"]: None for cmd in launch.startup}
             self._feed(
@@ -130,19 +137,28 @@ class EngineSide:
                 )
             )
 
-    async def _writer(self, engine: Engine, recv: trio.MemoryReceiveChannel[tuple[bytes, str | None]]) -> None:
+    async def _writer(self, engine: Engine, recv: trio.MemoryReceiveChannel[_Item]) -> None:
         """Write queued commands to ``engine`` in order, each bounded by ``write_timeout``.
-        Ends when the engine has exited (its channel is closed) or the bridge finished."""
+        Ends when the engine has exited (its channel is closed) or the bridge finished.
+
+        A prompt of which no byte went in is reported *unsent* (the engine never read it); once
+        the engine has exited its exit reports that instead (:meth:`exited`)."""
         with self._shielded():
             async with recv:
-                async for data, request in recv:
+                async for item in recv:
+                    data, request, kind = item
+                    self._writing[engine] = item
                     with trio.move_on_after(self.config.write_timeout) as scope:
                         try:
                             await engine.send_bytes(data)
-                        except EngineGone:
+                        except EngineGone as e:
                             if engine.alive:
-                                self._feed(WriteFailed(engine.generation, request, stuck=False))
+                                unsent = kind == "prompt" and e.written == 0
+                                tail = list(self.session.stderr_tail)
+                                self._feed(WriteFailed(engine.generation, request, False, unsent, str(e), tail))
                             continue
+                        finally:
+                            self._writing.pop(engine, None)
                     if scope.cancelled_caught:
                         self._feed(WriteFailed(engine.generation, request, stuck=True))
 
@@ -214,13 +230,16 @@ class EngineSide:
         t = self._now()
         if self.journal is not None:
             self.journal.exit(code, sig, t)
-        writer = self._writers.pop(engine, None)
-        if writer is not None:
-            writer.close()
+        unsent = self._never_written(engine)
         # First the lifecycle learns the engine can take nothing more (its stdout
         # may still be held open by a grandchild), so the receipt decided below
         # does not let the next prompt be written to a dead engine.
         self._feed(StdoutClosed(engine.generation))
+        # A prompt none of which reached the pipe before the exit was never read: said before
+        # the exit decides the held prompt (rejected, not delivery-unknown).
+        for request in unsent:
+            tail = list(self.session.stderr_tail)
+            self._feed(WriteFailed(engine.generation, request, False, True, "the engine had exited", tail))
         if engine is self.current:
             events = self.session.engine_exited(code, sig, t=t)
             if events:
@@ -228,6 +247,27 @@ class EngineSide:
         if engine.launch is not None:
             engine.launch.run_cleanup()
         self._feed(EngineExited(engine.generation, code, sig, list(self.session.stderr_tail)))
+
+    def _never_written(self, engine: Engine) -> list[str]:
+        """At ``engine``'s exit: close its writer queue and return the prompts none of whose
+        bytes went into its pipe -- still queued, or being written with nothing taken yet."""
+        found: list[str] = []
+        writing = self._writing.get(engine)
+        if writing is not None and writing[2] == "prompt" and writing[1] is not None and not engine.writing:
+            found.append(writing[1])
+        writer = self._writers.pop(engine, None)
+        if writer is None:
+            return found
+        send, recv = writer
+        send.close()
+        while True:
+            try:
+                _, request, kind = recv.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            if kind == "prompt" and request is not None:
+                found.append(request)
+        return found
 
     def _answer(self, response: dict[str, Any]) -> None:
         """A response to the start-up check or to a configuration: gathered until all are in."""

@@ -551,9 +551,12 @@ class Bridge:
         elif kind is Signal:
             self._signal(action.payload)
         elif kind is Note:
+            t = self.now()
             if self.journal is not None:
-                self.journal.note(action.payload, self.now())
-            self.session.note(action.payload)
+                self.journal.note(action.payload, t)
+            seen = self.session.note(action.payload, t=t)
+            if seen:
+                self._handle(seen)  # an ``unsent`` note decides its prompt's receipt
         elif kind is Notify:
             self._notify(action.payload.to_json())
         elif kind is GiveUp:
@@ -608,7 +611,7 @@ class Bridge:
             state = self.session.prompt(action.request)
             if state is not None:
                 state.times["submitted"] = action.submitted
-        self.engines.queue(engine, dumps(cmd) + b"\n", action.request)
+        self.engines.queue(engine, dumps(cmd) + b"\n", action.request, action.kind)
 
     def _ask_dialog(self, action: AskDialog) -> None:
         d = Dialog(action.dialog, action.request, action.method, action.fields, action.payload["timeout"], self)

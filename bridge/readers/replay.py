@@ -118,7 +118,7 @@ class Driver:
                 self.sent_ids.discard(request)
             return NO_EVENTS
         if kind == "note":
-            session.note(value)
+            return session.note(value, t=entry.t)
         return NO_EVENTS
 
 

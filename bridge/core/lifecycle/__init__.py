@@ -20,8 +20,32 @@ exit). This machine owns the rest of SPEC §5 and §7:
   slot is held, on a ready, sealed engine, and never once closing has begun;
 - **the engine's life**: spawn when a prompt waits, the start-up (seal) check
   with its deadline, recycling an unsealed or stuck engine, crash counting
-  (one count per unrequested exit or failed check, never two), backoff and
+  (one count per unrequested exit or unanswered check, never two), backoff and
   ``engine-down``;
+- **start-up failures, two kinds**. A *crash* -- the engine exited before or during
+  its check, closed a pipe, or did not answer the check in time -- may be transient
+  (a loaded machine, a provider or network hiccup at load): it counts once toward
+  the crash limit and the engine is restarted after the backoff (SPEC §5). A
+  *refusal* -- the engine answered every start-up command (:class:`StartupChecked`)
+  and the answers fail the check: a model it does not offer, a loose match it
+  picked, a seal or sandbox problem -- is a function of the launch (flags, config
+  folder, models, keys, extensions, host) that a fresh engine repeats, so it is not
+  retried: down at once (``setup_failed``; ``run`` and ``serve`` exit 2), the
+  problems in the ``engine-down`` signal and in every rejected prompt's
+  ``nativeError``. No confirmation retry: nothing in a fully answered check depends on
+  timing a restart could change (the one racy problem, an extension running on its
+  own before ``get_state`` is answered, is a broken seal either way). An extension
+  that fails to load is a crash by these rules: Pi exits 1 before it reads a command
+  ("Failed to load extension", main.js), the same words as for an extension whose
+  load threw for a passing reason, so only its stderr tells and it is retried;
+- **a written prompt that never reached the engine**: a prompt is journaled and handed
+  to the session as sent before its bytes go to the pipe. If the write then fails before
+  one byte went in (:class:`WriteFailed` ``unsent``: the engine's stdin was closed, as a
+  dying engine's is, or it exited with the prompt still queued for its writer), the engine
+  certainly never read it (SPEC §5 ``rejected``: "never sent"): an ``unsent`` note, from
+  which the session decides ``rejected``/``engine-down`` (so replay decides the same). It is
+  not requeued: its id is already in the journal as sent on that engine. A write cut short
+  is no such fact: the engine's exit decides that prompt (``delivery-unknown``);
 - **deadlines**: ack, settle and stall (a stop first, then the stop's grace), taint
   grace, close grace, start-up, backoff, drain (see :data:`DEADLINES`);
 - **stops and whose they are**: the controller's (``interrupted``), a

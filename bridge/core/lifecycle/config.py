@@ -95,8 +95,9 @@ class BridgeConfig:
     stop_clears_queue: bool = True
     #: Waits between restarts after crashes (the last one repeats).
     restart_backoff: tuple[float, ...] = (0.0, 0.25, 1.0, 2.0, 4.0)
-    #: This many unrequested engine exits (or failed start-up checks) within
-    #: ``crash_window`` seconds: down.
+    #: This many unrequested engine exits (or start-up checks not answered in time) within
+    #: ``crash_window`` seconds: down. (A check the engine answered with a refusal is not
+    #: counted: it is down at once, see :mod:`bridge.core.lifecycle`.)
     crash_limit: int = attrs.field(default=5, validator=_positive)
     crash_window: float = attrs.field(default=60.0, validator=_positive)
     #: Closing: how long the stopped prompt may take to settle.

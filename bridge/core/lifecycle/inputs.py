@@ -196,11 +196,19 @@ class SignalSeen:
 
 @attrs.frozen
 class WriteFailed:
-    """A write did not complete: the engine stopped reading (``stuck``: timed out) or its stdin broke."""
+    """A write did not complete: the engine stopped reading (``stuck``: timed out) or its stdin broke.
+
+    ``unsent``: the write was ``request``'s prompt and not one byte of it went into the pipe
+    (its stdin was closed first, or the engine exited before it was written): the engine
+    certainly never read it. ``error`` says how it failed; ``stderr`` is the engine's last
+    stderr lines."""
 
     generation: int
     request: str | None = None
     stuck: bool = False
+    unsent: bool = False
+    error: str | None = None
+    stderr: list[str] = attrs.field(factory=list)
 
 
 @attrs.frozen

@@ -485,7 +485,7 @@ class Lifecycle:
         if not self._current(ev.generation) or e.phase != "spawning":
             return
         e.phase = "none"
-        self.state.launch_failed = True
+        self.state.setup_failed = True
         self._go_down(ev.error)
 
     def _startup_checked(self, ev: StartupChecked) -> None:
@@ -493,10 +493,12 @@ class Lifecycle:
         if not self._current(ev.generation) or e.phase != "checking":
             return
         e.config = ev.config
-        self._end_check(list(ev.problems))
+        self._end_check(list(ev.problems), answered=True)
 
-    def _end_check(self, problems: list[str]) -> None:
-        """The start-up check ended: ``problems`` empty means sealed."""
+    def _end_check(self, problems: list[str], *, answered: bool) -> None:
+        """The start-up check ended: ``problems`` empty means sealed. ``answered``: the engine
+        answered every start-up command, so its problems are a refusal (see the package's
+        rules: down at once); False: it did not answer in time (a failure, counted)."""
         s, e = self.state, self.state.engine
         s.deadlines.pop("startup", None)
         e.in_startup = False
@@ -508,11 +510,18 @@ class Lifecycle:
         if self.config.seal_check == "warn" and e.phase == "checking":
             e.phase = "ready"
             return
-        if e.phase == "checking":
-            # One failed check, one crash: the engine is stopped on purpose, so
-            # its exit does not count again.
+        if e.phase != "checking":
+            return
+        # The engine is stopped on purpose either way, so its exit does not count (again).
+        self._stop_engine(requested=True)
+        if answered:
+            # A refusal: the answers are a function of the launch (its flags, config folder,
+            # models, keys, extensions, sandbox), which a restart repeats: down now.
+            s.setup_failed = True
+            self._go_down("seal check failed: " + "; ".join(problems))
+        else:
+            # Not answered in time (a slow start, a loaded machine): one failure, one crash.
             self._crash("seal check failed: " + "; ".join(problems))
-            self._stop_engine(requested=True)
 
     def _acked(self, ev: Acked) -> None:
         rec = self._held()
@@ -553,6 +562,8 @@ class Lifecycle:
 
     def _write_failed(self, ev: WriteFailed) -> None:
         e = self.state.engine
+        if ev.unsent and self._current(ev.generation):
+            self._unsent(ev)
         if not self._current(ev.generation) or e.phase not in ("checking", "ready"):
             return
         if not ev.stuck:
@@ -566,6 +577,22 @@ class Lifecycle:
             self._reject(rec, Reason.CONFIG, "the engine stopped reading its configuration commands")
         elif rec is not None and rec.request == ev.request and not rec.acked:
             self._give_up(rec, "ack")
+
+    def _unsent(self, ev: WriteFailed) -> None:
+        """The held prompt was journaled and given to the session as sent, but not one byte of it
+        reached the engine (its stdin closed first: it was dying). It is certainly undelivered:
+        the ``unsent`` note tells the session, which decides it ``rejected``/``engine-down``
+        (decide's first row) -- and tells replay the same. A prompt of which part went in is
+        not unsent: the engine's exit decides it (``delivery-unknown``)."""
+        rec = self._held()
+        if rec is None or rec.request != ev.request or rec.phase != "held" or rec.acked or rec.gave_up is not None:
+            return
+        how = f" ({ev.error})" if ev.error else ""
+        tail = " | ".join(line for line in ev.stderr if line.strip())
+        why = f"never written: the engine's stdin closed before any of the prompt went in{how}" + (
+            f"; its last stderr: {tail}" if tail else ""
+        )
+        self._note({"event": "unsent", "request": rec.request, "generation": ev.generation, "why": why})
 
     def _not_written(self, ev: NotWritten) -> None:
         s = self.state
@@ -707,7 +734,7 @@ class Lifecycle:
 
     def _deadline_startup(self) -> None:
         if self.state.engine.phase == "checking":
-            self._end_check(["the engine did not answer the seal check in time"])
+            self._end_check(["the engine did not answer the seal check in time"], answered=False)
 
     def _deadline_backoff(self) -> None:
         e = self.state.engine

@@ -119,9 +119,10 @@ class LifeState:
     last_crash: str = ""
     #: Why the engine is down for good, or None.
     down: str | None = None
-    #: Down because the engine could not be prepared or launched at all (a setup
-    #: problem the user fixes, not a crash loop).
-    launch_failed: bool = False
+    #: Down because the engine cannot be set up: it could not be prepared or launched at
+    #: all, or its start-up check refused the configuration (a problem the user fixes,
+    #: not a crash loop).
+    setup_failed: bool = False
     #: Shutdown: no new prompts, the queue is worked off.
     draining: bool = False
     #: Why closing began (``close``, ``signal``, ``drain-timeout``, ``journal``), or None.
