@@ -749,30 +749,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = int(args.func(args))
         sys.stdout.flush()  # here, not at the exit: a full disk is then this command's error
         return status
-    except KeyboardInterrupt:
+    except SystemExit:
+        raise
+    except BaseException as e:
+        return _ended_by(args.command, e)
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions an exception group holds (a nursery wraps what its tasks raise), or
+    the exception itself."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _ended_by(command: str, exc: BaseException) -> int:
+    """The exit status of a command that raised ``exc`` (also when a nursery wrapped it): a
+    reader that went away, a write with nowhere to go, Ctrl-C -- or a bug."""
+    leaves = _leaves(exc)
+    if all(isinstance(e, KeyboardInterrupt) for e in leaves):
         return 130
-    except BrokenPipeError:
+    if all(isinstance(e, BrokenPipeError) for e in leaves):
         from bridge.controller.output import silence_stdout
 
         silence_stdout()  # `| head`: the reader is gone; end quietly
         return 128 + signal.SIGPIPE
-    except OSError as e:
-        if e.errno not in _WRITE_ERRORS:
-            raise
+    if all(isinstance(e, OSError) and e.errno in _WRITE_ERRORS for e in leaves):
         from bridge.controller.output import silence_stdout
 
         silence_stdout()
-        print(f"bridge {args.command}: cannot write its output ({e.strerror})", file=sys.stderr)
+        strerror = leaves[0].strerror if isinstance(leaves[0], OSError) else None
+        print(f"bridge {command}: cannot write its output ({strerror})", file=sys.stderr)
         return 1
-    except SystemExit:
-        raise
-    except BaseException:  # a bug, not a user mistake: say so, with what to report
-        import traceback
+    # A bug, not a user mistake: say so, with what to report.
+    import traceback
 
-        traceback.print_exc()
-        print(
-            f"bridge {args.command}: this is a bug in pi-bridge {__version__}, not something you did: "
-            "please report it with the traceback above",
-            file=sys.stderr,
-        )
-        return EXIT_BUG
+    traceback.print_exception(exc)
+    print(
+        f"bridge {command}: this is a bug in pi-bridge {__version__}, not something you did: "
+        "please report it with the traceback above",
+        file=sys.stderr,
+    )
+    return EXIT_BUG

@@ -93,6 +93,26 @@ def test_run_into_a_closed_pipe_ends_quietly_with_every_receipt():
     assert all(f"p{n}:" in proc.stderr for n in (1, 2, 3))  # every prompt's receipt, on stderr
 
 
+@pytest.mark.parametrize("json_mode", [False, True])
+def test_demo_into_a_closed_pipe_ends_quietly(tmp_path, json_mode: bool):
+    """``bridge demo | head -1`` (the real, sealed Pi): 141 and no traceback, as for every
+    subcommand. The broken pipe reached main inside the nursery's exception group, and main
+    took it for a bug: a traceback and exit 70 (a new-user trial)."""
+    flag = " --json" if json_mode else ""
+    proc = subprocess.run(
+        f"{sys.executable} -m bridge demo{flag} --journal {tmp_path / 'j.jsonl'} | head -1; exit ${{PIPESTATUS[0]}}",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        executable="/bin/bash",
+        cwd=ROOT,
+    )
+    assert proc.returncode == 141, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr and "bug in pi-bridge" not in proc.stderr, proc.stderr
+    assert len(proc.stdout.splitlines()) == 1, proc.stdout
+
+
 @pytest.mark.parametrize(
     "args, says",
     [
