@@ -93,6 +93,19 @@ def test_run_into_a_closed_pipe_ends_quietly_with_every_receipt():
     assert all(f"p{n}:" in proc.stderr for n in (1, 2, 3))  # every prompt's receipt, on stderr
 
 
+def test_a_receipt_line_is_one_line_even_when_the_engine_error_is_not():
+    """``bridge run hi`` with no provider (what a new user runs first): the real, sealed Pi
+    refuses the prompt with a five-line "No API key found" error. Its receipt line kept the
+    line breaks and spread over five lines, cut in the middle of a path. ``--env-allow LANG``
+    keeps any provider key of this machine's environment from the engine."""
+    p = bridge("run", "hi", "--no-journal", "--env-allow", "LANG")
+    assert p.returncode == 1, p.stderr
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("p1: rejected (engine) ["), lines
+    assert "error: No API key found for the selected model. | Use /login" in lines[0], lines
+    assert lines[0].endswith("]"), lines
+
+
 @pytest.mark.parametrize("json_mode", [False, True])
 def test_demo_into_a_closed_pipe_ends_quietly(tmp_path, json_mode: bool):
     """``bridge demo | head -1`` (the real, sealed Pi): 141 and no traceback, as for every
