@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -727,7 +728,21 @@ def _add_models(sub: _Subcommands) -> None:
 _WRITE_ERRORS: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG})
 
 
+def _stderr_to_devnull() -> None:
+    """Started with its stderr closed (``2>&-``), Python gives no ``sys.stderr``, and
+    ``print(file=sys.stderr)`` then writes to *stdout* (serve's JSON lines, run's receipts).
+    Make it ``2>/dev/null`` instead: descriptor 2 open on /dev/null (so no file the bridge
+    opens later lands on it) and ``sys.stderr`` writing there."""
+    fd = os.open(os.devnull, os.O_WRONLY)
+    if fd != 2:
+        os.dup2(fd, 2)
+        os.close(fd)
+    sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115 (process-wide, never closed)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    if sys.stderr is None:
+        _stderr_to_devnull()
     if sys.stdout is None:  # started with its stdout closed (`>&-`): Python gives no stdout
         if sys.stderr is not None:
             print("bridge: stdout is closed; give it somewhere to write (e.g. > /dev/null)", file=sys.stderr)

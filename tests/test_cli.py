@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -298,6 +299,35 @@ def test_a_stdout_that_cannot_be_written_is_one_line_and_a_failure():
     for args in (f"run hi --no-journal -- {fake}", f"serve --no-journal -- {fake}"):
         closed = sh(args, ">&- </dev/null")
         assert closed.returncode == 2 and closed.stderr.count("\n") == 1 and "stdout is closed" in closed.stderr
+
+
+def test_a_closed_stderr_is_as_quiet_as_dev_null_and_never_reaches_stdout(tmp_path):
+    """Started with ``2>&-``, Python has no ``sys.stderr``, and ``print(file=None)`` writes to
+    stdout: serve's one-line error landed in its JSON stream, replay's on stdout, and ``bridge
+    run`` died with a traceback (on stdout) and exit 70 (a new-user trial). Now the messages go
+    nowhere, as with ``2>/dev/null``, and stdout and the exit status are what they would be."""
+    fake = f"{sys.executable} tools/fake_engine.py"
+    existing = tmp_path / "j.jsonl"
+    existing.write_text("")
+
+    def sh(args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            f"{sys.executable} -m bridge {args} 2>&-",
+            shell=True,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+
+    run = sh(f"run hi --json --no-journal -- {fake}")
+    assert run.returncode == 0, run.stdout
+    assert [json.loads(line)["state"] for line in run.stdout.splitlines()] == ["finished"], run.stdout
+    serve = sh(f"serve --journal {existing} -- {fake}", '{"type":"prompt","id":"a","message":"x"}\n')
+    assert serve.returncode == 2 and all(line.startswith("{") for line in serve.stdout.splitlines()), serve.stdout
+    replay = sh(f"replay {existing}")
+    assert (replay.returncode, replay.stdout) == (2, ""), replay.stdout
 
 
 def test_pi_settings_must_be_an_object_and_leave_the_seals_own_settings_alone(tmp_path):
