@@ -533,12 +533,15 @@ def _cmd_models(args: argparse.Namespace) -> int:
         (bounded by ``--ack-timeout``), and the bridge has closed."""
         from bridge.live.api import open_bridge
         from bridge.live.supervisor import EngineQuestionError
+        from bridge.profiles.command import ProfileError
 
         # A journal only when one is asked for: a question leaves nothing worth keeping.
         async with open_bridge(profile, journal=args.journal or None, config=_config(args)) as bridge:
             try:
                 return await bridge.models()
             except EngineQuestionError as e:
+                if bridge.lifecycle.state.launch_failed:  # a mistake to fix, as in run: exit 2
+                    raise ProfileError(bridge.down_reason or "the engine cannot be launched") from e
                 return str(e)
 
     models = guard_setup("models", lambda: trio.run(ask))
@@ -716,7 +719,7 @@ def _add_models(sub: _Subcommands) -> None:
         description="Start the engine (sealed, as for run and serve), ask it for its models "
         "(get_available_models) and print them. Unlike run and serve, a --model Pi does not offer is not "
         "refused at start: the list is printed, and one line on stderr says the model is not in it. "
-        "Exit 0; 1 when the engine cannot answer; 2 for bad usage.",
+        "Exit 0; 1 when the engine cannot answer; 2 for bad usage or an engine that cannot be launched.",
     )
     p.add_argument("--json", action="store_true", help="one JSON object per model")
     _add_engine_options(p)

@@ -143,6 +143,7 @@ def test_demo_into_a_closed_pipe_ends_quietly(tmp_path, json_mode: bool):
             "cannot create the journal README.md/j.jsonl: Not a directory",
         ),
         (["run", "hi", "--no-journal", "--", "/nonexistent/engine"], "cannot start the engine '/nonexistent/engine'"),
+        (["models", "--", "/nonexistent/engine"], "bridge models: cannot start the engine '/nonexistent/engine'"),
         (["run", "hi", "--no-journal", "--provider", "nosuch"], "--provider nosuch needs --model too"),
         (["demo", "--journal", "README.md"], "the journal README.md already exists"),
         (["acp", "--no-journal", "--pi-dir", "/nonexistent-pi"], "bridge acp: the pinned Pi is not installed"),
