@@ -236,15 +236,25 @@ def _stall_seconds(text: str) -> float:
     return value
 
 
+def journal_path(text: str) -> str:
+    """``--journal PATH``: not empty (an unset variable in ``--journal "$J"`` quietly meant
+    the default journal)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path (give a file, or leave --journal out for the default)")
+    return text
+
+
 def _add_bridge_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("bridge")
-    g.add_argument(
+    journal = g.add_mutually_exclusive_group()
+    journal.add_argument(
         "--journal",
+        type=journal_path,
         metavar="PATH",
         help="write the journal here (default: $PI_BRIDGE_JOURNAL_DIR, else $XDG_STATE_HOME/pi-bridge/journals, "
         "else ~/.local/state/pi-bridge/journals; files 0600 in a 0700 folder)",
     )
-    g.add_argument("--no-journal", action="store_true", help="write no journal")
+    journal.add_argument("--no-journal", action="store_true", help="write no journal")
     g.add_argument(
         "--journal-full",
         action="store_true",

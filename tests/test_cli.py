@@ -33,6 +33,9 @@ def test_help_lists_every_command_and_version_prints():
         (["serve", "--seal-check", "maybe"], "invalid choice: 'maybe'"),
         (["replay", "x.jsonl", "--", "engine"], "takes no engine after --"),
         (["run"], "give at least one PROMPT"),
+        (["run", "x", "--journal", ""], "--journal: an empty path"),
+        (["serve", "--journal", "j.jsonl", "--no-journal"], "--no-journal: not allowed with argument --journal"),
+        (["demo", "--journal", ""], "--journal: an empty path"),
     ],
 )
 def test_bad_usage_is_named_and_exits_2(args, says):
