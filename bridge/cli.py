@@ -217,7 +217,9 @@ def _positive(kind: type) -> Any:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not value > 0 or value == float("inf"):
+        if value == float("inf"):
+            raise argparse.ArgumentTypeError(f"must be a finite number of seconds, got {text}")
+        if not value > 0:
             raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
         return value
 

@@ -36,6 +36,7 @@ def test_help_lists_every_command_and_version_prints():
         (["run", "x", "--journal", ""], "--journal: an empty path"),
         (["serve", "--journal", "j.jsonl", "--no-journal"], "--no-journal: not allowed with argument --journal"),
         (["demo", "--journal", ""], "--journal: an empty path"),
+        (["run", "x", "--timeout", "inf"], "--timeout: must be a finite number of seconds, got inf"),
     ],
 )
 def test_bad_usage_is_named_and_exits_2(args, says):
