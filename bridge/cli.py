@@ -627,7 +627,7 @@ def _add_replay(sub: _Subcommands) -> None:
     p = sub.add_parser(
         "replay",
         help="replay transcripts through the tracker and print signals, settlements and receipts",
-        description="Replay transcript v1 files (journals or fixtures) through the tracker. "
+        description="Replay transcripts, versions 1 and 2 (journals, lean or full, or fixtures), through the tracker. "
         "Exit 0 when every file was read, whatever it contains; 2 when a file is unreadable or invalid.",
     )
     p.add_argument("--json", action="store_true", help="one JSON object per file, one line each")

@@ -44,6 +44,11 @@ def test_bad_usage_is_named_and_exits_2(args, says):
     assert p.returncode == 2 and says in p.stderr, p.stderr
 
 
+def test_replay_help_names_the_versions_it_reads():
+    """The journals the bridge writes are version 2 (lean); replay's --help said "transcript v1"."""
+    assert "versions 1 and 2" in " ".join(bridge("replay", "--help").stdout.split())
+
+
 def test_no_command_prints_help_and_exits_2():
     p = bridge()
     assert p.returncode == 2 and "usage: bridge" in p.stdout
