@@ -311,6 +311,39 @@ def test_a_stdout_that_cannot_be_written_is_one_line_and_a_failure():
         assert closed.returncode == 2 and closed.stderr.count("\n") == 1 and "stdout is closed" in closed.stderr
 
 
+def test_a_journal_whose_header_cannot_be_written_is_not_left_behind(tmp_path):
+    """A full disk at the header (``RLIMIT_FSIZE`` here) is one line and exit 2, and the
+    empty file is removed: it was left, so the same command run again once the disk had room
+    said "the journal ... already exists" (a new-user trial, on a full tmpfs)."""
+    import resource
+
+    journal = tmp_path / "j.jsonl"
+
+    def tiny_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100, 100))
+
+    p = subprocess.run(
+        [sys.executable, "-m", "bridge", "run", "hi", "--journal", str(journal), "--", *FAKE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        preexec_fn=tiny_files,
+    )
+    assert p.returncode == 2 and p.stderr.strip().splitlines() == [
+        f"bridge run: cannot write the journal {journal}: File too large"
+    ], p.stderr
+    assert not journal.exists()
+    again = subprocess.run(
+        [sys.executable, "-m", "bridge", "run", "hi", "--journal", str(journal), "--", *FAKE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert again.returncode == 0, again.stderr
+
+
 def test_a_closed_stderr_is_as_quiet_as_dev_null_and_never_reaches_stdout(tmp_path):
     """Started with ``2>&-``, Python has no ``sys.stderr``, and ``print(file=None)`` writes to
     stdout: serve's one-line error landed in its JSON stream, replay's on stdout, and ``bridge
