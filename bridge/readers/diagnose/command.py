@@ -122,9 +122,23 @@ def write_private(path: str, data: bytes) -> None:
         raise
 
 
+def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name one existing file (the page would be renamed over the journal)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def run(args: argparse.Namespace) -> int:
     """``bridge diagnose``: the report on stdout, the page to ``--html``; the exit status."""
     progress = sys.stderr if sys.stderr.isatty() else None
+    if getattr(args, "html", None) and _same_file(args.html, args.file):
+        print(
+            f"bridge diagnose: --html {args.html} is the journal being read: give the page another path",
+            file=sys.stderr,
+        )
+        return 2
     try:
         diag = diagnose(args.file, timeline=bool(getattr(args, "html", None)), progress=progress)
     except TranscriptError as e:
