@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -216,7 +217,9 @@ def _positive(kind: type) -> Any:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not value > 0 or value == float("inf"):
+        if value == float("inf"):
+            raise argparse.ArgumentTypeError(f"must be a finite number of seconds, got {text}")
+        if not value > 0:
             raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
         return value
 
@@ -235,15 +238,25 @@ def _stall_seconds(text: str) -> float:
     return value
 
 
+def journal_path(text: str) -> str:
+    """``--journal PATH``: not empty (an unset variable in ``--journal "$J"`` quietly meant
+    the default journal)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path (give a file, or leave --journal out for the default)")
+    return text
+
+
 def _add_bridge_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("bridge")
-    g.add_argument(
+    journal = g.add_mutually_exclusive_group()
+    journal.add_argument(
         "--journal",
+        type=journal_path,
         metavar="PATH",
         help="write the journal here (default: $PI_BRIDGE_JOURNAL_DIR, else $XDG_STATE_HOME/pi-bridge/journals, "
         "else ~/.local/state/pi-bridge/journals; files 0600 in a 0700 folder)",
     )
-    g.add_argument("--no-journal", action="store_true", help="write no journal")
+    journal.add_argument("--no-journal", action="store_true", help="write no journal")
     g.add_argument(
         "--journal-full",
         action="store_true",
@@ -532,12 +545,15 @@ def _cmd_models(args: argparse.Namespace) -> int:
         (bounded by ``--ack-timeout``), and the bridge has closed."""
         from bridge.live.api import open_bridge
         from bridge.live.supervisor import EngineQuestionError
+        from bridge.profiles.command import ProfileError
 
         # A journal only when one is asked for: a question leaves nothing worth keeping.
         async with open_bridge(profile, journal=args.journal or None, config=_config(args)) as bridge:
             try:
                 return await bridge.models()
             except EngineQuestionError as e:
+                if bridge.lifecycle.state.launch_failed:  # a mistake to fix, as in run: exit 2
+                    raise ProfileError(bridge.down_reason or "the engine cannot be launched") from e
                 return str(e)
 
     models = guard_setup("models", lambda: trio.run(ask))
@@ -611,7 +627,7 @@ def _add_replay(sub: _Subcommands) -> None:
     p = sub.add_parser(
         "replay",
         help="replay transcripts through the tracker and print signals, settlements and receipts",
-        description="Replay transcript v1 files (journals or fixtures) through the tracker. "
+        description="Replay transcripts, versions 1 and 2 (journals, lean or full, or fixtures), through the tracker. "
         "Exit 0 when every file was read, whatever it contains; 2 when a file is unreadable or invalid.",
     )
     p.add_argument("--json", action="store_true", help="one JSON object per file, one line each")
@@ -717,7 +733,7 @@ def _add_models(sub: _Subcommands) -> None:
         description="Start the engine (sealed, as for run and serve), ask it for its models "
         "(get_available_models) and print them. Unlike run and serve, a --model Pi does not offer is not "
         "refused at start: the list is printed, and one line on stderr says the model is not in it. "
-        "Exit 0; 1 when the engine cannot answer; 2 for bad usage.",
+        "Exit 0; 1 when the engine cannot answer; 2 for bad usage or an engine that cannot be launched.",
     )
     p.add_argument("--json", action="store_true", help="one JSON object per model")
     _add_engine_options(p)
@@ -729,7 +745,21 @@ def _add_models(sub: _Subcommands) -> None:
 _WRITE_ERRORS: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG})
 
 
+def _stderr_to_devnull() -> None:
+    """Started with its stderr closed (``2>&-``), Python gives no ``sys.stderr``, and
+    ``print(file=sys.stderr)`` then writes to *stdout* (serve's JSON lines, run's receipts).
+    Make it ``2>/dev/null`` instead: descriptor 2 open on /dev/null (so no file the bridge
+    opens later lands on it) and ``sys.stderr`` writing there."""
+    fd = os.open(os.devnull, os.O_WRONLY)
+    if fd != 2:
+        os.dup2(fd, 2)
+        os.close(fd)
+    sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115 (process-wide, never closed)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    if sys.stderr is None:
+        _stderr_to_devnull()
     if sys.stdout is None:  # started with its stdout closed (`>&-`): Python gives no stdout
         if sys.stderr is not None:
             print("bridge: stdout is closed; give it somewhere to write (e.g. > /dev/null)", file=sys.stderr)
@@ -751,30 +781,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = int(args.func(args))
         sys.stdout.flush()  # here, not at the exit: a full disk is then this command's error
         return status
-    except KeyboardInterrupt:
+    except SystemExit:
+        raise
+    except BaseException as e:
+        return _ended_by(args.command, e)
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions an exception group holds (a nursery wraps what its tasks raise), or
+    the exception itself."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _ended_by(command: str, exc: BaseException) -> int:
+    """The exit status of a command that raised ``exc`` (also when a nursery wrapped it): a
+    reader that went away, a write with nowhere to go, Ctrl-C -- or a bug."""
+    leaves = _leaves(exc)
+    if all(isinstance(e, KeyboardInterrupt) for e in leaves):
         return 130
-    except BrokenPipeError:
+    if all(isinstance(e, BrokenPipeError) for e in leaves):
         from bridge.controller.output import silence_stdout
 
         silence_stdout()  # `| head`: the reader is gone; end quietly
         return 128 + signal.SIGPIPE
-    except OSError as e:
-        if e.errno not in _WRITE_ERRORS:
-            raise
+    if all(isinstance(e, OSError) and e.errno in _WRITE_ERRORS for e in leaves):
         from bridge.controller.output import silence_stdout
 
         silence_stdout()
-        print(f"bridge {args.command}: cannot write its output ({e.strerror})", file=sys.stderr)
+        strerror = leaves[0].strerror if isinstance(leaves[0], OSError) else None
+        print(f"bridge {command}: cannot write its output ({strerror})", file=sys.stderr)
         return 1
-    except SystemExit:
-        raise
-    except BaseException:  # a bug, not a user mistake: say so, with what to report
-        import traceback
+    # A bug, not a user mistake: say so, with what to report.
+    import traceback
 
-        traceback.print_exc()
-        print(
-            f"bridge {args.command}: this is a bug in pi-bridge {__version__}, not something you did: "
-            "please report it with the traceback above",
-            file=sys.stderr,
-        )
-        return EXIT_BUG
+    traceback.print_exception(exc)
+    print(
+        f"bridge {command}: this is a bug in pi-bridge {__version__}, not something you did: "
+        "please report it with the traceback above",
+        file=sys.stderr,
+    )
+    return EXIT_BUG

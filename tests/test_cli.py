@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -32,11 +33,20 @@ def test_help_lists_every_command_and_version_prints():
         (["serve", "--seal-check", "maybe"], "invalid choice: 'maybe'"),
         (["replay", "x.jsonl", "--", "engine"], "takes no engine after --"),
         (["run"], "give at least one PROMPT"),
+        (["run", "x", "--journal", ""], "--journal: an empty path"),
+        (["serve", "--journal", "j.jsonl", "--no-journal"], "--no-journal: not allowed with argument --journal"),
+        (["demo", "--journal", ""], "--journal: an empty path"),
+        (["run", "x", "--timeout", "inf"], "--timeout: must be a finite number of seconds, got inf"),
     ],
 )
 def test_bad_usage_is_named_and_exits_2(args, says):
     p = bridge(*args)
     assert p.returncode == 2 and says in p.stderr, p.stderr
+
+
+def test_replay_help_names_the_versions_it_reads():
+    """The journals the bridge writes are version 2 (lean); replay's --help said "transcript v1"."""
+    assert "versions 1 and 2" in " ".join(bridge("replay", "--help").stdout.split())
 
 
 def test_no_command_prints_help_and_exits_2():
@@ -113,6 +123,39 @@ def test_run_into_a_closed_pipe_ends_quietly_with_every_receipt():
     assert all(f"p{n}:" in proc.stderr for n in (1, 2, 3))  # every prompt's receipt, on stderr
 
 
+def test_a_receipt_line_is_one_line_even_when_the_engine_error_is_not():
+    """``bridge run hi`` with no provider (what a new user runs first): the real, sealed Pi
+    refuses the prompt with a five-line "No API key found" error. Its receipt line kept the
+    line breaks and spread over five lines, cut in the middle of a path. ``--env-allow LANG``
+    keeps any provider key of this machine's environment from the engine."""
+    p = bridge("run", "hi", "--no-journal", "--env-allow", "LANG")
+    assert p.returncode == 1, p.stderr
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("p1: rejected (engine) ["), lines
+    assert "error: No API key found for the selected model. | Use /login" in lines[0], lines
+    assert lines[0].endswith("]"), lines
+
+
+@pytest.mark.parametrize("json_mode", [False, True])
+def test_demo_into_a_closed_pipe_ends_quietly(tmp_path, json_mode: bool):
+    """``bridge demo | head -1`` (the real, sealed Pi): 141 and no traceback, as for every
+    subcommand. The broken pipe reached main inside the nursery's exception group, and main
+    took it for a bug: a traceback and exit 70 (a new-user trial)."""
+    flag = " --json" if json_mode else ""
+    proc = subprocess.run(
+        f"{sys.executable} -m bridge demo{flag} --journal {tmp_path / 'j.jsonl'} | head -1; exit ${{PIPESTATUS[0]}}",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        executable="/bin/bash",
+        cwd=ROOT,
+    )
+    assert proc.returncode == 141, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr and "bug in pi-bridge" not in proc.stderr, proc.stderr
+    assert len(proc.stdout.splitlines()) == 1, proc.stdout
+
+
 @pytest.mark.parametrize(
     "args, says",
     [
@@ -129,6 +172,7 @@ def test_run_into_a_closed_pipe_ends_quietly_with_every_receipt():
             "cannot create the journal README.md/j.jsonl: Not a directory",
         ),
         (["run", "hi", "--no-journal", "--", "/nonexistent/engine"], "cannot start the engine '/nonexistent/engine'"),
+        (["models", "--", "/nonexistent/engine"], "bridge models: cannot start the engine '/nonexistent/engine'"),
         (["run", "hi", "--no-journal", "--provider", "nosuch"], "--provider nosuch needs --model too"),
         (["demo", "--journal", "README.md"], "the journal README.md already exists"),
         (["acp", "--no-journal", "--pi-dir", "/nonexistent-pi"], "bridge acp: the pinned Pi is not installed"),
@@ -285,6 +329,68 @@ def test_a_stdout_that_cannot_be_written_is_one_line_and_a_failure():
     for args in (f"run hi --no-journal -- {fake}", f"serve --no-journal -- {fake}"):
         closed = sh(args, ">&- </dev/null")
         assert closed.returncode == 2 and closed.stderr.count("\n") == 1 and "stdout is closed" in closed.stderr
+
+
+def test_a_journal_whose_header_cannot_be_written_is_not_left_behind(tmp_path):
+    """A full disk at the header (``RLIMIT_FSIZE`` here) is one line and exit 2, and the
+    empty file is removed: it was left, so the same command run again once the disk had room
+    said "the journal ... already exists" (a new-user trial, on a full tmpfs)."""
+    import resource
+
+    journal = tmp_path / "j.jsonl"
+
+    def tiny_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100, 100))
+
+    p = subprocess.run(
+        [sys.executable, "-m", "bridge", "run", "hi", "--journal", str(journal), "--", *FAKE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        preexec_fn=tiny_files,
+    )
+    assert p.returncode == 2 and p.stderr.strip().splitlines() == [
+        f"bridge run: cannot write the journal {journal}: File too large"
+    ], p.stderr
+    assert not journal.exists()
+    again = subprocess.run(
+        [sys.executable, "-m", "bridge", "run", "hi", "--journal", str(journal), "--", *FAKE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert again.returncode == 0, again.stderr
+
+
+def test_a_closed_stderr_is_as_quiet_as_dev_null_and_never_reaches_stdout(tmp_path):
+    """Started with ``2>&-``, Python has no ``sys.stderr``, and ``print(file=None)`` writes to
+    stdout: serve's one-line error landed in its JSON stream, replay's on stdout, and ``bridge
+    run`` died with a traceback (on stdout) and exit 70 (a new-user trial). Now the messages go
+    nowhere, as with ``2>/dev/null``, and stdout and the exit status are what they would be."""
+    fake = f"{sys.executable} tools/fake_engine.py"
+    existing = tmp_path / "j.jsonl"
+    existing.write_text("")
+
+    def sh(args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            f"{sys.executable} -m bridge {args} 2>&-",
+            shell=True,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+
+    run = sh(f"run hi --json --no-journal -- {fake}")
+    assert run.returncode == 0, run.stdout
+    assert [json.loads(line)["state"] for line in run.stdout.splitlines()] == ["finished"], run.stdout
+    serve = sh(f"serve --journal {existing} -- {fake}", '{"type":"prompt","id":"a","message":"x"}\n')
+    assert serve.returncode == 2 and all(line.startswith("{") for line in serve.stdout.splitlines()), serve.stdout
+    replay = sh(f"replay {existing}")
+    assert (replay.returncode, replay.stdout) == (2, ""), replay.stdout
 
 
 def test_pi_settings_must_be_an_object_and_leave_the_seals_own_settings_alone(tmp_path):

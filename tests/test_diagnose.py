@@ -1236,6 +1236,38 @@ def test_html_report_is_as_private_as_its_journal_and_never_follows_a_symlink(tm
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".diagnose-")] == []
 
 
+def test_html_report_never_replaces_what_is_not_a_file(tmp_path: Path):
+    """``--html`` onto something that is not a regular file (a FIFO here; /dev/full or
+    /dev/stdout for a user) is one line and exit 2, and the thing is left as it was: it was
+    renamed over -- run as root, ``--html /dev/full`` replaced the device node with a regular
+    file and said "timeline written" (a new-user trial)."""
+    import stat
+
+    src = FIXTURES / "core" / "o1_no_slot_held.jsonl"
+    fifo = tmp_path / "pipe.html"
+    os.mkfifo(fifo)
+    p = bridge("diagnose", "--html", str(fifo), str(src))
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert p.stderr.strip().splitlines() == [f"bridge diagnose: cannot write {fifo}: not a regular file"], p.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert [q.name for q in tmp_path.iterdir() if q.name.startswith(".diagnose-")] == []
+
+
+def test_html_report_never_overwrites_the_journal_it_reads(tmp_path: Path):
+    """``bridge diagnose --html J J`` (a slip of the fingers): the journal -- the only
+    evidence -- was replaced by the page, and the command said "timeline written". Now it is
+    one line and exit 2, and the journal is left as it was."""
+    journal = tmp_path / "j.jsonl"
+    journal.write_bytes((FIXTURES / "core" / "o1_no_slot_held.jsonl").read_bytes())
+    before = journal.read_bytes()
+    p = bridge("diagnose", "--html", str(journal), str(journal))
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert p.stderr.strip().splitlines() == [
+        f"bridge diagnose: --html {journal} is the journal being read: give the page another path"
+    ], p.stderr
+    assert journal.read_bytes() == before
+
+
 def test_wording_is_true_when_no_prompt_is_held_and_never_a_python_repr(tmp_path: Path):
     text = bridge("diagnose", str(FIXTURES / "core" / "o1_no_slot_held.jsonl")).stdout
     assert "no prompt was held, so no receipt is tainted" in text

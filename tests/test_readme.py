@@ -64,3 +64,88 @@ def test_the_custom_provider_example_runs_against_the_scripted_model_server(tmp_
         server.wait(timeout=10)
     assert p.returncode == 0, p.stderr
     assert "Hello from your server." in p.stdout and "p1: finished" in p.stderr
+
+
+def _shape(value: object) -> object:
+    """The keys of a JSON value, nested: what a controller parses, without the values."""
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items()}
+    return type(value).__name__ if value is not None else None
+
+
+def _same_keys(want: object, got: object) -> bool:
+    """The same keys at every level where both sides are objects (a null beside an object is
+    a value, not a shape)."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        return want.keys() == got.keys() and all(_same_keys(want[k], got[k]) for k in want)
+    return True
+
+
+def test_the_serve_exchange_has_the_lines_and_keys_a_real_one_has(tmp_path):
+    """README "bridge serve": the "real exchange" is sent as written to bridge serve with the
+    real, sealed Pi and the scripted model server, and each line it shows has the keys the
+    real line has, at every level (times, pids and paths differ). Its status line had lost
+    "shutdown" and "closing" and said generation 0, and its receipt had no "config" (a
+    new-user trial: a controller written from the README parses what is there)."""
+    import json
+
+    text = (ROOT / "README.md").read_text()
+    section = text.split("A real exchange with the sealed Pi and the scripted model server", 1)[1]
+    block = section.split("```\n", 2)[1]
+    sent = [line[2:] for line in block.splitlines() if line.startswith("> ")]
+    shown = [json.loads(line[2:]) for line in block.splitlines() if line.startswith("< ")]
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "tools" / "model_server.py"),
+            "--write-models",
+            str(tmp_path),
+            "--default",
+            json.dumps({"text": "Hello! How can I help?"}),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        server.stdout.readline()
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bridge",
+                "serve",
+                "--models-json",
+                str(tmp_path / "models.json"),
+                "--provider",
+                "scripted",
+                "--model",
+                "scripted-model",
+                "--journal",
+                str(tmp_path / "j.jsonl"),
+            ],
+            input="".join(line + "\n" for line in sent),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert p.returncode == 0, p.stderr
+    got = [json.loads(line) for line in p.stdout.splitlines()]
+
+    def kind(line: dict) -> tuple[object, object]:
+        return line["type"], line.get("event")
+
+    assert sorted(map(str, (kind(line) for line in got if line["type"] != "text"))) == sorted(
+        map(str, (kind(line) for line in shown if line["type"] != "text"))
+    ), got
+    for want in shown:
+        real = next(line for line in got if kind(line) == kind(want))
+        assert _same_keys(_shape(want), _shape(real)), (want, real)
+        if want["type"] == "status":
+            assert want["engine"]["generation"] == real["engine"]["generation"], real
+        if want["type"] == "receipt":
+            assert want["receipt"]["ackIdx"] == real["receipt"]["ackIdx"], real  # the README explains its 4

@@ -322,7 +322,9 @@ def describe(r: Receipt) -> str:
     if r.usage is not None and r.usage.messages:
         parts.append(usage_words(r.usage))
     if r.native_error:
-        parts.append(f"error: {r.native_error[:200]}")
+        # One line: the engine's lines joined as exit_words joins them (Pi's errors can span five).
+        error = " | ".join(line.strip() for line in r.native_error.splitlines() if line.strip())
+        parts.append(f"error: {error[:200]}")
     return head + (f" [{'; '.join(parts)}]" if parts else "")
 
 

@@ -57,6 +57,7 @@ PROMPT_TIMEOUT = 30.0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from bridge.cli import journal_path
     from bridge.profiles.pi import PI_DIR_HELP
 
     # The demo's engine and settings are fixed by the showcase: no engine or bridge options.
@@ -71,6 +72,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.add_argument(
         "--journal",
+        type=journal_path,
         metavar="PATH",
         help="write the journal here (default: the bridge's default location, "
         "$PI_BRIDGE_JOURNAL_DIR or ~/.local/state/pi-bridge/journals)",

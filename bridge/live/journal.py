@@ -119,6 +119,12 @@ class Journal:
                 self._stream.close()
             except OSError:
                 pass
+            # Ours (O_EXCL) and holding no prompt: left behind, it would make the same command
+            # fail again with "already exists" once the disk has room.
+            try:
+                path.unlink()
+            except OSError:
+                pass
             raise JournalError(f"cannot write the journal {path}: {e.strerror or e}") from None
         self.closed = False
         #: Why the journal could not be written, once it could not.

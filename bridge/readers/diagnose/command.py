@@ -10,7 +10,9 @@ also writes the page, as private as the journal it comes from (:func:`write_priv
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import stat
 import sys
 import tempfile
 import time
@@ -96,8 +98,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def write_private(path: str, data: bytes) -> None:
     """Write a report as private as the journal it comes from: 0600, written to a new
     temporary file beside ``path`` and renamed over it (atomic; a symlink at ``path``
-    is replaced, never followed)."""
+    is replaced, never followed). Anything else already at ``path`` (a device such as
+    ``/dev/full``, a FIFO, a folder) is refused, never renamed over."""
     target = os.path.abspath(path)
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise OSError(errno.EEXIST, "not a regular file", path)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".diagnose-", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:  # mkstemp creates it 0600
@@ -113,9 +122,23 @@ def write_private(path: str, data: bytes) -> None:
         raise
 
 
+def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name one existing file (the page would be renamed over the journal)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def run(args: argparse.Namespace) -> int:
     """``bridge diagnose``: the report on stdout, the page to ``--html``; the exit status."""
     progress = sys.stderr if sys.stderr.isatty() else None
+    if getattr(args, "html", None) and _same_file(args.html, args.file):
+        print(
+            f"bridge diagnose: --html {args.html} is the journal being read: give the page another path",
+            file=sys.stderr,
+        )
+        return 2
     try:
         diag = diagnose(args.file, timeline=bool(getattr(args, "html", None)), progress=progress)
     except TranscriptError as e:
