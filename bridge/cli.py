@@ -552,8 +552,8 @@ def _cmd_models(args: argparse.Namespace) -> int:
             try:
                 return await bridge.models()
             except EngineQuestionError as e:
-                if bridge.lifecycle.state.launch_failed:  # a mistake to fix, as in run: exit 2
-                    raise ProfileError(bridge.down_reason or "the engine cannot be launched") from e
+                if bridge.lifecycle.state.setup_failed:  # a mistake to fix, as in run: exit 2
+                    raise ProfileError(bridge.down_reason or "the engine cannot be set up") from e
                 return str(e)
 
     models = guard_setup("models", lambda: trio.run(ask))
