@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -304,10 +305,15 @@ def test_fixture_replays_to_its_expected_output(path: Path) -> None:
     assert replay(str(path)).to_json() == expected
 
 
-@pytest.mark.parametrize("path", PI_FIXTURES, ids=[p.stem for p in PI_FIXTURES])
+_ALL_FIXTURES = PI_FIXTURES + sorted((FIXTURES / "matrix").glob("pi-*/*.jsonl"))
+
+
+@pytest.mark.parametrize("path", _ALL_FIXTURES, ids=[f"{p.parent.name}/{p.stem}" for p in _ALL_FIXTURES])
 def test_fixture_leaks_no_machine_paths(path: Path) -> None:
     text = path.read_text(encoding="utf-8")
     assert str(ROOT) not in text
+    # nor another checkout's (recorded where tools/pi/node_modules was a symlink to it)
+    assert not re.search(r'"/[^"]*/tools/pi(-matrix)?/', text), re.search(r'"/[^"]*/tools/pi[^"]*', text)
     assert "/pi-bridge-cwd-" not in text.replace("<tmp>/pi-bridge-cwd-XXXXXXXX", "")
     header = json.loads(text.split("\n", 1)[0])
     assert all(not e.startswith("/") for e in header["seal"]["extensions"])
