@@ -16,6 +16,19 @@ def bridge(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "bridge", *args], capture_output=True, text=True, timeout=60)
 
 
+def _bridge_sh(tail: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """``bridge TAIL`` through a shell (TAIL may redirect or close its streams)."""
+    return subprocess.run(
+        f"{sys.executable} -m bridge {tail}",
+        shell=True,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+
+
 def test_help_lists_every_command_and_version_prints():
     p = bridge("--help")
     assert p.returncode == 0
@@ -298,15 +311,7 @@ def test_a_stdout_that_cannot_be_written_is_one_line_and_a_failure():
     fake = f"{sys.executable} tools/fake_engine.py"
 
     def sh(args: str, redirect: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            f"{sys.executable} -m bridge {args} {redirect}",
-            shell=True,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=ROOT,
-        )
+        return _bridge_sh(f"{args} {redirect}", stdin)
 
     full = {
         args: sh(args, "> /dev/full")
@@ -374,15 +379,7 @@ def test_a_closed_stderr_is_as_quiet_as_dev_null_and_never_reaches_stdout(tmp_pa
     existing.write_text("")
 
     def sh(args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            f"{sys.executable} -m bridge {args} 2>&-",
-            shell=True,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=ROOT,
-        )
+        return _bridge_sh(f"{args} 2>&-", stdin)
 
     run = sh(f"run hi --json --no-journal -- {fake}")
     assert run.returncode == 0, run.stdout
