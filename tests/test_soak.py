@@ -434,3 +434,22 @@ def test_fake_engine_close_stdin_makes_the_next_write_fail() -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_prompt_never_written_before_the_exit_replays_as_it_settled(tmp_path: Path) -> None:
+    """Found by tools/soak (seeds 328691679316, 393567013775): a prompt queued for an engine that
+    exited before one byte of it went in settles rejected/engine-down through an ``unsent``
+    note; the journal had the ``exit`` entry before that note, so replay settled the prompt at
+    the exit, delivery-unknown; and the soak's check called any written prompt's rejection
+    wrong, the note notwithstanding. The schedule's timing makes it show about one run in
+    three: three runs of both."""
+    for k in range(3):
+        proc = subprocess.run(
+            [sys.executable, str(SOAK), "--only-seed", "328691679316", "--only-seed", "393567013775"]
+            + ["--dir", str(tmp_path / str(k))],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=str(ROOT),
+        )
+        assert proc.returncode == 0 and "FAIL" not in proc.stdout, proc.stdout[-3000:]

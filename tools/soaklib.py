@@ -414,7 +414,7 @@ def check_journal_story(path: str | Path, live_receipts: dict[str, Any]) -> list
       the ``{"note":{"event":"closing"…}}`` line;
     - a prompt never written (no ``send``) is ``rejected`` for a reason of its own (queue-full,
       cancelled, closing, engine-down: never ``engine``), and a written one is never rejected
-      for those reasons;
+      for those reasons, unless an ``unsent`` note says none of it went in (``engine-down``);
     - whose stop ended a run is on record: a ``failed`` receipt with reason ``interrupted`` /
       ``timeout`` / ``closing`` names a stop whose ``stop`` note says ``by`` ``controller`` /
       ``timeout`` / ``closing``.
@@ -425,6 +425,7 @@ def check_journal_story(path: str | Path, live_receipts: dict[str, Any]) -> list
     closing_at: int | None = None
     sent: set[Any] = set()
     owners: dict[Any, Any] = {}
+    unsent: set[Any] = set()
     for n, e in enumerate(entries):
         note = e.get("note")
         if isinstance(note, dict):
@@ -432,6 +433,8 @@ def check_journal_story(path: str | Path, live_receipts: dict[str, Any]) -> list
                 closing_at = n
             elif note.get("event") == "stop":
                 owners[note.get("stop")] = note.get("by")
+            elif note.get("event") == "unsent":
+                unsent.add(note.get("request"))
         send = e.get("send")
         if isinstance(send, dict) and send.get("type") == "prompt":
             sent.add(send.get("id"))
@@ -443,7 +446,12 @@ def check_journal_story(path: str | Path, live_receipts: dict[str, Any]) -> list
     for rid, r in live.items():
         if rid not in sent and (r.state != "rejected" or r.reason == "engine"):
             problems.append(f"{rid}: never written to the engine, but its receipt is {r.state}/{r.reason}")
-        if rid in sent and r.state == "rejected" and r.reason != "engine":
+        if (
+            rid in sent
+            and r.state == "rejected"
+            and r.reason != "engine"
+            and not (rid in unsent and r.reason == "engine-down")
+        ):
             problems.append(f"{rid}: written to the engine, but its receipt is {r.state}/{r.reason}")
         want = {"interrupted": "controller", "timeout": "timeout", "closing": "closing"}.get(r.reason or "")
         if r.state == "failed" and want is not None:

@@ -228,8 +228,6 @@ class EngineSide:
 
     def exited(self, engine: Engine, code: int | None, sig: int | None) -> None:
         t = self._now()
-        if self.journal is not None:
-            self.journal.exit(code, sig, t)
         unsent = self._never_written(engine)
         # First the lifecycle learns the engine can take nothing more (its stdout
         # may still be held open by a grandchild), so the receipt decided below
@@ -240,6 +238,11 @@ class EngineSide:
         for request in unsent:
             tail = list(self.session.stderr_tail)
             self._feed(WriteFailed(engine.generation, request, False, True, "the engine had exited", tail))
+        # Journaled here, after those notes: replay applies entries in order, and the session
+        # took the notes before the exit (else replay settles delivery-unknown where we said
+        # rejected: found by tools/soak).
+        if self.journal is not None:
+            self.journal.exit(code, sig, t)
         if engine is self.current:
             events = self.session.engine_exited(code, sig, t=t)
             if events:
