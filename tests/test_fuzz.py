@@ -173,6 +173,12 @@ def test_the_fast_path_observes_exactly_what_line_by_line_does(batches, stream_f
     assert [r.to_json() for r in bulk.receipts] == [r.to_json() for r in single.receipts]
 
 
+def _lines_of(batch: list) -> list[bytes]:
+    from bridge.core.framing import UpdateRun
+
+    return [line for x in batch for line in (list(x) if type(x) is UpdateRun else [x])]
+
+
 def _long_update(text: str) -> bytes:
     """A text delta padded past framing.LONG_LINE (the older engines' whole partials)."""
     event = {"type": "text_delta", "contentIndex": 0, "delta": text, "pad": "é—x" * 1500}
@@ -225,7 +231,7 @@ def test_runs_left_in_the_read_observe_exactly_what_line_by_line_does(batches, s
         for pos in range(0, len(data), size):
             batch = splitter.feed_runs(data[pos : pos + size], b'{"type":"message_update",', b"}")
             runs_seen += sum(type(x) is UpdateRun for x in batch)
-            lines = [line for x in batch for line in (x if type(x) is UpdateRun else [x])]
+            lines = _lines_of(batch)
             got = feed(bulk, batch)
             want = [item for line in lines for item in feed(single, [line])]
             assert [i for i, _ in got] == [i for i, _ in want]
@@ -254,12 +260,6 @@ _JS_ONLY_UPDATES = [
     b'{"type":"message_update","n":1e999}',
     b'{"type":"message_update","n":123456789012345678901234567890}',
 ]
-
-
-def _lines_of(batch: list) -> list[bytes]:
-    from bridge.core.framing import UpdateRun
-
-    return [line for x in batch for line in (list(x) if type(x) is UpdateRun else [x])]
 
 
 @given(
