@@ -289,11 +289,17 @@ def _expand(items: list) -> list:
     st.lists(st.integers(min_value=1, max_value=3 * _LONG), max_size=12),
     st.sampled_from([1 << 20, 2 * _LONG, _LONG + 100]),
     st.booleans(),
+    st.sampled_from([1, 2, 3, 128]),
 )
-def test_a_splitter_with_runs_gives_the_same_lines_as_one_without(specs, chunks, max_line, final_lf) -> None:
-    """Runs of long update lines left in the read are, line for line, what a plain splitter
-    cuts out (CRs, oversize lines, any chunking); each run's lines are long, start and end like
-    an update, and its sizes and JSON check agree with its lines."""
+def test_a_splitter_with_runs_gives_the_same_lines_as_one_without(specs, chunks, max_line, final_lf, bulk_min) -> None:
+    """Runs of update lines handed on whole (long ones left in the read, a read's short ones
+    when all are updates) are, line for line, what a plain splitter cuts out (CRs, oversize
+    lines, any chunking); each run's lines start and end like an update (long ones when left
+    in the read), and its sizes and JSON check agree with its lines. A read's short lines are
+    taken as one run from ``bulk_min`` of them (fewer than in use, so that short reads meet it)."""
+    from unittest import mock
+
+    from bridge.core import framing
     from bridge.core.framing import JsonCheck, UpdateRun
 
     check = JsonCheck()
@@ -304,15 +310,17 @@ def test_a_splitter_with_runs_gives_the_same_lines_as_one_without(specs, chunks,
     runs = LineSplitter(max_line)
     got: list = []
     pos = 0
-    for size in chunks:
-        got += runs.feed_runs(data[pos : pos + size], *_RUNS)
-        pos += size
-    got += runs.feed_runs(data[pos:], *_RUNS) + runs.close()
+    with mock.patch.object(framing, "BULK_MIN_LINES", bulk_min):
+        for size in chunks:
+            got += runs.feed_runs(data[pos : pos + size], *_RUNS)
+            pos += size
+        got += runs.feed_runs(data[pos:], *_RUNS) + runs.close()
     assert _expand(got) == split(data, max_line)
     for item in got:
         if type(item) is UpdateRun:
             lines = list(item)
-            assert lines and all(len(x) >= _LONG and x.startswith(_UP) and x.endswith(b"}") for x in lines)
+            assert lines and all(x.startswith(_UP) and x.endswith(b"}") for x in lines)
+            assert item.cut is not None or all(len(x) >= _LONG for x in lines)
             assert item.nbytes == sum(map(len, lines)) and len(item) == len(lines)
             assert item[0] == lines[0] and item[-1:] == lines[-1:]
             assert check.run(item) == check.lines(lines) == all(map(check.line, lines))
@@ -330,6 +338,32 @@ def test_long_update_lines_come_as_one_run_and_other_lines_cut_out() -> None:
     (run,) = LineSplitter().feed_runs(b"\n" + up + b"\n" + bad + b"\n", *_RUNS)[1:]
     assert type(run) is UpdateRun and list(run) == [up, bad]
     assert not JsonCheck().run(run) and not JsonCheck().lines(list(run)) and JsonCheck().lines([up, up])
+
+
+def test_a_read_of_short_update_lines_comes_as_one_run_with_the_line_it_completes() -> None:
+    """A read of BULK_MIN_LINES or more short lines, all updates, is one run (cut out with
+    their LFs, none stripped); the line the read's first LF completes joins it when it is an
+    update. One other line among them, or fewer lines, and every line is cut out on its own."""
+    from bridge.core.framing import BULK_MIN_LINES, JsonCheck, UpdateRun
+
+    up = _line(0, 10, False)
+    n = BULK_MIN_LINES
+    splitter = LineSplitter()
+    assert splitter.feed_runs(up[:20], *_RUNS) == []
+    (run,) = splitter.feed_runs(up[20:] + b"\n" + (up + b"\n") * n + up[:5], *_RUNS)
+    assert type(run) is UpdateRun and run.cut is not None
+    assert list(run) == [up] * (n + 1) and len(run) == n + 1 and run.nbytes == (n + 1) * len(up)
+    assert run[0] == up and run[1:3] == [up, up] and JsonCheck().run(run)
+    assert splitter.buffered == 5
+    other = b'{"type":"turn_end"}'
+    got = LineSplitter().feed_runs(other + b"\n" + (up + b"\n") * n, *_RUNS)
+    assert [type(x) for x in got] == [bytes, UpdateRun] and len(got[1]) == n  # the first is not an update
+    mixed = (up + b"\n") * n + other + b"\n" + up + b"\n"
+    assert LineSplitter().feed_runs(b"\n" + mixed, *_RUNS) == [b"", *([up] * n), other, up]
+    assert LineSplitter().feed_runs(b"\n" + (up + b"\n") * (n - 1), *_RUNS) == [b""] + [up] * (n - 1)
+    bad = up[:-1] + b"\xff}"
+    (run,) = LineSplitter().feed_runs((up + b"\n") * n + bad + b"\n", *_RUNS)
+    assert list(run)[-1] == bad and not JsonCheck().run(run)
 
 
 _VALID_UPDATE = (

@@ -272,12 +272,19 @@ _JS_ONLY_UPDATES = [
         max_size=10,
     ),
     st.lists(st.booleans(), min_size=1, max_size=10),
+    st.sampled_from([1, 2, 5, 128]),
 )
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_the_fast_path_decides_what_a_full_parse_decides(batches, stream_flags):
+def test_the_fast_path_decides_what_a_full_parse_decides(batches, stream_flags, bulk_min):
     """A session that skips message_update lines (the default) and one that parses every line
     (a full journal) must see the same gaps and settle the same receipts: a line that starts
-    and ends like an update but is not one JSON object opens a gap either way."""
+    and ends like an update but is not one JSON object opens a gap either way. The splitter's
+    bulk run of short lines is taken from fewer lines than in use (``bulk_min``) so that short
+    batches meet it too."""
+    from unittest import mock
+
+    from bridge.core import framing
+
     fast, full = Session(("clear_queue",)), Session(("clear_queue",), skip_updates=False)
     splitter = LineSplitter()
     for n, picks in enumerate(batches):
@@ -285,7 +292,8 @@ def test_the_fast_path_decides_what_a_full_parse_decides(batches, stream_flags):
         stream = stream_flags[n % len(stream_flags)]
         fast.send(prompt, stream=stream)
         full.send(prompt, stream=stream)
-        batch = splitter.feed_runs(b"".join(line + b"\n" for line in picks), b'{"type":"message_update",', b"}")
+        with mock.patch.object(framing, "BULK_MIN_LINES", bulk_min):
+            batch = splitter.feed_runs(b"".join(line + b"\n" for line in picks), b'{"type":"message_update",', b"}")
         list(fast.observe_batch(batch))
         list(full.observe_batch(_lines_of(batch)))
         assert fast.tracker.gap == full.tracker.gap
@@ -295,12 +303,17 @@ def test_the_fast_path_decides_what_a_full_parse_decides(batches, stream_flags):
     assert [r.to_json() for r in fast.receipts] == [r.to_json() for r in full.receipts]
 
 
+_RUN_MARKS = (b'{"type":"message_update",', b"}")
+
+
 def test_an_update_line_that_is_not_json_is_a_gap_on_the_fast_path():
     for line in _NOT_JSON_UPDATES:
         # alone, after a bulk batch of updates, and among long lines left in the read
         for batch in (
             [line],
-            [UPDATE] * 200 + [line],
+            [UPDATE] * 150 + [line],
+            LineSplitter().feed_runs(b"".join(x + b"\n" for x in [UPDATE] * 200 + [line, UPDATE]), *_RUN_MARKS),
+            LineSplitter().feed_runs(b"".join(x + b"\n" for x in [UPDATE] * 10 + [line] * 150), *_RUN_MARKS),
             LineSplitter().feed_runs(
                 b"".join(x + b"\n" for x in [_long_update("a"), line, _long_update("b")]),
                 b'{"type":"message_update",',
@@ -312,6 +325,8 @@ def test_an_update_line_that_is_not_json_is_a_gap_on_the_fast_path():
             list(s.observe_batch(batch))
             lines = _lines_of(batch)
             assert s.tracker.gap == lines.index(line) + 1, line[:60]
+            if len(lines) > 150 and type(batch[0]) is not bytes:  # the splitter's read of short lines: one run
+                assert len(batch) == 1 and len(batch[0]) == len(lines), line[:60]
     for line in _JS_ONLY_UPDATES:
         s = Session()
         s.send({"type": "prompt", "id": "p", "message": "x"})

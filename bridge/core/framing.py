@@ -91,20 +91,39 @@ LONG_LINE: Final = 4096
 
 
 class UpdateRun(Sequence[bytes]):
-    """Consecutive long lines of one read that each start with a prefix and end with a suffix
-    (:meth:`LineSplitter.feed_runs`: candidate ``message_update`` lines), left where they lie:
-    ``data`` and each line's start and end offset. Nothing is copied unless a line is asked
-    for (indexing, iterating), so a run the session takes in bulk costs no copy at all."""
+    """Consecutive candidate ``message_update`` lines of one read (:meth:`LineSplitter.feed_runs`:
+    each starts with a prefix and ends with a suffix), handed on as one item, in one of two
+    forms. Nothing more is copied unless a line is asked for (indexing, iterating), so a run
+    the session takes in bulk costs no copy beyond its form's:
 
-    __slots__ = ("data", "ends", "starts")
+    - long lines (:data:`LONG_LINE` on), left where they lie: ``data`` and each line's start
+      and end offset (the older engines' whole partials: not even cut out);
+    - a read's short lines, every one a candidate (:data:`BULK_MIN_LINES` of them or more:
+      Pi 1.6's deltas), cut out by ``readlines`` with their LF kept (``cut``, built by
+      :meth:`of_cut`): no LF stripped, no batch joined to classify them.
+    """
+
+    __slots__ = ("cut", "data", "ends", "nbytes", "starts")
 
     def __init__(self, data: bytes, starts: list[int], ends: list[int]) -> None:
         self.data = data
         self.starts = starts
         self.ends = ends
+        self.cut: list[bytes] | None = None
+        #: The lines' bytes together (no separators).
+        self.nbytes = sum(ends) - sum(starts)
+
+    @classmethod
+    def of_cut(cls, cut: list[bytes], nbytes: int) -> UpdateRun:
+        """A run of lines each ending with its LF, ``nbytes`` together without them."""
+        run = cls.__new__(cls)
+        run.data, run.starts, run.ends = b"", [], []
+        run.cut = cut
+        run.nbytes = nbytes
+        return run
 
     def __len__(self) -> int:
-        return len(self.ends)
+        return len(self.ends) if self.cut is None else len(self.cut)
 
     @overload
     def __getitem__(self, k: int) -> bytes: ...
@@ -113,21 +132,35 @@ class UpdateRun(Sequence[bytes]):
     def __getitem__(self, k: slice) -> list[bytes]: ...
 
     def __getitem__(self, k: int | slice) -> bytes | list[bytes]:
+        if self.cut is not None:
+            if isinstance(k, slice):
+                return [line[:-1] for line in self.cut[k]]
+            return self.cut[k][:-1]
         if isinstance(k, slice):
             return [self.data[a:b] for a, b in zip(self.starts[k], self.ends[k])]
         return self.data[self.starts[k] : self.ends[k]]
 
     def __iter__(self) -> Iterator[bytes]:
+        if self.cut is not None:
+            return map(bytes.removesuffix, self.cut, _LF)
         data = self.data
         return (data[a:b] for a, b in zip(self.starts, self.ends))
 
     def __repr__(self) -> str:
         return f"UpdateRun({len(self)} lines, {self.nbytes} bytes)"
 
-    @property
-    def nbytes(self) -> int:
-        """The lines' bytes together (no separators)."""
-        return sum(self.ends) - sum(self.starts)
+
+def _all_candidates(data: bytes, start: int, end: int, count: int, prefix: bytes, suffix: bytes) -> bool:
+    """Are all ``count`` lines of ``data[start:end]`` (each ending with an LF) candidates,
+    starting with ``prefix`` and ending with ``suffix``? In place, three C-level calls: the first
+    starts so, the last ends so, and ``suffix + LF + prefix`` is found once per line boundary
+    (every LF ends a line, an occurrence holds one LF and cannot overlap another: the pattern
+    ends with no start of itself)."""
+    return (
+        data.startswith(prefix, start)
+        and data.endswith(suffix + b"\n", start, end)
+        and data.count(suffix + b"\n" + prefix, start, end) == count - 1
+    )
 
 
 class LineSplitter:
@@ -188,7 +221,15 @@ class LineSplitter:
                 if start <= last:
                     whole = BytesIO(data)
                     whole.seek(start)
-                    out += map(bytes.removesuffix, whole.readlines(last + 1 - start), _LF)
+                    cut = whole.readlines(last + 1 - start)
+                    if (
+                        runs is not None
+                        and len(cut) >= BULK_MIN_LINES
+                        and _all_candidates(data, start, last + 1, len(cut), *runs)
+                    ):
+                        self._short_run(cut, last + 1 - start - len(cut), out, *runs)
+                    else:
+                        out += map(bytes.removesuffix, cut, _LF)
             else:
                 for line in data[start:last].split(b"\n"):
                     if line[-1:] == b"\r":
@@ -227,6 +268,17 @@ class LineSplitter:
         if ends:
             out.append(UpdateRun(data, starts, ends))
         return pos
+
+    @staticmethod
+    def _short_run(cut: list[bytes], nbytes: int, out: list[Any], prefix: bytes, suffix: bytes) -> None:
+        """A read's short lines, all candidates, as one run; the line the read's first LF ended
+        (pieced together from earlier reads, just before them in ``out``) joins it when it is
+        one too, so a read of Pi 1.6's deltas is one item and one journal entry."""
+        first = out[-1]
+        if type(first) is bytes and first.startswith(prefix) and first.endswith(suffix):
+            out[-1] = UpdateRun.of_cut([first + b"\n", *cut], nbytes + len(first))
+        else:
+            out.append(UpdateRun.of_cut(cut, nbytes))
 
     def close(self) -> list[bytes | Oversize]:
         """End of stream: a final line without LF is still a line."""
@@ -357,43 +409,20 @@ def update_runs(
         pos = end
 
 
-#: Below this many lines a batch is classified line by line, above it first in bulk
-#: (:func:`sized_update_runs`). The bulk check costs per byte (a join and a count: ~0.56 ns/B
-#: here), the per-line maps per line (~280 ns), so it pays for lines shorter than ~500 bytes:
-#: Pi 1.6's deltas (~330 B, ~780 lines in a 256 KiB read), not the older engines' whole
-#: partials (~13 KB, ~20 lines a read, where the bulk check was 6.6x the per-line one) nor
-#: tool output. A full read of 128 lines averages 2 KiB a line (0.5 KiB in a 64 KiB read).
+#: From this many lines on, a read's short lines are first checked in bulk, in place, to be
+#: all candidate ``message_update`` lines (:meth:`LineSplitter.feed_runs`: one run, no line
+#: classified on its own). The bulk check costs per byte (a count: ~0.1 ns/B here), the
+#: per-line maps per line (~280 ns), so it pays for lines shorter than a few KB: Pi 1.6's
+#: deltas (~330 B, ~780 lines in a 256 KiB read), not the older engines' whole partials
+#: (~13 KB, ~20 lines a read) nor tool output. A full read of 128 lines averages 2 KiB a line.
 BULK_MIN_LINES: Final = 128
 
 
 def sized_update_runs(
     lines: Sequence[bytes | Oversize], prefix: bytes, suffix: bytes
 ) -> Iterator[tuple[int, int, bool, int]]:
-    """:func:`update_runs` with each update run's bytes together (0 for the other runs), and
-    for a batch of nothing but updates not even a per-line call: the batch joined by LF is
-    all updates when it starts with ``prefix``, ends with ``suffix`` and holds
-    ``suffix + LF + prefix`` once per line boundary (every LF is a boundary and each occurrence
-    holds one), which one C-level count tells. Most of a Pi stream's reads are such batches; a
-    batch with another line in it goes line by line (counting its parts again costs more than
-    the per-line maps once a few other lines are scattered in it), and so does a batch of few
-    lines (:data:`BULK_MIN_LINES`: long lines, where the bulk check costs more than it saves)."""
-    count = len(lines)
-    if not count:
-        return
-    joined = None
-    if count >= BULK_MIN_LINES:
-        try:
-            joined = b"\n".join(lines)  # type: ignore[arg-type]  # an Oversize raises TypeError
-        except TypeError:
-            pass
-    if (
-        joined is not None
-        and joined.startswith(prefix)
-        and joined.endswith(suffix)
-        and joined.count(suffix + b"\n" + prefix) == count - 1
-    ):
-        yield 0, count, True, len(joined) - (count - 1)
-        return
+    """:func:`update_runs` with each update run's bytes together (0 for the other runs): a
+    batch the splitter did not take as one run (it holds other lines, or few)."""
     for start, end, is_update in update_runs(lines, prefix, suffix):
         yield start, end, is_update, sum(map(len, lines[start:end])) if is_update else 0  # type: ignore[arg-type]
 
@@ -437,7 +466,10 @@ class JsonCheck:
         return True
 
     def run(self, run: UpdateRun) -> bool:
-        """:meth:`lines` for an :class:`UpdateRun`, each line given as a view of the read."""
+        """:meth:`lines` for an :class:`UpdateRun`: its cut lines as they are (an LF after a JSON
+        text is whitespace, which JSON allows), or each line as a view of the read."""
+        if run.cut is not None:
+            return self.lines(run.cut)
         view = memoryview(run.data)
         try:
             return self.lines([view[a:b] for a, b in zip(run.starts, run.ends)])

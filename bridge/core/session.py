@@ -253,9 +253,9 @@ class Session:
         """One read's lines from the engine's stdout, in order: the one entry point for them.
 
         Yields one :class:`Skipped` per run of ``message_update`` lines nobody streams (they
-        take their indices and are not parsed: the fast path, :func:`bridge.core.framing.sized_update_runs`,
-        and a splitter's :class:`~bridge.core.framing.UpdateRun` of long ones, each of its lines
-        one observation) and one :class:`Observed` per other line. Consume it whole: each item
+        take their indices and are not parsed: the fast path, a splitter's
+        :class:`~bridge.core.framing.UpdateRun` of candidates, and runs found among other lines
+        by :func:`bridge.core.framing.sized_update_runs`; each line one observation) and one :class:`Observed` per other line. Consume it whole: each item
         is yielded after its lines were observed, and what the caller does between items
         (journal a line, answer a start-up check) sees the session as of that line."""
         if not self._updates_skippable():
@@ -265,8 +265,8 @@ class Session:
                 else:
                     yield self._receive_line(line, t)  # type: ignore[arg-type]  # not a run
             return
-        # An UpdateRun (like an Oversize) fails the bulk and per-line checks' C-level maps:
-        # it lands in a run of other lines, met below.
+        # An UpdateRun (like an Oversize) fails the per-line checks' C-level maps: it lands in
+        # a run of other lines, met below.
         for start, end, is_update, nbytes in sized_update_runs(lines, MESSAGE_UPDATE, b"}"):  # type: ignore[arg-type]
             if is_update and self._updates_skippable():
                 run: Sequence[bytes] = lines[start:end]  # type: ignore[assignment]  # update runs are bytes
@@ -280,8 +280,8 @@ class Session:
                     yield self._receive_line(line, t)  # type: ignore[arg-type]  # not a run
 
     def _observe_run(self, run: UpdateRun, t: float | None) -> Iterator[Observation]:
-        """A splitter's run of long ``message_update`` candidates: in bulk when nobody streams
-        them and each is one JSON text (checked in place), else line by line."""
+        """A splitter's run of ``message_update`` candidates: in bulk when nobody streams
+        them and each is one JSON text, else line by line."""
         if self._updates_skippable() and self._json.run(run):
             yield Skipped(self.observe_updates(len(run)), run, run.nbytes)
             return
