@@ -152,6 +152,33 @@ async def test_a_lean_journal_is_version_2_with_one_entry_per_run_of_deltas(tmp_
     assert indices == list(range(1, len(indices) + 1))
 
 
+async def test_a_streamed_prompts_deltas_are_journaled_as_runs_too(tmp_path: Path):
+    """A prompt whose events are read has every delta parsed, but a lean journal keeps no text
+    of them either: each read's run of them is one ``updates`` entry, written before what
+    follows it, and the journal replays to the receipt (checked by ``session``)."""
+    scenario = {"prompts": [{"reply": "y" * 400, "deltas": 40, "update_shape": "delta"}]}
+    seen: list[Any] = []
+
+    async def body(bridge: Bridge) -> list[Receipt]:
+        handle = await bridge.submit("hi", events=True)
+        seen.extend([e async for e in handle.events()])
+        return [await handle.receipt()]
+
+    run, (r,) = await session(tmp_path, fake(scenario), body)
+    assert r.state == "finished" and r.reply == "y" * 400
+    assert "".join(e.delta for e in seen if type(e).__name__ == "TextEvent") == "y" * 400
+    lines = [json.loads(line) for line in run.journal.read_bytes().split(b"\n") if line]
+    runs = [e for e in lines if "updates" in e]
+    assert runs and sum(e["updates"]["count"] for e in runs) >= 40
+    assert not [e for e in lines if e.get("recv", {}).get("type") == "message_update"]
+    indices = sorted(
+        i
+        for e in lines
+        for i in ([e["i"]] if "recv" in e else range(e["i"], e["i"] + e["updates"]["count"]) if "updates" in e else [])
+    )
+    assert indices == list(range(1, len(indices) + 1))
+
+
 async def test_a_full_journal_stays_version_1(tmp_path: Path):
     run, r = await one(tmp_path, {"prompts": [{"reply": "hello", "deltas": 5}]}, journal_full=True)
     lines = [json.loads(line) for line in run.journal.read_bytes().split(b"\n") if line]

@@ -19,7 +19,7 @@ from typing import Any
 import trio
 
 from bridge.core.events import Event, Skipped
-from bridge.core.framing import Oversize, RawLine, UpdateRun
+from bridge.core.framing import MESSAGE_UPDATE, Oversize, RawLine, UpdateRun
 from bridge.core.lifecycle import (
     Answered,
     BridgeConfig,
@@ -178,23 +178,33 @@ class EngineSide:
         t = self._now()
         shown = False  # a line of the engine's own (not an answer to a command of ours)
         journal = self.journal
+        # message_update lines a lean journal keeps no text of, parsed (streamed) or not: one
+        # ``updates`` entry for each run of them (first index, count, bytes), written before
+        # any other entry and before any event is handled, so the journal's order is the read's.
+        run = _ElidedRun(journal, t)
+        lean = journal is not None and not journal.full
         deltas: list[Any] = []  # a prompt's text / thinking deltas of this read, joined when handed on
         for seen in self.session.observe_batch(lines, t=t):
             if isinstance(seen, Skipped):
                 shown = True
                 if journal is not None:
-                    journal.recv_elided_updates(len(seen.lines), seen.nbytes, seen.first, t)
+                    run.add(seen.first, len(seen.lines), seen.nbytes)
                 continue
             parsed = seen.parsed
             if not shown and (type(parsed) is not dict or parsed.get("type") != "response"):
                 shown = True
             if journal is not None:
                 if type(parsed) is RawLine:
+                    run.flush()
                     journal.recv_raw(seen.idx, parsed, t)
+                elif lean and seen.line.startswith(MESSAGE_UPDATE):  # type: ignore[union-attr]  # bytes
+                    run.add(seen.idx, 1, len(seen.line))  # type: ignore[arg-type]  # bytes
                 else:
+                    run.flush()
                     journal.recv(seen.idx, seen.line, parsed, t)  # type: ignore[arg-type]  # not a RawLine: bytes
             waiting = self._startup_waiting or self._config_waiting or self.asked
             if waiting and type(parsed) is dict and parsed.get("type") == "response":
+                run.flush()
                 self._answer(parsed)
             events = seen.events
             if not events:
@@ -203,6 +213,7 @@ class EngineSide:
             if isinstance(one, DELTA_TYPES) and (not deltas or type(deltas[0]) is type(one)):
                 deltas.append(one)
                 continue
+            run.flush()
             if deltas:  # handed on before what follows them, in order
                 self._handle((join_deltas(deltas),))
                 deltas = []
@@ -210,6 +221,7 @@ class EngineSide:
                 deltas.append(one)
             else:
                 self._handle(events)
+        run.flush()
         if deltas:
             self._handle((join_deltas(deltas),))
         if shown:
@@ -304,3 +316,28 @@ class EngineSide:
             state = answers.get("seal-state")
             config = from_state(state.get("data")) if state is not None and state.get("success") else None
             self._feed(StartupChecked(self._generation(), problems, config))
+
+
+class _ElidedRun:
+    """Consecutive ``message_update`` lines of one read, journaled as one ``updates`` entry
+    when the next entry is written (:meth:`flush`); with no journal, nothing."""
+
+    __slots__ = ("count", "first", "journal", "nbytes", "t")
+
+    def __init__(self, journal: Journal | None, t: float) -> None:
+        self.journal = journal
+        self.t = t
+        self.first = self.count = self.nbytes = 0
+
+    def add(self, first: int, count: int, nbytes: int) -> None:
+        if self.count and first != self.first + self.count:
+            self.flush()
+        if not self.count:
+            self.first = first
+        self.count += count
+        self.nbytes += nbytes
+
+    def flush(self) -> None:
+        if self.count and self.journal is not None:
+            self.journal.recv_elided_updates(self.count, self.nbytes, self.first, self.t)
+        self.count = self.nbytes = 0

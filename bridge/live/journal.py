@@ -104,6 +104,9 @@ class Journal:
     def __init__(self, path: Path, *, clearing: tuple[str, ...], full: bool = False, **meta: Any) -> None:
         self.path = path
         self.full = full
+        # The last entry time written and its text: a read's lines share one clock read.
+        self._t: float | None = None
+        self._t_text = b""
         self._stream = open_private(path)
         try:
             # A full journal never holds an ``updates`` entry: it stays version 1, which
@@ -166,7 +169,7 @@ class Journal:
         """A line that is (or, for a skipped ``message_update``, starts like) a JSON object."""
         if self.closed:
             return
-        tail = b',"i":%d,"t":%s}\n' % (idx, repr(round(t, 6)).encode())
+        tail = b',"i":%d,"t":%s}\n' % (idx, self._time(t))
         if not self.full and line.startswith(_ELIDED_TYPES):
             line = _elided(line, parsed)
         elif parsed is None:
@@ -183,11 +186,18 @@ class Journal:
         on: one version 2 ``updates`` entry, whatever the run's length."""
         if self.closed:
             return
-        entry = UPDATES_ENTRY % (count, nbytes, first, repr(round(t, 6)).encode())
+        entry = UPDATES_ENTRY % (count, nbytes, first, self._time(t))
         try:
             self._stream.write(entry)
         except OSError as e:
             self.fail(e)
+
+    def _time(self, t: float) -> bytes:
+        """An entry's ``t`` as written (to the microsecond), made once for a read's lines."""
+        if t != self._t:
+            self._t = t
+            self._t_text = repr(round(t, 6)).encode()
+        return self._t_text
 
     def recv_raw(self, idx: int, raw: RawLine, t: float) -> None:
         self._write("recv_raw", raw_text(raw), t, idx)
