@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Two checkouts side by side on one stream, rounds interleaved: the raw drain, then each tree's
-``bridge API`` (and ``bridge serve`` with ``--serve``), round after round, so load from other
+``bridge API`` (and ``bridge serve`` with ``--serve``, the API with every event read with
+``--events``), round after round, so load from other
 work falls on all of them alike. Prints wall and CPU (median and best) and the ratio to the raw
 drain: of the medians, of the best rounds, and the median of each round's own ratio (paired)::
 
@@ -15,6 +16,7 @@ interpreter is this one (the trees need not have a venv). Never asserts a speed.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.machinery
 import importlib.util
 import os
@@ -40,6 +42,7 @@ def main() -> int:
     p.add_argument("--trees", default=".", help="checkouts, comma-separated (default: this one)")
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--serve", action="store_true", help="also each tree's bridge serve")
+    p.add_argument("--events", action="store_true", help="also each tree's bridge API with every event read")
     p.add_argument("--timeout", type=float, default=600)
     a = p.parse_args()
     trees = [Path(t).resolve() for t in a.trees.split(",")]
@@ -51,7 +54,11 @@ def main() -> int:
         d = first.run_pipe_reader([first.PY, first.SELF, "_role", "drain"], a.stream, a.timeout)
         rows["raw drain"].append((d["wall"], d["cpu"]))
         for tree, bench in zip(trees, benches):
-            runs = [("bridge API", bench.run_api)] + ([("bridge serve", bench.run_serve)] if a.serve else [])
+            runs: list[tuple[str, Any]] = [("bridge API", bench.run_api)]
+            if a.serve:
+                runs.append(("bridge serve", bench.run_serve))
+            if a.events:
+                runs.append(("bridge API, events", functools.partial(bench.run_api, events=True)))
             for label, run in runs:
                 res = run(a.stream, 1, 1, a.timeout)
                 engine = res["engines"][0]
