@@ -8,6 +8,7 @@ runs the same targets under atheris (coverage-guided) for as long as you like.
 from __future__ import annotations
 
 import io
+import json
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -196,50 +197,170 @@ _LONG_LINES = [
 ]
 
 
+def _deltas_joined(events: list) -> list:
+    """Events as the live bridge hands them on: consecutive text (thinking) deltas joined, a
+    streamed prompt's text deltas joined, everything else by its class."""
+    from bridge.core.events import TextDelta
+    from bridge.core.progress import DELTA_TYPES, join_deltas
+
+    out: list = []
+    for e in events:
+        if isinstance(e, DELTA_TYPES) and out and type(out[-1]) is type(e):
+            out[-1] = join_deltas([out[-1], e])
+        elif isinstance(e, TextDelta) and out and type(out[-1]) is TextDelta:
+            out[-1] = TextDelta(e.request, out[-1].text + e.text)
+        else:
+            out.append(e)
+    return [e if isinstance(e, (*DELTA_TYPES, TextDelta)) else type(e).__name__ for e in out]
+
+
 @given(
     st.lists(st.lists(st.sampled_from(range(len(_LONG_LINES))), max_size=10), max_size=8),
-    st.lists(st.booleans(), min_size=1, max_size=8),
+    st.lists(st.sampled_from(["none", "stream", "events", "both"]), min_size=1, max_size=8),
     st.lists(st.integers(min_value=1, max_value=20000), min_size=1, max_size=8),
+    st.sampled_from([1, 2, 128]),
 )
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_runs_left_in_the_read_observe_exactly_what_line_by_line_does(batches, stream_flags, sizes):
+def test_runs_left_in_the_read_observe_exactly_what_line_by_line_does(batches, reads, sizes, bulk_min):
     """The engine's splitter leaves runs of long update lines in the read (UpdateRun); the
-    session takes them in bulk or line by line (a streamed prompt, invalid UTF-8) and must give
-    every line the same index and cause the same events as lines fed one at a time."""
+    session takes them in bulk, parses them in one pass (a prompt that reads its text or its
+    events) or goes line by line (invalid UTF-8, a line that is not JSON) and must give every
+    line the same index, and cause the same events, its deltas joined as the live bridge joins
+    a read's, as lines fed one at a time."""
+    from unittest import mock
+
+    from bridge.core import framing
+    from bridge.core.events import TextDelta
     from bridge.core.framing import UpdateRun
+    from bridge.core.progress import DELTA_TYPES
 
     bulk, single = Session(("clear_queue",)), Session(("clear_queue",))
     splitter = LineSplitter()
     runs_seen = 0
 
     def feed(s, batch):
-        out = []
+        indices, events = [], []
         for seen in s.observe_batch(batch):
             if hasattr(seen, "first"):
-                out += [(i, None) for i in range(seen.first, seen.first + len(seen.lines))]
+                indices += range(seen.first, seen.first + len(seen.lines))
             else:
-                out.append((seen.idx, [e.__class__.__name__ for e in seen.events]))
-        return out
+                indices.append(seen.idx)
+            events += getattr(seen, "events", [])
+        return indices, events
 
     for n, picks in enumerate(batches):
         prompt = {"type": "prompt", "id": f"p{n}", "message": "x"}
-        stream = stream_flags[n % len(stream_flags)]
-        bulk.send(prompt, stream=stream)
-        single.send(prompt, stream=stream)
+        read = reads[n % len(reads)]
+        stream, wants = read in ("stream", "both"), read in ("events", "both")
+        bulk.send(prompt, stream=stream, events=wants)
+        single.send(prompt, stream=stream, events=wants)
+        # Acked and its run started first (so that its deltas are its own), unless the draw
+        # starts with a line of its own.
+        start = (
+            b'{"type":"response","command":"prompt","id":"p%d","success":true,"data":{"disposition":"started"}}\n'
+            b'{"type":"agent_start"}\n' % n
+        )
         data = b"".join(_LONG_LINES[k] + b"\n" for k in picks)
         size = sizes[n % len(sizes)]
-        for pos in range(0, len(data), size):
-            batch = splitter.feed_runs(data[pos : pos + size], b'{"type":"message_update",', b"}")
+        for pos in [-1, *range(0, len(data), size)]:
+            if pos < 0:  # the start, a read of its own
+                if picks[:1] == [5]:
+                    continue
+                batch = splitter.feed_runs(start, b'{"type":"message_update",', b"}")
+                feed(bulk, batch)
+                for line in _lines_of(batch):
+                    feed(single, [line])
+                continue
+            with mock.patch.object(framing, "BULK_MIN_LINES", bulk_min):  # short reads make runs too
+                batch = splitter.feed_runs(data[pos : pos + size], b'{"type":"message_update",', b"}")
             runs_seen += sum(type(x) is UpdateRun for x in batch)
-            lines = _lines_of(batch)
-            got = feed(bulk, batch)
-            want = [item for line in lines for item in feed(single, [line])]
-            assert [i for i, _ in got] == [i for i, _ in want]
-            assert [e for _, e in got if e] == [e for _, e in want if e]
+            got_i, got_e = feed(bulk, batch)
+            want = [feed(single, [line]) for line in _lines_of(batch)]
+            assert got_i == [i for w in want for i in w[0]]
+            # Each channel in order: a prompt's events, and its streamed text.
+            want_e = [e for w in want for e in w[1]]
+            for keep in (lambda e: not isinstance(e, TextDelta), lambda e: isinstance(e, TextDelta)):
+                assert _deltas_joined([e for e in got_e if keep(e)]) == _deltas_joined([e for e in want_e if keep(e)])
+            assert all(not isinstance(e, DELTA_TYPES) or e.request == f"p{n}" for e in got_e)
         bulk.release(f"p{n}")
         single.release(f"p{n}")
     assert bulk.observations == single.observations
     assert [r.to_json() for r in bulk.receipts] == [r.to_json() for r in single.receipts]
+
+
+def _delta_line(kind: str, text: str, extra: str = "") -> bytes:
+    event = {"type": kind, "contentIndex": 0, "delta": text}
+    return (
+        b'{"type":"message_update","usage":{"input":1,"output":2}%s,"assistantMessageEvent":' % extra.encode()
+        + json.dumps(event, separators=(",", ":")).encode()
+        + b"}"
+    )
+
+
+_STREAMED_LINES = [
+    _delta_line("text_delta", "hé"),
+    _delta_line("text_delta", "—x\u2028"),
+    _delta_line("thinking_delta", "hm"),
+    _delta_line("toolcall_delta", '{"a"'),
+    _delta_line("text_delta", ""),  # no text: no event
+    b'{"type":"message_update","assistantMessageEvent":{"type":"text_start"}}',
+    b'{"type":"message_update","d":"\\ud83d"}',  # JavaScript reads it, orjson does not: line by line
+    b'{"type":"message_update","type":"turn_end","message":{"role":"assistant","content":[]}}',  # not an update
+    b'{"type":"message_update","a":,}',  # not JSON: a gap
+]
+
+
+@given(
+    st.lists(st.lists(st.sampled_from(range(len(_STREAMED_LINES))), min_size=1, max_size=12), max_size=6),
+    st.lists(st.sampled_from(["none", "stream", "events", "both"]), min_size=1, max_size=6),
+)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_streamed_run_observes_what_line_by_line_does(reads, wants):
+    """A read of update lines while the held prompt reads them (its text, its events) is parsed
+    in one pass (``Streamed``) unless a line is not an update object (not JSON, JavaScript-only
+    JSON, a duplicate ``type``): the indices, the joined deltas on each channel, the gaps and
+    the receipts are what the lines fed one at a time give."""
+    from unittest import mock
+
+    from bridge.core import framing
+    from bridge.core.events import Streamed, TextDelta
+
+    bulk, single = Session(("clear_queue",)), Session(("clear_queue",))
+    start = (
+        b'{"type":"response","command":"prompt","id":"p","success":true,"data":{"disposition":"started"}}\n'
+        b'{"type":"agent_start"}\n'
+    )
+    want = wants[0]
+    for s in (bulk, single):
+        s.send(
+            {"type": "prompt", "id": "p", "message": "x"},
+            stream=want in ("stream", "both"),
+            events=want in ("events", "both"),
+        )
+        list(s.observe_batch(LineSplitter().feed(start)))
+    splitter = LineSplitter()
+    streamed = 0
+    for picks in reads:
+        data = b"".join(_STREAMED_LINES[k] + b"\n" for k in picks)
+        with mock.patch.object(framing, "BULK_MIN_LINES", 1):
+            batch = splitter.feed_runs(b"\n" + data, b'{"type":"message_update",', b"}")[1:]
+        got_i, got_e = [], []
+        for seen in bulk.observe_batch(batch):
+            streamed += type(seen) is Streamed
+            got_i += range(seen.first, seen.first + len(seen.lines)) if hasattr(seen, "first") else [seen.idx]
+            got_e += getattr(seen, "events", [])
+        want_i, want_e = [], []
+        for line in _lines_of(batch):
+            for seen in single.observe_batch([line]):
+                want_i += range(seen.first, seen.first + len(seen.lines)) if hasattr(seen, "first") else [seen.idx]
+                want_e += getattr(seen, "events", [])
+        assert got_i == want_i
+        for keep in (lambda e: not isinstance(e, TextDelta), lambda e: isinstance(e, TextDelta)):
+            assert _deltas_joined([e for e in got_e if keep(e)]) == _deltas_joined([e for e in want_e if keep(e)])
+        assert bulk.tracker.gap == single.tracker.gap
+    assert [r.to_json() for r in bulk.receipts] == [r.to_json() for r in single.receipts]
+    if all(k < 6 for picks in reads for k in picks) and reads and want != "none":
+        assert streamed == len(reads)  # each read one run, parsed in one pass
 
 
 # Lines that start and end like a message_update but are not one JSON object (SPEC §3: a gap),

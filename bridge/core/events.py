@@ -144,4 +144,17 @@ class Skipped:
     nbytes: int
 
 
-Observation = Observed | Skipped
+@attrs.frozen
+class Streamed:
+    """A run of ``message_update`` lines the held prompt reads (its text, its events), parsed
+    in one pass: indices ``first`` on, and only their deltas come of them, joined by kind as a
+    read's deltas are (:meth:`bridge.core.session.Session.observe_batch`)."""
+
+    first: int
+    lines: Sequence[bytes]
+    #: Their bytes together.
+    nbytes: int
+    events: Sequence[Event]
+
+
+Observation = Observed | Skipped | Streamed

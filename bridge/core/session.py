@@ -60,11 +60,13 @@ The bridge's own rules on top (SPEC §5):
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 import attrs
+import orjson
 
 from bridge.core.dialogs import DIALOG_METHODS, ui_fields
 from bridge.core.events import (
@@ -80,6 +82,7 @@ from bridge.core.events import (
     Retrying,
     SealBroken,
     Skipped,
+    Streamed,
     TextDelta,
 )
 from bridge.core.framing import (
@@ -281,12 +284,42 @@ class Session:
 
     def _observe_run(self, run: UpdateRun, t: float | None) -> Iterator[Observation]:
         """A splitter's run of ``message_update`` candidates: in bulk when nobody streams
-        them and each is one JSON text, else line by line."""
-        if self._updates_skippable() and self._json.run(run):
-            yield Skipped(self.observe_updates(len(run)), run, run.nbytes)
-            return
+        them and each is one JSON text, parsed in one pass when the held prompt reads them
+        (:meth:`_stream_run`), else line by line."""
+        if self._updates_skippable():
+            if self._json.run(run):
+                yield Skipped(self.observe_updates(len(run)), run, run.nbytes)
+                return
+        elif self.skip_updates and not self._fresh_needed:
+            streamed = self._stream_run(run)
+            if streamed is not None:
+                yield streamed
+                return
         for line in run:
             yield self._receive_line(line, t)
+
+    def _stream_run(self, run: UpdateRun) -> Streamed | None:
+        """A run of candidates while the held prompt reads its ``message_update`` lines: each
+        parsed (orjson), and when every one is a JSON object whose ``type`` is
+        ``message_update`` (a duplicate key can make it another) they are observed together,
+        as line by line would: the tracker reads none of them and nothing else of the session
+        moves between them, so they take their indices at once and what comes of them is their
+        deltas (:func:`_run_deltas`). Else None: line by line, where a line orjson refuses is
+        decided by :func:`~bridge.core.framing.parse_line`. Not for a session that reports every
+        line it parsed (``skip_updates`` off: a full journal keeps each)."""
+        try:
+            values = list(map(orjson.loads, run.cut if run.cut is not None else run))
+            if set(map(dict.get, values, itertools.repeat("type"))) != {"message_update"}:
+                return None
+        except (orjson.JSONDecodeError, TypeError):  # TypeError: a value that is not a dict
+            return None
+        first = self.observe_updates(len(values))
+        held = self.held
+        events: Sequence[Event] = NO_EVENTS
+        if held is not None and self.taint is None and self._in_slots_run():  # as _update decides
+            held.retry_delay = 0.0
+            events = _run_deltas(values, first, held.request, held.events, held.stream)
+        return Streamed(first, run, run.nbytes, events)
 
     def observe_updates(self, count: int) -> int:
         """``count`` ``message_update`` lines (or their elided journal entries) the tracker
@@ -775,3 +808,46 @@ def message_text(message: dict[str, Any]) -> str:
         for part in content
         if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
     )
+
+
+def _run_deltas(
+    values: list[dict[str, Any]], first: int, request: RequestId | None, events: bool, stream: bool
+) -> list[Event]:
+    """What :meth:`Session._update` makes of each of a run's lines (indices ``first`` on), as
+    the live bridge hands a read's deltas on: consecutive text (or thinking) deltas as one
+    event (``idx`` the first one's, ``lines`` their count, :func:`~bridge.core.progress.join_deltas`)
+    when the prompt asked for its events, and its text deltas as one :class:`TextDelta` (last)
+    when it streams its text."""
+    out: list[Event] = []
+    text: list[str] = []
+    kind_now: Any = None
+    pieces: list[str] = []
+    start = first
+    for idx, value in enumerate(values, first):
+        found = delta_of(value)
+        if found is None:
+            continue
+        kind, piece = found
+        if kind == "text_delta":
+            if stream:
+                text.append(piece)
+            if not events:
+                continue
+        elif kind != "thinking_delta" or not events:
+            continue
+        if kind != kind_now:
+            if pieces:
+                out.append(_joined(kind_now, request, start, pieces))
+            kind_now, pieces, start = kind, [], idx
+        pieces.append(piece)
+    if pieces:
+        out.append(_joined(kind_now, request, start, pieces))
+    if text:
+        out.append(TextDelta(request, "".join(text)))
+    return out
+
+
+def _joined(kind: str, request: RequestId | None, idx: int, pieces: list[str]) -> Event:
+    if kind == "text_delta":
+        return TextEvent(request, idx, "".join(pieces), len(pieces))
+    return ThinkingEvent(request, idx, "".join(pieces), len(pieces))

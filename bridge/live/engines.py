@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from bridge.core.events import Event, Skipped
+from bridge.core.events import Event, Skipped, Streamed
 from bridge.core.framing import MESSAGE_UPDATE, Oversize, RawLine, UpdateRun
 from bridge.core.lifecycle import (
     Answered,
@@ -185,10 +185,24 @@ class EngineSide:
         lean = journal is not None and not journal.full
         deltas: list[Any] = []  # a prompt's text / thinking deltas of this read, joined when handed on
         for seen in self.session.observe_batch(lines, t=t):
-            if isinstance(seen, Skipped):
+            if isinstance(seen, (Skipped, Streamed)):
                 shown = True
                 if journal is not None:
                     run.add(seen.first, len(seen.lines), seen.nbytes)
+                if isinstance(seen, Skipped) or not seen.events:
+                    continue
+                run.flush()
+                for event in seen.events:  # each as if from a line of its own
+                    if isinstance(event, DELTA_TYPES):
+                        if deltas and type(deltas[0]) is not type(event):
+                            self._handle((join_deltas(deltas),))
+                            deltas = []
+                        deltas.append(event)
+                    else:
+                        if deltas:
+                            self._handle((join_deltas(deltas),))
+                            deltas = []
+                        self._handle((event,))
                 continue
             parsed = seen.parsed
             if not shown and (type(parsed) is not dict or parsed.get("type") != "response"):
