@@ -376,6 +376,13 @@ _NOT_JSON_UPDATES = [
     _long_update("x")[:3000] + b"}",  # a long one cut and closed
     _long_update("x") + _long_update("y"),  # two long ones as one
 ]
+# A second ``type`` key (JSON.stringify never writes one): the first bytes decide, in the fast
+# path, in a full parse and in replay alike.
+_TWO_TYPES = [
+    b'{"type":"message_update","type":"agent_end","messages":[]}',
+    b'{"type":"message_update","type":"agent_settled"}',
+    b'{"type":"message_update","type":"turn_end","message":{"role":"assistant","content":[]}}',
+]
 _JS_ONLY_UPDATES = [
     b'{"type":"message_update","d":"\\ud83d"}',  # a lone surrogate escape
     b'{"type":"message_update","n":1e999}',
@@ -386,7 +393,7 @@ _JS_ONLY_UPDATES = [
 @given(
     st.lists(
         st.lists(
-            st.sampled_from([UPDATE, _long_update("hi"), *_NOT_JSON_UPDATES, *_JS_ONLY_UPDATES])
+            st.sampled_from([UPDATE, _long_update("hi"), *_NOT_JSON_UPDATES, *_JS_ONLY_UPDATES, *_TWO_TYPES])
             | events.map(lambda e: __import__("json").dumps(e, separators=(",", ":")).encode()),
             max_size=12,
         ),
@@ -425,6 +432,23 @@ def test_the_fast_path_decides_what_a_full_parse_decides(batches, stream_flags, 
 
 
 _RUN_MARKS = (b'{"type":"message_update",', b"}")
+
+
+def test_a_second_type_key_does_not_make_an_update_another_event():
+    """A line that starts as a message_update is one, whatever a second ``type`` key later in it
+    says (JSON.parse and orjson keep the last key): the fast path knows it by its first bytes,
+    and so does replay, so a full parse must not read it as an ``agent_end`` or a settle."""
+    ack = b'{"type":"response","command":"prompt","id":"p","success":true,"data":{"disposition":"started"}}'
+    for want in ("none", "events"):
+        got = []
+        for skip in (True, False):
+            s = Session(("clear_queue",), skip_updates=skip)
+            s.send({"type": "prompt", "id": "p", "message": "x"}, events=want == "events")
+            for line in [ack, b'{"type":"agent_start"}', *_TWO_TYPES]:
+                list(s.observe_batch([line]))
+            assert s.held is not None and s.held.receipt is None and s.tracker.gap is None, (skip, want)
+            got.append((s.observations, s.taint))
+        assert got[0] == got[1]
 
 
 def test_an_update_line_that_is_not_json_is_a_gap_on_the_fast_path():
