@@ -562,10 +562,18 @@ def _cmd_models(args: argparse.Namespace) -> int:
     if isinstance(models, str):
         print(f"bridge models: {models}", file=sys.stderr)
         return 1
+    if not models:
+        # Not an error of ours (exit 0), but an empty table says nothing: Pi offers a provider's
+        # models once it has a key for it.
+        print(
+            "bridge models: the engine offers no model: Pi lists a provider's models once it has its key "
+            "(--api-key-env NAME, or a --models-json provider)",
+            file=sys.stderr,
+        )
     if args.json:
         for m in models:
             print(json.dumps(m))
-    else:
+    elif models:
         print(f"{'provider':16} {'id':32} {'reasoning':9} {'context':>9}  name")
         for m in models:
             reasoning = "yes" if m.get("reasoning") else "no"

@@ -432,3 +432,20 @@ def test_serve_whose_reader_went_away_closes_and_exits_141(tmp_path):
     receipts = [line for line in text.splitlines() if line.startswith('{"receipt"')]
     prompts = [line for line in text.splitlines() if '"type":"prompt"' in line and '"send"' in line]
     assert len(receipts) >= 1 and len(receipts) >= len(prompts)
+
+
+def test_models_says_so_when_the_engine_offers_none() -> None:
+    """An empty list is Pi's answer without a provider key: a line on stderr says why (exit 0),
+    not an empty table; with models, the table and no such line."""
+    import shlex
+
+    fake = f"{sys.executable} tools/fake_engine.py --scenario-json"
+    none = _bridge_sh(f"models -- {fake} {shlex.quote(json.dumps({'models': []}))}")
+    assert none.returncode == 0 and none.stdout == "", none
+    assert none.stderr.strip().splitlines() == [
+        "bridge models: the engine offers no model: Pi lists a provider's models once it has its key "
+        "(--api-key-env NAME, or a --models-json provider)"
+    ]
+    assert _bridge_sh(f"models --json -- {fake} {shlex.quote(json.dumps({'models': []}))}").stdout == ""
+    some = _bridge_sh(f"models -- {fake} {shlex.quote(json.dumps({'models': [{'provider': 'p', 'id': 'm'}]}))}")
+    assert some.returncode == 0 and "p                m" in some.stdout and some.stderr == "", some

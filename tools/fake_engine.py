@@ -101,7 +101,8 @@ Scenario
       "startup": [LINE, …],           # alias of on_start.lines (both are written)
       "exit_at_start": CODE,          # alias of on_start.exit
       "state": {…},                   # merged into get_state's data (e.g. a dirty seal)
-      "commands": [{…}, …]            # get_commands' data.commands
+      "commands": [{…}, …],           # get_commands' data.commands
+      "models": [{…}, …]              # get_available_models' data.models (default: one fake model)
     }
 
 A LINE is written as: a JSON object/array/number -> its JSON; a string -> that text, raw
@@ -1356,7 +1357,9 @@ class Engine:
     def cmd_simple(self, cmd: dict, n: int, beh: Any) -> None:
         ctype = cmd["type"]
         data: Any = SIMPLE_COMMANDS.get(ctype)
-        if ctype == "get_messages":
+        if ctype == "get_available_models" and "models" in self.scenario:
+            data = {"models": list(self.scenario["models"] or [])}
+        elif ctype == "get_messages":
             data = {"messages": []}
         elif ctype == "get_last_assistant_text":
             data = {"text": self.last_assistant_text}
