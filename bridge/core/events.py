@@ -1,8 +1,9 @@
 """What the evidence half says: the events a :class:`~bridge.core.session.Session` returns, in
 order, for what it was fed (besides the tracker's own :class:`~bridge.core.tracker.Overlap`,
 :class:`~bridge.core.tracker.Working` and :class:`~bridge.core.tracker.Settled`), and what it
-yields for each engine line (:class:`Observed`, or :class:`Skipped` for a run of
-``message_update`` lines the fast path took in bulk). The events a prompt asked for (tool
+yields for each engine line (:class:`Observed`, or for a run of ``message_update`` lines
+:class:`Skipped`, taken in bulk by the fast path, or :class:`Streamed`, parsed in one pass for
+a prompt that reads them). The events a prompt asked for (tool
 calls, thinking, ...) are :mod:`bridge.core.progress`'s.
 
 Each event that reaches the controller as a ``signal`` has its wire form here (``to_json``);

@@ -258,9 +258,11 @@ class Session:
         Yields one :class:`Skipped` per run of ``message_update`` lines nobody streams (they
         take their indices and are not parsed: the fast path, a splitter's
         :class:`~bridge.core.framing.UpdateRun` of candidates, and runs found among other lines
-        by :func:`bridge.core.framing.sized_update_runs`; each line one observation) and one :class:`Observed` per other line. Consume it whole: each item
-        is yielded after its lines were observed, and what the caller does between items
-        (journal a line, answer a start-up check) sees the session as of that line."""
+        by :func:`bridge.core.framing.sized_update_runs`; each line one observation), one
+        :class:`Streamed` per splitter's run the held prompt reads (:meth:`_stream_run`) and
+        one :class:`Observed` per other line. Consume it whole: each item is yielded after its
+        lines were observed, and what the caller does between items (journal a line, answer a
+        start-up check) sees the session as of that line."""
         if not self._updates_skippable():
             for line in lines:
                 if type(line) is UpdateRun:
