@@ -442,6 +442,30 @@ def test_a_retrys_wait_and_a_running_tool_pause_the_stall_clock() -> None:
     assert s.stall_pause("unknown") == 0
 
 
+def test_a_read_of_streamed_deltas_ends_a_retrys_wait() -> None:
+    """For a prompt that reads its events, a read of its deltas (taken as one run) ends the
+    retry's wait as a line of them taken alone does."""
+    from unittest import mock
+
+    from bridge.core import framing
+    from bridge.core.framing import MESSAGE_UPDATE, LineSplitter
+
+    update = MESSAGE_UPDATE + b'"assistantMessageEvent":{"type":"text_delta","delta":"x"}}\n'
+    s = Session(())
+    s.send({"type": "prompt", "id": "p", "message": "m"}, events=True)
+    for obj in (
+        {"type": "response", "id": "p", "command": "prompt", "success": True, "data": {"disposition": "started"}},
+        {"type": "agent_start"},
+        {"type": "auto_retry_start", "attempt": 1, "maxAttempts": 3, "delayMs": 2500},
+    ):
+        s.observe(obj)
+    assert s.stall_pause("p") == 2.5
+    with mock.patch.object(framing, "BULK_MIN_LINES", 1):
+        batch = LineSplitter().feed_runs(b"\n" + update * 3, MESSAGE_UPDATE, b"}")[1:]
+    seen = list(s.observe_batch(batch))
+    assert [type(x).__name__ for x in seen] == ["Streamed"] and s.stall_pause("p") == 0
+
+
 async def test_answers_to_the_bridges_questions_do_not_keep_a_stalled_run_alive(tmp_path: Path) -> None:
     """The stall timeout counts from the engine's own lines: a controller asking for the models
     every half second while the run is silent does not put the stall off (found by trying it)."""
