@@ -43,6 +43,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--serve", action="store_true", help="also each tree's bridge serve")
     p.add_argument("--events", action="store_true", help="also each tree's bridge API with every event read")
+    p.add_argument("--engines", type=int, default=1, help="engines under one bridge, each with the stream (default 1)")
     p.add_argument("--timeout", type=float, default=600)
     a = p.parse_args()
     trees = [Path(t).resolve() for t in a.trees.split(",")]
@@ -60,11 +61,12 @@ def main() -> int:
             if a.events:
                 runs.append(("bridge API, events", functools.partial(bench.run_api, events=True)))
             for label, run in runs:
-                res = run(a.stream, 1, 1, a.timeout)
-                engine = res["engines"][0]
-                if any(s != "finished" for s in engine["states"]):
-                    raise SystemExit(f"{tree} {label}: receipt {engine['states']}")
-                rows.setdefault(f"{tree} {label}", []).append((engine["t_end"] - res["t0"], res["cpu"]))
+                res = run(a.stream, a.engines, 1, a.timeout)
+                for engine in res["engines"]:
+                    if any(s != "finished" for s in engine["states"]):
+                        raise SystemExit(f"{tree} {label}: receipt {engine['states']}")
+                end = max(engine["t_end"] for engine in res["engines"])
+                rows.setdefault(f"{tree} {label}", []).append((end - res["t0"], res["cpu"]))
     size = os.path.getsize(a.stream) / 1e6
     print(f"{a.stream}: {size:.1f} MB, {a.rounds} rounds interleaved, load average now {os.getloadavg()[0]:.1f}")
     print(f"{'reader':<44} {'wall med':>8} {'best':>6} {'CPU med':>8} {'best':>6}   drain/x: med  best  paired")
