@@ -411,10 +411,11 @@ def update_runs(
 
 #: From this many lines on, a read's short lines are first checked in bulk, in place, to be
 #: all candidate ``message_update`` lines (:meth:`LineSplitter.feed_runs`: one run, no line
-#: classified on its own). The bulk check costs per byte (a count: ~0.1 ns/B here), the
-#: per-line maps per line (~280 ns), so it pays for lines shorter than a few KB: Pi 1.6's
-#: deltas (~330 B, ~780 lines in a 256 KiB read), not the older engines' whole partials
-#: (~13 KB, ~20 lines a read) nor tool output. A full read of 128 lines averages 2 KiB a line.
+#: classified on its own). The bulk check costs per byte (a count: ~0.4 ns/B here), the
+#: per-line path per line (maps ~280 ns, a copy without the LF), so it pays for lines shorter
+#: than ~1 KB: Pi 1.6's deltas (~330 B, ~780 lines in a 256 KiB read), not the older engines'
+#: whole partials (~13 KB, ~20 lines a read) nor tool output. A full read of 128 lines
+#: averages 2 KiB a line.
 BULK_MIN_LINES: Final = 128
 
 
