@@ -197,6 +197,11 @@ _LONG_LINES = [
 ]
 
 
+def _indices(seen) -> list[int]:
+    """The indices an observation took: a run's (Skipped, Streamed) or its line's."""
+    return list(range(seen.first, seen.first + len(seen.lines))) if hasattr(seen, "first") else [seen.idx]
+
+
 def _deltas_joined(events: list) -> list:
     """Events as the live bridge hands them on: consecutive text (thinking) deltas joined, a
     streamed prompt's text deltas joined, everything else by its class."""
@@ -241,10 +246,7 @@ def test_runs_left_in_the_read_observe_exactly_what_line_by_line_does(batches, r
     def feed(s, batch):
         indices, events = [], []
         for seen in s.observe_batch(batch):
-            if hasattr(seen, "first"):
-                indices += range(seen.first, seen.first + len(seen.lines))
-            else:
-                indices.append(seen.idx)
+            indices += _indices(seen)
             events += getattr(seen, "events", [])
         return indices, events
 
@@ -347,12 +349,12 @@ def test_a_streamed_run_observes_what_line_by_line_does(reads, wants):
         got_i, got_e = [], []
         for seen in bulk.observe_batch(batch):
             streamed += type(seen) is Streamed
-            got_i += range(seen.first, seen.first + len(seen.lines)) if hasattr(seen, "first") else [seen.idx]
+            got_i += _indices(seen)
             got_e += getattr(seen, "events", [])
         want_i, want_e = [], []
         for line in _lines_of(batch):
             for seen in single.observe_batch([line]):
-                want_i += range(seen.first, seen.first + len(seen.lines)) if hasattr(seen, "first") else [seen.idx]
+                want_i += _indices(seen)
                 want_e += getattr(seen, "events", [])
         assert got_i == want_i
         for keep in (lambda e: not isinstance(e, TextDelta), lambda e: isinstance(e, TextDelta)):

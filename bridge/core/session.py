@@ -843,17 +843,18 @@ def _run_deltas(
             continue
         if kind != kind_now:
             if pieces:
-                out.append(_joined(kind_now, request, start, pieces))
+                out.append(_DELTA_EVENTS[kind_now](request, start, "".join(pieces), len(pieces)))
             kind_now, pieces, start = kind, [], idx
         pieces.append(piece)
     if pieces:
-        out.append(_joined(kind_now, request, start, pieces))
+        out.append(_DELTA_EVENTS[kind_now](request, start, "".join(pieces), len(pieces)))
     if text:
         out.append(TextDelta(request, "".join(text)))
     return out
 
 
-def _joined(kind: str, request: RequestId | None, idx: int, pieces: list[str]) -> Event:
-    if kind == "text_delta":
-        return TextEvent(request, idx, "".join(pieces), len(pieces))
-    return ThinkingEvent(request, idx, "".join(pieces), len(pieces))
+#: The event a run's deltas of one kind join into (``_update``'s, joined as ``join_deltas`` does).
+_DELTA_EVENTS: Final[dict[str, type[TextEvent] | type[ThinkingEvent]]] = {
+    "text_delta": TextEvent,
+    "thinking_delta": ThinkingEvent,
+}

@@ -191,50 +191,40 @@ class EngineSide:
                     run.add(seen.first, len(seen.lines), seen.nbytes)
                 if isinstance(seen, Skipped) or not seen.events:
                     continue
-                run.flush()
-                for event in seen.events:  # each as if from a line of its own
-                    if isinstance(event, DELTA_TYPES):
-                        if deltas and type(deltas[0]) is not type(event):
-                            self._handle((join_deltas(deltas),))
-                            deltas = []
-                        deltas.append(event)
-                    else:
-                        if deltas:
-                            self._handle((join_deltas(deltas),))
-                            deltas = []
-                        self._handle((event,))
-                continue
-            parsed = seen.parsed
-            if not shown and (type(parsed) is not dict or parsed.get("type") != "response"):
-                shown = True
-            if journal is not None:
-                if type(parsed) is RawLine:
-                    run.flush()
-                    journal.recv_raw(seen.idx, parsed, t)
-                elif lean and seen.line.startswith(MESSAGE_UPDATE):  # type: ignore[union-attr]  # bytes
-                    run.add(seen.idx, 1, len(seen.line))  # type: ignore[arg-type]  # bytes
-                else:
-                    run.flush()
-                    journal.recv(seen.idx, seen.line, parsed, t)  # type: ignore[arg-type]  # not a RawLine: bytes
-            waiting = self._startup_waiting or self._config_waiting or self.asked
-            if waiting and type(parsed) is dict and parsed.get("type") == "response":
-                run.flush()
-                self._answer(parsed)
-            events = seen.events
-            if not events:
-                continue
-            one = events[0] if len(events) == 1 else None
-            if isinstance(one, DELTA_TYPES) and (not deltas or type(deltas[0]) is type(one)):
-                deltas.append(one)
-                continue
-            run.flush()
-            if deltas:  # handed on before what follows them, in order
-                self._handle((join_deltas(deltas),))
-                deltas = []
-            if isinstance(one, DELTA_TYPES):
-                deltas.append(one)
+                handed: Sequence[Sequence[Event]] = [(event,) for event in seen.events]  # each as if its line's
             else:
-                self._handle(events)
+                parsed = seen.parsed
+                if not shown and (type(parsed) is not dict or parsed.get("type") != "response"):
+                    shown = True
+                if journal is not None:
+                    if type(parsed) is RawLine:
+                        run.flush()
+                        journal.recv_raw(seen.idx, parsed, t)
+                    elif lean and seen.line.startswith(MESSAGE_UPDATE):  # type: ignore[union-attr]  # bytes
+                        run.add(seen.idx, 1, len(seen.line))  # type: ignore[arg-type]  # bytes
+                    else:
+                        run.flush()
+                        journal.recv(seen.idx, seen.line, parsed, t)  # type: ignore[arg-type]  # not a RawLine: bytes
+                waiting = self._startup_waiting or self._config_waiting or self.asked
+                if waiting and type(parsed) is dict and parsed.get("type") == "response":
+                    run.flush()
+                    self._answer(parsed)
+                if not seen.events:
+                    continue
+                handed = (seen.events,)
+            for events in handed:
+                one = events[0] if len(events) == 1 else None
+                if isinstance(one, DELTA_TYPES) and (not deltas or type(deltas[0]) is type(one)):
+                    deltas.append(one)
+                    continue
+                run.flush()
+                if deltas:  # handed on before what follows them, in order
+                    self._handle((join_deltas(deltas),))
+                    deltas = []
+                if isinstance(one, DELTA_TYPES):
+                    deltas.append(one)
+                else:
+                    self._handle(events)
         run.flush()
         if deltas:
             self._handle((join_deltas(deltas),))
