@@ -301,7 +301,7 @@ def test_only_a_methods_own_fields_pass_bounded() -> None:
 @pytest.mark.trio
 async def test_a_dialog_before_the_ack_holds_the_ack_deadline(pinned_pi: Any, tmp_path: Path) -> None:
     """select_dialog.ts asks ``select`` in ``before_agent_start``: Pi's ack of the prompt waits
-    for the answer. With a 1 s ack timeout and an answer given after 2.5 s, the prompt still
+    for the answer. With a 2 s ack timeout and an answer given after 3.5 s, the prompt still
     finishes (the ack deadline waits while its dialog is open) and the extension got the
     option chosen; an option the dialog does not offer is refused."""
     server = start_server([{"text": "after the pick"}])
@@ -310,7 +310,7 @@ async def test_a_dialog_before_the_ack_holds_the_ack_deadline(pinned_pi: Any, tm
         ext = str(ROOT / "tools" / "pi" / "extensions" / "select_dialog.ts")
         profile = scripted_profile(models, extensions=[ext])
         journal = tmp_path / "sel.jsonl"
-        config = BridgeConfig(ack_timeout=1.0, dialog_timeout=30)
+        config = BridgeConfig(ack_timeout=2.0, dialog_timeout=30)
         async with open_bridge(profile, journal=journal, config=config) as bridge:
             dialogs = bridge.dialogs()
             notes = bridge.signals()
@@ -320,7 +320,7 @@ async def test_a_dialog_before_the_ack_holds_the_ack_deadline(pinned_pi: Any, tm
                 assert (dialog.method, dialog.request, dialog.fields["options"]) == ("select", "sel", ["red", "green"])
                 with pytest.raises(DialogError, match="not one of the dialog's options"):
                     await dialog.answer("blue")
-                await trio.sleep(2.5)  # longer than the ack timeout
+                await trio.sleep(3.5)  # longer than the ack timeout
                 await dialog.answer("green")
                 r = await handle.receipt()
         assert (r.state, r.reason, r.reply) == ("finished", None, "after the pick"), r
