@@ -377,7 +377,14 @@ _NOT_JSON_UPDATES = [
     b'{"type":"message_update","d":"\xed\xa0\x80"}',  # a surrogate encoded as UTF-8
     _long_update("x")[:3000] + b"}",  # a long one cut and closed
     _long_update("x") + _long_update("y"),  # two long ones as one
+    # Not ending like an update: a read of short lines is one run by their starts alone.
+    b'{"type":"message_update","d":""',  # cut short
+    b'{"type":"message_update","a":[{}',  # left open, as if the next line went on with it
+    b'{"type":"message_update","a":1}]}',  # closing more than it opened
+    b'{"type":"message_update","a":1} x',
 ]
+# One JSON object all the same, its end not a brace: an update in every path.
+_ODD_END_UPDATES = [b'{"type":"message_update","a":1}  ', b'{"type":"message_update","a":1}\t']
 # A second ``type`` key (JSON.stringify never writes one): the first bytes decide, in the fast
 # path, in a full parse and in replay alike.
 _TWO_TYPES = [
@@ -395,7 +402,9 @@ _JS_ONLY_UPDATES = [
 @given(
     st.lists(
         st.lists(
-            st.sampled_from([UPDATE, _long_update("hi"), *_NOT_JSON_UPDATES, *_JS_ONLY_UPDATES, *_TWO_TYPES])
+            st.sampled_from(
+                [UPDATE, _long_update("hi"), *_NOT_JSON_UPDATES, *_JS_ONLY_UPDATES, *_TWO_TYPES, *_ODD_END_UPDATES]
+            )
             | events.map(lambda e: __import__("json").dumps(e, separators=(",", ":")).encode()),
             max_size=12,
         ),
