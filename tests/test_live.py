@@ -24,7 +24,7 @@ from bridge.readers.replay import replay
 from tests.conftest import TOOLS
 
 FAST = dict(
-    ack_timeout=2.0,
+    ack_timeout=5.0,  # none of these waits it out but the no-ack test, which sets its own
     taint_grace=1.0,
     stop_grace=1.0,
     restart_backoff=(0.0,),
