@@ -408,3 +408,18 @@ def test_the_json_check_says_yes_only_to_what_the_exact_parser_takes(edits, junk
         assert not isinstance(parse_line(line), RawLine)
         json.loads(line.decode("utf-8"))
     assert check.line(_VALID_UPDATE)  # a refusal leaves the parser usable
+
+
+@given(
+    st.binary(max_size=4),
+    st.lists(st.binary(max_size=6), min_size=1, max_size=5),
+    st.sampled_from([b"", b"a", b"\xff", b"a\xff", b"\xff\xff", b'{"type":"message_update",']),
+)
+def test_all_start_with_is_startswith_for_every_line(extra, lines, prefix) -> None:
+    """The bulk check by the least and the greatest line (bytes order) says what ``startswith``
+    says of each line, prefixes ending in 0xFF (no byte above it) included."""
+    from bridge.core.framing import _all_start_with
+
+    lines = lines + [prefix + x for x in lines] + [prefix + extra]
+    for some in (lines, [prefix + x for x in lines], lines[:1]):
+        assert _all_start_with(some, prefix) == all(x.startswith(prefix) for x in some)

@@ -160,7 +160,10 @@ def _all_start_with(lines: list[bytes], prefix: bytes) -> bool:
     every byte (~120 ns a line against ~85). The suffix is not looked at: a line that starts
     with the prefix and that :class:`JsonCheck` finds to be one JSON text is a
     ``message_update`` object whatever its last byte."""
-    return min(lines) >= prefix and max(lines) < prefix[:-1] + bytes((prefix[-1] + 1,))
+    if min(lines) < prefix:
+        return False
+    head = prefix.rstrip(b"\xff")  # (a prefix of 0xFF bytes only: no line past it lacks it)
+    return not head or max(lines) < head[:-1] + bytes((head[-1] + 1,))
 
 
 class LineSplitter:
