@@ -449,3 +449,47 @@ def test_models_says_so_when_the_engine_offers_none() -> None:
     assert _bridge_sh(f"models --json -- {fake} {shlex.quote(json.dumps({'models': []}))}").stdout == ""
     some = _bridge_sh(f"models -- {fake} {shlex.quote(json.dumps({'models': [{'provider': 'p', 'id': 'm'}]}))}")
     assert some.returncode == 0 and "p                m" in some.stdout and some.stderr == "", some
+
+
+def test_run_shows_a_reply_with_surrogates_whole():
+    """A reply with a lone surrogate (JSON.parse reads ``"\\ud83d"``; a model can send one) is
+    shown whole on a UTF-8 stdout, the surrogate as U+FFFD, as JavaScript's TextEncoder writes
+    it: no text lost, no stdout taken for closed, exit 0."""
+    scenario = {"prompts": [{"reply": "Hi \ud83d there \U0001f600 end", "deltas": 3}]}
+    engine = [sys.executable, str(ROOT / "tools" / "fake_engine.py"), "--scenario-json", json.dumps(scenario)]
+    p = subprocess.run(
+        [sys.executable, "-m", "bridge", "run", "hi", "--no-journal", "--", *engine],
+        capture_output=True,
+        timeout=60,
+        env={**__import__("os").environ, "PYTHONIOENCODING": "utf-8"},
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.decode() == "Hi \ufffd there \U0001f600 end\n"
+    assert b"finished" in p.stderr and b"cannot write" not in p.stderr
+
+
+def test_the_halves_of_a_surrogate_pair_in_two_pieces_are_shown_as_one_character(capsys):
+    """JavaScript strings are UTF-16: a delta may end between the two halves of a pair. The
+    piece keeps its first half for the next one; a half with no other is U+FFFD."""
+    import trio
+
+    from bridge.controller.run import Run
+
+    class Handle:
+        async def text(self):
+            for piece in ("a\ud83d", "\ude00b\ud83d", "\ude01", "c\ud83d"):
+                yield piece
+
+    run = Run.__new__(Run)
+    run.json, run.stdout_gone = False, False
+    trio.run(run._stream, None, Handle())
+    assert capsys.readouterr().out == "a\U0001f600b\U0001f601c\ufffd"
+
+
+def test_run_json_shows_the_text_on_stderr_as_on_stdout():
+    """With ``--json`` the reply text goes to stderr, surrogates made characters there too."""
+    scenario = {"prompts": [{"reply": "x \ud83d y", "deltas": 2}]}
+    engine = [sys.executable, str(ROOT / "tools" / "fake_engine.py"), "--scenario-json", json.dumps(scenario)]
+    p = bridge("run", "hi", "--no-journal", "--json", "--", *engine)
+    assert p.returncode == 0, p.stderr
+    assert "x \ufffd y" in p.stderr and json.loads(p.stdout)["state"] == "finished"

@@ -82,7 +82,8 @@ Default behaviour (what Pi 1.6.0 does, SPEC §2)
 Scenario
 ========
 
-``--scenario FILE`` or ``--scenario-json JSON``; every key is optional::
+``--scenario FILE`` or ``--scenario-json JSON`` (read as ``JSON.parse`` reads, lone surrogate escapes
+included); every key is optional::
 
     {
       "defaults": {BEHAVIOUR},        # merged into every prompt's behaviour
@@ -1517,12 +1518,12 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.scenario:
             with open(args.scenario, "rb") as f:
-                scenario = orjson.loads(f.read())
+                scenario = js_loads(f.read().decode("utf-8"))
             source = args.scenario
         elif args.scenario_json:
-            scenario = orjson.loads(args.scenario_json)
+            scenario = js_loads(args.scenario_json)
             source = "--scenario-json"
-    except (OSError, orjson.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, orjson.JSONDecodeError) as exc:
         die(f"bad scenario: {exc}")
     if not isinstance(scenario, dict):
         die("bad scenario: not a JSON object")

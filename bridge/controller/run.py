@@ -21,6 +21,23 @@ from bridge.live.api import Bridge, PromptHandle
 from bridge.profiles.command import EngineProfile
 
 
+def writable(text: str, encoding: str | None) -> str:
+    """``text`` as JavaScript would write it out: the surrogates a JSON string can hold (Python
+    keeps ``"\\ud83d\\ude00"`` as two code points) made into the character a pair of them
+    makes, a lone one into U+FFFD as ``TextEncoder`` does; then what ``encoding`` cannot
+    encode (a stdout that is not UTF-8) as its replacement character."""
+    text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text.encode(encoding or "utf-8", "replace").decode(encoding or "utf-8")
+
+
+def _has_surrogates(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 @attrs.define
 class Run:
     """One ``bridge run``: the bridge it opens, and what it saw there that decides the
@@ -95,19 +112,31 @@ class Run:
             await h.receipt()
 
     async def _stream(self, bridge: Bridge, h: PromptHandle) -> None:
-        """Show the reply text as it arrives. Ends at the prompt's receipt."""
+        """Show the reply text as it arrives. Ends at the prompt's receipt. A piece that ends
+        with the first half of a surrogate pair (JavaScript strings are UTF-16: a delta may end
+        between the halves) keeps it for the next piece, so that the two make one character."""
+        held = ""
         async for piece in h.text():
-            self.show(piece)
+            piece = held + piece
+            held = piece[-1:] if "\ud800" <= piece[-1:] <= "\udbff" else ""
+            self.show(piece[: len(piece) - len(held)])
             if self.stdout_gone:
                 bridge.close_now("close", "stdout was closed")
+        if held:
+            self.show(held)
 
     def show(self, text: str) -> None:
         """Reply text: stdout (stderr with --json, which keeps stdout JSON only)."""
         if self.stdout_gone:
             return
         out = sys.stderr if self.json else sys.stdout
+        if not text.isascii() and _has_surrogates(text):
+            text = writable(text, None)
         try:
-            out.write(text)
+            try:
+                out.write(text)
+            except UnicodeEncodeError:  # a stdout that is not UTF-8
+                out.write(writable(text, out.encoding))
             out.flush()
         except BrokenPipeError:
             # `| head`: the reader is gone. No more text, no traceback; the
