@@ -358,11 +358,16 @@ class Harness:
         return self.feed(SpawnFailed(generation, "cannot start"))
 
     def exited(
-        self, generation: int, code: int | None = 0, signal: int | None = None, stderr: list[str] | None = None
+        self,
+        generation: int,
+        code: int | None = 0,
+        signal: int | None = None,
+        stderr: list[str] | None = None,
+        refusal: str | None = None,
     ) -> list[Any]:
         self.procs.pop(generation, None)
         self.startup_pending.discard(generation)
-        return self.feed(EngineExited(generation, code, signal, stderr=list(stderr or [])))
+        return self.feed(EngineExited(generation, code, signal, stderr=list(stderr or []), refusal=refusal))
 
     def settle(self, request: str, facts: Facts, stop: str | None = None) -> list[Any]:
         """The evidence half decided ``request``'s receipt (a settle, or the exit)."""
@@ -886,6 +891,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 "stdout-closed",
                 "dies",
                 "dies",
+                "refuses",
                 "flood",
             ]
         ),
@@ -921,6 +927,14 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert [n["request"] for n in notes(out, "unsent")] == ([held] if unsent else [])
         elif how == "stdout-closed":
             assert of(h.feed(StdoutClosed(g)), StopEngine) == [StopEngine(g, False)]
+        elif how == "refuses":  # it exits saying why (Pi's `Model "x" not found`)
+            checking, crashes = self.lc.state.engine.in_startup, list(self.lc.state.crashes)
+            h.exited(g, 1, None, stderr, refusal="Pi refused the configuration: nope")
+            if checking:  # a refusal: down at once, no crash counted
+                assert self.lc.state.setup_failed and self.lc.state.crashes == crashes
+                assert self.lc.state.down == "Pi refused the configuration: nope"
+            else:  # past its check the words change nothing: a crash
+                assert self.lc.state.crashes[-1] == h.now
         else:
             h.exited(g, 1 if stderr else None, None if stderr else 9, stderr)
             # An unrequested exit counts, now (and only once: checked on every step).
@@ -1335,6 +1349,27 @@ def test_a_startup_check_answered_with_a_refusal_goes_down_at_once_not_retried()
     assert not of(out, Spawn) and h.lc.state.crashes == []
     (r3,) = of(h.submit("p3"), Deliver)
     assert (r3.receipt.state, r3.receipt.reason) == ("rejected", "engine-down")
+    assert [a for a in h.log if type(a) is Spawn] == [Spawn(1)]
+    assert h.violations == []
+    h.drive_to_completion()
+
+
+def test_an_engine_exiting_in_its_check_with_a_refusal_goes_down_at_once_not_retried() -> None:
+    """An exit during the start-up check whose stderr the launch reads as a refusal (Pi's
+    ``Model "nope" not found``: its own check of ``--model``): down at once as a set-up
+    failure, like a refused check, no crash counted and no second engine; the signal and the
+    receipts carry the refusal's words and the exit's."""
+    refusal = 'Pi refused the configuration: Model "nope" not found.'
+    h = Harness()
+    h.submit("p1")
+    h.spawned(1, startup=True)
+    out = h.exited(1, 1, None, ['Error: Model "nope" not found.'], refusal)
+    assert h.lc.state.crashes == [] and h.lc.state.setup_failed and h.lc.state.down == refusal
+    (check,) = [p for p in payloads(out) if p["signal"] == "seal-check"]
+    assert check["problems"][0] == refusal and "start-up check" in check["problems"][1]
+    assert delivered(out) == {"p1": ("rejected", "engine-down")}
+    assert refusal in (h.receipts["p1"][0].native_error or "")
+    h.advance(60.0)
     assert [a for a in h.log if type(a) is Spawn] == [Spawn(1)]
     assert h.violations == []
     h.drive_to_completion()

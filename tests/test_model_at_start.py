@@ -174,3 +174,42 @@ def test_bridge_models_still_lists_what_pi_offers_and_says_the_model_is_not_amon
         "bridge run and serve would refuse it at start"
     )
     assert good.returncode == 0 and good.stderr == "", good.stderr
+
+
+def test_a_model_pi_does_not_know_without_a_provider_is_a_set_up_failure_not_retried(
+    pinned_pi: Any, tmp_path: Path
+) -> None:
+    """``--model nope`` with no ``--provider``: Pi exits 1 before it reads a command, saying
+    ``Model "nope" not found`` -- its own check of the model, which a restart repeats. So it
+    is a refusal, as when the bridge's check refuses (README "Exit codes": 2, one line), not
+    a crash retried up to the crash limit; the same for ``serve`` and ``models``."""
+    server = start_server([])
+    flags = ["--no-journal", "--models-json", scripted_models(server, tmp_path), "--model", "nope"]
+    prompt = '{"type":"prompt","id":"q1","message":"hi"}\n'
+    try:
+        runs = {
+            cmd: subprocess.run(
+                [sys.executable, "-m", "bridge", *cmd.split(), *flags],
+                input=prompt,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                cwd=ROOT,
+            )
+            for cmd in ("run hi", "serve", "models")
+        }
+        assert server.requests == []
+    finally:
+        server.close()
+    said = 'Pi refused the configuration: Model "nope" not found. (`bridge models` with neither'
+    for cmd, p in runs.items():
+        assert p.returncode == 2, (cmd, p.stderr)
+        assert "Traceback" not in p.stderr
+        assert p.stderr.strip().splitlines()[-1].startswith(f"bridge {cmd.split()[0]}: "), (cmd, p.stderr)
+        assert said in p.stderr.strip().splitlines()[-1], (cmd, p.stderr)
+    lines = [json.loads(x) for x in runs["serve"].stdout.splitlines()]
+    # One engine start: the refusal is not retried.
+    assert len([x for x in lines if x["type"] == "engine" and x["event"] == "started"]) == 1
+    (receipt,) = [x["receipt"] for x in lines if x["type"] == "receipt"]
+    assert (receipt["state"], receipt["reason"]) == ("rejected", "engine-down")
+    assert said in receipt["nativeError"]

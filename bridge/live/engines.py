@@ -263,9 +263,11 @@ class EngineSide:
             events = self.session.engine_exited(code, sig, t=t)
             if events:
                 self._handle(events)
+        tail = list(self.session.stderr_tail)
+        refusal = engine.launch.refusal(tail) if engine.launch is not None and engine.launch.refusal else None
         if engine.launch is not None:
             engine.launch.run_cleanup()
-        self._feed(EngineExited(engine.generation, code, sig, list(self.session.stderr_tail)))
+        self._feed(EngineExited(engine.generation, code, sig, tail, refusal))
 
     def _never_written(self, engine: Engine) -> list[str]:
         """At ``engine``'s exit: close its writer queue and return the prompts none of whose

@@ -45,6 +45,10 @@ class Launch:
     #: The engine runs extensions the user allowed: their dialogs go to the controller
     #: (:mod:`bridge.core.dialogs`), not answered ``cancelled`` as a seal diagnostic.
     dialogs: bool = False
+    #: ``refusal(stderr)`` -> the words of a refusal when the engine exited during its
+    #: start-up check saying so (a configuration a restart repeats: down at once, as when
+    #: ``check`` refuses), else None (a crash, retried).
+    refusal: Callable[[list[str]], str | None] | None = None
 
     def run_cleanup(self) -> None:
         if self.cleanup is not None:

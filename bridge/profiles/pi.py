@@ -52,6 +52,7 @@ from bridge.profiles.seal import (
     STARTUP,
     UNSEAL_ENV,
     check_seal,
+    startup_refusal,
 )
 
 __all__ = [
@@ -442,6 +443,7 @@ class PiProfile:
             confinement=probe.verified if confined is not None else None,
             cleanup=folders.remove,
             dialogs=bool(extensions),
+            refusal=startup_refusal,
         )
 
     def _config_base(self) -> str | None:

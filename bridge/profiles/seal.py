@@ -74,8 +74,10 @@ is enforced:
    any case), and an id its provider does not have starts anyway as a *custom model id*,
    with only a warning on stderr (``Model "nope" not found for provider "scripted". Using
    custom model id.``) -- the first prompt then fails at the provider, or reaches a model
-   nobody chose. (``--model nope`` with no ``--provider`` makes Pi exit 1: ``Model "nope"
-   not found``, explained from stderr like any exit at start.) A model of a provider with
+   nobody chose. (``--model nope`` with no ``--provider`` makes Pi exit 1 before it reads a
+   command: ``Error: Model "nope" not found``; also ``is ambiguous across providers`` and
+   ``Unknown provider``. Those words depend on the launch alone, so :func:`startup_refusal`
+   reads them from stderr as a refusal, as if the check had refused: not retried.) A model of a provider with
    no key is not offered either. ``bridge models`` leaves this one check out
    (``PiProfile.check_model``): it is how a user finds the id to give.
 
@@ -91,6 +93,7 @@ to the controller (:mod:`bridge.core.dialogs`). Tests and fixtures also use ``ex
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -161,6 +164,26 @@ _COMMAND_SOURCES: Final[Mapping[str, str]] = {
     "prompt": "a prompt template",
     "skill": "a skill",
 }
+
+
+#: Pi's own refusals of ``--model``/``--provider`` at start-up (``model-resolver.js``
+#: ``resolveCliModel``, printed by ``main.js`` as ``Error: …`` before it exits 1).
+_REFUSED = re.compile(r'Error: ((?:Model ".*" (?:not found|is ambiguous across providers)|Unknown provider ".*").*)')
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_LIST_HINT = re.compile(r"Use --list-models to see available [\w/]+\.")
+
+
+def startup_refusal(stderr: Sequence[str]) -> str | None:
+    """The words of a refusal among the last stderr lines of a Pi that exited during its
+    start-up check (rule 9: a model or provider it does not know), else None: a crash."""
+    for line in stderr:
+        found = _REFUSED.match(_ANSI.sub("", line).strip())
+        if found:
+            words = _LIST_HINT.sub(
+                "(`bridge models` with neither --model nor --provider lists what Pi offers)", found.group(1)
+            )
+            return f"Pi refused the configuration: {words}"
+    return None
 
 
 def check_seal(

@@ -28,7 +28,9 @@ exit). This machine owns the rest of SPEC §5 and §7:
   the crash limit and the engine is restarted after the backoff (SPEC §5). A
   *refusal* -- the engine answered every start-up command (:class:`StartupChecked`)
   and the answers fail the check: a model it does not offer, a loose match it
-  picked, a seal or sandbox problem -- is a function of the launch (flags, config
+  picked, a seal or sandbox problem; or it exited during the check in words its
+  launch's ``refusal`` reads as one (:class:`EngineExited` ``refusal``: Pi's
+  ``Model "x" not found`` for a ``--model`` with no ``--provider``) -- is a function of the launch (flags, config
   folder, models, keys, extensions, host) that a fresh engine repeats, so it is not
   retried: down at once (``setup_failed``; ``run`` and ``serve`` exit 2), the
   problems in the ``engine-down`` signal and in every rejected prompt's

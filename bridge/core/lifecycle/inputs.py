@@ -233,6 +233,9 @@ class EngineExited:
     signal: int | None = None
     #: The engine's last stderr lines.
     stderr: list[str] = attrs.field(factory=list)
+    #: What the launch's ``refusal`` read in them: the engine refused its configuration (a
+    #: model it does not know), which a restart repeats. Only heeded during the start-up check.
+    refusal: str | None = None
 
 
 @attrs.frozen

@@ -622,9 +622,16 @@ class Lifecycle:
         if e.in_startup and not requested:
             e.in_startup = False
             said = exit_words(ev.code, ev.signal, ev.stderr, when=" during its start-up check")
-            self._note({"event": "seal-check", "generation": e.generation, "enforced": e.seal, "problems": [said]})
-            self._signal(SealCheckSignal([said], self.config.seal_check).to_json())
-            self._crash(said)
+            problems = [said] if ev.refusal is None else [ev.refusal, said]
+            self._note({"event": "seal-check", "generation": e.generation, "enforced": e.seal, "problems": problems})
+            self._signal(SealCheckSignal(problems, self.config.seal_check).to_json())
+            if ev.refusal is None:
+                self._crash(said)
+            else:
+                # It said why, and a restart repeats the launch: a refusal (see the package's
+                # rules), down now.
+                s.setup_failed = True
+                self._go_down(ev.refusal)
         elif not requested:
             self._crash(exit_words(ev.code, ev.signal, ev.stderr))
         self._out.append(Notify(EngineExitedNotice(e.pid, e.generation, ev.code, ev.signal, requested)))
