@@ -564,12 +564,13 @@ def _cmd_models(args: argparse.Namespace) -> int:
         return 1
     if not models:
         # Not an error of ours (exit 0), but an empty table says nothing: Pi offers a provider's
-        # models once it has a key for it.
+        # models once it has a key for it. The one line (a --model is then none of them).
         print(
             "bridge models: the engine offers no model: Pi lists a provider's models once it has its key "
             "(--api-key-env NAME, or a --models-json provider)",
             file=sys.stderr,
         )
+        return 0
     if args.json:
         for m in models:
             print(json.dumps(m))

@@ -213,3 +213,24 @@ def test_a_model_pi_does_not_know_without_a_provider_is_a_set_up_failure_not_ret
     (receipt,) = [x["receipt"] for x in lines if x["type"] == "receipt"]
     assert (receipt["state"], receipt["reason"]) == ("rejected", "engine-down")
     assert said in receipt["nativeError"]
+
+
+def test_bridge_models_with_a_model_and_nothing_offered_says_one_thing(pinned_pi: Any) -> None:
+    """No key for the provider: Pi offers no model, so ``bridge models`` says that, in one
+    line, and not also that ``--model`` is none of "these" (there are none)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    p = subprocess.run(
+        [sys.executable, "-m", "bridge", "models", "--provider", "anthropic", "--model", "claude-sonnet-4-5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env=env,
+    )
+    assert p.returncode == 0 and p.stdout == "", p
+    assert p.stderr.strip().splitlines() == [
+        "bridge models: the engine offers no model: Pi lists a provider's models once it has its key "
+        "(--api-key-env NAME, or a --models-json provider)"
+    ]
