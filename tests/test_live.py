@@ -54,6 +54,10 @@ class Run:
         live = sorted((r.request, r.state, r.reason) for r in receipts)
         replayed = sorted((r.request, r.state, r.reason) for r in result.receipts)
         assert replayed == live
+        # And the evidence the receipts carry: a gap's kind and bytes included (the journal
+        # notes what its recv_raw text cannot tell).
+        signals = {r.request: r.to_json()["signals"] for r in result.receipts}
+        assert {r.request: r.to_json()["signals"] for r in receipts} == signals
         live_overlaps = [
             {k: v for k, v in n.items() if k not in ("type", "generation")}
             for n in self.notes
@@ -459,9 +463,17 @@ async def test_gap_taints_the_slot(tmp_path: Path):
 
 
 async def test_oversize_and_invalid_utf8_lines_are_gaps(tmp_path: Path):
-    for n, fault in enumerate(({"oversize_at": 6, "oversize_bytes": 5000}, {"invalid_utf8_at": 6})):
+    """Each a gap, of its own kind, which replay tells as the live bridge did (check_journal:
+    the journal notes the kind and length that its recv_raw text cannot tell)."""
+    faults = (
+        ({"oversize_at": 6, "oversize_bytes": 5000}, "oversize"),
+        ({"invalid_utf8_at": 6}, "invalid-utf8"),
+        ({"array_at": 6}, "not-object"),
+    )
+    for n, (fault, why) in enumerate(faults):
         _, r = await one(tmp_path / str(n), {"prompts": [fault]}, max_line=4096)
         assert (r.state, r.reason) == ("outcome-unknown", "gap"), fault
+        assert [(s["signal"], s["why"]) for s in r.to_json()["signals"] if s["signal"] == "gap"] == [("gap", why)]
 
 
 async def test_disposition_other_than_started(tmp_path: Path):

@@ -43,6 +43,7 @@ import collections
 import itertools
 import json
 import operator
+import re
 from collections.abc import Iterator, Sequence
 from io import BytesIO  # a buffer in memory, no I/O: its readlines finds LFs with memchr
 from typing import Any, Final, Literal, overload
@@ -61,6 +62,7 @@ DEFAULT_MAX_LINE = 64 * 1024 * 1024
 OVERSIZE_HEAD = 1024
 
 RawWhy = Literal["malformed", "invalid-utf8", "not-object", "oversize"]
+RAW_WHYS: Final[frozenset[str]] = frozenset(("malformed", "invalid-utf8", "not-object", "oversize"))
 
 
 @attrs.frozen
@@ -369,6 +371,38 @@ def raw_text(raw: RawLine) -> str:
     if raw.why == "oversize":
         return f"[oversize line: {raw.length} bytes, first {OVERSIZE_HEAD} kept] {raw.text}"
     return raw.text
+
+
+#: The journal's note before a ``recv_raw`` entry whose text cannot tell the line's kind and
+#: length: ``{"note": {"event": "raw-line", "why": WHY, "bytes": N}}`` (replay reads it).
+RAW_LINE_NOTE: Final = "raw-line"
+
+_OVERSIZE_MARK = re.compile(r"[\[<]oversize line: (\d+) bytes")
+
+
+def raw_from_text(text: str) -> RawLine:
+    """A raw line as a journal's ``recv_raw`` text tells it, when nothing else does (the
+    journal notes ``raw-line`` before an entry whose text cannot tell, :func:`text_tells`): an
+    oversize marker with the length it gives; U+FFFD, which replaced invalid UTF-8 (an
+    approximate length: each replacement is 3 bytes of text); JSON that is not an object;
+    else malformed JSON, whose text is the line."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    mark = _OVERSIZE_MARK.match(text)
+    if mark:
+        return RawLine("oversize", text, int(mark.group(1)))
+    if "\ufffd" in text:
+        return RawLine("invalid-utf8", text, size)
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return RawLine("malformed", text, size)
+    return RawLine("malformed" if isinstance(value, dict) else "not-object", text, size)
+
+
+def text_tells(raw: RawLine) -> bool:
+    """Does the journal's text for ``raw`` give back its kind and length (:func:`raw_from_text`)?"""
+    again = raw_from_text(raw_text(raw))
+    return (again.why, again.length) == (raw.why, raw.length)
 
 
 # --------------------------------------------------------------------------

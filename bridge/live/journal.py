@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from bridge.core.framing import MESSAGE_UPDATE, RawLine, raw_text
+from bridge.core.framing import MESSAGE_UPDATE, RAW_LINE_NOTE, RawLine, raw_text, text_tells
 from bridge.core.receipts import Receipt
 from bridge.transcript import VERSION, TranscriptWriter, dumps
 
@@ -200,6 +200,10 @@ class Journal:
         return self._t_text
 
     def recv_raw(self, idx: int, raw: RawLine, t: float) -> None:
+        """The line as text; before it, when the text cannot tell its kind and length (invalid
+        UTF-8 replaced, JSON that is not an object), a ``raw-line`` note with them, for replay."""
+        if not text_tells(raw):
+            self._write("note", {"event": RAW_LINE_NOTE, "why": raw.why, "bytes": raw.length}, t)
         self._write("recv_raw", raw_text(raw), t, idx)
 
     def release(self, request: Any, t: float) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from bridge.core.events import NO_EVENTS, Event, ReceiptReady
-from bridge.core.framing import RawLine
+from bridge.core.framing import RAW_LINE_NOTE, RAW_WHYS, RawLine, RawWhy, raw_from_text
 from bridge.core.receipts import Receipt
 from bridge.core.session import PromptState, Session
 from bridge.core.wire import Wire, form
@@ -36,13 +36,6 @@ class ReplayResult(Wire):
     settled: list[dict[str, Any]]
     receipts: list[Receipt]
     truncated: bool = False
-
-
-def _raw_from_text(text: str) -> RawLine:
-    size = len(text.encode("utf-8", "surrogatepass"))
-    if text.startswith("[oversize line:"):
-        return RawLine("oversize", text, size)
-    return RawLine("malformed", text, size)
 
 
 class Driver:
@@ -68,6 +61,8 @@ class Driver:
         self.story: list[PromptState | Receipt] = []
         self.sent_ids: set[Any] = set()
         self.recorded: dict[Any, dict[str, Any]] = {}
+        # The journal's ``raw-line`` note: the kind and length of the next recv_raw's line.
+        self._raw: tuple[RawWhy, int] | None = None
 
     def feed(self, entry: Entry) -> Sequence[Event]:
         session = self.session
@@ -86,7 +81,10 @@ class Driver:
                     self.story.append(session.open[request])
             return events
         if kind == "recv_raw":
-            return session.observe(_raw_from_text(value), t=entry.t)[1]
+            raw = raw_from_text(value)
+            if self._raw is not None:
+                raw, self._raw = RawLine(self._raw[0], value, self._raw[1]), None
+            return session.observe(raw, t=entry.t)[1]
         if kind == "release":
             recorded = self.recorded.pop(value, None) if self.bounded else self.recorded.get(value)
             return session.release(value, t=entry.t, recorded=recorded)
@@ -118,6 +116,11 @@ class Driver:
                 self.sent_ids.discard(request)
             return NO_EVENTS
         if kind == "note":
+            if isinstance(value, dict) and value.get("event") == RAW_LINE_NOTE:
+                why, size = value.get("why"), value.get("bytes")
+                if why in RAW_WHYS and type(size) is int and size >= 0:
+                    self._raw = (why, size)
+                return NO_EVENTS
             return session.note(value, t=entry.t)
         return NO_EVENTS
 

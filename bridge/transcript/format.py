@@ -11,7 +11,9 @@ Every later line is one object with exactly one *kind* key, plus an optional
 =========  =================================================================
 send       a command the bridge wrote to the engine
 recv       one engine line that parsed as a JSON object
-recv_raw   one engine line that did not (text; invalid UTF-8 replaced)
+recv_raw   one engine line that did not (text; invalid UTF-8 replaced; when the text
+           cannot tell the line's kind and length, a ``raw-line`` note before it does:
+           :data:`bridge.core.framing.RAW_LINE_NOTE`)
 release    the bridge released slot R
 stderr     a line the engine wrote to stderr
 exit       the engine exited: ``{"code": ..., "signal": ...}``

@@ -58,7 +58,7 @@ from bridge.readers.diagnose.command import add_parser, diagnose, run, write_pri
 from bridge.readers.diagnose.diagnoser import Diagnoser
 from bridge.readers.diagnose.findings import AFTER, BEFORE, MAX_FINDINGS, Finding
 from bridge.readers.diagnose.html import html_page
-from bridge.readers.diagnose.render import classify_gap_text, describe
+from bridge.readers.diagnose.render import describe
 from bridge.readers.diagnose.slot import slot_snapshot, slot_words
 from bridge.readers.diagnose.text import format_text
 from bridge.readers.diagnose.timeline import Timeline
@@ -71,7 +71,6 @@ __all__ = [
     "Finding",
     "Timeline",
     "add_parser",
-    "classify_gap_text",
     "describe",
     "diagnose",
     "format_text",

@@ -25,7 +25,7 @@ from bridge.readers.diagnose import journal
 from bridge.readers.diagnose.facts import Facts, Tally, hashable
 from bridge.readers.diagnose.findings import MAX_FINDINGS, Finding, Window, Words
 from bridge.readers.diagnose.receipts import BRIDGE_STOPS, ReceiptAt, explained, receipt_words
-from bridge.readers.diagnose.render import Item, classify_gap_text, describe, item_json, short
+from bridge.readers.diagnose.render import Item, describe, item_json, short
 from bridge.readers.diagnose.signals import (
     OverlapAt,
     diagnostic_words,
@@ -269,9 +269,7 @@ class Diagnoser:
             self.facts.displaced_runs[f"{session.generation}:{snap['run']}"] = (held.request, f.n)
 
     def _gap(self, g: GapOpened, entry: Entry, item: Item) -> None:
-        why = g.why
-        if entry.kind == "recv_raw" and isinstance(entry.value, str) and why in ("malformed", "oversize"):
-            why = classify_gap_text(entry.value)
+        why = g.why  # the journal's raw-line note, or its text (replay.Driver)
         gaps = self.facts.gaps
         gaps[why] = gaps.get(why, 0) + 1
         if self.facts.first_gap is None:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import signal as _signal
 from typing import Any, Final
 
-import orjson
-
 from bridge.transcript import dumps
 
 #: Characters of one raw line kept in a finding's evidence (engine lines can be MiB).
@@ -171,21 +169,6 @@ def fmt_t(t: float | None) -> str:
 def q(value: Any) -> str:
     """A request or run id as a person reads it."""
     return value if isinstance(value, str) else short(value, 40)
-
-
-def classify_gap_text(text: str) -> str:
-    """What kind of line a journal's ``recv_raw`` text was (the journal keeps only the text)."""
-    if text.startswith(("[oversize line:", "<oversize line:")):
-        return "oversize"
-    bad_bytes = "\ufffd" in text  # the journal replaced invalid UTF-8 with U+FFFD
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return "invalid-utf8" if bad_bytes else "malformed"
-    if isinstance(value, dict):
-        # It parses now, so it was journalled raw for its bytes.
-        return "invalid-utf8" if bad_bytes else "malformed"
-    return "not-object"
 
 
 def item_json(item: Item, focus: bool) -> dict[str, Any]:
