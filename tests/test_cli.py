@@ -188,6 +188,7 @@ def test_demo_into_a_closed_pipe_ends_quietly(tmp_path, json_mode: bool):
         (["models", "--", "/nonexistent/engine"], "bridge models: cannot start the engine '/nonexistent/engine'"),
         (["run", "hi", "--no-journal", "--provider", "nosuch"], "--provider nosuch needs --model too"),
         (["demo", "--journal", "README.md"], "the journal README.md already exists"),
+        (["run", "hi", "--journal", "tests", "--", *FAKE], "the journal tests is a folder (give a file's path in it"),
         (["acp", "--no-journal", "--pi-dir", "/nonexistent-pi"], "bridge acp: the pinned Pi is not installed"),
         (["acp", "--pi-settings", "/nonexistent.json"], "--pi-settings /nonexistent.json: No such file"),
         (["run", "hi", "--pi-settings", "README.md"], "--pi-settings README.md: Expecting value"),
@@ -493,3 +494,11 @@ def test_run_json_shows_the_text_on_stderr_as_on_stdout():
     p = bridge("run", "hi", "--no-journal", "--json", "--", *engine)
     assert p.returncode == 0, p.stderr
     assert "x \ufffd y" in p.stderr and json.loads(p.stdout)["state"] == "finished"
+
+
+def test_a_journal_path_that_is_a_dangling_link_is_named_so(tmp_path):
+    link = tmp_path / "j.jsonl"
+    link.symlink_to(tmp_path / "nowhere")
+    p = bridge("run", "hi", "--journal", str(link), "--", *FAKE)
+    assert p.returncode == 2, p.stderr
+    assert f"the journal {link} is a symbolic link" in p.stderr and not (tmp_path / "nowhere").exists()

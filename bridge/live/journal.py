@@ -79,10 +79,13 @@ def open_private(path: Path) -> BinaryIO:
     try:
         return _open_private(path)
     except FileExistsError:
-        raise JournalError(
-            f"the journal {path} already exists (journals are never appended to: "
-            "give a new path, or leave --journal out for a fresh one)"
-        ) from None
+        if path.is_dir():
+            what = "is a folder (give a file's path in it"
+        elif path.is_symlink():
+            what = "is a symbolic link (a journal is never written through one: give a new path"
+        else:
+            what = "already exists (journals are never appended to: give a new path"
+        raise JournalError(f"the journal {path} {what}, or leave --journal out for a fresh one)") from None
     except OSError as e:
         raise JournalError(f"cannot create the journal {path}: {e.strerror or e}") from None
 
