@@ -100,6 +100,10 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         except TranscriptError as e:
             print(f"bridge replay: {e}", file=sys.stderr)
             status = 2
+            if args.json and len(args.files) > 1:
+                # Still one line per file, in order: which file failed, and why.
+                out.write(dumps({"file": path, "error": str(e)}) + b"\n")
+                out.flush()
             continue
         if args.json:
             out.write(dumps(result.to_json()) + b"\n")

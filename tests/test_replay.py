@@ -54,6 +54,17 @@ def test_replay_of_an_invalid_transcript_exits_2_naming_file_and_line(tmp_path: 
     assert f'{bad}:2: unknown entry kind "wat"' in p.stderr
 
 
+def test_replay_json_of_several_files_gives_a_failed_one_its_line(tmp_path: Path):
+    """One line per file, in order, also when one of them cannot be read."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    p = bridge("replay", "--json", str(CORE[0]), str(empty), str(CORE[1]))
+    assert p.returncode == 2
+    lines = [json.loads(x) for x in p.stdout.splitlines()]
+    assert [list(x)[0] for x in lines] == ["observations", "file", "observations"]
+    assert lines[1]["file"] == str(empty) and lines[1]["error"] in p.stderr
+
+
 def test_replay_of_a_missing_file_exits_2(tmp_path: Path):
     p = bridge("replay", str(tmp_path / "nope.jsonl"))
     assert p.returncode == 2 and "cannot open" in p.stderr
