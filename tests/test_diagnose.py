@@ -871,6 +871,8 @@ def test_a_cut_off_last_line_is_reported(tmp_path: Path):
     f = one(diag.to_json()["findings"], "receipt", request="p1")
     says(f, "the journal's last line was cut off")
     assert "the last line was cut off" in format_text(diag)
+    # A prompt the journal does not finish has no receipt: counted as pending, not as one.
+    assert "  prompts: 1 sent, 0 receipt(s), 1 pending (no receipt in the journal)\n" in format_text(diag)
 
 
 def test_progress_is_shown_on_a_terminal_only(tmp_path: Path):

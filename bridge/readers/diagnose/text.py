@@ -104,7 +104,9 @@ def _summary(s: dict[str, Any]) -> list[str]:
     """Prompts and receipts, signals, gaps, engines and the journal, counted."""
     out = [""]
     out.append("Summary")
-    out.append(f"  prompts: {s['prompts']['sent']} sent, {s['prompts']['receipts']} receipt(s)")
+    pending = sum(s["receipts"].get("pending", {}).values())
+    line = f"  prompts: {s['prompts']['sent']} sent, {s['prompts']['receipts'] - pending} receipt(s)"
+    out.append(line + (f", {pending} pending (no receipt in the journal)" if pending else ""))
     if s["receipts"]:
         parts = []
         for state, reasons in s["receipts"].items():
