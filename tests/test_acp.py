@@ -991,6 +991,48 @@ def test_the_client_closing_stdout_or_signalling_then_leaving_is_141_or_143(tmp_
         assert proc.wait(timeout=20) == 143
 
 
+def test_a_session_in_the_journal_folder_is_the_clients_mistake(pinned_pi: Any, tmp_path: Path) -> None:
+    """Through ``bridge acp``: ``session/new`` with the journals' folder as its ``cwd`` is
+    refused as invalid params (the client's to fix, as a missing ``cwd`` is), naming it; and
+    ``--journal`` under a file is one line saying so, exit 2."""
+    server, models, settings = scripted(tmp_path, [])
+    try:
+        with subprocess.Popen(
+            agent_argv(tmp_path, models, settings), stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT
+        ) as proc:
+            wire = _Wire(proc)
+            try:
+                wire.send(
+                    {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
+                    {
+                        "jsonrpc": "2.0",
+                        "id": 2,
+                        "method": "session/new",
+                        "params": {"cwd": str(tmp_path), "mcpServers": []},
+                    },
+                )
+                err = wire.answer(2)["error"]
+                proc.stdin.close()  # type: ignore[union-attr]
+                assert proc.wait(timeout=30) == 0
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+    finally:
+        server.close()
+    assert err["code"] == acp.INVALID_PARAMS and "journal folder the sandbox hides" in err["message"], err
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    p = subprocess.run(
+        [sys.executable, "-m", "bridge", "acp", "--journal", str(afile / "j.jsonl")],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert p.returncode == 2 and p.stderr.strip() == f"bridge acp: cannot write journals in {afile}: Not a directory"
+
+
 def test_a_working_folder_inside_a_hidden_journal_folder_is_refused(pinned_pi: Any, tmp_path: Path) -> None:
     """The sandbox hides journal folders from the engine; a session (or ``--engine-cwd``) in one
     would run in an empty, read-only project without a word (a new-user trial): refused instead."""

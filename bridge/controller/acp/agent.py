@@ -73,6 +73,8 @@ def main_acp(profile: EngineProfile, *, journal: Any, config: BridgeConfig, drai
             private_dir(folder)
         except OSError as e:
             raise JournalError(f"cannot create the journal folder {folder}: {e.strerror or e}") from None
+        if not folder.is_dir():
+            raise JournalError(f"cannot write journals in {folder}: Not a directory")
         if not os.access(folder, os.W_OK | os.X_OK):
             raise JournalError(f"cannot write journals in {folder}: permission denied")
     try:
@@ -295,7 +297,12 @@ class AcpAgent:
         path = journal_for(self.journal, sess.id)
         try:
             await self.work.start(self._bridge_task, sess, path)
-        except (ProfileError, JournalError) as e:
+        except ProfileError as e:
+            # The engine was prepared once at start: what fails now is this session's own
+            # (its cwd: inside the journals' folder, which the engine may not see).
+            self.out.put(acp.error(req.id, acp.INVALID_PARAMS, f"the session cannot be opened: {e}"))
+            return
+        except JournalError as e:
             self.out.put(acp.error(req.id, acp.INTERNAL_ERROR, f"the session cannot be opened: {e}"))
             return
         bridge = sess.bridge
