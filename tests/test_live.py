@@ -573,11 +573,18 @@ async def test_prompt_text_arrives_intact(tmp_path: Path):
 
 
 async def test_streamed_text_concatenates_to_the_reply(tmp_path: Path):
+    """And each of the text and the events is read once: a second read says so."""
+
     async def body(bridge: Bridge) -> list[Receipt]:
-        h = await bridge.submit("stream it", stream=True)
+        h = await bridge.submit("stream it", stream=True, events=True)
         pieces = [p async for p in h.text()]
+        events = [e async for e in h.events()]
         r = await h.receipt()
-        assert "".join(pieces) == r.reply == "a fairly long streamed reply"
+        assert "".join(pieces) == r.reply == "a fairly long streamed reply" and events
+        with pytest.raises(RuntimeError, match="text is read once"):
+            [p async for p in h.text()]
+        with pytest.raises(RuntimeError, match="events are read once"):
+            [e async for e in h.events()]
         return [r]
 
     await session(tmp_path, fake({"prompts": [{"reply": "a fairly long streamed reply", "deltas": 5}]}), body)

@@ -43,6 +43,8 @@ class PromptHandle:
     def __init__(self, prompt: Pending, bridge: Bridge) -> None:
         self._prompt = prompt
         self._bridge = bridge
+        #: What has been read from already (each of text and events is read once).
+        self._read: set[str] = set()
 
     @property
     def request(self) -> str:
@@ -63,6 +65,9 @@ class PromptHandle:
         recv = self._prompt.text_recv
         if recv is None:
             raise RuntimeError("submit the prompt with stream=True to read its text as it arrives")
+        if "text" in self._read:  # (trio would say only ClosedResourceError())
+            raise RuntimeError("a prompt's text is read once, and this one's was read already")
+        self._read.add("text")
         async with recv:
             async for piece in recv:
                 yield piece
@@ -74,6 +79,9 @@ class PromptHandle:
         recv = self._prompt.event_recv
         if recv is None:
             raise RuntimeError("submit the prompt with events=True to read its events")
+        if "events" in self._read:
+            raise RuntimeError("a prompt's events are read once, and this one's were read already")
+        self._read.add("events")
         async with recv:
             async for event in recv:
                 yield event
