@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import os
 import shlex
 import signal
@@ -129,6 +130,13 @@ def test_a_prompt_takes_text_resource_links_embedded_text_and_images_and_refuses
         with pytest.raises(acp.AcpError) as e:
             acp.parse_prompt({"sessionId": "s1", "prompt": bad})
         assert e.value.code == acp.INVALID_PARAMS
+    for block, says in (
+        ({"type": "text", "text": 5}, "prompt[0]: a 'text' block needs its text as a string"),
+        ({"type": "resource_link", "name": "x"}, "prompt[0]: a 'resource_link' block needs its uri as a string"),
+        ({"type": "audio"}, "prompt[0]: a 'audio' block is not taken"),
+    ):
+        with pytest.raises(acp.AcpError, match=re.escape(says)):
+            acp.parse_prompt({"sessionId": "s1", "prompt": [block]})
 
 
 def test_mcp_servers_are_refused_by_name_and_cwd_must_be_absolute() -> None:

@@ -268,6 +268,9 @@ def parse_prompt(params: Mapping[str, Any]) -> PromptParams:
             text.append(_embedded(block.get("resource"), n))
         elif kind == "image":
             images.append(_image(block, n))
+        elif kind in ("text", "resource_link"):
+            field = "text" if kind == "text" else "uri"
+            raise AcpError(INVALID_PARAMS, f"prompt[{n}]: a {kind!r} block needs its {field} as a string")
         else:
             raise AcpError(
                 INVALID_PARAMS, f"prompt[{n}]: a {kind!r} block is not taken (text, images and resources are)"
