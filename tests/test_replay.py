@@ -67,7 +67,7 @@ def test_replay_json_of_several_files_gives_a_failed_one_its_line(tmp_path: Path
 
 def test_replay_of_a_missing_file_exits_2(tmp_path: Path):
     p = bridge("replay", str(tmp_path / "nope.jsonl"))
-    assert p.returncode == 2 and "cannot open" in p.stderr
+    assert p.returncode == 2 and f"bridge replay: {tmp_path / 'nope.jsonl'}: cannot open: No such file" in p.stderr
 
 
 def test_replay_of_a_newer_version_exits_2(tmp_path: Path):

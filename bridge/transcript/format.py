@@ -69,7 +69,8 @@ class TranscriptError(Exception):
     """The file is not a transcript this reader can read. The message names the line."""
 
     def __init__(self, path: str, line: int, message: str) -> None:
-        super().__init__(f"{path}:{line}: {message}")
+        # Line 0: the file as a whole (it cannot be opened), no line to name.
+        super().__init__(f"{path}:{line}: {message}" if line else f"{path}: {message}")
         self.path = path
         self.line = line
 
