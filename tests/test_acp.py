@@ -17,8 +17,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import re
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -246,6 +246,11 @@ def test_a_confirm_or_select_dialog_is_a_permission_request_and_only_a_chosen_op
     def picked(option: Any) -> acp.Response:
         return acp.Response(9, {"outcome": {"outcome": "selected", "optionId": option}})
 
+    closed = [acp.session_update("s1", acp.permission_closed("dialog-1", a)) for a in ({"confirmed": True}, None)]
+    assert [c["params"]["update"]["status"] for c in closed] == ["completed", "failed"]
+    assert not [e for c in closed for e in of("SessionNotification").iter_errors(c["params"])]
+    assert acp.permission_closed("d", {"value": "red"})["status"] == "completed"
+    assert acp.permission_closed("d", {"confirmed": False})["status"] == "failed"
     assert acp.permission_answer("confirm", confirm, picked("allow")) == {"confirmed": True}
     assert acp.permission_answer("confirm", confirm, picked("reject")) == {"confirmed": False}
     assert acp.permission_answer("select", select, picked("1")) == {"value": "green"}
@@ -878,7 +883,10 @@ def test_an_extensions_confirm_is_a_permission_request_and_only_the_clients_choi
         for u in client.updates
         if getattr(u, "session_update", None) == "tool_call_update" and u.status in ("completed", "failed")
     ]
-    outputs = [(u.status, u.content[0].content.text) for u in ends]
+    # Each dialog's own tool call ended with it: completed after the yes, failed otherwise.
+    dialogs = [(u.tool_call_id, u.status) for u in ends if u.tool_call_id.startswith("pi-dialog-")]
+    assert dialogs == [(f"pi-dialog-dialog-{n}", s) for n, s in enumerate(["completed"] + ["failed"] * 3, 1)], dialogs
+    outputs = [(u.status, u.content[0].content.text) for u in ends if not u.tool_call_id.startswith("pi-dialog-")]
     assert outputs[0] == ("completed", "yes-ran\n")
     assert outputs[1][0] == "failed" and "Blocked by the user" in outputs[1][1]
     assert outputs[2][0] == "failed" and "Blocked by the user" in outputs[2][1]

@@ -380,10 +380,15 @@ class AcpAgent:
 
             race.start_soon(answered)
             race.start_soon(ended)
+        given: dict[str, Any] | None = None
         if waiting.answer is not None:
-            await _answer(dialog, acp.permission_answer(dialog.method, dialog.fields, waiting.answer))
+            given = acp.permission_answer(dialog.method, dialog.fields, waiting.answer)
+            if not await _answer(dialog, given):
+                given = None  # it ended first: the answer did not count
         elif self.asked.pop(rid, None) is not None:
             self.out.put(acp.cancel_request(rid))  # nobody needs it answered any more
+        # Its tool call ends with it (a client would show it pending for good).
+        self.out.put(acp.session_update(sess.id, acp.permission_closed(dialog.dialog, given)))
 
     def _set_option(self, req: acp.Request, option: acp.SetOption) -> None:
         sess = self._session(option.session_id)
@@ -467,13 +472,14 @@ class _Asked:
     answer: acp.Response | None = None
 
 
-async def _answer(dialog: Dialog, answer: dict[str, Any]) -> None:
-    """Give a dialog its answer; one that has ended meanwhile keeps the response it had.
+async def _answer(dialog: Dialog, answer: dict[str, Any]) -> bool:
+    """Give a dialog its answer; one that has ended meanwhile keeps the response it had (False).
     Returns at once."""
     try:
         await dialog.answer(**answer)
     except DialogError:
-        pass
+        return False
+    return True
 
 
 def _in_folder(profile: EngineProfile, cwd: str) -> EngineProfile:

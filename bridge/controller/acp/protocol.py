@@ -67,6 +67,8 @@ Rules:
    that is not one of the options offered is ``cancelled=True`` -- never a yes nobody gave. An
    ``input`` or ``editor`` dialog has no ACP form: it is answered ``cancelled``. A dialog that
    ends before the client answers (its timeout, its prompt's stop) gets ``$/cancel_request``.
+   Once the dialog has ended, its tool call does too (:func:`permission_closed`): a
+   ``tool_call_update`` ``completed`` after a yes or a choice, ``failed`` otherwise.
 9. **Configuration** (:func:`config_options`): a ``model`` selector (what the engine offers)
    and a ``thought_level`` selector (Pi's levels), as ACP session config options; choosing one
    is the bridge's ``configure`` — applied and verified before the next prompt is written, and
@@ -542,6 +544,18 @@ def permission_answer(method: str, fields: Mapping[str, Any], answer: Response) 
     if method == "select" and isinstance(choices, list) and chosen.isdigit() and int(chosen) < len(choices):
         return {"value": choices[int(chosen)]}
     return {"cancelled": True}
+
+
+def permission_closed(dialog: str, answer: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``tool_call_update`` that ends a dialog's tool call (rule 8) once the dialog has
+    ended: ``completed`` when the client said yes or chose an option, ``failed`` when it said
+    no, cancelled, or did not answer before the dialog ended."""
+    yes = answer is not None and (answer.get("confirmed") is True or "value" in answer)
+    return {
+        "sessionUpdate": "tool_call_update",
+        "toolCallId": f"pi-dialog-{dialog}",
+        "status": "completed" if yes else "failed",
+    }
 
 
 def cancel_request(rid: int | str) -> dict[str, Any]:
