@@ -475,14 +475,14 @@ def test_the_halves_of_a_surrogate_pair_in_two_pieces_are_shown_as_one_character
     import trio
 
     from bridge.controller.run import Run
+    from bridge.profiles.command import CommandProfile
 
     class Handle:
         async def text(self):
             for piece in ("a\ud83d", "\ude00b\ud83d", "\ude01", "c\ud83d"):
                 yield piece
 
-    run = Run.__new__(Run)
-    run.json, run.stdout_gone = False, False
+    run = Run([], CommandProfile(FAKE), journal=False, config=BridgeConfig())
     trio.run(run._stream, None, Handle())
     assert capsys.readouterr().out == "a\U0001f600b\U0001f601c\ufffd"
 
