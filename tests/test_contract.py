@@ -34,6 +34,7 @@ import resource
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -895,3 +896,59 @@ def test_journal_that_cannot_be_created_is_one_clear_line(tmp_path: Path, comman
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and str(journal) in lines[0], out.stderr
     assert '"receipt"' not in out.stdout, "a prompt was accepted though the bridge could not start"
+
+
+def _run_until(journal: Path, needle: bytes, argv: list[str]) -> subprocess.Popen[str]:
+    """``bridge run`` started, returned once its journal holds ``needle`` (bounded: 30 s)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bridge", "run", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    deadline = time.monotonic() + 30
+    while not (journal.exists() and needle in journal.read_bytes()):
+        assert proc.poll() is None and time.monotonic() < deadline, "never reached " + needle.decode()
+        time.sleep(0.02)
+    return proc
+
+
+@pytest.mark.parametrize(
+    "signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)], ids=lambda x: str(x)
+)
+def test_a_signal_while_run_closes_still_prints_every_receipt(tmp_path: Path, signum: int, status: int) -> None:
+    """The prompt has its receipt and the bridge is stopping an engine slow to go (it reads no
+    more stdin and ignores SIGTERM: seconds of the kill ladder) when the signal comes: it was
+    the process's death (SIGTERM/SIGHUP) or a KeyboardInterrupt that printed nothing (a
+    new-user trial). Now: 128+N, the receipt printed, no engine left."""
+    journal = tmp_path / "j.jsonl"
+    engine = fake_engine_argv({"prompts": [{"ignore_stdin": True}], "on_start": {"ignore_sigterm": True}})
+    proc = _run_until(journal, b'{"receipt"', ["hello", "--json", "--journal", str(journal), "--", *engine])
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == status, err
+    [r] = json_lines(out)
+    assert (r["request"], r["state"]) == ("p1", "finished"), r
+    for n in notes(journal, "engine-start"):
+        assert leftovers(n["pid"]) == [], n
+
+
+def test_two_signals_mid_stream_print_every_receipt_with_the_first_ones_status(tmp_path: Path) -> None:
+    """SIGINT, then SIGTERM 50 ms later, while one of three prompts streams (the journal, which
+    says when, is written in blocks: the first or the second): exit 130 (the first signal's),
+    every receipt printed -- those before it finished, it failed/closing, the rest
+    rejected/closing."""
+    journal = tmp_path / "j.jsonl"
+    engine = fake_engine_argv({"defaults": {"deltas": 200, "delta_delay": 0.02}})
+    argv = ["a", "b", "c", "--json", "--journal", str(journal), "--", *engine]
+    proc = _run_until(journal, b'"agent_start"', argv)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    got = [(r["request"], r["state"], r["reason"]) for r in json_lines(out)]
+    n = next(k for k, g in enumerate(got) if g[1] != "finished")
+    want = [("finished", None)] * n + [("failed", "closing")] + [("rejected", "closing")] * (2 - n)
+    assert [g[0] for g in got] == ["p1", "p2", "p3"] and [g[1:] for g in got] == want, got

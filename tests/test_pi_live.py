@@ -377,6 +377,39 @@ def test_demo(pinned_pi: Any, tmp_path: Path) -> None:
     assert [r.state for r in replay(str(journal)).receipts] == [r["state"] for r in receipts]
 
 
+def test_demo_closed_by_a_signal_says_so_and_leaves_nothing(pinned_pi: Any, tmp_path: Path) -> None:
+    """SIGTERM to ``bridge demo`` once its first prompt has its receipt: the bridge closes as
+    ``bridge run``'s does (exit 143, every receipt given, one line saying why), and its
+    folders (the scripted server's models, Pi's config and working folders) are removed."""
+    import os
+    import signal
+    import time
+
+    journal, tmp = tmp_path / "demo.jsonl", tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bridge", "demo", "--json", "--journal", str(journal)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "TMPDIR": str(tmp)},
+    )
+    deadline = time.monotonic() + 60
+    while not (journal.exists() and b'{"receipt"' in journal.read_bytes()):
+        assert proc.poll() is None and time.monotonic() < deadline, "the demo's first receipt never came"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "stopped by SIGTERM" in err and "Traceback" not in err
+    receipts = [json.loads(line) for line in out.splitlines()]
+    assert receipts and receipts[0]["state"] == "finished", receipts
+    assert all(r["state"] in ("finished", "failed", "rejected") for r in receipts), receipts
+    assert [r.request for r in replay(str(journal)).receipts] == [r["request"] for r in receipts]
+    assert list(tmp.iterdir()) == []
+
+
 def test_demo_without_pi_names_the_fix(tmp_path: Path) -> None:
     p = subprocess.run(
         [

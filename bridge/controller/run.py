@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 
 from bridge.controller.output import silence_stdout
+from bridge.controller.signals import closing_signals
 from bridge.core.lifecycle import BridgeConfig
 from bridge.core.receipts import Receipt
 from bridge.live.api import Bridge, PromptHandle
@@ -63,6 +64,8 @@ class Run:
     #: Why stdout could not be written (a full disk, a closed descriptor), when it was not
     #: the reader going away (a broken pipe is ``| head``: quiet, 141).
     stdout_failed: str | None = None
+    #: The open bridge, while it is open.
+    bridge: Bridge | None = None
 
     # -- in the bridge
 
@@ -74,29 +77,37 @@ class Run:
 
         from bridge.live.api import open_bridge
 
-        async with open_bridge(self.profile, journal=self.journal, config=self.config) as bridge:
-            self._opened(bridge)
-            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._close_on_signals, bridge, signals)
+        # The signals are ours until the bridge has closed and after (the receipts are printed
+        # once trio.run returns): one while closing must not kill the process or lose them.
+        with closing_signals() as signals:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._close_on_signals, signals)
+                async with open_bridge(self.profile, journal=self.journal, config=self.config) as bridge:
+                    self._opened(bridge)
                     await self._send_all(bridge)
-                    nursery.cancel_scope.cancel()
-            self._closing(bridge)
+                self.bridge = None
+                self._closing(bridge)
+                nursery.cancel_scope.cancel()
 
     def _opened(self, bridge: Bridge) -> None:
+        self.bridge = bridge
+        if self.interrupted:  # a signal came while it opened
+            bridge.close_on_signal(self.interrupted - 128)
         if bridge.journal is not None:
             self.journal_path = str(bridge.journal.path)
         bridge.listeners.append(_dialog_line)
         if sys.stderr.isatty():
             bridge.listeners.append(_progress_line)
 
-    async def _close_on_signals(self, bridge: Bridge, signals: AsyncIterator[int]) -> None:
-        """Close the bridge on each signal. Ends only when cancelled (the prompts are done)."""
+    async def _close_on_signals(self, signals: AsyncIterator[int]) -> None:
+        """Close the bridge on each signal (the first decides the exit status). Ends only when
+        cancelled (the bridge has closed)."""
         async for signum in signals:
             self.interrupted = self.interrupted or 128 + signum
             # Closing begins: the running prompt is stopped (failed/closing), the rest
             # rejected; the receipts are printed once the bridge has closed.
-            bridge.close_on_signal(signum)
+            if self.bridge is not None:
+                self.bridge.close_on_signal(signum)
 
     async def _send_all(self, bridge: Bridge) -> None:
         """One after another: the next prompt is submitted when the previous one has its

@@ -40,7 +40,6 @@ Rules:
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
@@ -72,15 +71,13 @@ from bridge.controller.messages import (
     parse_command,
 )
 from bridge.controller.output import Output
+from bridge.controller.signals import closing_signals
 from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
 from bridge.core.wire import converter
 from bridge.live.api import Bridge, BridgeConfig, open_bridge
 from bridge.live.handles import DialogError
 from bridge.live.supervisor import EngineQuestionError
 from bridge.profiles.command import EngineProfile
-
-#: The signals that close the bridge (exit 128+N).
-CLOSING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def main_serve(profile: EngineProfile, *, journal: Any, config: BridgeConfig, drain_timeout: float | None) -> int:
@@ -106,26 +103,13 @@ async def serve(
     EOF or ``shutdown`` has drained, or at once after a signal or a journal failure) and
     everything for the controller, ``bye`` last, is written."""
     server = _Server(Output(stdout_fd), drain_timeout)
-    _ignore_late_signals()
-    with trio.open_signal_receiver(*CLOSING_SIGNALS) as signals:
+    with closing_signals(keep_interrupt=True) as signals:  # ours from the first line to bye
         async with trio.open_nursery() as outer:
             outer.start_soon(server.out.run)
             outer.start_soon(server.watch_signals, signals)
             await server.run(profile, journal, config, stdin_fd)
             outer.cancel_scope.cancel()
     return server.exit_status()
-
-
-def _ignore_late_signals() -> None:
-    """Signals are ours from the first line to ``bye``: one that comes while the bridge is
-    already closing (or after it closed) changes nothing, instead of killing the process
-    before the last receipts and ``bye`` are written. The receiver restores what was there
-    before it, so SIGTERM and SIGHUP are set to be ignored first: after ``bye`` (until the
-    exit, and through the interpreter's own shutdown) there is nothing left for them to stop.
-    (Engines are spawned while the receiver's handler is in place, so they start with the
-    default dispositions.)"""
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, signal.SIG_IGN)
 
 
 @attrs.define

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -151,9 +152,14 @@ def run(args: argparse.Namespace) -> int:
 
     out = _Out(args.json)
     problems: list[str] = []
+    interrupted: list[int] = []
     # A Pi that cannot be found or run is one line naming the fix (ProfileError), exit 2.
-    if guard_setup("demo", lambda: trio.run(_showcase, args, model_server, out, problems)) == 2:
+    if guard_setup("demo", lambda: trio.run(_showcase, args, model_server, out, problems, interrupted)) == 2:
         return 2
+    if interrupted:
+        name = signal.Signals(interrupted[0]).name
+        out.say(f"\nbridge demo: stopped by {name}: the running prompt was stopped, the rest not sent")
+        return 128 + interrupted[0]
     if problems:
         out.say("\nthe showcase did NOT go as expected:")
         for p in problems:
@@ -173,9 +179,38 @@ def _confined(args: argparse.Namespace) -> str:
     return "unconfined (--no-sandbox)" if args.no_sandbox else "confined"
 
 
-async def _showcase(args: argparse.Namespace, ms: ModuleType, out: _Out, problems: list[str]) -> None:
-    """The four steps through one bridge on the real Pi. Ends when the bridge has closed
-    (every receipt settled, Pi reaped)."""
+async def _showcase(
+    args: argparse.Namespace, ms: ModuleType, out: _Out, problems: list[str], interrupted: list[int]
+) -> None:
+    """The four steps through one bridge on the real Pi, closed by a signal as ``bridge run``
+    is (``interrupted`` gets the first one's number). Ends when the bridge has closed (every
+    receipt settled, Pi reaped) and its folders are removed."""
+    import trio
+
+    from bridge.controller.signals import closing_signals
+
+    held: list[Any] = []  # the open bridge
+
+    async def close_on_signals(signals: Any) -> None:
+        """Close the bridge on each signal. Ends only when cancelled."""
+        async for signum in signals:
+            interrupted.append(signum)
+            for bridge in held:
+                bridge.close_on_signal(signum)
+
+    with closing_signals() as signals:
+        async with trio.open_nursery() as watch:
+            watch.start_soon(close_on_signals, signals)
+            await _steps(args, ms, out, problems, held, interrupted)
+            watch.cancel_scope.cancel()
+
+
+async def _steps(
+    args: argparse.Namespace, ms: ModuleType, out: _Out, problems: list[str], held: list[Any], interrupted: list[int]
+) -> None:
+    """The bridge (in ``held`` while it is open) and its four steps, one after another. Ends
+    when the bridge has closed (every receipt settled, Pi reaped): after the last step, or
+    soon after a signal closed it."""
     import trio
 
     from bridge.live.api import open_bridge
@@ -197,6 +232,9 @@ async def _showcase(args: argparse.Namespace, ms: ModuleType, out: _Out, problem
             f"against a scripted model server at {server.base_url}"
         )
         async with open_bridge(profile, journal=journal, config=BridgeConfig(ack_timeout=20.0)) as bridge:
+            held.append(bridge)
+            if interrupted:  # a signal came while it opened
+                bridge.close_on_signal(interrupted[0])
             out.say(f"journal: {journal}")
             notes = bridge.signals()
 
@@ -211,12 +249,15 @@ async def _showcase(args: argparse.Namespace, ms: ModuleType, out: _Out, problem
                 nursery.start_soon(show_signals)
                 steps = [_plain, _tool, _stopped, _retry]
                 for n, step in enumerate(steps, 1):
+                    if interrupted:
+                        break
                     with trio.move_on_after(PROMPT_TIMEOUT) as scope:
                         receipts.append(await step(bridge, out, problems, journal, f"[{n}/{len(steps)}]"))
                     if scope.cancelled_caught:
                         problems.append(f"step {n} got no receipt within {PROMPT_TIMEOUT:g} s")
                         break
                 nursery.cancel_scope.cancel()
+        held.clear()
         # The bridge is closed: the engine stopped, the journal complete.
         replayed = {r.request: r for r in replay(str(journal)).receipts}
         for r in receipts:

@@ -34,7 +34,6 @@ Rules:
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -46,6 +45,7 @@ import trio
 from bridge import __version__
 from bridge.controller.acp import protocol as acp
 from bridge.controller.output import Output
+from bridge.controller.signals import closing_signals
 from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
 from bridge.core.lifecycle import BridgeConfig
 from bridge.core.progress import TurnEnd
@@ -55,9 +55,6 @@ from bridge.live.journal import JournalError, default_journal_path, private_dir
 from bridge.live.supervisor import EngineQuestionError
 from bridge.profiles.command import CommandProfile, EngineProfile, ProfileError
 from bridge.profiles.pi import PiProfile
-
-#: The signals that close the bridges (exit 128+N).
-CLOSING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def main_acp(profile: EngineProfile, *, journal: Any, config: BridgeConfig, drain_timeout: float | None) -> int:
@@ -96,9 +93,7 @@ async def serve_acp(
     exit status. Ends when every bridge has closed and every answer is written (or dropped)."""
     agent = AcpAgent(Output(stdout_fd), profile, journal, config or BridgeConfig(), drain_timeout)
     agent.out.on_gone = agent.client_gone
-    for signum in (signal.SIGTERM, signal.SIGHUP):  # as serve: ours from the first line to the exit
-        signal.signal(signum, signal.SIG_IGN)
-    with trio.open_signal_receiver(*CLOSING_SIGNALS) as signals:
+    with closing_signals(keep_interrupt=True) as signals:  # as serve: ours from the first line to the exit
         async with trio.open_nursery() as outer:
             outer.start_soon(agent.out.run)
             outer.start_soon(agent.watch_signals, signals)
