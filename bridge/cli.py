@@ -247,6 +247,8 @@ def journal_path(text: str) -> str:
     the default journal)."""
     if not text:
         raise argparse.ArgumentTypeError("an empty path (give a file, or leave --journal out for the default)")
+    if text.endswith("/"):  # a path would drop the slash and write the folder's name as a file
+        raise argparse.ArgumentTypeError(f"{text} names a folder (give a file's path in it)")
     return text
 
 

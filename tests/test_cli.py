@@ -49,6 +49,8 @@ def test_help_lists_every_command_and_version_prints():
         (["run", "x", "--journal", ""], "--journal: an empty path"),
         (["serve", "--journal", "j.jsonl", "--no-journal"], "--no-journal: not allowed with argument --journal"),
         (["demo", "--journal", ""], "--journal: an empty path"),
+        (["demo", "--journal", "out/"], "--journal: out/ names a folder (give a file's path in it)"),
+        (["serve", "--journal", "/tmp/x/"], "--journal: /tmp/x/ names a folder"),
         (["run", "x", "--timeout", "inf"], "--timeout: must be a finite number of seconds, got inf"),
     ],
 )
