@@ -154,3 +154,22 @@ def test_an_oversize_line_says_its_length() -> None:
 )
 def test_each_reply_is_written_exactly_so(reply: Reply, wire: bytes) -> None:
     assert dumps(to_wire(reply)) == wire
+
+
+@pytest.mark.parametrize(
+    "line, key",
+    [
+        (b'{"type":"prompt","id":"a","id":"b","message":"x"}', "id"),
+        (b'{"type":"stop","id":"a","type":"stop"}', "type"),
+        (
+            b'{"type":"prompt","id":"a","message":"x","images":[{"type":"image","data":"QQ==","data":"Qg==","mimeType":"image/png"}]}',
+            "data",
+        ),
+    ],
+)
+def test_a_key_given_twice_refuses_the_line(line: bytes, key: str) -> None:
+    """JSON keeps the last of a key given twice: a prompt would go under one of two ids
+    without a word. Refused, naming the key; the same line without the twin is taken."""
+    with pytest.raises(ControllerError, match=f"the key '{key}' is given twice"):
+        parse_command(line)
+    assert parse_command(b'{"type":"prompt","id":"a","message":"x \\u00e9 \\"id\\":\\"b\\""}').id == "a"

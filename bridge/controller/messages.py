@@ -69,6 +69,7 @@ Rules:
 from __future__ import annotations
 
 import difflib
+import json
 import math
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Final, TypeAlias
@@ -242,6 +243,7 @@ def parse_command(line: bytes | Oversize) -> Command:
 def _json_object(line: bytes | Oversize) -> dict[str, Any]:
     value = parse_line(line)
     if not isinstance(value, RawLine):
+        _no_key_twice(line)  # type: ignore[arg-type]  # (a parsed line is bytes)
         return value
     if value.why == "oversize":
         raise ControllerError(f"line too long ({value.length} bytes)")
@@ -250,6 +252,24 @@ def _json_object(line: bytes | Oversize) -> dict[str, Any]:
     if value.why == "not-object":
         raise ControllerError("line is JSON but not an object")
     raise ControllerError("line is not JSON")
+
+
+def _no_key_twice(line: bytes) -> None:
+    """Refuse an object that gives a key twice (JSON allows it, and keeps the last: a line
+    whose ``id`` is given twice would be taken under one of them without a word)."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: set[str] = set()
+        for key, _ in items:
+            if key in seen:
+                raise ControllerError(f"the key {key!r} is given twice")
+            seen.add(key)
+        return dict(items)
+
+    try:
+        json.loads(line, object_pairs_hook=pairs)
+    except (ValueError, RecursionError):  # (ControllerError is neither) parsed once already
+        pass
 
 
 def _kind(value: dict[str, Any]) -> str:
