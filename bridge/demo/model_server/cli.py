@@ -54,7 +54,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description="Scripted OpenAI-compatible model server (see bridge/demo/model_server/).")
+    p = argparse.ArgumentParser(
+        prog=None if not sys.argv[0].endswith("__main__.py") else "python -m bridge.demo.model_server",
+        description="Scripted OpenAI-compatible model server (see bridge/demo/model_server/).",
+    )
     p.add_argument("--script", help='JSON file: a list of steps, or {"steps": [...], "default": {...}}')
     p.add_argument("--steps", help="the script inline, as JSON (instead of --script)")
     p.add_argument("--default", help='JSON step used once the script is exhausted (default {"text": "ok"})')
