@@ -134,6 +134,8 @@ def test_a_prompt_takes_text_resource_links_embedded_text_and_images_and_refuses
         ({"type": "text", "text": 5}, "prompt[0]: a 'text' block needs its text as a string"),
         ({"type": "resource_link", "name": "x"}, "prompt[0]: a 'resource_link' block needs its uri as a string"),
         ({"type": "audio"}, "prompt[0]: a 'audio' block is not taken"),
+        ({"type": "image", "data": "not base64!", "mimeType": "image/png"}, 'prompt[0]: "data" is not base64'),
+        ({"type": "image", "data": "QQ==", "mimeType": "text/html"}, 'prompt[0]: "mimeType" must be an image type'),
     ):
         with pytest.raises(acp.AcpError, match=re.escape(says)):
             acp.parse_prompt({"sessionId": "s1", "prompt": [block]})

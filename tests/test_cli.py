@@ -213,6 +213,8 @@ async def test_submit_refuses_a_message_that_is_not_text():
                 await b.submit(bad)  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="request id"):
             await b.submit("hi", request="")
+        with pytest.raises(ValueError, match=r'images\[0\]: "data" is not base64'):
+            await b.submit("hi", images=[{"type": "image", "data": "not base64!", "mimeType": "image/png"}])
         assert b.status()["queued"] == [] and b.receipts_issued == 0
 
 

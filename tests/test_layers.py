@@ -31,6 +31,8 @@ PACKAGE = ROOT / "bridge"
 PURE_STDLIB = frozenset(
     {
         "__future__",
+        "base64",  # (and binascii, its errors) bytes in, bytes out: an image's data checked
+        "binascii",
         "collections",
         "copy",
         "dataclasses",

@@ -5,6 +5,9 @@ The live loop is ``tests/test_serve.py``."""
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import pytest
 
 from bridge.controller.messages import (
@@ -25,6 +28,7 @@ from bridge.controller.messages import (
     to_wire,
 )
 from bridge.core.framing import Oversize
+from bridge.core.images import image_problem
 from bridge.transcript import dumps
 
 
@@ -33,9 +37,10 @@ def test_a_prompt_line_becomes_a_prompt_with_its_defaults() -> None:
 
 
 def test_a_prompt_keeps_stream_timeout_and_images_as_given() -> None:
-    line = b'{"type":"prompt","id":"a","message":"hi","stream":true,"timeout":3,"images":[{"x":1}]}'
+    image = {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}
+    line = b'{"type":"prompt","id":"a","message":"hi","stream":true,"timeout":3,"images":[%s]}' % dumps(image)
     cmd = parse_command(line)
-    assert cmd == Prompt("a", "hi", stream=True, timeout=3, images=[{"x": 1}])
+    assert cmd == Prompt("a", "hi", stream=True, timeout=3, images=[image])
     assert isinstance(cmd, Prompt) and type(cmd.timeout) is int
 
 
@@ -173,3 +178,27 @@ def test_a_key_given_twice_refuses_the_line(line: bytes, key: str) -> None:
     with pytest.raises(ControllerError, match=f"the key '{key}' is given twice"):
         parse_command(line)
     assert parse_command(b'{"type":"prompt","id":"a","message":"x \\u00e9 \\"id\\":\\"b\\""}').id == "a"
+
+
+@pytest.mark.parametrize(
+    "image, says",
+    [
+        ("abc", "images[0] is not an object"),
+        ({"type": "text", "data": "QQ==", "mimeType": "image/png"}, 'images[0]: "type" must be "image"'),
+        ({"type": "image", "mimeType": "image/png"}, 'images[0]: "data" must be the image\'s bytes in base64'),
+        ({"type": "image", "data": "not base64!", "mimeType": "image/png"}, 'images[0]: "data" is not base64'),
+        ({"type": "image", "data": "QQ=", "mimeType": "image/png"}, 'images[0]: "data" is not base64'),
+        ({"type": "image", "data": "QQ=="}, 'images[0]: "mimeType" must be an image type such as "image/png"'),
+        ({"type": "image", "data": "QQ==", "mimeType": "text/html"}, '"mimeType" must be an image type'),
+        ({"type": "image", "data": "QQ==", "mimeType": "image/png", "name": "x"}, "has the key 'name'"),
+    ],
+)
+def test_an_image_pi_could_not_read_is_refused_naming_what_is_wrong(image: Any, says: str) -> None:
+    """Pi fails a prompt whose image has no mimeType in Node's words, and leaves out an image
+    whose data is not base64 while the receipt says finished (a new-user trial): each is the
+    controller's error now, named, before anything is accepted -- in serve and the Python API."""
+    line = b'{"type":"prompt","id":"a","message":"x","images":[%s]}' % dumps(image)
+    with pytest.raises(ControllerError, match=re.escape(says)):
+        parse_command(line)
+    assert image_problem([{"type": "image", "data": "QQ==", "mimeType": "image/png"}]) is None
+    assert says.split(":")[-1].strip() in (image_problem([image]) or "")

@@ -79,6 +79,7 @@ import cattrs
 from cattrs.gen import make_dict_unstructure_fn, override
 
 from bridge.core.framing import Oversize, RawLine, parse_line
+from bridge.core.images import image_problem
 from bridge.core.steering import Wanted
 from bridge.core.words import RequestId
 
@@ -328,6 +329,9 @@ def _prompt(value: dict[str, Any], rid: RequestId) -> Prompt:
     images = value.get("images")
     if images is not None and not isinstance(images, list):
         raise ControllerError('"images" must be a list')
+    problem = image_problem(images) if images else None
+    if problem is not None:
+        raise ControllerError(problem)
     events = value.get("events", False)
     if not isinstance(events, bool):
         raise ControllerError('"events" must be true or false')

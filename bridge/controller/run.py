@@ -15,10 +15,10 @@ from typing import Any
 import attrs
 
 from bridge.controller.output import silence_stdout
-from bridge.controller.signals import closing_signals
 from bridge.core.lifecycle import BridgeConfig
 from bridge.core.receipts import Receipt
 from bridge.live.api import Bridge, PromptHandle
+from bridge.live.signals import closing_signals
 from bridge.profiles.command import EngineProfile
 
 

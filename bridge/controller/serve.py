@@ -71,11 +71,11 @@ from bridge.controller.messages import (
     parse_command,
 )
 from bridge.controller.output import Output
-from bridge.controller.signals import closing_signals
 from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
 from bridge.core.wire import converter
 from bridge.live.api import Bridge, BridgeConfig, open_bridge
 from bridge.live.handles import DialogError
+from bridge.live.signals import closing_signals
 from bridge.live.supervisor import EngineQuestionError
 from bridge.profiles.command import EngineProfile
 

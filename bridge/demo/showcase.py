@@ -187,7 +187,7 @@ async def _showcase(
     receipt settled, Pi reaped) and its folders are removed."""
     import trio
 
-    from bridge.controller.signals import closing_signals
+    from bridge.live.signals import closing_signals
 
     held: list[Any] = []  # the open bridge
 

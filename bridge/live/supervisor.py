@@ -50,6 +50,7 @@ from bridge.core.events import (
     SealBroken,
     TextDelta,
 )
+from bridge.core.images import image_problem
 from bridge.core.lifecycle import (
     RECENT_IDS,
     SIGNALS_PER_GENERATION,
@@ -237,6 +238,9 @@ class Bridge:
             raise ValueError(f"stall_timeout must be 0 (none) or a positive number of seconds, got {stall_timeout!r}")
         if images is not None and not isinstance(images, list):
             raise TypeError(f"images must be a list, not {type(images).__name__}")
+        problem = image_problem(images) if images else None
+        if problem is not None:
+            raise ValueError(problem)
         wanted = Wanted(provider, model, thinking)
         if request is None:
             request = f"p{next(self._ids)}"

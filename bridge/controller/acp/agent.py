@@ -45,13 +45,13 @@ import trio
 from bridge import __version__
 from bridge.controller.acp import protocol as acp
 from bridge.controller.output import Output
-from bridge.controller.signals import closing_signals
 from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
 from bridge.core.lifecycle import BridgeConfig
 from bridge.core.progress import TurnEnd
 from bridge.live.api import Bridge, open_bridge
 from bridge.live.handles import Dialog, DialogError, PromptHandle
 from bridge.live.journal import JournalError, default_journal_path, private_dir
+from bridge.live.signals import closing_signals
 from bridge.live.supervisor import EngineQuestionError
 from bridge.profiles.command import CommandProfile, EngineProfile, ProfileError
 from bridge.profiles.pi import PiProfile

@@ -85,6 +85,7 @@ import attrs
 import orjson
 
 from bridge.core.framing import Oversize
+from bridge.core.images import image_problem
 from bridge.core.progress import ProgressEvent, TextEvent, ThinkingEvent, ToolEnd, ToolStart, ToolUpdate
 from bridge.core.receipts import Receipt
 from bridge.core.steering import THINKING_LEVELS
@@ -295,7 +296,11 @@ def _image(block: Mapping[str, Any], n: int) -> dict[str, Any]:
     data, mime = block.get("data"), block.get("mimeType")
     if not isinstance(data, str) or not data or not isinstance(mime, str):
         raise AcpError(INVALID_PARAMS, f"prompt[{n}]: an image needs its base64 data and mimeType")
-    return {"type": "image", "data": data, "mimeType": mime}
+    image = {"type": "image", "data": data, "mimeType": mime}
+    problem = image_problem([image])
+    if problem is not None:
+        raise AcpError(INVALID_PARAMS, f"prompt[{n}]: " + problem.removeprefix("images[0]: "))
+    return image
 
 
 def parse_cancel(params: Mapping[str, Any]) -> str:
