@@ -559,7 +559,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
                 return await bridge.models()
             except EngineQuestionError as e:
                 if bridge.lifecycle.state.setup_failed:  # a mistake to fix, as in run: exit 2
-                    raise ProfileError(bridge.down_reason or "the engine cannot be set up") from e
+                    raise ProfileError(f"the engine cannot be set up: {bridge.down_reason or e}") from e
                 return str(e)
 
     models = guard_setup("models", lambda: trio.run(ask))

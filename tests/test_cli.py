@@ -187,7 +187,10 @@ def test_demo_into_a_closed_pipe_ends_quietly(tmp_path, json_mode: bool):
             "cannot create the journal README.md/j.jsonl: Not a directory",
         ),
         (["run", "hi", "--no-journal", "--", "/nonexistent/engine"], "cannot start the engine '/nonexistent/engine'"),
-        (["models", "--", "/nonexistent/engine"], "bridge models: cannot start the engine '/nonexistent/engine'"),
+        (
+            ["models", "--", "/nonexistent/engine"],
+            "bridge models: the engine cannot be set up: cannot start the engine '/nonexistent/engine'",
+        ),
         (["run", "hi", "--no-journal", "--provider", "nosuch"], "--provider nosuch needs --model too"),
         (["demo", "--journal", "README.md"], "the journal README.md already exists"),
         (["run", "hi", "--journal", "tests", "--", *FAKE], "the journal tests is a folder (give a file's path in it"),

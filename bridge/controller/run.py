@@ -116,6 +116,8 @@ class Run:
         for prompt in self.prompts:
             h = await bridge.submit(prompt, stream=True)
             self.handles.append(h)
+            if h.receipt_nowait is not None:  # refused at once (closing, a full queue): no text
+                continue
             if len(self.prompts) > 1:
                 self.show(f"[{h.request}] ")
             await self._stream(bridge, h)
