@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import AsyncIterator
 from typing import Any
 
 import attrs
@@ -18,7 +17,7 @@ from bridge.controller.output import silence_stdout
 from bridge.core.lifecycle import BridgeConfig
 from bridge.core.receipts import Receipt
 from bridge.live.api import Bridge, PromptHandle
-from bridge.live.signals import closing_signals
+from bridge.live.signals import SignalCloser, closing_signals
 from bridge.profiles.command import EngineProfile
 
 
@@ -52,8 +51,8 @@ class Run:
     #: ``--json``: receipts as JSON lines on stdout, the reply text on stderr.
     json: bool = False
     handles: list[PromptHandle] = attrs.Factory(list)
-    #: 128+N after the first signal N (SIGINT, SIGTERM, SIGHUP), else 0.
-    interrupted: int = 0
+    #: The closing signals' watcher: the bridge it closes, the first signal.
+    closer: SignalCloser = attrs.Factory(SignalCloser)
     journal_path: str | None = None
     #: Why the journal could not be written.
     journal_failed: str | None = None
@@ -64,8 +63,6 @@ class Run:
     #: Why stdout could not be written (a full disk, a closed descriptor), when it was not
     #: the reader going away (a broken pipe is ``| head``: quiet, 141).
     stdout_failed: str | None = None
-    #: The open bridge, while it is open.
-    bridge: Bridge | None = None
 
     # -- in the bridge
 
@@ -81,33 +78,26 @@ class Run:
         # once trio.run returns): one while closing must not kill the process or lose them.
         with closing_signals() as signals:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._close_on_signals, signals)
+                nursery.start_soon(self.closer.watch, signals)
                 async with open_bridge(self.profile, journal=self.journal, config=self.config) as bridge:
                     self._opened(bridge)
                     await self._send_all(bridge)
-                self.bridge = None
+                self.closer.closed()
                 self._closing(bridge)
                 nursery.cancel_scope.cancel()
 
+    @property
+    def interrupted(self) -> int:
+        """128+N after the first signal N (SIGINT, SIGTERM, SIGHUP), else 0."""
+        return 128 + self.closer.first if self.closer.first is not None else 0
+
     def _opened(self, bridge: Bridge) -> None:
-        self.bridge = bridge
-        if self.interrupted:  # a signal came while it opened
-            bridge.close_on_signal(self.interrupted - 128)
+        self.closer.opened(bridge)
         if bridge.journal is not None:
             self.journal_path = str(bridge.journal.path)
         bridge.listeners.append(_dialog_line)
         if sys.stderr.isatty():
             bridge.listeners.append(_progress_line)
-
-    async def _close_on_signals(self, signals: AsyncIterator[int]) -> None:
-        """Close the bridge on each signal (the first decides the exit status). Ends only when
-        cancelled (the bridge has closed)."""
-        async for signum in signals:
-            self.interrupted = self.interrupted or 128 + signum
-            # Closing begins: the running prompt is stopped (failed/closing), the rest
-            # rejected; the receipts are printed once the bridge has closed.
-            if self.bridge is not None:
-                self.bridge.close_on_signal(signum)
 
     async def _send_all(self, bridge: Bridge) -> None:
         """One after another: the next prompt is submitted when the previous one has its

@@ -36,7 +36,10 @@ import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    pass
 
 PLAIN = "Hello! I am a scripted model, talking to you through the sealed Pi and pi-bridge."
 ECHO = "hello from bash inside the sealed Pi"
@@ -187,28 +190,20 @@ async def _showcase(
     receipt settled, Pi reaped) and its folders are removed."""
     import trio
 
-    from bridge.live.signals import closing_signals
+    from bridge.live.signals import SignalCloser, closing_signals
 
-    held: list[Any] = []  # the open bridge
-
-    async def close_on_signals(signals: Any) -> None:
-        """Close the bridge on each signal. Ends only when cancelled."""
-        async for signum in signals:
-            interrupted.append(signum)
-            for bridge in held:
-                bridge.close_on_signal(signum)
-
+    closer = SignalCloser()
     with closing_signals() as signals:
         async with trio.open_nursery() as watch:
-            watch.start_soon(close_on_signals, signals)
-            await _steps(args, ms, out, problems, held, interrupted)
+            watch.start_soon(closer.watch, signals)
+            await _steps(args, ms, out, problems, closer)
             watch.cancel_scope.cancel()
+    if closer.first is not None:
+        interrupted.append(closer.first)
 
 
-async def _steps(
-    args: argparse.Namespace, ms: ModuleType, out: _Out, problems: list[str], held: list[Any], interrupted: list[int]
-) -> None:
-    """The bridge (in ``held`` while it is open) and its four steps, one after another. Ends
+async def _steps(args: argparse.Namespace, ms: ModuleType, out: _Out, problems: list[str], closer: Any) -> None:
+    """The bridge (``closer``'s while it is open) and its four steps, one after another. Ends
     when the bridge has closed (every receipt settled, Pi reaped): after the last step, or
     soon after a signal closed it."""
     import trio
@@ -232,9 +227,7 @@ async def _steps(
             f"against a scripted model server at {server.base_url}"
         )
         async with open_bridge(profile, journal=journal, config=BridgeConfig(ack_timeout=20.0)) as bridge:
-            held.append(bridge)
-            if interrupted:  # a signal came while it opened
-                bridge.close_on_signal(interrupted[0])
+            closer.opened(bridge)
             out.say(f"journal: {journal}")
             notes = bridge.signals()
 
@@ -249,7 +242,7 @@ async def _steps(
                 nursery.start_soon(show_signals)
                 steps = [_plain, _tool, _stopped, _retry]
                 for n, step in enumerate(steps, 1):
-                    if interrupted:
+                    if closer.first is not None:
                         break
                     with trio.move_on_after(PROMPT_TIMEOUT) as scope:
                         receipts.append(await step(bridge, out, problems, journal, f"[{n}/{len(steps)}]"))
@@ -257,7 +250,7 @@ async def _steps(
                         problems.append(f"step {n} got no receipt within {PROMPT_TIMEOUT:g} s")
                         break
                 nursery.cancel_scope.cancel()
-        held.clear()
+        closer.closed()
         # The bridge is closed: the engine stopped, the journal complete.
         replayed = {r.request: r for r in replay(str(journal)).receipts}
         for r in receipts:

@@ -17,9 +17,12 @@ from __future__ import annotations
 import signal
 from collections.abc import AsyncIterator
 from contextlib import AbstractContextManager
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import trio
+
+if TYPE_CHECKING:
+    from bridge.live.supervisor import Bridge
 
 #: The signals that close the bridge (exit 128+N).
 CLOSING_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -33,3 +36,31 @@ def closing_signals(*, keep_interrupt: bool = False) -> AbstractContextManager[A
         if signum != signal.SIGINT or not keep_interrupt:
             signal.signal(signum, signal.SIG_IGN)
     return trio.open_signal_receiver(*CLOSING_SIGNALS)
+
+
+class SignalCloser:
+    """The bridge a command has open, closed on each closing signal: ``run`` and ``demo``. The
+    first signal decides the exit status (:attr:`first`); one that comes before the bridge has
+    opened closes it as soon as it has (:meth:`opened`)."""
+
+    def __init__(self) -> None:
+        self.first: int | None = None
+        self._bridge: Bridge | None = None
+
+    def opened(self, bridge: Bridge) -> None:
+        self._bridge = bridge
+        if self.first is not None:
+            bridge.close_on_signal(self.first)
+
+    def closed(self) -> None:
+        self._bridge = None
+
+    async def watch(self, signals: AsyncIterator[int]) -> None:
+        """Close the open bridge on each signal. Ends only when cancelled."""
+        async for signum in signals:
+            if self.first is None:
+                self.first = signum
+            # Closing begins: the running prompt is stopped (failed/closing), the rest
+            # rejected; the receipts are given once the bridge has closed.
+            if self._bridge is not None:
+                self._bridge.close_on_signal(signum)
