@@ -46,7 +46,7 @@ import operator
 import re
 from collections.abc import Iterator, Sequence
 from io import BytesIO  # a buffer in memory, no I/O: its readlines finds LFs with memchr
-from typing import Any, Final, Literal, overload
+from typing import Any, Final, Literal, get_args, overload
 
 import attrs
 import orjson
@@ -62,7 +62,7 @@ DEFAULT_MAX_LINE = 64 * 1024 * 1024
 OVERSIZE_HEAD = 1024
 
 RawWhy = Literal["malformed", "invalid-utf8", "not-object", "oversize"]
-RAW_WHYS: Final[frozenset[str]] = frozenset(("malformed", "invalid-utf8", "not-object", "oversize"))
+RAW_WHYS: Final[frozenset[str]] = frozenset(get_args(RawWhy))
 
 
 @attrs.frozen

@@ -23,22 +23,29 @@ IMAGE_KEYS: Final = ("type", "data", "mimeType")
 def image_problem(images: Sequence[Any]) -> str | None:
     """What is wrong with the first image that is not Pi's ``ImageContent``, else None."""
     for n, image in enumerate(images):
-        where = f"images[{n}]"
-        if not isinstance(image, dict):
-            return f"{where} is not an object (an image is {{type, data, mimeType}})"
-        extra = [k for k in image if k not in IMAGE_KEYS]
-        if extra:
-            return f"{where} has the key {extra[0]!r}, which an image does not take (type, data, mimeType)"
-        if image.get("type") != "image":
-            return f'{where}: "type" must be "image"'
-        data = image.get("data")
-        if not isinstance(data, str) or not data:
-            return f'{where}: "data" must be the image\'s bytes in base64'
-        try:
-            base64.b64decode(data, validate=True)
-        except (binascii.Error, ValueError) as e:
-            return f'{where}: "data" is not base64 ({e})'
-        mime = image.get("mimeType")
-        if not isinstance(mime, str) or not mime.startswith("image/") or mime == "image/":
-            return f'{where}: "mimeType" must be an image type such as "image/png", not {mime!r}'
+        problem = problem_of(image, f"images[{n}]")
+        if problem is not None:
+            return problem
+    return None
+
+
+def problem_of(image: Any, where: str) -> str | None:
+    """What is wrong with ``image`` (named ``where`` in the words), else None."""
+    if not isinstance(image, dict):
+        return f"{where} is not an object (an image is {{type, data, mimeType}})"
+    extra = [k for k in image if k not in IMAGE_KEYS]
+    if extra:
+        return f"{where} has the key {extra[0]!r}, which an image does not take (type, data, mimeType)"
+    if image.get("type") != "image":
+        return f'{where}: "type" must be "image"'
+    data = image.get("data")
+    if not isinstance(data, str) or not data:
+        return f'{where}: "data" must be the image\'s bytes in base64'
+    try:
+        base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as e:
+        return f'{where}: "data" is not base64 ({e})'
+    mime = image.get("mimeType")
+    if not isinstance(mime, str) or not mime.startswith("image/") or mime == "image/":
+        return f'{where}: "mimeType" must be an image type such as "image/png", not {mime!r}'
     return None

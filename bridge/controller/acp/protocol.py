@@ -85,7 +85,7 @@ import attrs
 import orjson
 
 from bridge.core.framing import Oversize
-from bridge.core.images import image_problem
+from bridge.core.images import problem_of as image_problem_of
 from bridge.core.progress import ProgressEvent, TextEvent, ThinkingEvent, ToolEnd, ToolStart, ToolUpdate
 from bridge.core.receipts import Receipt
 from bridge.core.steering import THINKING_LEVELS
@@ -297,9 +297,9 @@ def _image(block: Mapping[str, Any], n: int) -> dict[str, Any]:
     if not isinstance(data, str) or not data or not isinstance(mime, str):
         raise AcpError(INVALID_PARAMS, f"prompt[{n}]: an image needs its base64 data and mimeType")
     image = {"type": "image", "data": data, "mimeType": mime}
-    problem = image_problem([image])
+    problem = image_problem_of(image, f"prompt[{n}]")
     if problem is not None:
-        raise AcpError(INVALID_PARAMS, f"prompt[{n}]: " + problem.removeprefix("images[0]: "))
+        raise AcpError(INVALID_PARAMS, problem)
     return image
 
 
