@@ -30,7 +30,17 @@ def test_quick_bench_prints_the_table_and_the_targets() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout.splitlines()
     text = "\n".join(out[:-1])
-    for heading in ("machine: nproc", "MB/s", "obs/s", "CPU s", "RSS MB", "wall s", "targets:"):
+    for heading in (
+        "machine: nproc",
+        "steadiness at start",
+        "steadiness at end",
+        "MB/s",
+        "obs/s",
+        "CPU s",
+        "RSS MB",
+        "wall s",
+        "targets:",
+    ):
         assert heading in text
     for reader in (
         "raw drain",
@@ -43,6 +53,9 @@ def test_quick_bench_prints_the_table_and_the_targets() -> None:
     ):
         assert reader in text
     data = json.loads(out[-1])
+    for key in ("steadiness", "steadiness_end"):
+        probe = data["machine"][key]
+        assert probe["windows"] == len(probe["ms"]) == 3 and 0 < probe["min"] <= probe["median"] <= probe["max"]
     rows = {(r["section"], r["stream"], r["reader"]) for r in data["rows"]}
     for stream in ("pi16", "tools", "legacy"):
         for reader in (
