@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from bridge.transcript import TranscriptError, TranscriptReader, TranscriptWriter
+from bridge.transcript import TranscriptError, TranscriptReader, TranscriptWriter, dumps
+from bridge.transcript.format import _dumps_nested
 
 HEADER = b'{"transcript":"pi-bridge","version":1}\n'
 
@@ -182,3 +186,48 @@ def test_the_writer_writes_version_2_by_default_and_version_1_on_request():
     old = TranscriptWriter(io.BytesIO(), version=1)
     with pytest.raises(ValueError, match="unknown transcript kind 'updates' \\(version 1\\)"):
         old.write("updates", {"count": 2, "elided": 10}, i=1)
+
+
+# -- values nested as deep as an engine may write them --------------------------------------
+
+
+def nested(depth: int) -> bytes:
+    """An object ``depth`` levels deep (the object itself is the first)."""
+    return b'{"type":"x","a":' + b"[" * (depth - 1) + b"]" * (depth - 1) + b"}"
+
+
+def test_a_recv_entry_around_a_line_nested_1024_deep_is_read():
+    """orjson reads an engine line nested 1,024 deep, so the live bridge takes it and journals it
+    one level deeper, past both parsers' limits: the reader still reads it (SPEC §6)."""
+    entry = b'{"recv":' + nested(1024) + b',"i":1,"t":1.5e-05}\n'
+    (e,) = read(HEADER + entry)
+    assert (e.kind, e.i, e.t, e.value["type"]) == ("recv", 1, 1.5e-05, "x")
+    assert dumps({"recv": e.value, "i": 1, "t": 1.5e-05}) + b"\n" == entry
+
+
+def test_a_line_nested_past_any_limit_is_an_error_with_its_line_number():
+    with pytest.raises(TranscriptError, match=r":2: not JSON \(nested too deep to read\)"):
+        read(HEADER + b"[" * 100_000 + b"]" * 100_000 + b"\n")
+    # Near the writer's shape, but not it: the same error, never a crash.
+    with pytest.raises(TranscriptError, match=r":2: not JSON"):
+        read(HEADER + b'{"recv":' + b"[" * 5000 + b"]" * 5000 + b',"i":3,"t":1.5,"x":1}\n')
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=30,
+)
+
+
+@given(json_values)
+def test_the_deep_writer_writes_what_json_writes(value):
+    assert _dumps_nested(value) == json.dumps(value, ensure_ascii=True, separators=(",", ":")).encode()
+
+
+def test_dumps_writes_values_deeper_than_the_interpreter_recurses():
+    deep: object = 1
+    for _ in range(5000):
+        deep = {"a": [deep]}
+    data = dumps(deep)
+    assert data == b'{"a":[' * 5000 + b"1" + b"]}" * 5000

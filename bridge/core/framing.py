@@ -342,7 +342,16 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-_strict_decoder = json.JSONDecoder(parse_constant=_refuse_constant)
+def js_int(text: str) -> int | float:
+    """An integer as ``JSON.parse`` reads it, past CPython's 4,300-digit limit too: a number
+    that long is past any double, so JavaScript reads it as ``Infinity`` (so does this)."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+_strict_decoder = json.JSONDecoder(parse_constant=_refuse_constant, parse_int=js_int)
 
 
 def parse_line(line: bytes | Oversize) -> dict[str, Any] | RawLine:

@@ -39,8 +39,9 @@ Bounds, so that an event stays small whatever a tool prints:
 - ``tool-end``'s ``result`` is the result's text, its first :data:`RESULT_CHARS` characters
   (``truncated``: how many more there were); an image part reads ``[image]``.
 - ``tool-start``'s ``args``: a string longer than :data:`ARG_CHARS` characters inside them
-  (a ``write`` tool's file content) is cut there and ends with ``…``; ``argsTruncated``
-  counts the characters cut.
+  (a ``write`` tool's file content) is cut there and ends with ``…``, a list or object
+  nested more than :data:`ARG_DEPTH` levels deep is ``…``; ``argsTruncated`` counts the
+  characters cut (one for each such list or object).
 - error texts: :data:`ERROR_CHARS` characters.
 
 Only lines of the prompt's own run while the engine is sealed become events (the same rule as
@@ -63,6 +64,9 @@ UPDATE_CHARS: Final = 2000
 RESULT_CHARS: Final = 8000
 #: ``tool-start``: each string inside the arguments, at most this many characters.
 ARG_CHARS: Final = 2000
+#: ``tool-start``: containers nested this deep inside the arguments are cut (an engine's line
+#: may nest 1,024 deep; no tool's arguments need a tenth of that, and nothing recurses further).
+ARG_DEPTH: Final = 64
 #: Error texts (retries, compaction), at most this many characters.
 ERROR_CHARS: Final = 500
 
@@ -356,25 +360,28 @@ def result_text(result: Any) -> str:
     return "".join(parts)
 
 
-def _bounded(value: Any) -> tuple[Any, int]:
-    """``value`` with every string in it cut to :data:`ARG_CHARS` characters, and how many
-    characters were cut."""
+def _bounded(value: Any, depth: int = 0) -> tuple[Any, int]:
+    """``value`` with every string in it cut to :data:`ARG_CHARS` characters and every
+    container nested past :data:`ARG_DEPTH` levels replaced by ``…`` (which counts as one),
+    and how many characters were cut."""
     if isinstance(value, str):
         if len(value) <= ARG_CHARS:
             return value, 0
         return value[:ARG_CHARS] + "…", len(value) - ARG_CHARS
+    if isinstance(value, (dict, list)) and depth >= ARG_DEPTH:
+        return "…", 1
     if isinstance(value, dict):
         out: dict[Any, Any] = {}
         cut = 0
         for k, v in value.items():
-            out[k], n = _bounded(v)
+            out[k], n = _bounded(v, depth + 1)
             cut += n
         return out, cut
     if isinstance(value, list):
         items = []
         cut = 0
         for v in value:
-            item, n = _bounded(v)
+            item, n = _bounded(v, depth + 1)
             items.append(item)
             cut += n
         return items, cut

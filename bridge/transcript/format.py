@@ -47,10 +47,13 @@ character, so nothing inside a string can start a new journal line.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Final
 
 import attrs
 import orjson
+
+from bridge.core.framing import js_int
 
 #: The newest version this code reads and writes.
 VERSION: Final = 2
@@ -109,18 +112,103 @@ def dumps(obj: Any) -> bytes:
         return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
     except TypeError:
         # orjson refuses str with lone surrogates (which JSON.parse accepts and
-        # the framing's fallback parser keeps); json writes them as escapes.
+        # the framing's fallback parser keeps), and values nested past 254 levels;
+        # json writes the first as escapes, and the second up to the interpreter's
+        # recursion limit.
+        pass
+    try:
         return json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode()
+    except RecursionError:
+        # An engine's line may nest 1,024 deep (orjson reads that far), and a
+        # journal's entry or a controller's event holds it a level or two deeper.
+        return _dumps_nested(obj)
+
+
+_SCALAR: Final = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
+_END: Final = object()
+
+
+def _dumps_nested(obj: Any) -> bytes:
+    """:func:`json.dumps` without recursion (the same bytes): a stack of the open containers'
+    iterators stands for the call stack, so no depth is too deep."""
+    parts: list[str] = []
+    # Each open container: its items, its closing bracket, whether it is an object, and
+    # whether an item has been written yet.
+    stack: list[list[Any]] = []
+    value = obj
+    while True:
+        if isinstance(value, dict):
+            parts.append("{")
+            stack.append([iter(value.items()), "}", True, False])
+        elif isinstance(value, (list, tuple)):
+            parts.append("[")
+            stack.append([iter(value), "]", False, False])
+        else:
+            parts.append(_SCALAR.encode(value))
+        while stack:
+            frame = stack[-1]
+            item = next(frame[0], _END)
+            if item is _END:
+                parts.append(frame[1])
+                stack.pop()
+                continue
+            if frame[3]:
+                parts.append(",")
+            frame[3] = True
+            if frame[2]:
+                key, value = item
+                if not isinstance(key, str):
+                    raise TypeError(f"keys must be str, not {type(key).__name__}")
+                parts.append(_SCALAR.encode(key))
+                parts.append(":")
+            else:
+                value = item
+            break
+        else:
+            return "".join(parts).encode()
+
+
+#: The end of a ``recv`` entry as the live journal writes it, after the engine's line: its
+#: index and its time (``bridge/live/journal.py``, ``Journal.recv``).
+_RECV_TAIL: Final = re.compile(
+    rb',"i":(0|[1-9][0-9]*),"t":(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\}\s*\Z'
+)
+
+
+_decoder: Final = json.JSONDecoder(parse_int=js_int)
 
 
 def loads(data: bytes) -> Any:
+    """One entry's JSON value. What orjson refuses (a lone surrogate escape, nesting past its
+    1,024 levels) the standard library reads; a ``ValueError`` says it is not JSON.
+
+    The live bridge reads an engine line nested 1,024 deep (orjson's limit), and its ``recv``
+    entry holds the line one level deeper, past both parsers; SPEC §6 wants the journal a
+    live bridge writes to be a valid transcript, so a ``recv`` entry in the writer's shape has
+    its line read on its own (``{"recv":LINE,"i":N,"t":T}`` is JSON exactly when LINE is)."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
-        return json.loads(data.decode("utf-8"))
+        pass
+    if data.startswith(b'{"recv":'):
+        tail = _RECV_TAIL.search(data)
+        if tail is not None:
+            try:
+                line = orjson.loads(data[8 : tail.start()])
+            except orjson.JSONDecodeError:
+                pass
+            else:
+                return {"recv": line, "i": int(tail[1]), "t": float(tail[2])}
+    try:
+        return _decoder.decode(data.decode("utf-8"))
+    except RecursionError:
+        raise ValueError("nested too deep to read") from None
 
 
 def shown(value: Any) -> str:
     """A value from a file, as JSON (how the user wrote it), cut short: never a Python repr."""
-    text = json.dumps(value, ensure_ascii=False, default=str)
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except RecursionError:
+        return "(a value nested too deep to show)"
     return text if len(text) <= 80 else text[:79] + "…"
