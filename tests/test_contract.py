@@ -793,6 +793,18 @@ def check_failed_journal_stderr(stderr: str, journal: Path) -> None:
     assert "too large" in last.lower() or "could not be written" in last.lower(), last
 
 
+def check_told_before_unjournaled(sp: ServeProc, journal: Path) -> None:
+    """No receipt reaches the controller before ``journal-failed`` unless the journal holds it:
+    README, "What is durable when the controller gets a receipt"."""
+    held = {e["receipt"]["request"] for e in read_journal(journal) if "receipt" in e}
+    for line in sp.lines:
+        if line["type"] == "signal" and line["signal"] == "journal-failed":
+            return
+        if line["type"] == "receipt":
+            assert line["id"] in held, f"{line['id']}'s receipt came before journal-failed but is not in the journal"
+    raise AssertionError("no journal-failed signal")
+
+
 async def test_full_disk_loses_no_receipt_serve(tmp_path: Path) -> None:
     journal = tmp_path / "j.jsonl"
     sp = await start_serve(
@@ -809,6 +821,7 @@ async def test_full_disk_loses_no_receipt_serve(tmp_path: Path) -> None:
         assert set(got) == set(ids), sorted(got)
         failed = [line for line in sp.lines if line["type"] == "signal" and line["signal"] == "journal-failed"]
         assert len(failed) == 1, failed
+        check_told_before_unjournaled(sp, journal)
         assert code == 1, sp.stderr
         assert_bye_last(sp)
         check_failed_journal_stderr(sp.stderr, journal)
@@ -861,6 +874,7 @@ async def test_full_disk_writes_nothing_queued_after_the_failure(tmp_path: Path)
         assert set(got) == {"a", "b"}
         assert code == 1, sp.stderr
         assert [line["signal"] for line in sp.lines if line["type"] == "signal"] == ["journal-failed"]
+        check_told_before_unjournaled(sp, journal)
         assert got["a"]["state"] == "finished", got["a"]
         assert (got["b"]["state"], got["b"]["reason"]) == ("rejected", "closing"), (
             f"b was queued when the journal failed, yet it was written to the engine: {got['b']}"

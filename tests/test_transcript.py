@@ -231,3 +231,10 @@ def test_dumps_writes_values_deeper_than_the_interpreter_recurses():
         deep = {"a": [deep]}
     data = dumps(deep)
     assert data == b'{"a":[' * 5000 + b"1" + b"]}" * 5000
+
+
+def test_a_gzip_file_is_named_as_one():
+    import gzip
+
+    with pytest.raises(TranscriptError, match=r":1: a gzip file: gunzip it first"):
+        read(gzip.compress(HEADER + b'{"recv":{}}\n'))

@@ -12,6 +12,7 @@ reaped -- when the ``async with`` ends, however it ends::
 from __future__ import annotations
 
 import datetime
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -47,7 +48,16 @@ async def open_bridge(
     Raises :class:`~bridge.profiles.command.ProfileError` when the engine can't be prepared.
     """
     config = config or BridgeConfig()
-    path = (default_journal_path() if journal is True else Path(journal)) if journal else None
+    if journal is True:
+        path: Path | None = default_journal_path()
+    elif journal is False or journal is None:
+        path = None
+    elif isinstance(journal, (str, os.PathLike)) and os.fspath(journal):
+        path = Path(journal)
+    else:  # "" or 0 would quietly mean no journal at all
+        raise ValueError(
+            f"journal: True (the default location), a file's path, or False/None for none; not {journal!r}"
+        )
     profile = _hide_journals(profile, path)
     launch = profile.prepare()
     jr: Journal | None = None
@@ -65,18 +75,32 @@ async def open_bridge(
     except BaseException:
         launch.run_cleanup()
         raise
-    async with trio.open_nursery() as nursery:
-        bridge = Bridge(nursery, profile, launch, jr, config, collect=collect)
-        nursery.start_soon(bridge._clock)
-        nursery.start_soon(bridge._fsync_journal)
-        try:
-            yield bridge
-            if drain_on_exit:
-                await bridge.drain()
-        finally:
-            with trio.CancelScope(shield=True):
-                await bridge.aclose()
-            nursery.cancel_scope.cancel()
+    raised: BaseException | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            bridge = Bridge(nursery, profile, launch, jr, config, collect=collect)
+            nursery.start_soon(bridge._clock)
+            nursery.start_soon(bridge._fsync_journal)
+            try:
+                yield bridge
+                if drain_on_exit:
+                    await bridge.drain()
+            except BaseException as e:
+                raised = e
+                raise
+            finally:
+                with trio.CancelScope(shield=True):
+                    await bridge.aclose()
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The nursery wraps what the caller's block raised in a group of one; the caller
+        # catches its own exception as it raised it (``except KeyError``), as if no nursery
+        # were there. A group with anything of the bridge's own in it stays a group.
+        if raised is None or group.exceptions != (raised,):
+            raise
+    else:
+        return
+    raise raised
 
 
 def _hide_journals(profile: EngineProfile, path: Path | None) -> EngineProfile:

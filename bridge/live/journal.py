@@ -85,7 +85,7 @@ def open_private(path: Path) -> BinaryIO:
             what = "is a symbolic link (a journal is never written through one: give a new path"
         else:
             what = "already exists (journals are never appended to: give a new path"
-        raise JournalError(f"the journal {path} {what}, or leave --journal out for a fresh one)") from None
+        raise JournalError(f"the journal {path} {what}, or the default location for a fresh one)") from None
     except OSError as e:
         raise JournalError(f"cannot create the journal {path}: {e.strerror or e}") from None
 
@@ -166,7 +166,15 @@ class Journal:
                 self.fail(e)
 
     def send(self, cmd: dict[str, Any], t: float) -> None:
+        """A command, written and flushed to the OS before it goes to the engine: a bridge
+        killed while the engine works leaves a journal that says what was sent, and every line
+        before it (a write per command; the stream's lines wait for the next receipt)."""
         self._write("send", cmd, t)
+        if not self.closed:
+            try:
+                self._writer.flush()
+            except OSError as e:
+                self.fail(e)
 
     def recv(self, idx: int, line: bytes, parsed: dict[str, Any] | None, t: float) -> None:
         """A line that is (or, for a skipped ``message_update``, starts like) a JSON object."""

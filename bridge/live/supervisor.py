@@ -164,6 +164,11 @@ class Bridge:
         #: stdin) and reads them as ``ask`` notifications: dialogs are asked, not cancelled.
         self.answers_dialogs = False
         self._finished = False
+        #: Receipts settled in a step whose journal write failed: given out after the
+        #: ``journal-failed`` signal (:meth:`_deliver`).
+        self._unjournaled: list[Receipt] = []
+        #: Set once the notification channels are closed (:meth:`_finish`).
+        self._subscribers_closed = False
         #: Observers called with every notification dict (serve uses this).
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
         #: A journal failure seen while a step's actions run, fed once they have run.
@@ -301,9 +306,19 @@ class Bridge:
         self._feed(Compact(instructions))
 
     async def prompt(self, message: str, **kw: Any) -> Receipt:
-        """Submit and wait for the receipt. Ends when it comes (it always does)."""
+        """Submit and wait for the receipt. Ends when it comes (it always does).
+
+        Cancelled while it waits (``trio.move_on_after`` around it, say), it stops the prompt
+        first, as :meth:`stop` does: nobody holds its handle, so nobody else could, and a run
+        left going would hold the slot from the prompts after it. The receipt still comes
+        (to :meth:`signals` and the journal). To stop waiting but let a prompt run, use
+        :meth:`submit` and the handle."""
         handle = await self.submit(message, **kw)
-        return await handle.receipt()
+        try:
+            return await handle.receipt()
+        except BaseException:
+            self._feed(Stop(handle.request))
+            raise
 
     async def stop(self, request: str) -> str | None:
         """Stop a prompt; returns at once (the abort is queued for the engine's writer).
@@ -389,7 +404,10 @@ class Bridge:
         ``dialog_timeout``; with none, it is answered ``cancelled`` at once. Never a yes
         nobody gave. A full channel loses nothing: the dialog ends at its timeout."""
         send, recv = trio.open_memory_channel[Dialog](max_buffer)
-        self._dialog_subscribers.append(send)
+        if self._subscribers_closed:
+            send.close()  # a closed bridge asks nothing more: the channel ends at once
+        else:
+            self._dialog_subscribers.append(send)
         return recv
 
     async def answer_dialog(
@@ -420,9 +438,13 @@ class Bridge:
         return bool(self._dialog_subscribers)
 
     def signals(self, max_buffer: int = 1000) -> trio.MemoryReceiveChannel[dict[str, Any]]:
-        """A channel of every notification (signals, engine lifecycle, receipts)."""
+        """A channel of every notification (signals, engine lifecycle, receipts) from now on;
+        it ends when the bridge has closed (at once, from a closed bridge)."""
         send, recv = trio.open_memory_channel[dict[str, Any]](max_buffer)
-        self._subscribers.append(send)
+        if self._subscribers_closed:
+            send.close()
+        else:
+            self._subscribers.append(send)
         return recv
 
     async def drain(self) -> None:
@@ -508,6 +530,7 @@ class Bridge:
         if self.journal is not None:
             self.journal.note({"event": "bridge-closed", "receipts": self.receipts_issued}, self.now())
             self.journal.close()
+        self._subscribers_closed = True
         for send in self._subscribers:
             send.close()
         for dsend in self._dialog_subscribers:
@@ -535,6 +558,8 @@ class Bridge:
                     self._journal_failure = None
         finally:
             self._stepping = False
+            if self._unjournaled:
+                self._resolve_unjournaled()  # never held past the steps that made them
         self._poke()
 
     def _on_journal_failure(self, why: str) -> None:
@@ -554,6 +579,8 @@ class Bridge:
             self._deliver(action.receipt, action.release)
         elif kind is Signal:
             self._signal(action.payload)
+            if self._unjournaled and action.payload.get("signal") == "journal-failed":
+                self._resolve_unjournaled()
         elif kind is Note:
             t = self.now()
             if self.journal is not None:
@@ -644,7 +671,19 @@ class Bridge:
             self.session.release(receipt.request, t=t)
             if self.journal is not None:
                 self.journal.release(receipt.request, t)
+        if self._journal_failure is not None:
+            # The journal failed in this step (at this receipt's own line, maybe): the
+            # controller hears ``journal-failed`` first, then this receipt, which the journal
+            # may not hold (released by the signal, :meth:`_execute`; by the step's end at
+            # the latest, :meth:`_feed`).
+            self._unjournaled.append(receipt)
+            return
         self._resolve(receipt)
+
+    def _resolve_unjournaled(self) -> None:
+        held, self._unjournaled = self._unjournaled, []
+        for receipt in held:
+            self._resolve(receipt)
 
     def _resolve(self, receipt: Receipt) -> None:
         p = self._handles.pop(receipt.request, None) if receipt.request is not None else None

@@ -147,7 +147,7 @@ def _dumps_nested(obj: Any) -> bytes:
             parts.append(_SCALAR.encode(value))
         while stack:
             frame = stack[-1]
-            item = next(frame[0], _END)
+            item: Any = next(frame[0], _END)
             if item is _END:
                 parts.append(frame[1])
                 stack.pop()

@@ -40,6 +40,8 @@ class TranscriptReader:
         self._lineno = 1
         if not first.strip():
             raise TranscriptError(path, 1, "empty file: expected a pi-bridge transcript header")
+        if first.startswith(b"\x1f\x8b"):
+            raise TranscriptError(path, 1, "a gzip file: gunzip it first (zcat FILE > FILE.jsonl)")
         try:
             head = loads(first)
         except (ValueError, UnicodeDecodeError) as e:

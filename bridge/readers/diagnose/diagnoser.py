@@ -464,9 +464,11 @@ class Diagnoser:
         self.facts.journal_failed = self._add_words(base, words, item, detail=value)
 
     def _journal_ends(self) -> None:
-        """A live bridge's journal (it has an engine-start note; fixtures do not) that ends
-        without the ``bridge-closed`` note a cleanly closed bridge writes last."""
-        if self.closed or not self.tally.engine_starts:
+        """A live bridge's journal (its header names the bridge, or it has an engine-start
+        note; hand-written fixtures have neither) that ends without the ``bridge-closed`` note
+        a cleanly closed bridge writes last: also one killed before it wrote anything more
+        than its header."""
+        if self.closed or not (self.tally.engine_starts or "bridge" in self.header.meta):
             return
         self.tally.count("journal-ends-early")
         unsettled = sum(1 for st in [*self.driver.session.open.values(), *self._shadowed] if st.receipt is None)
