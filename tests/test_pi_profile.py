@@ -581,6 +581,7 @@ class Engine:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            pass_fds=launch.pass_fds,  # the sandbox's watch on the bridge
         )
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()

@@ -214,7 +214,7 @@ def probe(pi_dir: Path, sc: ModuleType, timeout: float = 30.0) -> dict[str, Any]
     launch = None
     try:
         launch = scripted_profile(server.write_models(tmp), pi_dir=str(pi_dir), allow_other_version=True).prepare()
-        responses = _ask(launch.argv, launch.env, launch.cwd, timeout)
+        responses = _ask(launch.argv, launch.env, launch.cwd, timeout, launch.pass_fds)
     finally:
         if launch is not None:
             launch.run_cleanup()
@@ -284,12 +284,20 @@ PROBE_PROMPT = {"id": "m-prompt", "type": "prompt", "message": "Say something fo
 SETTLE_WAIT = 3.0
 
 
-def _ask(argv: list[str], env: dict[str, str], cwd: str | None, timeout: float) -> list[dict[str, Any]]:
+def _ask(
+    argv: list[str], env: dict[str, str], cwd: str | None, timeout: float, pass_fds: tuple[int, ...] = ()
+) -> list[dict[str, Any]]:
     """Write the probe commands (then, in turn, the level check and the prompt); read every line
     until the prompt's run is over (``agent_settled``, or :data:`SETTLE_WAIT` after its last
     ``agent_end``) or ``timeout``; stop Pi (stdin closed, then killed after 5 s)."""
     proc = subprocess.Popen(
-        argv, env=env, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        argv,
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        pass_fds=pass_fds,  # the sandbox's watch on us (Launch.pass_fds)
     )
     assert proc.stdin is not None and proc.stdout is not None
     then = {"m-think": PROBE_AFTER_THINK, "m-state-after": PROBE_PROMPT}

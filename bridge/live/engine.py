@@ -167,6 +167,7 @@ class Engine:
             env=launch.env,
             cwd=launch.cwd,
             start_new_session=True,
+            pass_fds=launch.pass_fds,
         )
         engine.pid = engine.process.pid
         _live_engines.add(engine)

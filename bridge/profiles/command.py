@@ -49,6 +49,9 @@ class Launch:
     #: start-up check saying so (a configuration a restart repeats: down at once, as when
     #: ``check`` refuses), else None (a crash, retried).
     refusal: Callable[[list[str]], str | None] | None = None
+    #: Descriptors the engine process inherits besides its stdio (the sandbox's watch on
+    #: the bridge: :data:`bridge.profiles.sandbox.WATCH`); ``cleanup`` closes them.
+    pass_fds: tuple[int, ...] = ()
 
     def run_cleanup(self) -> None:
         if self.cleanup is not None:

