@@ -695,3 +695,27 @@ def test_no_network_hides_the_hosts_unix_sockets_under_run(
         assert "/run" in notes(journal, "confinement")[0]["verified"]["writes_refused"]
     else:
         assert "curl=0" in said and len(seen) == 1, said
+
+
+def test_a_working_folder_that_is_the_hidden_home_is_refused(tmp_path: Path):
+    """The home is hidden by an empty, read-only folder over it: as the working folder that
+    was a misleading seal failure, or a read-only project that said nothing."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "proj.txt").write_text("mine")
+    env = {**os.environ, "HOME": str(home)}
+    out = run_cli("run", "hi", "--no-journal", "--engine-cwd", str(home), env=env, timeout=60)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "is the home the sandbox hides" in out.stderr and f"--allow-write {home}" in out.stderr
+
+
+def test_allow_write_on_the_journals_folder_is_refused(tmp_path: Path):
+    """The journal's folder is hidden from the engine: ``--allow-write`` on it gave an empty,
+    read-only folder and said nothing (the same for ``--engine-cwd`` was already refused)."""
+    folder = tmp_path / "journals"
+    folder.mkdir()
+    out = run_cli(
+        "run", "hi", "--journal", str(folder / "j.jsonl"), "--allow-write", str(folder), timeout=60
+    )  # fmt: skip
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "a journal folder the sandbox hides" in out.stderr and "--allow-write" in out.stderr

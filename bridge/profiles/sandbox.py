@@ -307,12 +307,26 @@ def confine(
             )
     lay = _layout(sandbox, reads, writes, needed, [cwd, config])
     for h in lay.hidden:
+        # The hidden folder would be mounted over what was asked for: Pi would see it empty and
+        # read-only, and say nothing (found by new-user trials of bridge acp and of the sandbox).
         if _within(cwd, h):
-            # The hidden folder would be mounted over the project: Pi would see it empty and
-            # read-only, and say nothing (found by a new-user trial of bridge acp).
             raise ProfileError(
                 f"the engine's working folder {cwd} is inside {h}, a journal folder the sandbox hides "
                 "from the engine: put the journal (--journal) somewhere else"
+            )
+        for w in writes:
+            if _within(w, h):
+                raise ProfileError(
+                    f"--allow-write {w} is inside {h}, a journal folder the sandbox hides from the engine: "
+                    "put the journal (--journal) somewhere else, or give another folder"
+                )
+    for h in lay.hidden_homes:
+        if cwd == h:
+            # The home is hidden by an empty, read-only folder mounted over it, which would be
+            # the working folder too.
+            raise ProfileError(
+                f"the engine's working folder {cwd} is the home the sandbox hides from the engine: "
+                f"work in a folder inside it, or show it with --allow-write {cwd}"
             )
     homes = lay.hidden_homes
     writable = [config, "/tmp"] + ([cwd] if own_cwd else [])
