@@ -222,3 +222,23 @@ def _comparable(row: dict[str, Any]) -> dict[str, Any]:
         for name, c in row["scenarios"].items()
     }
     return {"features": features, "scenarios": cells, "install": row["install"], "probe": row["probe"]}
+
+
+def test_an_install_that_is_not_the_version_it_says_is_refused_once(
+    oldest: Path, scripted: Any, tmp_path: Path
+) -> None:
+    """The oldest Pi with a package.json that says it is the pin: taken for the pin, it refused
+    the seal's flags (``Unknown options: --no-mcp, …``) at every start and was retried as a
+    crash up to the limit (exit 1). Now: one start, one line, exit 2."""
+    fake_pin = tmp_path / "pi"
+    subprocess.run(["cp", "-al", str(oldest), str(fake_pin)], check=True)
+    meta_path = fake_pin / "node_modules" / "@earendil-works" / "pi-coding-agent" / "package.json"
+    meta = json.loads(meta_path.read_text())
+    meta["version"] = PI_PIN
+    meta_path.unlink()  # a hard link into the real install: a new file, not an edit
+    meta_path.write_text(json.dumps(meta))
+    p = _bridge_run(fake_pin, "hello", models=scripted.models)
+    assert p.returncode == 2, p.stdout + p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "refused the seal's flags: Unknown options" in lines[0], p.stderr
+    assert "is the install the Pi version its package.json says?" in lines[0]

@@ -169,13 +169,15 @@ _COMMAND_SOURCES: Final[Mapping[str, str]] = {
 #: Pi's own refusals of ``--model``/``--provider`` at start-up (``model-resolver.js``
 #: ``resolveCliModel``, printed by ``main.js`` as ``Error: …`` before it exits 1).
 _REFUSED = re.compile(r'Error: ((?:Model ".*" (?:not found|is ambiguous across providers)|Unknown provider ".*").*)')
+_UNKNOWN_FLAGS = re.compile(r"Error: (Unknown options?: .*)")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _LIST_HINT = re.compile(r"Use --list-models to see available [\w/]+\.")
 
 
 def startup_refusal(stderr: Sequence[str]) -> str | None:
     """The words of a refusal among the last stderr lines of a Pi that exited during its
-    start-up check (rule 9: a model or provider it does not know), else None: a crash."""
+    start-up check (rule 9: a model or provider it does not know; flags it does not know, from
+    an install that is not the version it says), else None: a crash."""
     for line in stderr:
         found = _REFUSED.match(_ANSI.sub("", line).strip())
         if found:
@@ -183,6 +185,14 @@ def startup_refusal(stderr: Sequence[str]) -> str | None:
                 "(`bridge models` with neither --model nor --provider lists what Pi offers)", found.group(1)
             )
             return f"Pi refused the configuration: {words}"
+        flags = _UNKNOWN_FLAGS.match(_ANSI.sub("", line).strip())
+        if flags:
+            # The seal's own flags, which every Pi this profile takes for its version knows:
+            # an install that is not what its package.json says.
+            return (
+                f"Pi refused the seal's flags: {flags.group(1)} (is the install the Pi version its "
+                "package.json says? `tools/setup_pi` makes the pinned one)"
+            )
     return None
 
 
