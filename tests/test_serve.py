@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import trio
 
-from tests.helpers_live import ROOT, ServeProc, fake_engine_argv, read_journal, wait_gone
+from tests.helpers_live import FAKE, ROOT, ServeProc, fake_engine_argv, read_journal, wait_gone
 
 
 @pytest.fixture
@@ -557,5 +557,65 @@ async def test_controller_that_goes_away(tmp_path: Path) -> None:
         assert sorted(r["request"] for r in receipts) == ["p0", "p1", "p2"]
         assert all(r["state"] in ("finished", "rejected", "failed") for r in receipts), receipts
         assert any(e.get("note", {}).get("why") == "controller-gone" for e in entries)
+    finally:
+        await sp.kill()
+
+
+# -- a controller that does not read stdout -----------------------------------------------------
+
+
+async def journal_has(path: Path, pred: Any, timeout: float = 30.0) -> list[dict[str, Any]]:
+    """Poll the journal until ``pred(entries)`` holds (the controller reads nothing on stdout)."""
+    with trio.fail_after(timeout):
+        while True:
+            entries = read_journal(path) if path.exists() else []
+            if pred(entries):
+                return entries
+            await trio.sleep(0.05)
+
+
+def journal_receipts(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {e["receipt"]["request"]: e["receipt"] for e in entries if "receipt" in e}
+
+
+@pytest.mark.parametrize("when", ["running", "after-eof"])
+async def test_a_signal_ends_serve_whose_controller_does_not_read_stdout(tmp_path: Path, when: str) -> None:
+    """SPEC §8 (no controller fault hangs the bridge), README "Exit codes" (128+N): with far
+    more than a pipe's worth of lines unread, a signal -- while a streamed prompt runs, or after
+    stdin EOF has drained and the bridge closed -- still ends serve: the last lines wait at most
+    ``FLUSH_GRACE`` for the controller, then one stderr line names the journal, which holds
+    every receipt, and the exit status is the signal's. It used to wait for a reader forever."""
+    journal = tmp_path / "j.jsonl"
+    # 2 MB of reply in 20,000 deltas: paced (running), the run lasts 10 s or more, and the
+    # journal (--journal-full: each update kept, ~300 B) passes its 1 MiB buffer after about
+    # 3,000 of them, by when some 400 KB of text lines wait on a pipe that holds 64 KiB.
+    big: dict[str, Any] = {"reply": "y" * 2_000_000, "deltas": 20_000}
+    if when == "running":
+        big["delta_delay"] = 0.0005
+    scenario = tmp_path / "scenario.json"
+    scenario.write_text(json.dumps({"prompts": [big]}))
+    engine = [sys.executable, str(FAKE), "--scenario", str(scenario)]
+    sp = await ServeProc.start(tmp_path, engine, "--journal", str(journal), "--journal-full")
+    try:
+        await sp.send({"type": "prompt", "id": "big", "message": "x", "stream": True})
+        if when == "running":
+            with trio.fail_after(30):
+                while not journal.exists() or journal.stat().st_size < 1 << 20:
+                    await trio.sleep(0.05)
+            assert "big" not in journal_receipts(read_journal(journal))  # still running
+        else:
+            await sp.close_stdin()
+            await journal_has(journal, lambda es: any(e.get("note", {}).get("event") == "bridge-closed" for e in es))
+            assert sp.proc.returncode is None  # its last lines are not read: it waits for the controller
+        sp.proc.send_signal(signal.SIGTERM)
+        code = await sp.wait(timeout=40)
+        assert code == 128 + signal.SIGTERM, sp.stderr
+        assert sp.stderr.count("\n") == 1 and f"every receipt is in the journal {journal}" in sp.stderr, sp.stderr
+        entries = read_journal(journal)
+        got = journal_receipts(entries)["big"]
+        assert (got["state"], got["reason"]) == (("failed", "closing") if when == "running" else ("finished", None))
+        assert entries[-1]["note"]["event"] == "bridge-closed"
+        assert sp.proc.stdout is not None
+        assert (await sp.proc.stdout.receive_some(1 << 16)).startswith(b'{"type":"ready"')
     finally:
         await sp.kill()

@@ -19,6 +19,12 @@ Rules:
   a second ``shutdown`` changes nothing.
 - SIGINT / SIGTERM / SIGHUP: closing at once (nothing queued is written; the
   running prompt is stopped, ``failed``/``closing``), exit 130 / 143 / 129.
+- Once a signal has come (before or after the bridge closed), the last lines wait at most
+  :data:`FLUSH_GRACE` for a controller that does not read stdout, counted from the later of
+  the closing and the signal; then the rest is dropped (every receipt is in the journal), one
+  line on stderr says so and names the journal, and the exit status is the signal's. Without
+  a signal they wait for the controller as long as it takes (a drain after EOF is read slowly
+  by some controllers; a signal is how one ends a bridge whose controller hangs).
 - stdout closed by the controller (a broken pipe, ``| head``): closing at once as for a
   signal, every receipt in the journal, exit 141.
 - The journal cannot be written (a full disk): the controller gets a
@@ -42,7 +48,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import trio
@@ -78,6 +84,11 @@ from bridge.live.handles import DialogError
 from bridge.live.signals import closing_signals
 from bridge.live.supervisor import EngineQuestionError
 from bridge.profiles.command import EngineProfile
+
+#: Seconds the last lines (``bye`` last) may still take, once a signal has come and the bridge
+#: has closed, to reach a controller that does not read its stdout; then they are dropped. A
+#: few seconds, like the close grace: a controller that reads takes them in milliseconds.
+FLUSH_GRACE: Final = 5.0
 
 
 def main_serve(profile: EngineProfile, *, journal: Any, config: BridgeConfig, drain_timeout: float | None) -> int:
@@ -121,6 +132,11 @@ class _Server:
     bridge: Bridge | None = None
     #: 128+N after signal N came before the bridge had closed (the first such signal), else 0.
     status: int = 0
+    #: The first signal, whenever it came: it bounds the last lines' wait (:data:`FLUSH_GRACE`).
+    signum: int | None = None
+    signalled: trio.Event = attrs.field(factory=trio.Event)
+    #: Set when the last lines were dropped because the controller did not read them in time.
+    gave_up: bool = False
 
     async def watch_signals(self, signals: AsyncIterator[int]) -> None:
         """Close the bridge on each signal. Ends only when cancelled (after ``bye``)."""
@@ -128,6 +144,9 @@ class _Server:
             bridge = self.bridge
             if bridge is None or not bridge.lifecycle.state.closed:
                 self.status = self.status or 128 + signum
+            if self.signum is None:
+                self.signum = signum
+                self.signalled.set()
             if bridge is not None:
                 bridge.close_on_signal(signum)
 
@@ -142,7 +161,25 @@ class _Server:
             self.out.write(Bye(self.bridge.receipts_issued if self.bridge is not None else 0))
             self.out.close()
         with trio.CancelScope(shield=True):
+            await self._flush()
+
+    async def _flush(self) -> None:
+        """Wait for the last lines to be written. Ends when they are (or dropped: the controller
+        is gone), or :data:`FLUSH_GRACE` after the first signal if the controller does not read
+        them (then :attr:`gave_up`; the writer is cancelled with the rest of ``serve``)."""
+        async with trio.open_nursery() as nursery:
+
+            async def bound() -> None:
+                """Give up on the controller. Ends FLUSH_GRACE after the first signal (cancelled
+                sooner when the lines are written)."""
+                await self.signalled.wait()
+                await trio.sleep(FLUSH_GRACE)
+                self.gave_up = not self.out.done.is_set()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(bound)
             await self.out.done.wait()
+            nursery.cancel_scope.cancel()
 
     def _opened(self, bridge: Bridge) -> None:
         """The bridge is open: its notifications go to the controller, after ``ready``."""
@@ -162,14 +199,30 @@ class _Server:
         if self.bridge is not None:
             self.bridge.close_now("controller-gone", "the controller closed its end of stdout")
 
+    def _receipts_where(self) -> str:
+        """Where the receipts the controller did not get are: the words for a line on stderr."""
+        journal = self.bridge.journal if self.bridge is not None else None
+        if journal is None:
+            return "there is no journal"
+        if self.bridge is not None and self.bridge.journal_failed:
+            return f"and the journal could not be written either: {self.bridge.journal_failed}"
+        return f"every receipt is in the journal {journal.path}"
+
     def exit_status(self) -> int:
         """The exit status (README "Exit codes"); a journal failure, an engine that cannot be set
         up (2), or a stdout that could not be written (not a controller that went away), also
         gets its line on stderr."""
+        if self.gave_up:
+            print(
+                f"bridge serve: the controller did not read stdout within {FLUSH_GRACE:g} s of closing, so the "
+                f"last lines were dropped; {self._receipts_where()}",
+                file=sys.stderr,
+            )
+            return self.status or 128 + (self.signum or 0)
         if self.out.failed is not None:
-            journal = self.bridge.journal if self.bridge is not None else None
-            where = f"every receipt is in the journal {journal.path}" if journal is not None else "there is no journal"
-            print(f"bridge serve: cannot write to stdout ({self.out.failed}); {where}", file=sys.stderr)
+            print(
+                f"bridge serve: cannot write to stdout ({self.out.failed}); {self._receipts_where()}", file=sys.stderr
+            )
             return self.status or 1
         if self.bridge is not None and self.bridge.journal_failed:
             print(f"bridge serve: {self.bridge.journal_failed}; every receipt went to the controller", file=sys.stderr)

@@ -7,7 +7,8 @@ that whole span, and before it the signals are set to be ignored, since the rece
 what was there before it. So a signal that comes while the bridge is already closing (or after
 it closed, while the last lines are written, and through the interpreter's own shutdown)
 changes nothing, instead of killing the process (SIGTERM, SIGHUP) or raising
-``KeyboardInterrupt`` (SIGINT) before the receipts are written. Engines are spawned while the
+``KeyboardInterrupt`` (SIGINT) before the receipts are written (``serve`` alone also bounds
+its last lines' wait for a controller that does not read them: ``FLUSH_GRACE``). Engines are spawned while the
 receiver's handler is in place, so they start with the default dispositions (an ignored signal
 would be inherited across ``exec``; a handled one is not).
 """
