@@ -473,6 +473,47 @@ async def test_after_shutdown_serve_still_answers(tmp_path: Path) -> None:
         await sp.kill()
 
 
+async def test_after_shutdown_steering_is_an_error_and_models_is_answered(tmp_path: Path) -> None:
+    """README "bridge serve": configure, new_conversation and compact steer the prompts submitted
+    after them, and after shutdown none can be: each is an error line (configure used to answer
+    ``configured`` with a model no prompt would ever use); models is still answered, and the
+    prompt queued before the shutdown runs as it was submitted."""
+    journal = tmp_path / "j.jsonl"
+    sp = await start_serve(
+        tmp_path, serve_argv("--journal", str(journal), engine=fake_engine_argv({"prompts": [{"hang": True}]}))
+    )
+    try:
+        with trio.fail_after(40):
+            await sp.send({"type": "prompt", "id": "a", "message": "runs until stopped"})
+            await sp.send({"type": "prompt", "id": "q", "message": "queued"})
+            await wait_held(sp, "a")
+            await sp.send({"type": "shutdown"})
+            steering = [
+                {"type": "configure", "provider": "fake", "model": "other-model", "thinking": "high"},
+                {"type": "new_conversation"},
+                {"type": "compact", "instructions": "keep it short"},
+            ]
+            for cmd in steering:
+                await sp.send(cmd)
+                err = await sp.until(lambda line: line["type"] in ("error", "configured"))
+                assert err["type"] == "error", err
+                assert err["error"].startswith(f"{cmd['type']} after shutdown changes nothing"), err
+            await sp.send({"type": "models"})
+            models = await sp.until(lambda line: line["type"] in ("models", "error"))
+            assert models["type"] == "models" and models["models"], models
+            await sp.send({"type": "stop", "id": "a"})
+            await sp.read_all(timeout=20)
+            code = await sp.wait()
+        assert code == 0, sp.stderr
+        got = by_id(sp)
+        assert got["q"]["state"] == "finished", got["q"]
+        sent = [e["send"]["type"] for e in read_journal(journal) if "send" in e]
+        assert not {"set_model", "set_thinking_level", "new_session", "compact"} & set(sent), sent
+        assert_bye_last(sp)
+    finally:
+        await sp.kill()
+
+
 async def test_after_shutdown_a_stop_cancels_a_queued_prompt(tmp_path: Path) -> None:
     journal = tmp_path / "j.jsonl"
     sp = await start_serve(

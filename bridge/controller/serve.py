@@ -16,7 +16,9 @@ Rules:
   ``closing``); then the engine is stopped and the bridge exits 0.
 - After ``shutdown`` the bridge keeps reading until EOF or its exit: ``status``
   is answered, ``stop`` honoured, a new ``prompt`` gets ``rejected``/``closing``,
-  a second ``shutdown`` changes nothing.
+  a second ``shutdown`` changes nothing. ``configure``, ``new_conversation`` and ``compact``
+  (they steer the prompts submitted after them, and none can be) are an ``error`` line, also
+  while the bridge closes; ``models`` and dialog answers are taken as before.
 - SIGINT / SIGTERM / SIGHUP: closing at once (nothing queued is written; the
   running prompt is stopped, ``failed``/``closing``), exit 130 / 143 / 129.
 - Once a signal has come (before or after the bridge closed), the last lines wait at most
@@ -307,6 +309,15 @@ async def _answer_models(bridge: Bridge, out: Output, lineno: int) -> None:
         out.write(LineError(str(e), lineno))
 
 
+def _no_prompt_follows(bridge: Bridge) -> str | None:
+    """Why no prompt can be submitted any more (``after shutdown``, ``while the bridge closes``),
+    or None while one can."""
+    state = bridge.lifecycle.state
+    if state.closing is not None or state.closed:
+        return "while the bridge closes"
+    return "after shutdown" if state.draining else None
+
+
 async def _act(bridge: Bridge, cmd: Command, lineno: int, drain_timeout: float | None) -> Reply | None:
     """Carry out one command; the reply it gets, if any. Does not wait (as :func:`_take`)."""
     match cmd:
@@ -324,6 +335,14 @@ async def _act(bridge: Bridge, cmd: Command, lineno: int, drain_timeout: float |
                 provider=cmd.wanted.provider,
                 model=cmd.wanted.model,
                 thinking=cmd.wanted.thinking,
+            )
+        case Configure() | NewConversation() | CompactConversation() if when := _no_prompt_follows(bridge):
+            # They steer the prompts submitted after them (README "Steering"), and none can be:
+            # taken, they would change nothing while ``configured`` named a model never used.
+            return LineError(
+                f"{cmd.TYPE} {when} changes nothing: it steers the prompts submitted after it, and none can be "
+                "(the prompts already accepted run as they were submitted)",
+                lineno,
             )
         case Configure():
             w = cmd.wanted
