@@ -125,6 +125,60 @@ async def test_serve_takes_configure_and_a_prompts_model(pinned_pi: Any, tmp_pat
     assert "provider" in answers[1]["error"]
 
 
+async def test_serve_takes_a_model_id_that_begins_with_its_provider(pinned_pi: Any, tmp_path: Path) -> None:
+    """An id exactly as ``bridge models`` lists it works with its provider, also one that begins
+    with ``provider/`` (OpenRouter's ``openrouter/auto``; here ``scripted/special`` under
+    ``scripted``), in a prompt and through configure; ``"model":"provider/id"`` alone still names
+    a model. The prefix used to be cut off (Pi then refused ``scripted/special``: not found)."""
+    server = start_server([{"text": "a"}, {"text": "b"}, {"text": "c"}])
+    data = models_json(server.base_url)
+    special = dict(data["providers"]["scripted"]["models"][0], id="scripted/special", name="Special")
+    data["providers"]["scripted"]["models"].append(special)
+    models = tmp_path / "models.json"
+    models.write_text(json.dumps(data))
+    argv = [sys.executable, "-m", "bridge", "serve", "--no-journal", "--models-json", str(models)]
+    argv += ["--provider", "scripted", "--model", "scripted-model"]
+    with open(tmp_path / "serve.stderr", "wb") as err:
+        proc = await trio.lowlevel.open_process(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=str(ROOT)
+        )
+    sp = ServeProc(proc, tmp_path / "serve.stderr")
+    try:
+        with trio.fail_after(90):
+            await sp.send(
+                {"type": "prompt", "id": "a", "message": "x", "provider": "scripted", "model": "scripted/special"}
+            )
+            await sp.send({"type": "prompt", "id": "b", "message": "y", "model": "scripted/scripted-model"})
+            await sp.send({"type": "configure", "provider": "scripted", "model": "scripted/special", "thinking": "off"})
+            await sp.send({"type": "prompt", "id": "c", "message": "z"})
+            await sp.close_stdin()
+            await sp.read_all(timeout=60)
+            assert await sp.wait() == 0, sp.stderr
+    finally:
+        await sp.kill()
+        server.close()
+    receipts = {x["id"]: x["receipt"] for x in sp.receipts()}
+    assert {k: (r["state"], r["config"]["model"]) for k, r in receipts.items()} == {
+        "a": ("finished", "scripted/special"),
+        "b": ("finished", "scripted-model"),
+        "c": ("finished", "scripted/special"),
+    }, receipts
+    configured = [x for x in sp.lines if x["type"] == "configured"]
+    assert configured[0]["wanted"] == {"provider": "scripted", "model": "scripted/special", "thinking": "off"}
+    assert [r["body"]["model"] for r in server.requests] == ["scripted/special", "scripted-model", "scripted/special"]
+
+
+def test_a_model_pi_refuses_whose_id_repeats_the_provider_names_the_exact_id() -> None:
+    """``"provider":"scripted","model":"scripted/scripted-model"`` asks for that exact id; when
+    Pi has none, its refusal is kept and the id it may have meant is named."""
+    wanted = Wanted("scripted", "scripted/scripted-model")
+    answers = {"p:model": {"success": False, "error": "Model not found: scripted/scripted/scripted-model"}}
+    config, why = verify(wanted, answers, "p")
+    assert config is None and why is not None
+    assert why.startswith("Pi refused set_model: Model not found: scripted/scripted/scripted-model")
+    assert '"scripted-model"' in why
+
+
 # -- the lifecycle, without a clock ----------------------------------------------------------
 
 
@@ -400,8 +454,11 @@ def test_a_model_named_provider_slash_id_is_the_same_model() -> None:
 
     same = Wanted("scripted", "scripted-model")
     assert Wanted(None, "scripted/scripted-model") == same
-    assert Wanted("scripted", "scripted/scripted-model") == same
-    assert Wanted("openrouter", "anthropic/claude").model == "anthropic/claude"  # an id with a slash stays
+    # with a provider the id is taken exactly: an id may begin with its provider's name
+    assert Wanted("openrouter", "anthropic/claude").model == "anthropic/claude"
+    assert Wanted("openrouter", "openrouter/auto").model == "openrouter/auto"
+    assert Wanted("openrouter", "openrouter/auto").over(Wanted()) == Wanted("openrouter", "openrouter/auto")
+    assert Wanted(thinking="low").over(Wanted("openrouter", "openrouter/auto")).model == "openrouter/auto"
     cmd = parse_command(b'{"type":"prompt","id":"a","message":"m","model":"scripted/scripted-model"}')
     assert isinstance(cmd, Prompt) and cmd.wanted == same
     with pytest.raises(ValueError):

@@ -35,21 +35,23 @@ THINKING_LEVELS: Final = ("off", "minimal", "low", "medium", "high", "xhigh", "m
 
 @attrs.frozen
 class Wanted:
-    """What a prompt asks for: a model (provider and id together, or ``model`` as
-    ``provider/id``), a thinking level; None: as is."""
+    """What a prompt asks for: a model (provider and id together, or ``model`` alone as
+    ``provider/id``), a thinking level; None: as is.
+
+    With a provider, ``model`` is the id exactly as Pi lists it (``get_available_models``,
+    ``bridge models``) and as ``set_model`` matches it: an id may itself begin with
+    ``provider/`` (OpenRouter's ``openrouter/auto``), so nothing is cut off it. Without one,
+    ``model`` is split at its first ``/`` (``scripted/scripted-model``)."""
 
     provider: str | None = None
     model: str | None = None
     thinking: str | None = None
 
     def __attrs_post_init__(self) -> None:
-        # "provider/id" names a model as the command line's --model does: the same model.
-        if self.model is not None and "/" in self.model:
+        if self.provider is None and self.model is not None and "/" in self.model:
             head, _, tail = self.model.partition("/")
-            if self.provider is None and head and tail:
+            if head and tail:
                 object.__setattr__(self, "provider", head)
-                object.__setattr__(self, "model", tail)
-            elif self.provider == head and tail:
                 object.__setattr__(self, "model", tail)
         if (self.provider is None) != (self.model is None):
             raise ValueError("a model is named by its provider and its id together")
@@ -135,7 +137,13 @@ def verify(
     for suffix, command in (("model", "set_model"), ("thinking", "set_thinking_level")):
         resp = answers.get(f"{prefix}:{suffix}")
         if resp is not None and resp.get("success") is not True:
-            return None, f"Pi refused {command}: {resp.get('error') or 'no reason given'}"
+            refused = f"Pi refused {command}: {resp.get('error') or 'no reason given'}"
+            if suffix == "model" and wanted.model is not None and wanted.model.startswith(f"{wanted.provider}/"):
+                refused += (
+                    f' (with "provider" given, "model" is the exact id `bridge models` lists: perhaps '
+                    f'"{wanted.model.partition("/")[2]}")'
+                )
+            return None, refused
     state = answers.get(f"{prefix}:state")
     if state is None or state.get("success") is not True:
         why = state.get("error") if state is not None else None
