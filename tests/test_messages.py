@@ -122,6 +122,19 @@ def test_an_unknown_key_error_is_bounded() -> None:
         (b'{"type":"prompt","id":"a","message":"x","timeout":1e999}', '"timeout" must be a positive number of seconds'),
         (b'{"type":"prompt","id":"a","message":"x","timeout":false}', '"timeout" must be a positive number of seconds'),
         (b'{"type":"prompt","id":"a","message":"x","images":"img"}', '"images" must be a list'),
+        # A bad model or thinking level is named under its own key.
+        (
+            b'{"type":"configure","model":"/thinker"}',
+            '"model": \'/thinker\' alone must be "provider/id", both named (or give "provider" too)',
+        ),
+        (
+            b'{"type":"prompt","id":"a","message":"x","model":"scripted/"}',
+            '"model": \'scripted/\' alone must be "provider/id", both named (or give "provider" too)',
+        ),
+        (
+            b'{"type":"configure","thinking":"hot"}',
+            "\"thinking\": 'hot' is not one of off, minimal, low, medium, high, xhigh, max",
+        ),
         # The first problem in the rules' order is the one named.
         (b'{"type":"prompt","message":1,"stream":2}', 'prompt needs an "id"'),
     ],

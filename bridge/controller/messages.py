@@ -80,7 +80,7 @@ from cattrs.gen import make_dict_unstructure_fn, override
 
 from bridge.core.framing import Oversize, RawLine, parse_line
 from bridge.core.images import image_problem
-from bridge.core.steering import Wanted
+from bridge.core.steering import THINKING_LEVELS, Wanted
 from bridge.core.words import RequestId
 
 #: The ``"type"`` values a controller may send, in the order an unknown type's error lists them.
@@ -358,15 +358,17 @@ def _wanted(value: dict[str, Any]) -> Wanted:
         if got is not None and (not isinstance(got, str) or not got):
             raise ControllerError(f'"{key}" must be a non-empty string')
         fields[key] = got
-    model_alone = fields["provider"] is None and fields["model"] is not None and "/" in fields["model"]
-    if (fields["provider"] is None) != (fields["model"] is None) and not model_alone:
+    provider, model, thinking = fields["provider"], fields["model"], fields["thinking"]
+    model_alone = provider is None and model is not None and "/" in model
+    if (provider is None) != (model is None) and not model_alone:
         raise ControllerError(
             '"provider" and "model" go together: a model is named by both (or "model": "provider/id")'
         )
-    try:
-        return Wanted(fields["provider"], fields["model"], fields["thinking"])
-    except ValueError as e:
-        raise ControllerError(f'"thinking": {e}') from None
+    if provider is None and model is not None and not all(model.partition("/")[::2]):  # (model alone)
+        raise ControllerError(f'"model": {model!r} alone must be "provider/id", both named (or give "provider" too)')
+    if thinking is not None and thinking not in THINKING_LEVELS:
+        raise ControllerError(f'"thinking": {thinking!r} is not one of {", ".join(THINKING_LEVELS)}')
+    return Wanted(provider, model, thinking)
 
 
 def _positive_seconds(value: object) -> bool:
