@@ -28,7 +28,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeAlias, TypeVar, cast
 
 from bridge import __version__
 from bridge.core.steering import THINKING_LEVELS
@@ -347,7 +347,10 @@ def _command_profile(args: argparse.Namespace, engine_argv: list[str]) -> Engine
     from bridge.profiles.command import PI_CLEARING, CommandProfile
 
     if not engine_argv:
-        _refuse("bridge: no engine command after -- (give the engine's argv, e.g. -- python tools/fake_engine.py)")
+        _refuse(
+            f"bridge {args.command}: no engine command after -- (give the engine's argv, e.g. -- python "
+            "tools/fake_engine.py)"
+        )
     confinement = _confinement_options(args) + [f"--extension {p}" for p in args.extension]
     if confinement:
         _refuse(f"bridge {args.command}: {confinement[0]} is for the sealed Pi, not an engine given after --")
@@ -613,15 +616,27 @@ def _say_model_not_offered(args: argparse.Namespace, profile: EngineProfile, mod
 _Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
+class _Parser(argparse.ArgumentParser):
+    """A parser whose usage error is one line on stderr, naming the command, the mistake and
+    where the fix is (README "Exit codes"), then exit 2: argparse's own is the usage line and
+    then the error. The subcommands' parsers are of this class too (``add_subparsers`` makes
+    them so)."""
+
+    def error(self, message: str) -> NoReturn:
+        message = message.removeprefix("argument ")
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """``bridge`` and its subcommands, in the order ``--help`` lists them."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="bridge",
         description="Supervise an agent engine (the Pi coding agent in RPC mode, pinned and sealed) "
         "and settle exactly one receipt per prompt.",
     )
     parser.add_argument("--version", action="version", version=f"pi-bridge {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # (of _Parser, as their parent: typed as plain parsers, which they are)
+    sub = cast(_Subcommands, parser.add_subparsers(dest="command", metavar="COMMAND"))
     _add_replay(sub)
     _add_conform(sub)
     _add_serve(sub)
@@ -775,12 +790,13 @@ def _stderr_to_devnull() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     if sys.stderr is None:
         _stderr_to_devnull()
-    if sys.stdout is None:  # started with its stdout closed (`>&-`): Python gives no stdout
-        if sys.stderr is not None:
-            print("bridge: stdout is closed; give it somewhere to write (e.g. > /dev/null)", file=sys.stderr)
-        return 2
     args_list, engine = _split_engine(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    if sys.stdout is None:  # started with its stdout closed (`>&-`): Python gives no stdout
+        words = [a for a in args_list if not a.startswith("-")]
+        name = f"bridge {words[0]}" if words and words[0] in parser.subcommands else "bridge"  # type: ignore[attr-defined]
+        print(f"{name}: stdout is closed; give it somewhere to write (e.g. > /dev/null)", file=sys.stderr)
+        return 2
     args, unknown = parser.parse_known_args(args_list)
     if unknown:
         # The subcommand's own usage, not the top-level one.
@@ -791,7 +807,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     if engine is not None and args.command not in ("serve", "acp", "run", "demo", "models"):
-        parser.error(f"'{args.command}' takes no engine after --")
+        parser.subcommands[args.command].error("it takes no engine after --")  # type: ignore[attr-defined]
     try:
         status = int(args.func(args))
         sys.stdout.flush()  # here, not at the exit: a full disk is then this command's error

@@ -59,6 +59,41 @@ def test_bad_usage_is_named_and_exits_2(args, says):
     assert p.returncode == 2 and says in p.stderr, p.stderr
 
 
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (
+            ["serve", "--thinking", "bogus"],
+            "bridge serve: --thinking: invalid choice: 'bogus' (choose from 'off', 'minimal', 'low', 'medium', "
+            "'high', 'xhigh', 'max') (see bridge serve --help)",
+        ),
+        (
+            ["serve", "--queue-max", "0"],
+            "bridge serve: --queue-max: must be more than 0, got 0 (see bridge serve --help)",
+        ),
+        (["serve", "--bogus-flag"], "bridge serve: unrecognized arguments: --bogus-flag (see bridge serve --help)"),
+        (["replay"], "bridge replay: the following arguments are required: FILE (see bridge replay --help)"),
+        (["diagnose"], "bridge diagnose: the following arguments are required: FILE (see bridge diagnose --help)"),
+        (["demo", "--bogus"], "bridge demo: unrecognized arguments: --bogus (see bridge demo --help)"),
+        (["conform", "x", "--", "e"], "bridge conform: it takes no engine after -- (see bridge conform --help)"),
+        (
+            ["run", "hi", "--"],
+            "bridge run: no engine command after -- (give the engine's argv, e.g. -- python tools/fake_engine.py)",
+        ),
+        (
+            ["frob"],
+            "bridge: COMMAND: invalid choice: 'frob' (choose from 'replay', 'conform', 'serve', 'acp', 'run', "
+            "'models', 'diagnose', 'demo') (see bridge --help)",
+        ),
+    ],
+)
+def test_a_usage_error_is_one_line_naming_the_command_and_exits_2(args: list[str], line: str) -> None:
+    """README "Exit codes": one line on stderr naming the mistake and the fix -- argparse's own
+    error was two (its usage line, then ``bridge serve: error: …``); nothing on stdout."""
+    p = bridge(*args)
+    assert (p.returncode, p.stderr, p.stdout) == (2, line + "\n", ""), p.stderr
+
+
 def test_replay_help_names_the_versions_it_reads():
     """The journals the bridge writes are version 2 (lean); replay's --help said "transcript v1"."""
     assert "versions 1 and 2" in " ".join(bridge("replay", "--help").stdout.split())
@@ -174,7 +209,7 @@ def test_demo_into_a_closed_pipe_ends_quietly(tmp_path, json_mode: bool):
 @pytest.mark.parametrize(
     "args, says",
     [
-        (["run", "--bogus"], "usage: bridge run"),
+        (["run", "--bogus"], "bridge run: unrecognized arguments: --bogus (see bridge run --help)"),
         (["run", "hi", "--"], "no engine command after --"),
         (
             ["run", "hi", "--engine-cwd", "/nonexistent-folder", "--", *FAKE],
@@ -341,7 +376,8 @@ def test_a_stdout_that_cannot_be_written_is_one_line_and_a_failure():
     ], serve.stderr
     for args in (f"run hi --no-journal -- {fake}", f"serve --no-journal -- {fake}"):
         closed = sh(args, ">&- </dev/null")
-        assert closed.returncode == 2 and closed.stderr.count("\n") == 1 and "stdout is closed" in closed.stderr
+        assert closed.returncode == 2 and closed.stderr.count("\n") == 1, closed.stderr
+        assert closed.stderr.startswith(f"bridge {args.split()[0]}: stdout is closed"), closed.stderr
 
 
 def test_a_journal_whose_header_cannot_be_written_is_not_left_behind(tmp_path):
