@@ -242,6 +242,37 @@ def test_run_and_serve_setup_mistakes_are_one_line_and_exit_2(args: list[str], s
     assert says in p.stderr and "Traceback" not in p.stderr
 
 
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--journal", "README.md", "--", *FAKE], "the journal README.md already exists"),
+        (["--journal", "README.md/j.jsonl", "--", *FAKE], "cannot create the journal README.md/j.jsonl"),
+        (["--no-journal", "--models-json", "/nonexistent.json"], "models.json /nonexistent.json is unusable"),
+        (["--no-journal", "--extension", "/nonexistent.ts"], "extension /nonexistent.ts does not exist"),
+        (["--no-journal", "--pi-settings", "SETTINGS_EXT"], "settings extensions would load resources"),
+        (["--no-journal", "--pi-settings", "SETTINGS_LIST"], "must hold a JSON object"),
+        (["--no-journal", "--thinking", "bogus"], "--thinking: invalid choice"),
+    ],
+)
+def test_serve_that_cannot_be_set_up_writes_nothing_on_stdout(tmp_path, args: list[str], says: str) -> None:
+    """README "bridge serve": a setup failure is one line on stderr and exit 2, stdout empty
+    (some wrote a lone ``{"type":"bye","receipts":0}`` without ``ready``, others nothing); the
+    prompt waiting on stdin was never read, so no receipt is owed."""
+    (tmp_path / "ext.json").write_text('{"extensions": ["x"]}')
+    (tmp_path / "list.json").write_text("[1]")
+    paths = {"SETTINGS_EXT": str(tmp_path / "ext.json"), "SETTINGS_LIST": str(tmp_path / "list.json")}
+    p = subprocess.run(
+        [sys.executable, "-m", "bridge", "serve", *[paths.get(a, a) for a in args]],
+        input='{"type":"prompt","id":"a","message":"x"}\n',
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert (p.returncode, p.stdout, p.stderr.count("\n")) == (2, "", 1), (p.stdout, p.stderr)
+    assert p.stderr.startswith("bridge serve: ") and says in p.stderr, p.stderr
+
+
 async def test_submit_refuses_a_message_that_is_not_text():
     from bridge import CommandProfile, open_bridge
 

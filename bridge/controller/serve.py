@@ -41,8 +41,10 @@ Rules:
   ``cancelled`` by its timeout, its prompt's stop or receipt, the engine's stop, closing;
   after stdin EOF nobody can answer, so open and later dialogs are cancelled at once).
   An answer that does not fit, or comes after the end, is an ``error`` line.
-- ``ready`` is the first line and ``bye`` the last, also when the bridge could not open
-  (then ``bye`` alone, and the error propagates).
+- ``ready`` is the first line and ``bye`` the last. A bridge that could not open (a journal or
+  an engine profile that cannot be set up) writes nothing on stdout: the error propagates (one
+  line on stderr, exit 2). No controller line is read before ``ready``, so no prompt is owed a
+  receipt then.
 """
 
 from __future__ import annotations
@@ -160,7 +162,8 @@ class _Server:
                 self._opened(bridge)
                 await _serve_loop(bridge, self.out, stdin_fd, self.drain_timeout)
         finally:
-            self.out.write(Bye(self.bridge.receipts_issued if self.bridge is not None else 0))
+            if self.bridge is not None:  # else it could not open: stdout stays empty (README "Exit codes")
+                self.out.write(Bye(self.bridge.receipts_issued))
             self.out.close()
         with trio.CancelScope(shield=True):
             await self._flush()
