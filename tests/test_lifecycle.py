@@ -1616,3 +1616,62 @@ def test_a_compaction_stopped_and_never_answered_holds_prompts_then_replaces_the
     actions = h.advance(h.cfg.ack_timeout + 0.1)
     assert [a.generation for a in of(actions, StopEngine)] == [g]  # replaced
     assert not [w for w in of(h.log, Write) if w.kind == "prompt"]
+
+
+def compacted(actions: list[Any]) -> list[dict[str, Any]]:
+    return [a.payload.to_json() for a in of(actions, Notify) if a.payload.to_json()["type"] == "compacted"]
+
+
+def started(actions: list[Any]) -> list[dict[str, Any]]:
+    return [a.payload.to_json() for a in of(actions, Notify) if a.payload.to_json().get("event") == "started"]
+
+
+def test_a_compaction_the_engine_never_answers_is_compacted_not_ok_before_the_receipt() -> None:
+    """README "Steering": the compaction is bounded by the prompt's stall timeout; past it the
+    prompt is rejected/config and the engine replaced -- and the controller gets ``compacted``
+    ``ok: false`` saying so, before the receipt (it used to get none, while the conversation
+    it asked to compact was lost with the engine)."""
+    h = Harness()
+    h.feed(Compact("keep it"))
+    h.submit("p1", stall=30.0)
+    (spawn,) = of(h.log, Spawn)
+    h.spawned(spawn.generation)
+    assert [w.cmd["type"] for w in of(h.log, Write) if w.kind == "config"] == ["compact"]
+    out = h.advance(30.1)
+    (notice,) = compacted(out)
+    assert notice["id"] == "p1" and notice["ok"] is False
+    assert notice["error"] == (
+        "the engine did not answer compact in 30 s: the engine is replaced, and the conversation is lost with it"
+    )
+    assert delivered(out) == {"p1": ("rejected", "config")}
+    kinds = [type(a).__name__ for a in out if type(a) in (Notify, Deliver)]
+    assert kinds.index("Notify") < kinds.index("Deliver")
+    assert [n["ok"] for n in notes(out, "compacted")] == [False]  # journaled, for replay and diagnose
+    assert h.violations == []
+
+
+def test_an_engine_exit_during_a_compaction_is_compacted_not_ok_and_a_new_conversation() -> None:
+    """The engine exits while it compacts for a prompt: ``compacted`` ``ok: false`` (the
+    conversation is lost with it), the prompt goes to the next engine without a compaction
+    (there is nothing to compact in a new conversation), and that engine's ``started`` notice
+    says ``newConversation``: it replaces one that had been written a prompt."""
+    h = Harness()
+    g1 = ready_engine(h, "p1")
+    assert [n["newConversation"] for n in started(h.log)] == [False]
+    h.settle("p1", Facts(tracker=("finished", None)))
+    h.feed(Compact("keep it"))
+    h.submit("p2")
+    assert [w.cmd["type"] for w in of(h.log, Write) if w.kind == "config"] == ["compact"]
+    out = h.exited(g1, 1, None, ["boom"])
+    (notice,) = compacted(out)
+    assert notice["id"] == "p2" and notice["ok"] is False
+    assert notice["error"] == "the engine exited before it answered compact: the conversation is lost with it"
+    assert "p2" not in delivered(out)  # never written: it waits for the next engine
+    h.advance(5.0)  # past the restart backoff
+    (spawn,) = [s for s in of(h.log, Spawn) if s.generation > g1]
+    out = h.spawned(spawn.generation)
+    assert [n["newConversation"] for n in started(out)] == [True]
+    configs = [w.cmd["type"] for w in of(h.log, Write) if w.kind == "config" and w.generation == spawn.generation]
+    assert configs == []  # nothing to compact any more
+    assert [w.request for w in of(h.log, Write) if w.kind == "prompt"] == ["p1", "p2"]
+    assert h.violations == []

@@ -619,3 +619,27 @@ async def test_a_signal_ends_serve_whose_controller_does_not_read_stdout(tmp_pat
         assert (await sp.proc.stdout.receive_some(1 << 16)).startswith(b'{"type":"ready"')
     finally:
         await sp.kill()
+
+
+async def test_a_compaction_the_engine_never_answers_tells_the_controller(serve_factory: Any) -> None:
+    """The fake engine does not know ``compact`` (its answer has no id): past the prompt's stall
+    timeout the prompt is rejected/config and the engine replaced. The controller gets
+    ``compacted`` ``ok: false`` before that receipt, and the next engine's ``started`` line says
+    ``newConversation`` (the conversation of prompt a is gone). Neither was said before."""
+    sp: ServeProc = await serve_factory()
+    await sp.send({"type": "prompt", "id": "a", "message": "remember this"})
+    await sp.until(lambda line: line["type"] == "receipt" and line["id"] == "a")
+    await sp.send({"type": "compact", "instructions": "keep it"})
+    await sp.send({"type": "prompt", "id": "b", "message": "after the compaction", "stallTimeout": 1})
+    rb = await sp.until(lambda line: line["type"] == "receipt" and line["id"] == "b", timeout=20)
+    assert (rb["receipt"]["state"], rb["receipt"]["reason"]) == ("rejected", "config"), rb
+    (notice,) = [line for line in sp.lines if line["type"] == "compacted"]
+    assert notice["id"] == "b" and notice["ok"] is False and "conversation is lost" in notice["error"], notice
+    assert sp.lines.index(notice) < sp.lines.index(rb)
+    await sp.send({"type": "prompt", "id": "c", "message": "on the new engine"})
+    await sp.until(lambda line: line["type"] == "receipt" and line["id"] == "c", timeout=20)
+    starts = [line for line in sp.lines if line["type"] == "engine" and line["event"] == "started"]
+    assert [(s["generation"], s["newConversation"]) for s in starts] == [(1, False), (2, True)], starts
+    code, _ = await finish(sp)
+    assert code == 0, sp.stderr
+    assert by_id(sp)["c"]["state"] == "finished"

@@ -16,13 +16,16 @@ from bridge.core.wire import Wire, form
 from bridge.core.words import RequestId, Signal
 
 
-@form(tag={"type": "engine", "event": "started"})
+@form(tag={"type": "engine", "event": "started"}, rename={"new_conversation": "newConversation"})
 @attrs.frozen
 class EngineStartedNotice(Wire):
     """An engine process is running (generation N: the Nth this bridge started)."""
 
     pid: int | None
     generation: int
+    #: It replaces an engine that had been written a prompt: the conversation is lost (a new
+    #: engine is a new conversation; the seal keeps no session file).
+    new_conversation: bool = False
 
 
 @form(tag={"type": "engine", "event": "exited"})

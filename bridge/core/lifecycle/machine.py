@@ -468,7 +468,7 @@ class Lifecycle:
         e.clearing = list(ev.clearing)
         e.seal = ev.seal
         self._note({"event": "engine-start", "pid": ev.pid, "generation": ev.generation, "argv": list(ev.argv)})
-        self._out.append(Notify(EngineStartedNotice(ev.pid, ev.generation)))
+        self._out.append(Notify(EngineStartedNotice(ev.pid, ev.generation, e.new_conversation)))
         if self.state.closing is not None:
             self._stop_engine(requested=True)
         elif ev.startup:
@@ -574,7 +574,9 @@ class Lifecycle:
         e.recycle = True
         rec = self._held()
         if rec is not None and rec.phase == "configuring":
-            self._reject(rec, Reason.CONFIG, "the engine stopped reading its configuration commands")
+            why = "the engine stopped reading its configuration commands"
+            self._compaction_lost(rec, f"{why}: the engine is replaced, and the conversation is lost with it")
+            self._reject(rec, Reason.CONFIG, why)
         elif rec is not None and rec.request == ev.request and not rec.acked:
             self._give_up(rec, "ack")
 
@@ -646,7 +648,9 @@ class Lifecycle:
         s.deadlines.pop("ask", None)
         rec = self._held()
         if rec is not None and rec.phase == "configuring":
-            self._requeue(rec)  # never written: it waits for the next engine
+            # Never written: it waits for the next engine, a new conversation with nothing to compact.
+            self._compaction_lost(rec, "the engine exited before it answered compact: the conversation is lost with it")
+            self._requeue(rec)
         elif rec is not None and rec.gave_up is None:
             # The evidence half decides it on the exit; this asks in case it did not.
             self._give_up(rec, "exited")
@@ -699,7 +703,9 @@ class Lifecycle:
             cmds = self._config_commands(rec)
             cmd = cmds[min(len(rec.config_answers), len(cmds) - 1)]
             bound = self._config_bound(rec, cmd)
-            self._reject(rec, Reason.CONFIG, f"the engine did not answer {cmd['type']} in {bound:g} s")
+            why = f"the engine did not answer {cmd['type']} in {bound:g} s"
+            self._compaction_lost(rec, f"{why}: the engine is replaced, and the conversation is lost with it")
+            self._reject(rec, Reason.CONFIG, why)
 
     def _deadline_ack(self) -> None:
         rec = self._held()
@@ -815,6 +821,8 @@ class Lifecycle:
     def _spawn(self) -> None:
         e = self.state.engine
         e.generation += 1
+        e.new_conversation = e.prompted
+        e.prompted = False
         e.phase = "spawning"
         e.pid = None
         e.stop_requested = False
@@ -872,6 +880,13 @@ class Lifecycle:
         self._out.append(Notify(notice))
         rec.compact = None  # done: a prompt requeued onto a fresh engine is not compacted again
 
+    def _compaction_lost(self, rec: PromptRec, why: str) -> None:
+        """The engine configuring ``rec`` is gone or replaced before it answered the compaction
+        asked for: the controller is told it failed, and why (a new engine's conversation is
+        empty: there is nothing left to compact for it)."""
+        if rec.compact is not None and not rec.fresh:
+            self._compacted(rec, {"success": False, "error": why})
+
     def _config_prefix(self) -> str:
         return f"cfg-{self.state.engine.generation}-{self.state.engine.configs}"
 
@@ -898,6 +913,7 @@ class Lifecycle:
 
     def _send_prompt(self, rec: PromptRec) -> None:
         s, e = self.state, self.state.engine
+        e.prompted = True
         rec.phase = "held"
         s.held = rec.request
         rec.config = e.config

@@ -105,6 +105,10 @@ class EngineRec:
     #: Its start-up check has not ended yet (an exit now is a start-up death,
     #: even after it closed its stdout first).
     in_startup: bool = False
+    #: A prompt has been written to it: it holds a conversation, which its replacement lacks.
+    prompted: bool = False
+    #: It replaces an engine that held a conversation (its ``started`` notice says so).
+    new_conversation: bool = False
 
 
 @attrs.define
