@@ -691,7 +691,8 @@ def _add_serve(sub: _Subcommands) -> None:
         "receipts, signals, streamed text, events, extension dialogs (ask) and engine lifecycle as JSON lines "
         "on stdout (see the README). "
         "stdin EOF or shutdown: every outstanding prompt gets its receipt, the engine is stopped, exit 0 (2 when "
-        "the engine cannot be set up: not launched, or its start-up check refused it); "
+        "the engine cannot be set up: not launched, or its start-up check refused it; 1 when it went down for the "
+        "crash limit); "
         "stdout closed by the reader: closing at once, exit 141.",
     )
     _add_engine_options(p)

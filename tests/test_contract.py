@@ -644,7 +644,9 @@ async def test_timeout_is_not_the_controllers_stop_serve(tmp_path: Path) -> None
 
 async def test_engine_dying_at_start_says_why_serve(tmp_path: Path) -> None:
     """Each prompt meets a fresh engine that dies at once; after the crash limit (5) the
-    bridge is down. Every receipt quotes the engine's own last words."""
+    bridge is down. Every receipt quotes the engine's own last words, and serve exits 1 with
+    one stderr line saying the engine went down (README "Exit codes"; it exited 0, as after a
+    drain that went well)."""
     journal = tmp_path / "j.jsonl"
     sp = await start_serve(tmp_path, serve_argv("--journal", str(journal), engine=DIES_AT_ONCE))
     try:
@@ -657,7 +659,9 @@ async def test_engine_dying_at_start_says_why_serve(tmp_path: Path) -> None:
             await sp.close_stdin()
             await sp.read_all()
             code = await sp.wait()
-        assert code == 0, sp.stderr
+        assert code == 1, sp.stderr
+        (line,) = sp.stderr.splitlines()
+        assert line.startswith("bridge serve: the engine went down: 5 engine failures in 60s") and FATAL in line, line
         got = by_id(sp)
         assert set(got) == set(ids)
         for rid in ids:

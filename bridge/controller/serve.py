@@ -35,7 +35,8 @@ Rules:
   stderr.
 - The engine cannot be set up (it could not be launched, or its start-up check refused
   the configuration: the bridge is down at once, every prompt ``rejected``/``engine-down``):
-  serving goes on until EOF as usual, then the bridge exits 2 with one line on stderr.
+  serving goes on until EOF as usual, then the bridge exits 2 with one line on stderr. An
+  engine down for the crash limit (it kept exiting, as ``-- false`` does): the same, exit 1.
 - An allowed extension's dialog (``--extension``) is an ``ask`` line; the controller answers
   it with ``answer``, and ``dialog-end`` says who gave its one response (the controller, or
   ``cancelled`` by its timeout, its prompt's stop or receipt, the engine's stop, closing;
@@ -237,6 +238,11 @@ class _Server:
             # rejected/engine-down, and the status says so too.
             print(f"bridge serve: the engine cannot be set up: {self.bridge.down_reason}", file=sys.stderr)
             return 2
+        if self.bridge is not None and self.bridge.down_reason is not None and not self.status:
+            # Down for the crash limit: every prompt after it was rejected/engine-down. Not a
+            # drain that went well (0): the bridge could not do its job.
+            print(f"bridge serve: the engine went down: {self.bridge.down_reason}", file=sys.stderr)
+            return 1
         return self.status
 
 
