@@ -376,9 +376,7 @@ async def test_signal_stops_the_running_prompt_as_closing(tmp_path: Path, signum
     """The running prompt is stopped by the bridge (``failed``/``closing``, a ``closing`` stop
     note), the queued one never written; SIGHUP closes like SIGTERM."""
     journal = tmp_path / "j.jsonl"
-    sp = await start_serve(
-        tmp_path, serve_argv("--journal", str(journal), engine=fake_engine_argv({"prompts": [{"hang": True}]}))
-    )
+    sp = await start_hanging_serve(tmp_path, journal)
     try:
         with trio.fail_after(30):
             await sp.send({"type": "prompt", "id": "a", "message": "runs"})
@@ -420,11 +418,25 @@ async def wait_held(sp: ServeProc, rid: str, timeout: float = 15.0) -> dict[str,
             await trio.sleep(0.02)
 
 
+#: An engine that hangs on its first prompt: it runs until stopped.
+HANG = fake_engine_argv({"prompts": [{"hang": True}]})
+
+
+async def start_hanging_serve(tmp_path: Path, journal: Path, *args: str) -> ServeProc:
+    return await start_serve(tmp_path, serve_argv("--journal", str(journal), *args, engine=HANG))
+
+
+async def held_and_queued_then_shutdown(sp: ServeProc) -> None:
+    """Prompt ``a`` held (it runs until stopped), ``q`` queued behind it, then ``shutdown``."""
+    await sp.send({"type": "prompt", "id": "a", "message": "runs until stopped"})
+    await sp.send({"type": "prompt", "id": "q", "message": "queued"})
+    await wait_held(sp, "a")
+    await sp.send({"type": "shutdown"})
+
+
 async def test_after_shutdown_serve_still_answers(tmp_path: Path) -> None:
     journal = tmp_path / "j.jsonl"
-    sp = await start_serve(
-        tmp_path, serve_argv("--journal", str(journal), engine=fake_engine_argv({"prompts": [{"hang": True}]}))
-    )
+    sp = await start_hanging_serve(tmp_path, journal)
     try:
         with trio.fail_after(40):
             await sp.send({"type": "prompt", "id": "a", "message": "runs until stopped"})
@@ -479,15 +491,10 @@ async def test_after_shutdown_steering_is_an_error_and_models_is_answered(tmp_pa
     ``configured`` with a model no prompt would ever use); models is still answered, and the
     prompt queued before the shutdown runs as it was submitted."""
     journal = tmp_path / "j.jsonl"
-    sp = await start_serve(
-        tmp_path, serve_argv("--journal", str(journal), engine=fake_engine_argv({"prompts": [{"hang": True}]}))
-    )
+    sp = await start_hanging_serve(tmp_path, journal)
     try:
         with trio.fail_after(40):
-            await sp.send({"type": "prompt", "id": "a", "message": "runs until stopped"})
-            await sp.send({"type": "prompt", "id": "q", "message": "queued"})
-            await wait_held(sp, "a")
-            await sp.send({"type": "shutdown"})
+            await held_and_queued_then_shutdown(sp)
             steering = [
                 {"type": "configure", "provider": "fake", "model": "other-model", "thinking": "high"},
                 {"type": "new_conversation"},
@@ -516,15 +523,10 @@ async def test_after_shutdown_steering_is_an_error_and_models_is_answered(tmp_pa
 
 async def test_after_shutdown_a_stop_cancels_a_queued_prompt(tmp_path: Path) -> None:
     journal = tmp_path / "j.jsonl"
-    sp = await start_serve(
-        tmp_path, serve_argv("--journal", str(journal), engine=fake_engine_argv({"prompts": [{"hang": True}]}))
-    )
+    sp = await start_hanging_serve(tmp_path, journal)
     try:
         with trio.fail_after(30):
-            await sp.send({"type": "prompt", "id": "a", "message": "runs until stopped"})
-            await sp.send({"type": "prompt", "id": "q", "message": "queued"})
-            await wait_held(sp, "a")
-            await sp.send({"type": "shutdown"})
+            await held_and_queued_then_shutdown(sp)
             await sp.send({"type": "stop", "id": "q"})
             rq = await sp.until(lambda line: line["type"] == "receipt")
             assert rq["id"] == "q" and (rq["receipt"]["state"], rq["receipt"]["reason"]) == ("rejected", "cancelled"), (
@@ -581,9 +583,6 @@ async def test_drain_timeout_stops_the_running_prompt_as_a_timeout(tmp_path: Pat
 # ===========================================================================================
 # 3. A timeout is not the controller's stop
 # ===========================================================================================
-
-
-HANG = fake_engine_argv({"prompts": [{"hang": True}]})
 
 
 def check_timeout_journal(journal: Path, live: dict[str, Any]) -> None:

@@ -88,17 +88,22 @@ async def test_model_and_thinking_are_applied_verified_and_recorded(pinned_pi: A
         assert (again[live.request].state, again[live.request].reason) == (live.state, live.reason)
 
 
-async def test_serve_takes_configure_and_a_prompts_model(pinned_pi: Any, tmp_path: Path) -> None:
-    """The same through ``bridge serve``: ``configure``, and a prompt's own fields over it."""
-    server = start_server([{"text": "a"}, {"text": "b"}])
-    models = two_models(server, tmp_path / "models.json")
+async def scripted_serve(tmp_path: Path, models: str) -> ServeProc:
+    """``bridge serve`` on the real Pi and the scripted model server's ``models`` (no journal)."""
     argv = [sys.executable, "-m", "bridge", "serve", "--no-journal", "--models-json", models]
     argv += ["--provider", "scripted", "--model", "scripted-model"]
     with open(tmp_path / "serve.stderr", "wb") as err:
         proc = await trio.lowlevel.open_process(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=str(ROOT)
         )
-    sp = ServeProc(proc, tmp_path / "serve.stderr")
+    return ServeProc(proc, tmp_path / "serve.stderr")
+
+
+async def test_serve_takes_configure_and_a_prompts_model(pinned_pi: Any, tmp_path: Path) -> None:
+    """The same through ``bridge serve``: ``configure``, and a prompt's own fields over it."""
+    server = start_server([{"text": "a"}, {"text": "b"}])
+    models = two_models(server, tmp_path / "models.json")
+    sp = await scripted_serve(tmp_path, models)
     try:
         with trio.fail_after(90):
             await sp.send({"type": "configure", "provider": "scripted", "model": THINKER, "thinking": "medium"})
@@ -136,13 +141,7 @@ async def test_serve_takes_a_model_id_that_begins_with_its_provider(pinned_pi: A
     data["providers"]["scripted"]["models"].append(special)
     models = tmp_path / "models.json"
     models.write_text(json.dumps(data))
-    argv = [sys.executable, "-m", "bridge", "serve", "--no-journal", "--models-json", str(models)]
-    argv += ["--provider", "scripted", "--model", "scripted-model"]
-    with open(tmp_path / "serve.stderr", "wb") as err:
-        proc = await trio.lowlevel.open_process(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=str(ROOT)
-        )
-    sp = ServeProc(proc, tmp_path / "serve.stderr")
+    sp = await scripted_serve(tmp_path, str(models))
     try:
         with trio.fail_after(90):
             await sp.send(
