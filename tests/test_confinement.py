@@ -537,6 +537,33 @@ def test_what_pi_runs_from_stays_read_only_under_a_writable_working_folder(tmp_p
     assert sorted(p.name for p in proj.rglob("planted.js")) == ["planted.js"]  # the working folder's own only
 
 
+def test_what_pi_runs_from_cannot_be_renamed_away_from_under_a_writable_folder(tmp_path: Path, server_for: Any):
+    """The read-only binds held, but a writable folder *between* the working folder and the
+    install was no mount point: ``mv sub sub.moved; mkdir -p sub/pi`` carried the install away
+    and left a folder the tool made where the next Pi would start from. The same for the
+    compile cache. Every folder between is pinned now: renaming it fails (busy)."""
+    proj = tmp_path / "proj"
+    (proj / "sub").mkdir(parents=True)
+    pi = linked_install(proj / "sub" / "pi")
+    cache = proj / "cache"
+    moves = {"sub": "sub", "tree": "sub/pi/node_modules", "cache": "cache/pi-bridge"}
+    command = "; ".join(f"mv {d} {d}.moved; echo {k}=$?" for k, d in moves.items())
+    command += "; mkdir made && echo own=$?"
+    server = server_for(tool_script(command))
+    journal = tmp_path / "j.jsonl"
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    out = run_cli(
+        "run", "go", "--json", "--journal", str(journal), "--engine-cwd", str(proj), "--pi-dir", str(pi),
+        *pi_args(server, tmp_path), env=env, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    said = tool_output(journal)
+    assert "sub=1" in said and "tree=1" in said and "cache=1" in said, said
+    assert "own=0" in said and (proj / "made").is_dir()  # the working folder is still writable
+    assert sorted(p.name for p in proj.iterdir()) == ["cache", "made", "sub"], said
+    assert (pi / PI_PACKAGE_DIR / "package.json").is_file()
+
+
 def test_a_writable_folder_inside_what_pi_runs_from_is_refused(tmp_path: Path):
     pi = linked_install(tmp_path / "pi")
     inside = pi / PI_PACKAGE_DIR / "dist"
@@ -719,3 +746,12 @@ def test_allow_write_on_the_journals_folder_is_refused(tmp_path: Path):
     )  # fmt: skip
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert "a journal folder the sandbox hides" in out.stderr and "--allow-write" in out.stderr
+
+
+@pytest.mark.parametrize("cwd", ["/", "/proc"])
+def test_a_working_folder_the_sandbox_cannot_give_is_refused_in_one_line(cwd: str):
+    """``--engine-cwd /`` failed every start (bwrap cannot make the rest read-only under it),
+    five times, then engine-down and exit 1; ``--allow-write /`` was already one line."""
+    out = run_cli("run", "hi", "--no-journal", "--engine-cwd", cwd, timeout=60)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "not a folder the sandbox can give the engine" in out.stderr

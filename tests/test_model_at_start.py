@@ -234,3 +234,31 @@ def test_bridge_models_with_a_model_and_nothing_offered_says_one_thing(pinned_pi
         "bridge models: the engine offers no model: Pi lists a provider's models once it has its key "
         "(--api-key-env NAME, or a --models-json provider)"
     ]
+
+
+def test_an_extension_pi_cannot_load_is_a_set_up_failure_not_retried(pinned_pi: Any, tmp_path: Path) -> None:
+    """``--extension FILE`` where FILE is no extension: Pi exits 1 at every start with ``Failed
+    to load extension``; it was retried to the crash limit (exit 1, ``engine went down``). It is a
+    refusal now: one start, one line, exit 2."""
+    not_an_extension = tmp_path / "afile.ts"
+    not_an_extension.write_text("")
+    server = start_server([])
+    flags = ["--no-journal", "--models-json", scripted_models(server, tmp_path)]
+    flags += ["--provider", "scripted", "--model", "scripted-model", "--extension", str(not_an_extension)]
+    try:
+        p = subprocess.run(
+            [sys.executable, "-m", "bridge", "serve", *flags],
+            input='{"type":"prompt","id":"q1","message":"hi"}\n',
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+        )
+        assert server.requests == []
+    finally:
+        server.close()
+    assert p.returncode == 2, p.stderr
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("bridge serve: the engine cannot be set up: Pi refused an extension: Failed to load"), last
+    lines = [json.loads(x) for x in p.stdout.splitlines()]
+    assert len([x for x in lines if x["type"] == "engine" and x["event"] == "started"]) == 1

@@ -214,8 +214,9 @@ class _Layout:
     #: Those hidden (an empty read-only tmpfs): all but one an allowed path is or holds.
     hidden_homes: list[str]
     #: (bwrap flag, path) in mount order: what Pi needs and ``--allow-read`` read-only, then
-    #: ``--allow-write``, the working and the config folder read-write, then again read-only
-    #: what Pi needs that lies in one of those (a writable parent must not cover it).
+    #: ``--allow-write``, the working and the config folder read-write, then the folders between
+    #: those and what Pi needs inside them pinned (:func:`_pinned`), then again read-only what
+    #: Pi needs that lies in one of those (a writable parent must not cover it).
     binds: list[tuple[str, str]]
     #: Folders hidden on top of the binds (those not already out of sight).
     hidden: list[str]
@@ -227,6 +228,7 @@ def _layout(sandbox: Sandbox, reads: list[str], writes: list[str], needed: list[
     writable = writes + own
     again = [p for p in needed if any(_within(p, w) for w in writable)]
     binds = [("--ro-bind", p) for p in needed + reads] + [("--bind", p) for p in writable]
+    binds += [("--bind", d) for d in _pinned(again, writable)]
     binds += [("--ro-bind", p) for p in again]
     covered = ["/tmp", *hidden_homes]
     hidden = sorted(
@@ -236,6 +238,23 @@ def _layout(sandbox: Sandbox, reads: list[str], writes: list[str], needed: list[
         if not any(_within(h, c) for c in covered) or any(_within(h, p) for _, p in binds)
     )
     return _Layout(homes=homes, hidden_homes=hidden_homes, binds=binds, hidden=hidden)
+
+
+def _pinned(again: list[str], writable: list[str]) -> list[str]:
+    """The folders between a writable folder and what Pi needs inside it, parents first: each
+    is bound onto itself (still writable), which makes it a mount point, and a mount point
+    cannot be renamed or removed. A read-only bind protects what it covers, but a writable
+    parent that is not itself a mount point can be renamed away with the mount in it, and a
+    folder the tool made put in its place (``mv tools tools.moved; mkdir -p tools/pi``): the next
+    Pi would run from that (found by a new-user trial)."""
+    pins: set[str] = set()
+    for p in again:
+        root = max((w for w in writable if _within(p, w)), key=len)
+        d = os.path.dirname(p)
+        while d != root and _within(d, root):
+            pins.add(d)
+            d = os.path.dirname(d)
+    return sorted(pins, key=lambda d: (d.count("/"), d))
 
 
 #: What ``--no-network`` hides under an empty read-only tmpfs (rule 7): the host's unix sockets
@@ -295,6 +314,10 @@ def confine(
     reads = _existing(sandbox.allow_read, "--allow-read")
     writes = _existing(sandbox.allow_write, "--allow-write")
     cwd, config = _real(cwd), _real(config)
+    if cwd == "/" or any(_within(cwd, k) for k in ("/proc", "/dev", "/sys")):
+        # / writable would undo the sandbox (bwrap cannot even make the rest read-only under
+        # it: every start failed, five times, then engine-down).
+        raise ProfileError(f"--engine-cwd {cwd}: not a folder the sandbox can give the engine (give a folder of yours)")
     needed = sorted({_real(p) for p in [*needs, *([cache] if cache else [])] if os.path.exists(p)})
     for flag, w in [*(("--allow-write", w) for w in writes), ("--engine-cwd", cwd)]:
         inside = next((p for p in needed if _within(w, p)), None)

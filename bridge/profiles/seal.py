@@ -170,6 +170,8 @@ _COMMAND_SOURCES: Final[Mapping[str, str]] = {
 #: ``resolveCliModel``, printed by ``main.js`` as ``Error: …`` before it exits 1).
 _REFUSED = re.compile(r'Error: ((?:Model ".*" (?:not found|is ambiguous across providers)|Unknown provider ".*").*)')
 _UNKNOWN_FLAGS = re.compile(r"Error: (Unknown options?: .*)")
+#: An ``--extension`` Pi cannot load (not a module, no factory): the same at every start.
+_BAD_EXTENSION = re.compile(r'Error: (Failed to load extension ".*?": .*?)(?: \| Hint: .*)?$')
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _LIST_HINT = re.compile(r"Use --list-models to see available [\w/]+\.")
 
@@ -177,7 +179,7 @@ _LIST_HINT = re.compile(r"Use --list-models to see available [\w/]+\.")
 def startup_refusal(stderr: Sequence[str]) -> str | None:
     """The words of a refusal among the last stderr lines of a Pi that exited during its
     start-up check (rule 9: a model or provider it does not know; flags it does not know, from
-    an install that is not the version it says), else None: a crash."""
+    an install that is not the version it says; an extension it cannot load), else None: a crash."""
     for line in stderr:
         found = _REFUSED.match(_ANSI.sub("", line).strip())
         if found:
@@ -185,6 +187,9 @@ def startup_refusal(stderr: Sequence[str]) -> str | None:
                 "(`bridge models` with neither --model nor --provider lists what Pi offers)", found.group(1)
             )
             return f"Pi refused the configuration: {words}"
+        extension = _BAD_EXTENSION.match(_ANSI.sub("", line).strip())
+        if extension:
+            return f"Pi refused an extension: {extension.group(1)}"
         flags = _UNKNOWN_FLAGS.match(_ANSI.sub("", line).strip())
         if flags:
             # The seal's own flags, which every Pi this profile takes for its version knows:
