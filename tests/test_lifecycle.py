@@ -1675,3 +1675,28 @@ def test_an_engine_exit_during_a_compaction_is_compacted_not_ok_and_a_new_conver
     assert configs == []  # nothing to compact any more
     assert [w.request for w in of(h.log, Write) if w.kind == "prompt"] == ["p1", "p2"]
     assert h.violations == []
+
+
+def test_an_engine_that_took_none_of_its_prompt_is_replaced_by_one_that_says_no_new_conversation() -> None:
+    """``newConversation`` is for an engine that replaces one written a prompt: a prompt of
+    which not one byte went in (the engine's stdin closed first: ``-- false``) leaves the
+    engine without a conversation (it said true: a new user's trial)."""
+    h = Harness()
+    g1 = ready_engine(h, "p1", ack=False)
+    out = h.feed(WriteFailed(g1, "p1", False, True, "EPIPE", []))
+    assert delivered(out) == {"p1": ("rejected", "engine-down")}
+    h.exited(g1, 1, None, [])
+    h.submit("p2")
+    h.advance(5.0)  # past the restart backoff
+    (spawn,) = [s for s in of(h.log, Spawn) if s.generation > g1]
+    assert [n["newConversation"] for n in started(h.spawned(spawn.generation))] == [False]
+    g2 = spawn.generation
+    h.acked.add("p2")
+    h.feed(Acked(g2, "p2"))
+    h.settle("p2", Facts(tracker=("finished", None)))
+    h.exited(g2, 1, None, [])
+    h.submit("p3")
+    h.advance(5.0)
+    (spawn3,) = [s for s in of(h.log, Spawn) if s.generation > g2]
+    assert [n["newConversation"] for n in started(h.spawned(spawn3.generation))] == [True]
+    assert h.violations == []

@@ -595,6 +595,8 @@ class Lifecycle:
             f"; its last stderr: {tail}" if tail else ""
         )
         self._note({"event": "unsent", "request": rec.request, "generation": ev.generation, "why": why})
+        if self._current(ev.generation):
+            self.state.engine.prompted = rec.engine_was_prompted  # none of it went in
 
     def _not_written(self, ev: NotWritten) -> None:
         s = self.state
@@ -606,6 +608,8 @@ class Lifecycle:
             s.deadlines.pop(name, None)
         rec.phase = "queued"
         s.queue.insert(0, rec.request)
+        if self._current(ev.generation):
+            s.engine.prompted = rec.engine_was_prompted  # none of it went in
         if self._current(ev.generation) and s.engine.phase in ("checking", "ready"):
             # Not onto this engine again: it is replaced before the prompt is sent.
             s.engine.recycle = True
@@ -913,7 +917,7 @@ class Lifecycle:
 
     def _send_prompt(self, rec: PromptRec) -> None:
         s, e = self.state, self.state.engine
-        e.prompted = True
+        rec.engine_was_prompted, e.prompted = e.prompted, True
         rec.phase = "held"
         s.held = rec.request
         rec.config = e.config

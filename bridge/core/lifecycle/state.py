@@ -56,6 +56,9 @@ class PromptRec:
     #: When its last dialog ended (its quiet is measured from there, not from the engine's
     #: last line before the dialog).
     resumed: float | None = None
+    #: Whether its engine had been written a prompt before this one (restored when this one
+    #: turns out never written: that engine holds no conversation of it).
+    engine_was_prompted: bool = False
 
 
 @attrs.define
