@@ -248,6 +248,8 @@ def test_run_and_serve_setup_mistakes_are_one_line_and_exit_2(args: list[str], s
         (["--journal", "README.md", "--", *FAKE], "the journal README.md already exists"),
         (["--journal", "README.md/j.jsonl", "--", *FAKE], "cannot create the journal README.md/j.jsonl"),
         (["--no-journal", "--models-json", "/nonexistent.json"], "models.json /nonexistent.json is unusable"),
+        (["--no-journal", "--models-json", "SETTINGS_LIST"], 'is unusable: Pi reads {"providers"'),
+        (["--no-journal", "--models-json", "MODELS_NO_PROVIDERS"], 'is unusable: Pi reads {"providers"'),
         (["--no-journal", "--extension", "/nonexistent.ts"], "extension /nonexistent.ts does not exist"),
         (["--no-journal", "--pi-settings", "SETTINGS_EXT"], "settings extensions would load resources"),
         (["--no-journal", "--pi-settings", "SETTINGS_LIST"], "must hold a JSON object"),
@@ -260,7 +262,9 @@ def test_serve_that_cannot_be_set_up_writes_nothing_on_stdout(tmp_path, args: li
     prompt waiting on stdin was never read, so no receipt is owed."""
     (tmp_path / "ext.json").write_text('{"extensions": ["x"]}')
     (tmp_path / "list.json").write_text("[1]")
+    (tmp_path / "five.json").write_text('{"providers": 5}')
     paths = {"SETTINGS_EXT": str(tmp_path / "ext.json"), "SETTINGS_LIST": str(tmp_path / "list.json")}
+    paths["MODELS_NO_PROVIDERS"] = str(tmp_path / "five.json")
     p = subprocess.run(
         [sys.executable, "-m", "bridge", "serve", *[paths.get(a, a) for a in args]],
         input='{"type":"prompt","id":"a","message":"x"}\n',

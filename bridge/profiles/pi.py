@@ -530,14 +530,23 @@ class PiProfile:
         )
 
     def _read_models(self) -> bytes | None:
-        """The given models.json, checked to be JSON (copied into the config folder as is)."""
+        """The given models.json, checked to be JSON in the shape Pi 1.6.0 reads (an object whose
+        ``providers`` maps names to objects; copied into the config folder as is). Pi passes
+        over a file of another shape with a warning, and the prompt then fails for want of a
+        key (found by a new-user trial): a mistake to fix, so refused here."""
         if self.models_json is None:
             return None
         try:
             models_bytes = Path(self.models_json).read_bytes()
-            json.loads(models_bytes)
+            data = json.loads(models_bytes)
         except (OSError, ValueError) as e:
             raise ProfileError(f"models.json {self.models_json} is unusable: {e}") from e
+        providers = data.get("providers") if isinstance(data, dict) else None
+        if not isinstance(providers, dict) or not all(isinstance(v, dict) for v in providers.values()):
+            raise ProfileError(
+                f"models.json {self.models_json} is unusable: Pi reads "
+                '{"providers": {"NAME": {"baseUrl": …, "api": …, "models": [...]}}}'
+            )
         return models_bytes
 
     def _write_config(self, config_dir: Path, models_bytes: bytes | None) -> str:
