@@ -346,7 +346,7 @@ def _command_profile(args: argparse.Namespace, engine_argv: list[str]) -> Engine
     """Any engine speaking Pi's RPC JSONL, given as its argv after ``--``."""
     from bridge.profiles.command import PI_CLEARING, CommandProfile
 
-    if not engine_argv:
+    if not engine_argv or not engine_argv[0].strip():
         _refuse(
             f"bridge {args.command}: no engine command after -- (give the engine's argv, e.g. -- python "
             "tools/fake_engine.py)"

@@ -211,6 +211,7 @@ def test_demo_into_a_closed_pipe_ends_quietly(tmp_path, json_mode: bool):
     [
         (["run", "--bogus"], "bridge run: unrecognized arguments: --bogus (see bridge run --help)"),
         (["run", "hi", "--"], "no engine command after --"),
+        (["serve", "--", ""], "no engine command after --"),
         (
             ["run", "hi", "--engine-cwd", "/nonexistent-folder", "--", *FAKE],
             "--engine-cwd /nonexistent-folder does not exist",
