@@ -1063,3 +1063,46 @@ def test_a_working_folder_inside_a_hidden_journal_folder_is_refused(pinned_pi: A
             profile.prepare()
     finally:
         server.close()
+
+
+def test_a_signal_ends_acp_whose_client_does_not_read_stdout(tmp_path: Path) -> None:
+    """As for ``bridge serve``: with far more than a pipe's worth of updates unread, a SIGTERM
+    still ends the agent -- the last lines wait at most ``FLUSH_GRACE`` for the client, then one
+    stderr line says so and the status is 143. It used to wait for a reader forever."""
+    scenario = tmp_path / "scenario.json"
+    scenario.write_text(json.dumps({"defaults": {"reply": "y" * 2_000_000, "deltas": 20_000, "delta_delay": 0.0005}}))
+    engine = [sys.executable, str(ROOT / "tools" / "fake_engine.py"), "--scenario", str(scenario)]
+    msgs = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
+        {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": str(tmp_path), "mcpServers": []}},
+    ]
+    prompt = {"sessionId": "s1", "prompt": [{"type": "text", "text": "long"}]}
+    journal = tmp_path / "j.jsonl"
+    argv = [sys.executable, "-m", "bridge", "acp", "--journal", str(journal), "--", *engine]
+    with subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+    ) as proc:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        try:
+            proc.stdin.write("".join(json.dumps(m) + "\n" for m in msgs).encode())
+            proc.stdin.flush()
+            while b'"id":2,"result"' not in (line := proc.stdout.readline()):
+                assert line, "the agent ended early"
+            proc.stdin.write(
+                (json.dumps({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": prompt}) + "\n").encode()
+            )
+            proc.stdin.flush()
+            session_journal = tmp_path / "j-s1.jsonl"
+            deadline = time.monotonic() + 30
+            # The updates pile up unread: wait until the engine has written a good part of them.
+            while time.monotonic() < deadline and (
+                not session_journal.exists() or session_journal.stat().st_size < 200_000
+            ):
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=40) == 143
+            said = proc.stderr.read().decode()
+            assert said.count("\n") == 1 and "did not read stdout within 5 s of the signal" in said, said
+        finally:
+            if proc.poll() is None:
+                proc.kill()

@@ -16,6 +16,9 @@ Rules:
   drops the rest too, but is kept in :attr:`Output.failed`: ``serve`` says so and exits 1.
 - :meth:`Output.close` ends the queue: what was queued before it is still written, and
   :attr:`Output.done` is set once it has been (or dropped).
+- After a signal, the last lines wait at most :data:`FLUSH_GRACE` for a controller that does not
+  read stdout (:meth:`Output.flush`): a signal must end the process (SPEC §8: nothing the
+  controller does hangs the bridge); the receipts are in the journal.
 """
 
 from __future__ import annotations
@@ -24,12 +27,15 @@ import math
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import trio
 
 from bridge.controller.messages import Reply, to_wire
 from bridge.transcript import dumps
+
+#: How long, after a signal, the last lines wait for a controller that does not read stdout.
+FLUSH_GRACE: Final = 5.0
 
 
 class Output:
@@ -77,6 +83,27 @@ class Output:
     def close(self) -> None:
         self._closed = True
         self._send.close()
+
+    async def flush(self, signalled: trio.Event) -> bool:
+        """Wait for the last lines to be written (after :meth:`close`). Ends when they are (or
+        dropped: the controller is gone), or :data:`FLUSH_GRACE` after ``signalled`` is set if
+        the controller does not read them: then returns True (the caller cancels the writer)."""
+        gave_up = False
+        async with trio.open_nursery() as nursery:
+
+            async def bound() -> None:
+                """Give up on the controller. Ends FLUSH_GRACE after the signal (cancelled sooner
+                when the lines are written)."""
+                nonlocal gave_up
+                await signalled.wait()
+                await trio.sleep(FLUSH_GRACE)
+                gave_up = not self.done.is_set()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(bound)
+            await self.done.wait()
+            nursery.cancel_scope.cancel()
+        return gave_up
 
     async def run(self) -> None:
         """Write queued lines. Ends when the queue is closed and written out."""

@@ -53,7 +53,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import AsyncIterator
-from typing import Any, Final
+from typing import Any
 
 import attrs
 import trio
@@ -81,7 +81,7 @@ from bridge.controller.messages import (
     Stopping,
     parse_command,
 )
-from bridge.controller.output import Output
+from bridge.controller.output import FLUSH_GRACE, Output
 from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
 from bridge.core.wire import converter
 from bridge.live.api import Bridge, BridgeConfig, open_bridge
@@ -93,7 +93,6 @@ from bridge.profiles.command import EngineProfile
 #: Seconds the last lines (``bye`` last) may still take, once a signal has come and the bridge
 #: has closed, to reach a controller that does not read its stdout; then they are dropped. A
 #: few seconds, like the close grace: a controller that reads takes them in milliseconds.
-FLUSH_GRACE: Final = 5.0
 
 
 def main_serve(profile: EngineProfile, *, journal: Any, config: BridgeConfig, drain_timeout: float | None) -> int:
@@ -171,21 +170,9 @@ class _Server:
 
     async def _flush(self) -> None:
         """Wait for the last lines to be written. Ends when they are (or dropped: the controller
-        is gone), or :data:`FLUSH_GRACE` after the first signal if the controller does not read
-        them (then :attr:`gave_up`; the writer is cancelled with the rest of ``serve``)."""
-        async with trio.open_nursery() as nursery:
-
-            async def bound() -> None:
-                """Give up on the controller. Ends FLUSH_GRACE after the first signal (cancelled
-                sooner when the lines are written)."""
-                await self.signalled.wait()
-                await trio.sleep(FLUSH_GRACE)
-                self.gave_up = not self.out.done.is_set()
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(bound)
-            await self.out.done.wait()
-            nursery.cancel_scope.cancel()
+        is gone), or :data:`FLUSH_GRACE` after the first signal (:meth:`Output.flush`; then
+        :attr:`gave_up`, and the writer is cancelled with the rest of ``serve``)."""
+        self.gave_up = await self.out.flush(self.signalled)
 
     def _opened(self, bridge: Bridge) -> None:
         """The bridge is open: its notifications go to the controller, after ``ready``."""

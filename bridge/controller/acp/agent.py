@@ -44,7 +44,7 @@ import trio
 
 from bridge import __version__
 from bridge.controller.acp import protocol as acp
-from bridge.controller.output import Output
+from bridge.controller.output import FLUSH_GRACE, Output
 from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
 from bridge.core.lifecycle import BridgeConfig
 from bridge.core.progress import TurnEnd
@@ -102,7 +102,8 @@ async def serve_acp(
             finally:
                 agent.out.close()
                 with trio.CancelScope(shield=True):
-                    await agent.out.done.wait()
+                    # At most FLUSH_GRACE after a signal for a client that does not read.
+                    agent.gave_up = await agent.out.flush(agent.signalled)
             outer.cancel_scope.cancel()
     return agent.exit_status()
 
@@ -153,6 +154,10 @@ class AcpAgent:
     #: 128+N after signal N, else 0.
     status: int = 0
     ended: trio.Event = attrs.Factory(trio.Event)
+    #: Set at the first signal: it bounds the last lines' wait (:meth:`Output.flush`).
+    signalled: trio.Event = attrs.Factory(trio.Event)
+    #: The client did not read the last lines within FLUSH_GRACE of a signal: they were dropped.
+    gave_up: bool = False
     work: trio.Nursery | None = None
     journal_failures: list[str] = attrs.Factory(list)
     #: Our requests to the client (permission requests) waiting for its answer, by id.
@@ -181,6 +186,7 @@ class AcpAgent:
             # Also after stdin's EOF (an editor that quits signals, then closes the pipe): the
             # signal still stopped the prompts, so the status says so.
             self.status = self.status or 128 + signum
+            self.signalled.set()
             self.ended.set()
             for sess in self.sessions.values():
                 if sess.bridge is not None:
@@ -197,6 +203,13 @@ class AcpAgent:
 
     def exit_status(self) -> int:
         """README "Exit codes"; a journal or a stdout that failed also gets its line on stderr."""
+        if self.gave_up:
+            print(
+                f"bridge acp: the client did not read stdout within {FLUSH_GRACE:g} s of the signal, so the last "
+                "lines were dropped; the receipts are in the journals",
+                file=sys.stderr,
+            )
+            return self.status
         if self.out.failed is not None:
             print(
                 f"bridge acp: cannot write to stdout ({self.out.failed}); the receipts are in the journals",
