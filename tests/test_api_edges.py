@@ -142,3 +142,17 @@ async def test_a_journal_that_is_neither_a_path_nor_a_yes_or_no_is_refused(journ
     with pytest.raises(ValueError, match="journal: True"):
         async with open_bridge(fake(), journal=journal):
             raise AssertionError("opened")
+
+
+async def test_steering_once_no_prompt_can_follow_is_an_error_as_in_serve() -> None:
+    """serve answers configure/new_conversation/compact after ``shutdown`` with an error line;
+    the API returned quietly, changing nothing. Now the same words, as a RuntimeError."""
+    async with open_bridge(fake({"prompts": [{"deltas": 40, "delta_delay": 0.05}]}), journal=False) as bridge:
+        bridge.configure(thinking="high")  # while prompts can follow: taken
+        await bridge.submit("keeps the bridge draining")
+        bridge.shutdown()
+        for call in (lambda: bridge.configure(thinking="low"), bridge.new_conversation, lambda: bridge.compact("x")):
+            with pytest.raises(RuntimeError, match="after shutdown changes nothing"):
+                call()
+    with pytest.raises(RuntimeError, match="while the bridge closes changes nothing"):
+        bridge.new_conversation()

@@ -305,15 +305,6 @@ async def _answer_models(bridge: Bridge, out: Output, lineno: int) -> None:
         out.write(LineError(str(e), lineno))
 
 
-def _no_prompt_follows(bridge: Bridge) -> str | None:
-    """Why no prompt can be submitted any more (``after shutdown``, ``while the bridge closes``),
-    or None while one can."""
-    state = bridge.lifecycle.state
-    if state.closing is not None or state.closed:
-        return "while the bridge closes"
-    return "after shutdown" if state.draining else None
-
-
 async def _act(bridge: Bridge, cmd: Command, lineno: int, drain_timeout: float | None) -> Reply | None:
     """Carry out one command; the reply it gets, if any. Does not wait (as :func:`_take`)."""
     match cmd:
@@ -332,7 +323,7 @@ async def _act(bridge: Bridge, cmd: Command, lineno: int, drain_timeout: float |
                 model=cmd.wanted.model,
                 thinking=cmd.wanted.thinking,
             )
-        case Configure() | NewConversation() | CompactConversation() if when := _no_prompt_follows(bridge):
+        case Configure() | NewConversation() | CompactConversation() if when := bridge.no_prompt_follows:
             # They steer the prompts submitted after them (README "Steering"), and none can be:
             # taken, they would change nothing while ``configured`` named a model never used.
             return LineError(

@@ -267,8 +267,29 @@ class Bridge:
     def configure(self, *, provider: str | None = None, model: str | None = None, thinking: str | None = None) -> None:
         """The model (``provider`` and ``model`` together) and thinking level for the prompts
         submitted from now on; what is left None stays as it was. Applied to the engine, and
-        verified, before each such prompt is written. Raises ValueError as :meth:`submit`."""
-        self._feed(Configure(Wanted(provider, model, thinking)))
+        verified, before each such prompt is written. Raises ValueError as :meth:`submit`, and
+        RuntimeError once no prompt can follow (:attr:`no_prompt_follows`), as the other two
+        steering calls do: it would change nothing."""
+        wanted = Wanted(provider, model, thinking)
+        self._steerable("configure")
+        self._feed(Configure(wanted))
+
+    @property
+    def no_prompt_follows(self) -> str | None:
+        """Why no prompt can be submitted any more (``after shutdown``, ``while the bridge
+        closes``), or None while one can."""
+        state = self.lifecycle.state
+        if state.closing is not None or state.closed:
+            return "while the bridge closes"
+        return "after shutdown" if state.draining else None
+
+    def _steerable(self, what: str) -> None:
+        when = self.no_prompt_follows
+        if when is not None:
+            raise RuntimeError(
+                f"{what} {when} changes nothing: it steers the prompts submitted after it, and none can be "
+                "(the prompts already accepted run as they were submitted)"
+            )
 
     async def models(self) -> list[dict[str, Any]]:
         """What the engine offers (Pi's ``get_available_models``): ``provider``, ``id``,
@@ -293,16 +314,20 @@ class Bridge:
 
     def new_conversation(self) -> None:
         """Start a new conversation before the next prompt is written: Pi's ``new_session``
-        (verified, with a ``get_state`` after it), or a fresh engine where Pi cancels it."""
+        (verified, with a ``get_state`` after it), or a fresh engine where Pi cancels it.
+        RuntimeError once no prompt can follow."""
+        self._steerable("new_conversation")
         self._feed(NewConversation())
 
     def compact(self, instructions: str | None = None) -> None:
         """Compact the conversation (Pi's ``compact``: the model summarizes it, with
         ``instructions`` if given) before the next prompt submitted is written. How it went is
         a ``compacted`` notice (:meth:`signals`); a refusal (Pi's "Nothing to compact") does not
-        stop the prompt. A :meth:`new_conversation` asked for the same prompt makes it moot."""
+        stop the prompt. A :meth:`new_conversation` asked for the same prompt makes it moot.
+        RuntimeError once no prompt can follow."""
         if instructions is not None and not isinstance(instructions, str):
             raise TypeError(f"instructions must be a str, not {type(instructions).__name__}")
+        self._steerable("compact")
         self._feed(Compact(instructions))
 
     async def prompt(self, message: str, **kw: Any) -> Receipt:
