@@ -1070,7 +1070,7 @@ def test_a_signal_ends_acp_whose_client_does_not_read_stdout(tmp_path: Path) -> 
     still ends the agent -- the last lines wait at most ``FLUSH_GRACE`` for the client, then one
     stderr line says so and the status is 143. It used to wait for a reader forever."""
     scenario = tmp_path / "scenario.json"
-    scenario.write_text(json.dumps({"defaults": {"reply": "y" * 2_000_000, "deltas": 20_000, "delta_delay": 0.0005}}))
+    scenario.write_text(json.dumps({"defaults": {"reply": "y" * 200_000, "deltas": 4_000, "delta_delay": 0.0005}}))
     engine = [sys.executable, str(ROOT / "tools" / "fake_engine.py"), "--scenario", str(scenario)]
     msgs = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
@@ -1092,13 +1092,15 @@ def test_a_signal_ends_acp_whose_client_does_not_read_stdout(tmp_path: Path) -> 
                 (json.dumps({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": prompt}) + "\n").encode()
             )
             proc.stdin.flush()
+            # Once the prompt is sent (the journal has it: sends are flushed), its ~1 MB of
+            # updates pile up unread for a second: far more than the pipe holds.
             session_journal = tmp_path / "j-s1.jsonl"
             deadline = time.monotonic() + 30
-            # The updates pile up unread: wait until the engine has written a good part of them.
-            while time.monotonic() < deadline and (
-                not session_journal.exists() or session_journal.stat().st_size < 200_000
+            while time.monotonic() < deadline and b'"type":"prompt"' not in (
+                session_journal.read_bytes() if session_journal.exists() else b""
             ):
                 time.sleep(0.05)
+            time.sleep(1.0)
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=40) == 143
             said = proc.stderr.read().decode()
