@@ -429,11 +429,16 @@ class Bridge:
         ``dialog_timeout``; with none, it is answered ``cancelled`` at once. Never a yes
         nobody gave. A full channel loses nothing: the dialog ends at its timeout."""
         send, recv = trio.open_memory_channel[Dialog](max_buffer)
-        if self._subscribers_closed:
-            send.close()  # a closed bridge asks nothing more: the channel ends at once
-        else:
-            self._dialog_subscribers.append(send)
+        self._subscribe(self._dialog_subscribers, send)
         return recv
+
+    def _subscribe(self, subscribers: list[Any], send: Any) -> None:
+        """A new channel's send end joins ``subscribers``; on a closed bridge, which sends nothing
+        more, it is closed at once, so the channel ends."""
+        if self._subscribers_closed:
+            send.close()
+        else:
+            subscribers.append(send)
 
     async def answer_dialog(
         self, dialog: str, *, value: Any = None, confirmed: Any = None, cancelled: Any = False
@@ -466,10 +471,7 @@ class Bridge:
         """A channel of every notification (signals, engine lifecycle, receipts) from now on;
         it ends when the bridge has closed (at once, from a closed bridge)."""
         send, recv = trio.open_memory_channel[dict[str, Any]](max_buffer)
-        if self._subscribers_closed:
-            send.close()
-        else:
-            self._subscribers.append(send)
+        self._subscribe(self._subscribers, send)
         return recv
 
     async def drain(self) -> None:

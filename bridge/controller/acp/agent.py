@@ -402,9 +402,10 @@ class AcpAgent:
         sess = self._session(option.session_id)
         assert sess.bridge is not None
         wanted = acp.chosen(option, sess.options)
-        if sess.bridge.no_prompt_follows:  # closing: no prompt of the session can follow
-            raise acp.AcpError(acp.INTERNAL_ERROR, f"the session is closing: {option.config_id} changes nothing now")
-        sess.bridge.configure(**wanted)
+        try:
+            sess.bridge.configure(**wanted)
+        except RuntimeError as e:  # closing: no prompt of the session can follow
+            raise acp.AcpError(acp.INTERNAL_ERROR, f"the session is closing: {e}") from None
         for o in sess.options:
             if o["id"] == option.config_id:
                 o["currentValue"] = option.value
