@@ -805,8 +805,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sub_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.engine = engine
     if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+        parser.error(f"no command given; one of: {', '.join(parser.subcommands)}")  # type: ignore[attr-defined]
     if engine is not None and args.command not in ("serve", "acp", "run", "demo", "models"):
         parser.subcommands[args.command].error("it takes no engine after --")  # type: ignore[attr-defined]
     try:

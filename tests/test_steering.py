@@ -178,6 +178,23 @@ def test_a_model_pi_refuses_whose_id_repeats_the_provider_names_the_exact_id() -
     assert '"scripted-model"' in why
 
 
+def test_a_refused_model_named_alone_says_how_its_name_was_read() -> None:
+    """``"model":"scripted/special"`` alone is split into provider ``scripted`` and id
+    ``special``; when Pi refuses that, the refusal says so and how to name an id with a ``/``
+    (a trial found the bare refusal left the controller guessing). The split is kept through
+    ``over``, which is how a prompt's wish reaches the lifecycle."""
+    wanted = Wanted(None, "scripted/special").over(Wanted(thinking="off"))
+    assert wanted == Wanted("scripted", "special", "off") and wanted.split
+    answers = {"p:model": {"success": False, "error": "Model not found: scripted/special"}}
+    _, why = verify(wanted, answers, "p")
+    assert why is not None and why.startswith("Pi refused set_model: Model not found: scripted/special (")
+    assert 'provider "scripted", id "special"' in why and 'give "provider" too' in why
+    # named with its provider, nothing was split, and nothing is said of it
+    _, why = verify(Wanted("scripted", "special"), answers, "p")
+    assert why == "Pi refused set_model: Model not found: scripted/special"
+    assert not Wanted(thinking="low").over(Wanted("scripted", "special")).split
+
+
 # -- the lifecycle, without a clock ----------------------------------------------------------
 
 

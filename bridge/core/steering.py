@@ -46,6 +46,9 @@ class Wanted:
     provider: str | None = None
     model: str | None = None
     thinking: str | None = None
+    #: True when the provider was cut off ``model`` here (``provider/id``), so that a refusal
+    #: can say how the name was read. Not part of what is wanted (no part of ``==``).
+    split: bool = attrs.field(default=False, eq=False, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         if self.provider is None and self.model is not None and "/" in self.model:
@@ -53,6 +56,7 @@ class Wanted:
             if head and tail:
                 object.__setattr__(self, "provider", head)
                 object.__setattr__(self, "model", tail)
+                object.__setattr__(self, "split", True)
         if (self.provider is None) != (self.model is None):
             raise ValueError("a model is named by its provider and its id together")
         if self.thinking is not None and self.thinking not in THINKING_LEVELS:
@@ -64,8 +68,9 @@ class Wanted:
 
     def over(self, base: Wanted) -> Wanted:
         """This, with what it leaves as is taken from ``base`` (a prompt's over the bridge's)."""
-        model = (self.provider, self.model) if self.model is not None else (base.provider, base.model)
-        return Wanted(model[0], model[1], self.thinking if self.thinking is not None else base.thinking)
+        named = self if self.model is not None else base
+        thinking = self.thinking if self.thinking is not None else base.thinking
+        return Wanted(named.provider, named.model, thinking, split=named.split)
 
 
 @form(rename={"thinking_asked": "thinkingAsked"})
@@ -142,6 +147,11 @@ def verify(
                 refused += (
                     f' (with "provider" given, "model" is the exact id `bridge models` lists: perhaps '
                     f'"{wanted.model.partition("/")[2]}")'
+                )
+            elif suffix == "model" and wanted.split:
+                refused += (
+                    f' ("model" alone is read as "provider/id": provider "{wanted.provider}", id '
+                    f'"{wanted.model}"; for an id that holds a "/", give "provider" too)'
                 )
             return None, refused
     state = answers.get(f"{prefix}:state")
