@@ -33,6 +33,7 @@ from bridge.core.wire import Wire, converter, form
 THINKING_LEVELS: Final = ("off", "minimal", "low", "medium", "high", "xhigh", "max")
 
 
+@form(omit=("split",))
 @attrs.frozen
 class Wanted:
     """What a prompt asks for: a model (provider and id together, or ``model`` alone as
