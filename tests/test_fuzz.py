@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterator
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -397,29 +399,55 @@ _JS_ONLY_UPDATES = [
     b'{"type":"message_update","n":1e999}',
     b'{"type":"message_update","n":123456789012345678901234567890}',
 ]
+# agent_end and turn_end, which the lean path checks instead of building (framing.TYPE_ONLY):
+# well formed, not JSON, with a second ``type`` key (a full parse keeps the last one, and so
+# must the lean path), what only JavaScript reads, odd ends.
+_TYPE_ONLY_LINES = [
+    b'{"type":"agent_end","messages":[{"role":"user","content":"x"}],"willRetry":false}',
+    b'{"type":"turn_end","message":{"role":"assistant","content":[],"stopReason":"stop"},"toolResults":[]}',
+    b'{"type":"agent_end","messages":[',
+    b'{"type":"agent_end","messages":[]} x',
+    b'{"type":"agent_end",\xff}',
+    b'{"type":"agent_end","type":"agent_settled"}',
+    b'{"type":"turn_end","x":{"type":"y"},"type":"agent_settled"}',
+    b'{"type":"agent_end","type":"agent_end"}',
+    b'{"type":"agent_end","type":7}',
+    b'{"type":"agent_end","d":"\\ud83d"}',
+    b'{"type":"turn_end","n":1e999}',
+    b'{"type":"turn_end","a":1}  ',
+]
 
 
 @given(
     st.lists(
         st.lists(
             st.sampled_from(
-                [UPDATE, _long_update("hi"), *_NOT_JSON_UPDATES, *_JS_ONLY_UPDATES, *_TWO_TYPES, *_ODD_END_UPDATES]
+                [
+                    UPDATE,
+                    _long_update("hi"),
+                    *_NOT_JSON_UPDATES,
+                    *_JS_ONLY_UPDATES,
+                    *_TWO_TYPES,
+                    *_ODD_END_UPDATES,
+                    *_TYPE_ONLY_LINES,
+                ]
             )
             | events.map(lambda e: __import__("json").dumps(e, separators=(",", ":")).encode()),
             max_size=12,
         ),
         max_size=10,
     ),
-    st.lists(st.booleans(), min_size=1, max_size=10),
+    st.lists(st.sampled_from(["none", "stream", "events"]), min_size=1, max_size=10),
     st.sampled_from([1, 2, 5, 128]),
 )
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_the_fast_path_decides_what_a_full_parse_decides(batches, stream_flags, bulk_min):
+def test_the_fast_path_decides_what_a_full_parse_decides(batches, wants, bulk_min):
     """A session that skips message_update lines (the default) and one that parses every line
     (a full journal) must see the same gaps and settle the same receipts: a line that starts
-    and ends like an update but is not one JSON object opens a gap either way. The splitter's
-    bulk run of short lines is taken from fewer lines than in use (``bulk_min``) so that short
-    batches meet it too."""
+    and ends like an update but is not one JSON object opens a gap either way. The same for
+    the agent_end and turn_end lines the default session checks instead of building. The
+    splitter's bulk run of short lines is taken from fewer lines than in use (``bulk_min``) so
+    that short batches meet it too."""
     from unittest import mock
 
     from bridge.core import framing
@@ -428,18 +456,27 @@ def test_the_fast_path_decides_what_a_full_parse_decides(batches, stream_flags, 
     splitter = LineSplitter()
     for n, picks in enumerate(batches):
         prompt = {"type": "prompt", "id": f"p{n}", "message": "x"}
-        stream = stream_flags[n % len(stream_flags)]
-        fast.send(prompt, stream=stream)
-        full.send(prompt, stream=stream)
+        want = wants[n % len(wants)]
+        fast.send(prompt, stream=want == "stream", events=want == "events")
+        full.send(prompt, stream=want == "stream", events=want == "events")
         with mock.patch.object(framing, "BULK_MIN_LINES", bulk_min):
             batch = splitter.feed_runs(b"".join(line + b"\n" for line in picks), b'{"type":"message_update",', b"}")
-        list(fast.observe_batch(batch))
-        list(full.observe_batch(_lines_of(batch)))
+        assert _not_deltas(fast.observe_batch(batch)) == _not_deltas(full.observe_batch(_lines_of(batch)))
         assert fast.tracker.gap == full.tracker.gap
         fast.release(f"p{n}")
         full.release(f"p{n}")
     assert fast.observations == full.observations
     assert [r.to_json() for r in fast.receipts] == [r.to_json() for r in full.receipts]
+
+
+def _not_deltas(seen: Iterator[Any]) -> list[str]:
+    """The events of a batch but its text and thinking deltas (which a run joins), as JSON."""
+    from bridge.core.events import TextDelta
+    from bridge.core.progress import DELTA_TYPES
+
+    return [
+        repr(e) for item in seen for e in getattr(item, "events", ()) if not isinstance(e, (*DELTA_TYPES, TextDelta))
+    ]
 
 
 _RUN_MARKS = (b'{"type":"message_update",', b"}")
@@ -460,6 +497,41 @@ def test_a_second_type_key_does_not_make_an_update_another_event():
             assert s.held is not None and s.held.receipt is None and s.tracker.gap is None, (skip, want)
             got.append((s.observations, s.taint))
         assert got[0] == got[1]
+
+
+def test_agent_end_and_turn_end_are_checked_not_built_unless_their_events_are_asked_for():
+    """The default session reads nothing but the type of ``agent_end`` (the run's whole message
+    list: on the settle's path) and of ``turn_end``, so it checks them (simdjson) instead of
+    building them; a prompt that asked for its events still gets turn_end's, with the stop
+    reason and the tool results counted, and a full journal's session builds them all."""
+    from unittest import mock
+
+    from bridge.core import session as session_module
+    from bridge.core.events import ReceiptReady
+    from bridge.core.progress import TurnEnd
+
+    ack = b'{"type":"response","command":"prompt","id":"p","success":true,"data":{"disposition":"started"}}'
+    turn_end = b'{"type":"turn_end","message":{"role":"assistant","stopReason":"stop"},"toolResults":[1,2]}'
+    user = b'{"type":"message_start","message":{"role":"user","content":"x"}}'
+    reply = b'{"type":"message_end","message":{"role":"assistant","content":[],"stopReason":"stop"}}'
+    agent_end = b'{"type":"agent_end","messages":[]}'
+    run = [ack, b'{"type":"agent_start"}', user, reply, turn_end, agent_end, b'{"type":"agent_settled"}']
+    for events, skip, built in ((False, True, []), (True, True, [turn_end]), (False, False, [turn_end, agent_end])):
+        s = Session(("clear_queue",), skip_updates=skip)
+        s.send({"type": "prompt", "id": "p", "message": "x"}, events=events)
+        parsed: list[bytes] = []
+        real = session_module.parse_line
+
+        def counting(line, real=real, parsed=parsed):
+            parsed.append(line)
+            return real(line)
+
+        with mock.patch.object(session_module, "parse_line", counting):
+            seen = [e for line in run for item in s.observe_batch([line]) for e in item.events]
+        assert [line for line in parsed if line in (turn_end, agent_end)] == built, (events, skip)
+        turns = [e for e in seen if isinstance(e, TurnEnd)]
+        assert [(t.stop_reason, t.tool_results) for t in turns] == ([("stop", 2)] if events else [])
+        assert [e.receipt.state for e in seen if isinstance(e, ReceiptReady)] == ["finished"]
 
 
 def test_an_update_line_that_is_not_json_is_a_gap_on_the_fast_path():

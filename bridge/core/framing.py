@@ -422,6 +422,11 @@ def text_tells(raw: RawLine) -> bool:
 MESSAGE_UPDATE: Final = b'{"type":"message_update",'
 #: A journal ``recv`` entry of a ``message_update`` (lean or full), as journals write it.
 JOURNAL_UPDATE: Final = b'{"recv":' + MESSAGE_UPDATE
+#: Engine lines that may be bulky and of which nothing but their ``type`` is read, unless the
+#: prompt asked for its events (``turn_end`` is one): ``agent_end`` holds the run's whole
+#: message list, ``turn_end`` the turn's message and its tool results. The lean path checks
+#: them (:meth:`JsonCheck.sole_type`) instead of building them (``Session._receive_line``).
+TYPE_ONLY: Final = {b'{"type":"agent_end",': "agent_end", b'{"type":"turn_end",': "turn_end"}
 
 
 def update_runs(
@@ -498,6 +503,27 @@ class JsonCheck:
         except (ValueError, RuntimeError):  # UnicodeDecodeError is a ValueError
             return False
         return True
+
+    def sole_type(self, line: bytes) -> str | None:
+        """The ``type`` of a line that is one JSON object with exactly one ``type`` key, a
+        string, at its top level; None: not so, or "don't know" (as for :meth:`line`). What
+        ``JSON.parse`` would give as the object's ``type``, without building the object: a
+        second ``type`` key (which ``JSON.stringify`` never writes, and where ``JSON.parse``
+        keeps the last one) is a None, so the caller parses the line and gets the same."""
+        try:
+            doc = self._parse(line)
+        except (ValueError, RuntimeError):
+            return None
+        try:
+            if type(doc) is not simdjson.Object:
+                return None
+            keys = doc.keys()
+            if sum(1 for key in keys if key == "type") != 1:
+                return None
+            kind = doc["type"]
+            return kind if type(kind) is str else None
+        finally:
+            del doc  # (simdjson's parser is reused only once its documents are gone)
 
     def lines(self, lines: Sequence[bytes] | Sequence[memoryview]) -> bool:
         """:meth:`line` for every line of a batch: one C-level map, the documents dropped."""

@@ -87,6 +87,7 @@ from bridge.core.events import (
 )
 from bridge.core.framing import (
     MESSAGE_UPDATE,
+    TYPE_ONLY,
     JsonCheck,
     Oversize,
     RawLine,
@@ -343,6 +344,15 @@ class Session:
         ):
             self.observations += 1
             return Observed(self.tracker.read(), line, None, NO_EVENTS)
+        if self.skip_updates and type(line) is bytes and line.startswith(_TYPE_ONLY_PREFIXES):
+            # agent_end / turn_end: only the type is read (unless a held prompt wants its
+            # events, of which turn_end is one), so the line is checked, not built: on the
+            # settle's path, agent_end is the run's whole message list (framing.TYPE_ONLY).
+            kind = TYPE_ONLY[line[: line.index(b",") + 1]]
+            if (kind == "agent_end" or not self._events_wanted()) and self._json.sole_type(line) == kind:
+                lean = {"type": kind}
+                idx, events = self.observe(lean, t=t)
+                return Observed(idx, line, lean, events)
         value = parse_line(line)
         if type(value) is dict and value.get("type") != "message_update" and line.startswith(MESSAGE_UPDATE):  # type: ignore[union-attr]  # bytes: an Oversize parses to a RawLine
             # A second "type" key (JSON.stringify never writes one; the parser keeps the last):
@@ -587,6 +597,11 @@ class Session:
 
     # -- internals -------------------------------------------------------------
 
+    def _events_wanted(self) -> bool:
+        """The held prompt asked for its events (and is not settled)."""
+        held = self.held
+        return held is not None and held.events and held.receipt is None
+
     def _streaming(self) -> bool:
         """The held prompt wants its ``message_update`` lines read (its text or its events)."""
         held = self.held
@@ -793,6 +808,9 @@ class Session:
         if self.held is not None and not (self.dialogs and kind == "extension_ui_request"):
             _add_signal(self.held, diag.to_json())
         return diag
+
+
+_TYPE_ONLY_PREFIXES: Final = tuple(TYPE_ONLY)
 
 
 def _add_signal(prompt: PromptState, signal: dict[str, Any]) -> None:
