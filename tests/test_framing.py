@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 
+import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -423,3 +425,32 @@ def test_all_start_with_is_startswith_for_every_line(extra, lines, prefix) -> No
     lines = lines + [prefix + x for x in lines] + [prefix + extra]
     for some in (lines, [prefix + x for x in lines], lines[:1]):
         assert _all_start_with(some, prefix) == all(x.startswith(prefix) for x in some)
+
+
+@pytest.mark.parametrize("pad", [10, 300_000])
+def test_sole_type_is_the_type_json_parse_gives_or_none(pad: int) -> None:
+    """``JsonCheck.sole_type``: the ``type`` of one JSON object with exactly one ``type`` key,
+    as ``JSON.parse`` would give it, else None (so the caller parses). Also past CHECK_MAX (a
+    long run's ``agent_end``), which gets a parser of its own; the shared one stays usable."""
+    from bridge.core.framing import CHECK_MAX, JsonCheck
+
+    check = JsonCheck()
+    body = b'"messages":[{"role":"user","content":"' + b"x" * pad + b'"}]'
+    assert (len(body) > CHECK_MAX) == (pad > CHECK_MAX)
+    cases = {
+        b'{"type":"agent_end",' + body + b"}": "agent_end",
+        b'{"type":"agent_end",' + body + b"}  \n": "agent_end",
+        b'{"type":"agent_end",' + body + b',"type":"agent_settled"}': None,  # JSON.parse: agent_settled
+        b'{"type":"agent_end",' + body + b',"type":"agent_end"}': None,
+        b'{"type":"agent_end",' + body: None,  # cut short
+        b'{"type":"agent_end",' + body + b"} x": None,
+        b'{"type":7,' + body + b"}": None,
+        b'{"kind":"agent_end",' + body + b"}": None,
+        b'[{"type":"agent_end"}]': None,
+        b'{"type":"agent_end",' + body + b',"n":1e999}': None,  # JavaScript reads it: don't know
+    }
+    for line, kind in cases.items():
+        assert check.sole_type(line) == kind, line[:40] + line[-40:]
+        if kind is not None:
+            assert orjson.loads(line)["type"] == kind
+    assert check.line(_VALID_UPDATE)
