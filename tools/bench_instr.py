@@ -11,6 +11,9 @@ count instructions with (load on a shared machine cannot move an instruction cou
 driver refuses to run if another copy is imported (an editable install's finder comes after
 ``sys.path`` in ``sys.meta_path``, so the tree put first on ``sys.path`` wins, and this checks it).
 Only the bridge runs under valgrind: the engine is a child process (no ``--trace-children``).
+``--engines N`` runs N bridges in the one process, each on its own engine, prompted at once
+(the scale row's shape): their instructions against one bridge's N prompts tell whether many
+engines cost the bridge more work per byte or only more time per instruction.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ def main() -> int:
     p.add_argument("--load", required=True, help="a stream written by bench_engine.py --write")
     p.add_argument("--prompts", type=int, default=1, help="measured prompts after the warm-up (0: the fixed cost)")
     p.add_argument("--full", action="store_true", help="a full journal instead of a lean one")
+    p.add_argument(
+        "--engines", type=int, default=1, help="bridges (one engine each) in the one process, prompted at once"
+    )
     a = p.parse_args()
     tree = Path(a.tree).resolve()
     sys.path.insert(0, str(tree))
@@ -40,15 +46,27 @@ def main() -> int:
         raise SystemExit(f"imported {bridge.__file__}, not {tree}/bridge")
     engine = [sys.executable, str(Path(__file__).resolve().parent / "bench_engine.py"), "--load", a.load]
 
-    async def run(jdir: str) -> None:
+    async def one(jdir: str, k: int, warm: trio.MemorySendChannel[int], go: trio.Event) -> None:
         config = BridgeConfig(journal_full=a.full)
-        async with open_bridge(CommandProfile(engine), journal=Path(jdir) / "j.jsonl", config=config) as b:
+        async with open_bridge(CommandProfile(engine), journal=Path(jdir) / f"j{k}.jsonl", config=config) as b:
             receipt = await b.prompt("warmup", request="warmup")
             assert receipt.state == "finished", receipt
-            for k in range(a.prompts):
-                receipt = await b.prompt("go", request=f"go{k}")
+            await warm.send(k)
+            await go.wait()
+            for n in range(a.prompts):
+                receipt = await b.prompt("go", request=f"go{n}")
                 assert receipt.state == "finished", receipt
             print(f"observations {b.session.observations}", file=sys.stderr)
+
+    async def run(jdir: str) -> None:
+        warm, warmed = trio.open_memory_channel[int](a.engines)
+        go = trio.Event()
+        async with trio.open_nursery() as nursery:
+            for k in range(a.engines):
+                nursery.start_soon(one, jdir, k, warm, go)
+            for _ in range(a.engines):
+                await warmed.receive()
+            go.set()
 
     with tempfile.TemporaryDirectory(prefix="bench-instr-") as jdir:
         trio.run(run, jdir)
