@@ -169,3 +169,26 @@ def test_replay_skipping_updates_equals_reading_every_line(tmp_path: Path):
         assert got.observations == s.observations, path
         assert got.overlaps == [o.to_json() for o in s.overlaps], path
         assert got.settled == [x.to_json() for x in s.settled], path
+
+
+@pytest.mark.parametrize("command", ["replay", "diagnose"])
+def test_a_file_with_no_line_end_is_refused_in_one_line_not_read_whole(command: str):
+    """``bridge replay /dev/zero`` (or a huge sparse file, a disk image): the header is read up to
+    a bound, so the file is refused at once; before, the first line was read to its end, eating
+    memory until a MemoryError (a traceback, exit 70; here under a 2 GiB address-space limit)."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    p = subprocess.run(
+        [sys.executable, "-m", "bridge", command, "/dev/zero"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=limit,
+    )
+    assert p.returncode == 2, p.stderr
+    assert p.stderr == (
+        f"bridge {command}: /dev/zero:1: not a pi-bridge transcript (no header: its first line runs past 1 MiB)\n"
+    )

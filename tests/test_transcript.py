@@ -238,3 +238,29 @@ def test_a_gzip_file_is_named_as_one():
 
     with pytest.raises(TranscriptError, match=r":1: a gzip file: gunzip it first"):
         read(gzip.compress(HEADER + b'{"recv":{}}\n'))
+
+
+class _Endless(io.RawIOBase):
+    """NUL bytes without end (``/dev/zero``, a sparse file): counts what was read and fails a
+    test that reads far past the header's bound instead of letting it eat the machine."""
+
+    def __init__(self) -> None:
+        self.served = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # type: ignore[no-untyped-def]
+        assert self.served < 8 << 20, "read on past any header's length"
+        b[:] = bytes(len(b))
+        self.served += len(b)
+        return len(b)
+
+
+def test_a_first_line_without_end_is_refused_after_a_bounded_read():
+    endless = _Endless()
+    with pytest.raises(
+        TranscriptError, match=r"t.jsonl:1: not a pi-bridge transcript \(no header: its first line runs past 1 MiB\)"
+    ):
+        TranscriptReader(io.BufferedReader(endless), "t.jsonl")
+    assert endless.served <= 2 << 20

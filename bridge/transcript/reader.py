@@ -36,12 +36,18 @@ class TranscriptReader:
         self.truncated = False
         self._observations = 0
         self._lineno = 0
-        first = stream.readline()
+        # Bounded: a file that is no transcript (/dev/zero, a disk image, a sparse file) may
+        # have no line end for gigabytes, and the whole of it would be read to find one.
+        first = stream.readline(HEADER_MAX + 1)
         self._lineno = 1
         if not first.strip():
             raise TranscriptError(path, 1, "empty file: expected a pi-bridge transcript header")
         if first.startswith(b"\x1f\x8b"):
             raise TranscriptError(path, 1, "a gzip file: gunzip it first (zcat FILE > FILE.jsonl)")
+        if len(first) > HEADER_MAX and not first.endswith(b"\n"):
+            raise TranscriptError(
+                path, 1, f"not a pi-bridge transcript (no header: its first line runs past {HEADER_MAX >> 20} MiB)"
+            )
         try:
             head = loads(first)
         except (ValueError, UnicodeDecodeError) as e:
@@ -187,6 +193,9 @@ class TranscriptReader:
 
 #: Returned by ``_entry`` for a cut-off last line.
 _TRUNCATED = object()
+#: The longest header line read: a journal's is a few KB (its seal, engine and sandbox),
+#: so a first line past this is not a transcript's, and reading stops there.
+HEADER_MAX = 1 << 20
 #: What :meth:`TranscriptReader.skipping_updates` reads at a time.
 UPDATES_READ = 4 << 20
 
