@@ -67,3 +67,45 @@ def test_a_broken_expected_file_is_a_fail_row_and_a_bad_transcript_an_error_row(
     assert "rewritten" in p.stdout
     (tmp_path / "broken.jsonl").unlink()
     assert conform(str(tmp_path)).returncode == 0
+
+
+def test_update_that_cannot_write_an_expected_file_says_so_in_its_row(tmp_path: Path):
+    """``--update`` where an expected file cannot be written (a folder in its place, a disk
+    that refuses the write: here RLIMIT_FSIZE, EFBIG) is that fixture's row, FAIL or missing,
+    with why, and exit 1 -- before, the OSError was a traceback (exit 70)."""
+    import resource
+
+    for name in ("o1_no_slot_held", "classify_finished_stop"):
+        shutil.copy(FIXTURES / "core" / (name + ".jsonl"), tmp_path / (name + ".jsonl"))
+    (tmp_path / "o1_no_slot_held.expected.json").mkdir()
+    p = conform("--update", str(tmp_path))
+    assert "Traceback" not in p.stderr and p.returncode == 1, p.stdout + p.stderr
+    rows = p.stdout.splitlines()
+    assert any(
+        r.startswith("FAIL")
+        and "o1_no_slot_held" in r
+        and "cannot write o1_no_slot_held.expected.json: Is a directory" in r
+        for r in rows
+    ), p.stdout
+    assert any(r.startswith("updated") and "classify_finished_stop" in r for r in rows), p.stdout
+
+    (tmp_path / "o1_no_slot_held.expected.json").rmdir()
+    stale = tmp_path / "classify_finished_stop.expected.json"
+    stale.write_text(stale.read_text().replace('"finished"', '"failed"', 1))
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))
+
+    p = subprocess.run(
+        [sys.executable, "-m", "bridge", "conform", "--update", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=small_files,
+    )
+    assert "Traceback" not in p.stderr and p.returncode == 1, p.stdout + p.stderr
+    rows = p.stdout.splitlines()
+    assert any(r.startswith("missing") and "cannot write o1_no_slot_held.expected.json" in r for r in rows), p.stdout
+    assert any(
+        r.startswith("FAIL") and "$." in r and "cannot write classify_finished_stop.expected.json" in r for r in rows
+    ), p.stdout

@@ -6,7 +6,8 @@ replays each, compares, and prints a table of pass / FAIL with the first
 difference (a JSON path, expected and got). ``--update`` rewrites the expected
 files that differ (or are missing), showing each difference first; without it
 nothing is written. An expected file that is not valid JSON is a FAIL row
-saying so (``--update`` rewrites it); a transcript that cannot be read is an
+saying so (``--update`` rewrites it; an expected file it cannot write stays a FAIL row,
+or ``missing``, saying why); a transcript that cannot be read is an
 ``error`` row. Exit 0 when all pass (or were updated), 1 when any fixture
 failed, was missing its expected output or could not be read, 2 when nothing
 could be checked (not a folder, no fixture, or no transcript readable).
@@ -83,8 +84,11 @@ def conform(folder: Path, *, update: bool = False) -> Iterator[Outcome]:
         exp = expected_path(fixture)
         if not exp.exists():
             if update:
-                exp.write_text(dump_expected(got))
-                yield Outcome(name, "updated", "expected output written (it was missing)")
+                failed = _write(exp, got)
+                if failed:
+                    yield Outcome(name, "missing", failed)
+                else:
+                    yield Outcome(name, "updated", "expected output written (it was missing)")
             else:
                 yield Outcome(name, "missing", f"no {exp.name}")
             continue
@@ -97,8 +101,12 @@ def conform(folder: Path, *, update: bool = False) -> Iterator[Outcome]:
                 else f"cannot read {exp.name}: {e.strerror}"
             )
             if update:
-                exp.write_text(dump_expected(got))
-                yield Outcome(name, "updated", f"{why}: rewritten")
+                failed = _write(exp, got)
+                yield (
+                    Outcome(name, "FAIL", f"{why}; {failed}")
+                    if failed
+                    else Outcome(name, "updated", f"{why}: rewritten")
+                )
             else:
                 yield Outcome(name, "FAIL", why)
             continue
@@ -106,10 +114,19 @@ def conform(folder: Path, *, update: bool = False) -> Iterator[Outcome]:
         if diff is None:
             yield Outcome(name, "pass")
         elif update:
-            exp.write_text(dump_expected(got))
-            yield Outcome(name, "updated", diff)
+            failed = _write(exp, got)
+            yield Outcome(name, "FAIL", f"{diff}; {failed}") if failed else Outcome(name, "updated", diff)
         else:
             yield Outcome(name, "FAIL", diff)
+
+
+def _write(exp: Path, got: Any) -> str | None:
+    """Write an expected output; what went wrong, in words (a row's detail), or None."""
+    try:
+        exp.write_text(dump_expected(got))
+    except OSError as e:
+        return f"cannot write {exp.name}: {e.strerror or e}"
+    return None
 
 
 def run(folder: str, update: bool, out: TextIO, err: TextIO | None = None) -> int:
