@@ -72,6 +72,17 @@ def test_blank_lines_and_crlf_are_tolerated():
     assert len(read(HEADER + b'\n{"recv":{}}\r\n\n')) == 1
 
 
+def test_a_byte_order_mark_before_the_header_is_passed_over():
+    """A journal saved by an editor that writes a UTF-8 BOM (and CRLF) still reads; it was
+    refused as 'header is not JSON (Expecting value: line 1 column 1 (char 0))'."""
+    entries = read(b"\xef\xbb\xbf" + HEADER.replace(b"\n", b"\r\n") + b'{"recv":{}}\r\n')
+    assert [e.kind for e in entries] == ["recv"]
+    for mode in ("__iter__", "skipping_updates"):
+        r = TranscriptReader(io.BytesIO(b"\xef\xbb\xbf" + HEADER + b'{"recv":{},"i":1}\n'), "t.jsonl")
+        assert r.header.version == 1
+        assert len(list(getattr(r, mode)())) == 1
+
+
 def test_malformed_middle_line_is_an_error():
     with pytest.raises(TranscriptError, match=r":2: not JSON"):
         read(HEADER + b"{oops\n" + b'{"recv":{}}\n')

@@ -40,6 +40,8 @@ class TranscriptReader:
         # have no line end for gigabytes, and the whole of it would be read to find one.
         first = stream.readline(HEADER_MAX + 1)
         self._lineno = 1
+        if first.startswith(UTF8_BOM):  # a journal saved by an editor that marks UTF-8: harmless
+            first = first[len(UTF8_BOM) :]
         if not first.strip():
             raise TranscriptError(path, 1, "empty file: expected a pi-bridge transcript header")
         if first.startswith(b"\x1f\x8b"):
@@ -196,6 +198,8 @@ _TRUNCATED = object()
 #: The longest header line read: a journal's is a few KB (its seal, engine and sandbox),
 #: so a first line past this is not a transcript's, and reading stops there.
 HEADER_MAX = 1 << 20
+#: The byte order mark some editors put before UTF-8 text; passed over before the header.
+UTF8_BOM = b"\xef\xbb\xbf"
 #: What :meth:`TranscriptReader.skipping_updates` reads at a time.
 UPDATES_READ = 4 << 20
 
