@@ -83,6 +83,15 @@ def test_a_byte_order_mark_before_the_header_is_passed_over():
         assert len(list(getattr(r, mode)())) == 1
 
 
+def test_a_second_header_is_named_as_joined_journals():
+    """``cat a.jsonl b.jsonl``: the second header was 'an entry has exactly one kind; this one
+    has several kinds (transcript, version, …)'."""
+    for mode in ("__iter__", "skipping_updates"):
+        r = TranscriptReader(io.BytesIO(HEADER + b'{"recv":{},"i":1}\n' + HEADER + b'{"recv":{},"i":1}\n'), "t.jsonl")
+        with pytest.raises(TranscriptError, match=r"^t.jsonl:3: a second transcript header: journals joined"):
+            list(getattr(r, mode)())
+
+
 def test_malformed_middle_line_is_an_error():
     with pytest.raises(TranscriptError, match=r":2: not JSON"):
         read(HEADER + b"{oops\n" + b'{"recv":{}}\n')

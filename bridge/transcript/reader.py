@@ -146,6 +146,10 @@ class TranscriptReader:
         if not isinstance(obj, dict):
             raise TranscriptError(path, lineno, "an entry must be a JSON object")
         kinds = [k for k in obj if k not in EXTRA_KEYS]
+        if obj.get("transcript") == MAGIC:
+            raise TranscriptError(
+                path, lineno, "a second transcript header: journals joined into one file? (read each one on its own)"
+            )
         if len(kinds) != 1:
             what = "no kind" if not kinds else "several kinds (" + ", ".join(kinds) + ")"
             raise TranscriptError(path, lineno, f"an entry has exactly one kind; this one has {what}")
