@@ -192,3 +192,21 @@ def test_a_file_with_no_line_end_is_refused_in_one_line_not_read_whole(command: 
     assert p.stderr == (
         f"bridge {command}: /dev/zero:1: not a pi-bridge transcript (no header: its first line runs past 1 MiB)\n"
     )
+
+
+def test_a_path_with_a_line_break_keeps_each_error_on_one_line(tmp_path: Path):
+    """A file name holding a newline is quoted in the message (``"a\\nb.jsonl"``), so the error
+    stays the one line the README promises; before, it was split in two."""
+    odd = str(tmp_path / "two\nlines.jsonl")
+    quoted = json.dumps(odd)
+    for args, says in (
+        (["replay", odd], f"bridge replay: {quoted}: cannot open: No such file or directory"),
+        (["diagnose", odd], f"bridge diagnose: {quoted}: cannot open: No such file or directory"),
+        (["conform", odd], f"bridge conform: {quoted} is not a folder"),
+    ):
+        p = bridge(*args)
+        assert p.returncode == 2 and p.stderr == says + "\n", p.stderr
+    page = str(tmp_path / "the\npage.html")
+    p = bridge("diagnose", "--html", page, str(CORE[0]))
+    assert p.returncode == 0 and p.stderr == f"bridge diagnose: timeline written to {json.dumps(page)}\n", p.stderr
+    assert Path(page).is_file()

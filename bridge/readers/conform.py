@@ -24,7 +24,7 @@ from typing import Any, TextIO
 import attrs
 
 from bridge.readers.replay import replay
-from bridge.transcript import TranscriptError
+from bridge.transcript import TranscriptError, shown_path
 
 
 @attrs.frozen
@@ -133,11 +133,11 @@ def run(folder: str, update: bool, out: TextIO, err: TextIO | None = None) -> in
     err = err if err is not None else sys.stderr
     root = Path(folder)
     if not root.is_dir():
-        print(f"bridge conform: {folder} is not a folder", file=err)
+        print(f"bridge conform: {shown_path(folder)} is not a folder", file=err)
         return 2
     outcomes = list(conform(root, update=update))
     if not outcomes:
-        print(f"bridge conform: no fixtures (*.jsonl) under {folder}", file=err)
+        print(f"bridge conform: no fixtures (*.jsonl) under {shown_path(folder)}", file=err)
         return 2
     width = max(len(o.name) for o in outcomes)
     for o in outcomes:

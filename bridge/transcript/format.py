@@ -73,7 +73,8 @@ class TranscriptError(Exception):
 
     def __init__(self, path: str, line: int, message: str) -> None:
         # Line 0: the file as a whole (it cannot be opened), no line to name.
-        super().__init__(f"{path}:{line}: {message}" if line else f"{path}: {message}")
+        shown = shown_path(path)
+        super().__init__(f"{shown}:{line}: {message}" if line else f"{shown}: {message}")
         self.path = path
         self.line = line
 
@@ -212,3 +213,12 @@ def shown(value: Any) -> str:
     except RecursionError:
         return "(a value nested too deep to show)"
     return text if len(text) <= 80 else text[:79] + "…"
+
+
+def shown_path(path: str) -> str:
+    """A file's name for a one-line message: as given, unless it holds a line break or another
+    character that is not printable; then quoted as JSON (a newline as ``\\n``), so the message
+    stays one line."""
+    if path.isprintable():
+        return path
+    return json.dumps(path, ensure_ascii=False).encode("utf-8", "backslashreplace").decode("utf-8")

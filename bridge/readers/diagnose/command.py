@@ -21,7 +21,7 @@ from typing import IO, Final
 from bridge.readers.diagnose.diagnoser import Diagnoser
 from bridge.readers.diagnose.html import html_page
 from bridge.readers.diagnose.text import format_text
-from bridge.transcript import TranscriptError, dumps, open_transcript
+from bridge.transcript import TranscriptError, dumps, open_transcript, shown_path
 
 #: Seconds between progress updates on a terminal.
 PROGRESS_EVERY: Final = 0.25
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     progress = sys.stderr if sys.stderr.isatty() else None
     if getattr(args, "html", None) and _same_file(args.html, args.file):
         print(
-            f"bridge diagnose: --html {args.html} is the journal being read: give the page another path",
+            f"bridge diagnose: --html {shown_path(args.html)} is the journal being read: give the page another path",
             file=sys.stderr,
         )
         return 2
@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             write_private(args.html, html_page(diag).encode("utf-8", "surrogatepass"))
         except OSError as e:
-            print(f"bridge diagnose: cannot write {args.html}: {e.strerror or e}", file=sys.stderr)
+            print(f"bridge diagnose: cannot write {shown_path(args.html)}: {e.strerror or e}", file=sys.stderr)
             return 2
-        print(f"bridge diagnose: timeline written to {args.html}", file=sys.stderr)
+        print(f"bridge diagnose: timeline written to {shown_path(args.html)}", file=sys.stderr)
     return 0
