@@ -89,6 +89,7 @@ def _split_engine(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
+    from bridge.readers import write_stdout
     from bridge.readers.replay import format_table, replay
     from bridge.transcript import TranscriptError, dumps
 
@@ -102,13 +103,13 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             status = 2
             if args.json and len(args.files) > 1:
                 # Still one line per file, in order: which file failed, and why.
-                out.write(dumps({"file": path, "error": str(e)}) + b"\n")
+                write_stdout(dumps({"file": path, "error": str(e)}) + b"\n")
                 out.flush()
             continue
         if args.json:
-            out.write(dumps(result.to_json()) + b"\n")
+            write_stdout(dumps(result.to_json()) + b"\n")
         else:
-            out.write(format_table(result).encode("utf-8", "surrogateescape") + b"\n")
+            write_stdout(format_table(result).encode("utf-8", "surrogateescape") + b"\n")
         out.flush()
     return status
 

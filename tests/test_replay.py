@@ -210,3 +210,48 @@ def test_a_path_with_a_line_break_keeps_each_error_on_one_line(tmp_path: Path):
     p = bridge("diagnose", "--html", page, str(CORE[0]))
     assert p.returncode == 0 and p.stderr == f"bridge diagnose: timeline written to {json.dumps(page)}\n", p.stderr
     assert Path(page).is_file()
+
+
+def _many_prompts(path: Path, n: int = 3000) -> None:
+    """A transcript whose replay and diagnosis are long: n prompts sent, none answered."""
+    lines = ['{"transcript":"pi-bridge","version":1}']
+    lines += [json.dumps({"send": {"type": "prompt", "id": f"p{k}", "message": "x"}}) for k in range(n)]
+    lines += [json.dumps({"recv_raw": f"garbage {k}", "i": k + 1}) for k in range(n)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("args", [["replay", "--json"], ["replay"], ["diagnose"], ["diagnose", "--json"]], ids=" ".join)
+def test_a_report_cut_short_by_a_full_disk_or_a_closed_pipe_is_not_exit_0(tmp_path: Path, args: list[str]):
+    """A long report whose write is cut short: CPython's ``BufferedWriter.write`` then returns
+    the partial count without an error, and the rest was dropped: a cut report and exit 0. Now
+    the rest is written, and what stops it is the exit status: a file-size limit (EFBIG, as a
+    full disk) exit 1 with one line; a reader gone mid-write (``| head``) 141."""
+    import resource
+
+    journal = tmp_path / "long.jsonl"
+    _many_prompts(journal)
+    whole = bridge(*args, str(journal))
+    assert whole.returncode == 0 and len(whole.stdout) > 64 << 10, (whole.returncode, len(whole.stdout))
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (32 << 10, 32 << 10))
+
+    with open(tmp_path / "out", "wb") as out:
+        p = subprocess.run(
+            [sys.executable, "-m", "bridge", *args, str(journal)],
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            preexec_fn=small_files,
+        )
+    assert p.returncode == 1 and p.stderr == f"bridge {args[0]}: cannot write its output (File too large)\n", p.stderr
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bridge", *args, str(journal)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.read(1)  # the report is being written (it is larger than the pipe holds)
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 141
+    assert proc.stderr.read() == b""

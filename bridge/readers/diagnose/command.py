@@ -18,6 +18,7 @@ import tempfile
 import time
 from typing import IO, Final
 
+from bridge.readers import write_stdout
 from bridge.readers.diagnose.diagnoser import Diagnoser
 from bridge.readers.diagnose.html import html_page
 from bridge.readers.diagnose.text import format_text
@@ -144,12 +145,11 @@ def run(args: argparse.Namespace) -> int:
     except TranscriptError as e:
         print(f"bridge diagnose: {e}", file=sys.stderr)
         return 2
-    out = sys.stdout.buffer
     if args.json:
-        out.write(dumps(diag.to_json()) + b"\n")
+        write_stdout(dumps(diag.to_json()) + b"\n")
     else:
-        out.write(format_text(diag).encode("utf-8", "surrogateescape") + b"\n")
-    out.flush()
+        write_stdout(format_text(diag).encode("utf-8", "surrogateescape") + b"\n")
+    sys.stdout.buffer.flush()
     if getattr(args, "html", None):
         try:
             write_private(args.html, html_page(diag).encode("utf-8", "surrogatepass"))
