@@ -142,6 +142,43 @@ def test_skipping_updates_counts_runs_and_reads_everything_else_the_same():
     ]
 
 
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 64, 1 << 20])
+def test_skipping_updates_reads_the_same_whatever_its_read_size(size: int) -> None:
+    """Lines that span many reads (a long ``recv``, read in pieces and joined once when its LF
+    comes) and reads that hold many lines give the same entries, a cut-off last line too."""
+    from unittest import mock
+
+    from bridge.transcript import reader as reader_module
+
+    long_line = b'{"recv":{"type":"turn_end","pad":"' + b"x" * 300 + b'"},"i":5}\n'
+    data = (
+        HEADER
+        + b'{"send":{"type":"prompt","id":"p1"}}\n'
+        + b"".join(UPD % i for i in range(1, 4))
+        + b'{"recv":{"type":"agent_settled"},"i":4}\n'
+        + long_line
+        + UPD % 6
+        + b'{"recv":{"type":"turn_end"'  # cut off
+    )
+
+    def runs_joined(entries: list) -> list:
+        """A run split between reads comes as several ``updates`` entries: joined here."""
+        out: list = []
+        for e in entries:
+            if e.kind == "updates" and out and out[-1][0] == "updates":
+                out[-1] = ("updates", out[-1][1] + e.value, e.i)
+            else:
+                out.append((e.kind, e.value, e.i) if e.kind == "updates" else (e.kind, e.value, e.i, e.t, e.line))
+        return out
+
+    want = list(TranscriptReader(io.BytesIO(data), "t").skipping_updates())
+    with mock.patch.object(reader_module, "UPDATES_READ", size):
+        r = TranscriptReader(io.BytesIO(data), "t")
+        got = list(r.skipping_updates())
+    assert runs_joined(got) == runs_joined(want) and r.truncated
+    assert [e[0] for e in runs_joined(got)] == ["send", "updates", "recv", "recv", "updates"]
+
+
 def test_a_line_lost_inside_a_skipped_run_is_still_caught_by_the_next_index():
     data = HEADER + UPD % 1 + UPD % 3 + b'{"recv":{"type":"agent_settled"},"i":4}\n'
     with pytest.raises(TranscriptError, match=r":4: \"i\" is 4 but this is observation 3"):

@@ -104,15 +104,22 @@ class TranscriptReader:
         and comes the same way. Replay reads this way."""
         self._observations = 0
         read = self._stream.read
-        rest = b""
+        # The line not yet ended, in the pieces it came in: joined once, when its LF comes (a
+        # line of many reads, joined read by read, would be copied again at every read).
+        pieces: list[bytes] = []
         while True:
             chunk = read(UPDATES_READ)
             if not chunk:
                 break
             lines = chunk.split(b"\n")
-            if rest:
-                lines[0] = rest + lines[0]  # not rest + chunk: no copy of the whole chunk
-            rest = lines.pop()
+            if len(lines) == 1:
+                pieces.append(chunk)
+                continue
+            if pieces:
+                pieces.append(lines[0])  # not rest + chunk: no copy of the whole chunk
+                lines[0] = b"".join(pieces)
+            last = lines.pop()
+            pieces = [last] if last else []
             for start, end, is_update in update_runs(lines, JOURNAL_UPDATE):
                 if is_update:
                     run = end - start
@@ -125,9 +132,9 @@ class TranscriptReader:
                     entry = self._entry(line.rstrip(b"\r"), self._lineno, True)
                     if entry is not None:
                         yield entry  # type: ignore[misc]
-        if rest:
+        if pieces:
             self._lineno += 1
-            entry = self._entry(rest, self._lineno, False)
+            entry = self._entry(b"".join(pieces), self._lineno, False)
             if entry is not None and entry is not _TRUNCATED:
                 yield entry  # type: ignore[misc]
 
