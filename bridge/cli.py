@@ -790,6 +790,16 @@ def _stderr_to_devnull() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``bridge`` command. Ctrl-C before a command has taken the signals over (while the
+    parser is built: the subcommands' modules are imported then) is exit 130 with nothing
+    said, as after it (README "Exit codes"), not Python's traceback."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _main(argv: Sequence[str] | None) -> int:
     if sys.stderr is None:
         _stderr_to_devnull()
     args_list, engine = _split_engine(sys.argv[1:] if argv is None else argv)

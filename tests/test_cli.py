@@ -363,6 +363,24 @@ def test_a_bug_is_the_only_traceback_and_exits_70():
     assert "Traceback" in p.stderr and "this is a bug in pi-bridge" in p.stderr and "please report it" in p.stderr
 
 
+@pytest.mark.parametrize("stage", ["build_parser", "_split_engine"])
+def test_ctrl_c_while_the_command_line_is_read_is_exit_130_without_a_traceback(stage: str) -> None:
+    """Ctrl-C in the first moments (the parser is built while the subcommands' modules are
+    imported, a few hundred ms) was Python's KeyboardInterrupt traceback and death by SIGINT,
+    not README "Exit codes"' 130. The SIGINT is sent by the process to itself, at that stage."""
+    code = (
+        "import os, signal, sys, bridge.cli\n"
+        f"real = bridge.cli.{stage}\n"
+        "def interrupted(*a, **k):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return real(*a, **k)\n"
+        f"bridge.cli.{stage} = interrupted\n"
+        "sys.exit(bridge.cli.main(['run', 'hi', '--no-journal', '--', 'true']))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (p.returncode, p.stderr, p.stdout) == (130, "", ""), p.stderr
+
+
 def test_every_reader_ends_quietly_into_a_closed_pipe():
     for args in (
         "replay fixtures/core/*.jsonl",
