@@ -532,7 +532,32 @@ def _run_prompts(args: argparse.Namespace) -> list[str] | None:
     if not args.prompts:
         print("bridge run: give at least one PROMPT", file=sys.stderr)
         return None
+    for n, prompt in enumerate(args.prompts, 1):
+        problem = _undecodable(prompt)
+        if problem is not None:
+            print(f"bridge run: PROMPT {n} is {problem}: convert it first (e.g. with iconv)", file=sys.stderr)
+            return None
     return list(args.prompts)
+
+
+def _undecodable(arg: str) -> str | None:
+    """What is wrong with a command-line word holding bytes the locale's encoding cannot
+    decode (Python keeps each as a lone surrogate, which no engine can be sent: Pi dropped it,
+    and the model got another prompt), or None for text."""
+    try:
+        arg.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    else:
+        return None
+    encoding = sys.getfilesystemencoding()
+    raw = os.fsencode(arg)
+    try:
+        raw.decode(encoding)
+    except UnicodeDecodeError as e:
+        name = "UTF-8" if encoding.lower().replace("-", "") == "utf8" else encoding
+        return f"not {name} text (byte 0x{raw[e.start]:02x} at offset {e.start})"
+    return "not text (it holds a lone surrogate)"
 
 
 # -- models ------------------------------------------------------------------------------------
@@ -746,7 +771,7 @@ def _add_run(sub: _Subcommands) -> None:
         "Pi does not offer); 129/130/143 after SIGHUP/SIGINT/SIGTERM (the "
         "running prompt is stopped, failed/closing); 141 when stdout is closed early (e.g. | head).",
     )
-    p.add_argument("prompts", nargs="*", metavar="PROMPT")
+    p.add_argument("prompts", nargs="*", metavar="PROMPT", help="a prompt: text in the locale's encoding (UTF-8), other bytes are refused")
     p.add_argument(
         "--json",
         action="store_true",

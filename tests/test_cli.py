@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -148,6 +149,23 @@ def test_run_sends_prompts_one_after_another_whatever_their_number():
 
     receipts = [json.loads(line) for line in p.stdout.splitlines()]
     assert [r["state"] for r in receipts] == ["finished"] * 70  # no queue-full: one at a time
+
+
+@pytest.mark.parametrize("prompts, which", [([b"caf\xe9"], "PROMPT 1"), (["ok", b"\xff\xfeabc"], "PROMPT 2")])
+def test_run_refuses_a_prompt_whose_bytes_are_not_utf8(tmp_path, prompts: list[str | bytes], which: str) -> None:
+    """A prompt byte that is not UTF-8 (a Latin-1 file in "$(cat f)") reached Python as a lone
+    surrogate, was sent on, and Pi dropped it: the model was asked "caf" for "caf\xe9", and the
+    receipt said finished. Refused before anything starts, one line naming the prompt."""
+    p = subprocess.run(
+        [sys.executable, "-m", "bridge", "run", *prompts, "--no-journal", "--", str(tmp_path / "no-such-engine")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONUTF8": "1"},
+    )
+    line = f"bridge run: {which} is not UTF-8 text (byte 0x"
+    assert (p.returncode, p.stdout, p.stderr.count("\n")) == (2, "", 1), p.stderr
+    assert p.stderr.startswith(line), p.stderr
 
 
 def test_run_json_stdout_is_json_lines_only_and_the_text_goes_to_stderr():
