@@ -221,7 +221,8 @@ def _positive(kind: type) -> Any:
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+            what = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
         if value == float("inf"):
             raise argparse.ArgumentTypeError(f"must be a finite number of seconds, got {text}")
         if not value > 0:

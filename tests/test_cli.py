@@ -53,6 +53,9 @@ def test_help_lists_every_command_and_version_prints():
         (["demo", "--journal", "out/"], "--journal: out/ names a folder (give a file's path in it)"),
         (["serve", "--journal", "/tmp/x/"], "--journal: /tmp/x/ names a folder"),
         (["run", "x", "--timeout", "inf"], "--timeout: must be a finite number of seconds, got inf"),
+        # 2.5 is a number: what --queue-max wants is a whole one (it said "'2.5' is not a number")
+        (["run", "x", "--queue-max", "2.5"], "--queue-max: '2.5' is not a whole number"),
+        (["serve", "--queue-max", "1e3"], "--queue-max: '1e3' is not a whole number"),
     ],
 )
 def test_bad_usage_is_named_and_exits_2(args, says):
