@@ -538,7 +538,22 @@ def _run_prompts(args: argparse.Namespace) -> list[str] | None:
         if problem is not None:
             print(f"bridge run: PROMPT {n} is {problem}: convert it first (e.g. with iconv)", file=sys.stderr)
             return None
-    return list(args.prompts)
+    if args.prompts.count("-") > 1:
+        print("bridge run: - (a prompt read from stdin) can be given once: stdin is read once", file=sys.stderr)
+        return None
+    if "-" not in args.prompts:
+        return list(args.prompts)
+    raw = sys.stdin.buffer.read() if sys.stdin is not None else b""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        print(
+            f"bridge run: the prompt on stdin is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}): "
+            "convert it first (e.g. with iconv)",
+            file=sys.stderr,
+        )
+        return None
+    return [text if prompt == "-" else prompt for prompt in args.prompts]
 
 
 def _undecodable(arg: str) -> str | None:
@@ -772,7 +787,13 @@ def _add_run(sub: _Subcommands) -> None:
         "Pi does not offer); 129/130/143 after SIGHUP/SIGINT/SIGTERM (the "
         "running prompt is stopped, failed/closing); 141 when stdout is closed early (e.g. | head).",
     )
-    p.add_argument("prompts", nargs="*", metavar="PROMPT", help="a prompt: text in the locale's encoding (UTF-8), other bytes are refused")
+    p.add_argument(
+        "prompts",
+        nargs="*",
+        metavar="PROMPT",
+        help="a prompt: text in the locale's encoding (UTF-8), other bytes are refused; - reads one from stdin "
+        "(all of it, UTF-8: the way in for a prompt past the 128 KiB an argument may have)",
+    )
     p.add_argument(
         "--json",
         action="store_true",

@@ -171,6 +171,47 @@ def test_run_refuses_a_prompt_whose_bytes_are_not_utf8(tmp_path, prompts: list[s
     assert p.stderr.startswith(line), p.stderr
 
 
+def test_run_reads_a_prompt_given_as_dash_from_stdin(tmp_path) -> None:
+    """``bridge run - < prompt.txt``: the model was asked "-" (and the receipt said finished);
+    a prompt past the 128 KiB the kernel lets one argument have had no way in at all. Here the
+    real, sealed Pi gets the file's text, 300 KiB of it, as the one prompt beside another."""
+    from bridge.demo.model_server import start_server
+
+    text = "Summarise this. " + "\u00e9t\u00e9 " * 60_000  # UTF-8, multi-byte, past 128 KiB
+    with start_server([], default={"text": "Read it."}) as server:
+        models = server.write_models(str(tmp_path))
+        p = subprocess.run(
+            [sys.executable, "-m", "bridge", "run", "first", "-", "--no-journal", "--json"]
+            + ["--models-json", models, "--provider", "scripted", "--model", "scripted-model"],
+            input=text.encode(),
+            capture_output=True,
+            timeout=120,
+        )
+        asked = [r["body"]["messages"][-1]["content"] for r in server.requests]
+    assert p.returncode == 0, p.stderr
+    assert [json.loads(line)["state"] for line in p.stdout.splitlines()] == ["finished", "finished"]
+    said = [c if isinstance(c, str) else "".join(part.get("text", "") for part in c) for c in asked]
+    assert said[:2] == ["first", text], [s[:40] for s in said]  # (then Pi compacts: past its context window)
+
+
+@pytest.mark.parametrize(
+    "args, stdin, line",
+    [
+        (["-", "-"], b"x", "bridge run: - (a prompt read from stdin) can be given once: stdin is read once"),
+        (["-"], b"caf\xe9", "bridge run: the prompt on stdin is not UTF-8 text (byte 0xe9 at offset 3): convert it"),
+    ],
+)
+def test_run_dash_mistakes_are_one_line(tmp_path, args: list[str], stdin: bytes, line: str) -> None:
+    p = subprocess.run(
+        [sys.executable, "-m", "bridge", "run", *args, "--no-journal", "--", str(tmp_path / "no-such-engine")],
+        input=stdin,
+        capture_output=True,
+        timeout=60,
+    )
+    err = p.stderr.decode()
+    assert (p.returncode, p.stdout, err.count("\n")) == (2, b"", 1) and err.startswith(line), err
+
+
 def test_run_json_stdout_is_json_lines_only_and_the_text_goes_to_stderr():
     import json
 
