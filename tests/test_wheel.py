@@ -174,6 +174,12 @@ def test_no_pi_given_is_one_line_naming_both_ways(installed: Installed) -> None:
         assert p.returncode == 2 and len(lines) == 1, (argv, p.returncode, p.stderr)
         assert lines[0].startswith(f"bridge {argv[0]}: no Pi to run"), lines
         assert "--pi-dir" in lines[0] and "PI_BRIDGE_PI_DIR" in lines[0], lines
+    # The Python API's user has no --pi-dir to give: the line names PiProfile's own (it said
+    # only "give --pi-dir DIR or set PI_BRIDGE_PI_DIR=DIR").
+    code = "from bridge import PiProfile, ProfileError\ntry:\n    PiProfile().prepare()\nexcept ProfileError as e:\n    print(e)"
+    p = installed.run(installed.python, "-c", code)
+    assert p.returncode == 0 and p.stdout.startswith("no Pi to run"), p.stdout + p.stderr
+    assert "PiProfile(pi_dir=DIR)" in p.stdout and "PI_BRIDGE_PI_DIR" in p.stdout, p.stdout
     # The variable is honoured (and named when what it names holds no Pi).
     nowhere = installed.cwd / "no-pi-here"
     p = installed.run(installed.bridge, "demo", env={**installed.env, "PI_BRIDGE_PI_DIR": str(nowhere)})

@@ -225,7 +225,8 @@ def _pi_root(pi_dir: str | None) -> tuple[Path, str]:
         if checkout_pi is None:
             raise ProfileError(
                 f"no Pi to run: this pi-bridge is installed, not run from a checkout, so there is no tools/pi to "
-                f"fall back on: give --pi-dir DIR or set PI_BRIDGE_PI_DIR=DIR, DIR being the folder whose "
+                f"fall back on: give --pi-dir DIR (in the Python API: PiProfile(pi_dir=DIR)) or set "
+                f"PI_BRIDGE_PI_DIR=DIR, DIR being the folder whose "
                 f'node_modules holds the pinned Pi {PI_PIN} (README "Installing pi-bridge")'
             )
         root, origin = checkout_pi, "the checkout's tools/pi"
