@@ -797,7 +797,8 @@ def _add_run(sub: _Subcommands) -> None:
     p.add_argument(
         "--json",
         action="store_true",
-        help="stdout: the receipts as JSON lines, nothing else (the reply text goes to stderr)",
+        help="stdout: the receipts as JSON lines, nothing else (the reply text goes to stderr; a stderr that "
+        "cannot be written loses only that text)",
     )
     _add_engine_options(p)
     _add_bridge_options(p)

@@ -212,6 +212,35 @@ def test_run_dash_mistakes_are_one_line(tmp_path, args: list[str], stdin: bytes,
     assert (p.returncode, p.stdout, err.count("\n")) == (2, b"", 1) and err.startswith(line), err
 
 
+def test_run_json_keeps_its_receipts_on_stdout_when_stderr_is_a_closed_pipe(tmp_path) -> None:
+    """With --json the reply text goes to stderr, a courtesy; stdout has the receipts. A stderr
+    whose reader had gone (``2> >(head -c 5)``) was taken for a closed stdout: the run was
+    stopped (p2 rejected closing), nothing came on stdout, exit 141."""
+    from bridge.demo.model_server import start_server
+
+    read, write = os.pipe()
+    os.close(read)  # the stderr's reader is gone before the bridge starts: every write is EPIPE
+    try:
+        with start_server([], default={"text": "Hello."}) as server:
+            models = server.write_models(str(tmp_path))
+            p = subprocess.run(
+                [sys.executable, "-m", "bridge", "run", "a", "b", "--no-journal", "--json"]
+                + ["--models-json", models, "--provider", "scripted", "--model", "scripted-model"],
+                stdout=subprocess.PIPE,
+                stderr=write,
+                text=True,
+                timeout=120,
+            )
+    finally:
+        os.close(write)
+    receipts = [json.loads(line) for line in p.stdout.splitlines()]
+    assert [(r["request"], r["state"], r["reply"]) for r in receipts] == [
+        ("p1", "finished", "Hello."),
+        ("p2", "finished", "Hello."),
+    ]
+    assert p.returncode == 0
+
+
 def test_run_json_stdout_is_json_lines_only_and_the_text_goes_to_stderr():
     import json
 

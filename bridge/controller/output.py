@@ -155,13 +155,14 @@ class Output:
                 return lines
 
 
-def silence_stdout() -> None:
-    """Point stdout at /dev/null so nothing more (not even the exit's flush) hits the closed pipe."""
+def silence_stdout(stream: Any = None) -> None:
+    """Point stdout (or ``stream``: stderr) at /dev/null so nothing more (not even the exit's
+    flush) hits the closed pipe."""
     import os
 
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, (stream or sys.stdout).fileno())
         os.close(devnull)
     except (OSError, ValueError):
         pass

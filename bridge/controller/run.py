@@ -63,6 +63,9 @@ class Run:
     #: Why stdout could not be written (a full disk, a closed descriptor), when it was not
     #: the reader going away (a broken pipe is ``| head``: quiet, 141).
     stdout_failed: str | None = None
+    #: With --json, stderr (the reply text's) could not be written: the text is given up,
+    #: nothing else (stdout has the receipts).
+    stderr_gone: bool = False
 
     # -- in the bridge
 
@@ -130,7 +133,7 @@ class Run:
 
     def show(self, text: str) -> None:
         """Reply text: stdout (stderr with --json, which keeps stdout JSON only)."""
-        if self.stdout_gone:
+        if self.stdout_gone or self.stderr_gone:
             return
         out = sys.stderr if self.json else sys.stdout
         if not text.isascii() and _has_surrogates(text):
@@ -141,11 +144,19 @@ class Run:
             except UnicodeEncodeError:  # a stdout that is not UTF-8
                 out.write(writable(text, out.encoding))
             out.flush()
-        except BrokenPipeError:
+        except (OSError, ValueError) as e:
+            self._show_failed(e)
+
+    def _show_failed(self, e: OSError | ValueError) -> None:
+        if self.json:
+            # The text went to stderr, and stderr is not stdout: the receipts still go there,
+            # and the prompts still run. Only the text (and the lines on stderr) is lost.
+            self._stderr_closed()
+        elif isinstance(e, BrokenPipeError):
             # `| head`: the reader is gone. No more text, no traceback; the
             # bridge closes (the running prompt is stopped, failed/closing).
             self._stdout_closed()
-        except (OSError, ValueError) as e:
+        else:
             # Stdout cannot take the text (a full disk, a closed descriptor): the same, but
             # it is said, and the run fails (the receipts still go to stderr).
             self.stdout_failed = getattr(e, "strerror", None) or str(e)
@@ -154,6 +165,22 @@ class Run:
     def _stdout_closed(self) -> None:
         self.stdout_gone = True
         silence_stdout()
+
+    def _stderr_closed(self) -> None:
+        self.stderr_gone = True
+        silence_stdout(sys.stderr)
+
+    def say(self, line: str = "") -> None:
+        """A line on stderr. With --json, one that cannot be written is given up (stdout has
+        what matters); without, it is the receipts' own stream, so its failure is the command's."""
+        if self.stderr_gone:
+            return
+        try:
+            print(line, file=sys.stderr, flush=self.json)
+        except (OSError, ValueError):
+            if not self.json:
+                raise
+            self._stderr_closed()
 
     def _closing(self, bridge: Bridge) -> None:
         if bridge.journal_failed:
@@ -177,12 +204,12 @@ class Run:
         stdout is there), else as a line a person reads on stderr."""
         from bridge.core.receipts import describe
 
-        print(file=sys.stderr)
+        self.say()
         for r in receipts:
             if self.json and not self.stdout_gone:
                 self._print_json(r)
             if not self.json or self.stdout_gone:
-                print(describe(r), file=sys.stderr)
+                self.say(describe(r))
 
     def _print_json(self, r: Receipt) -> None:
         from bridge.transcript import dumps
@@ -199,13 +226,13 @@ class Run:
     def print_ending(self) -> None:
         """The journal's path, then the line for a journal or an engine that failed, if one did."""
         if self.journal_path is not None:
-            print(f"journal: {self.journal_path}", file=sys.stderr)
+            self.say(f"journal: {self.journal_path}")
         if self.stdout_failed is not None:
-            print(f"bridge run: cannot write to stdout ({self.stdout_failed}); the receipts are above", file=sys.stderr)
+            self.say(f"bridge run: cannot write to stdout ({self.stdout_failed}); the receipts are above")
         if self.journal_failed is not None:
-            print(f"bridge run: {self.journal_failed}; the receipts above are complete", file=sys.stderr)
+            self.say(f"bridge run: {self.journal_failed}; the receipts above are complete")
         elif self.setup_failed is not None:
-            print(f"bridge run: the engine cannot be set up: {self.setup_failed}", file=sys.stderr)
+            self.say(f"bridge run: the engine cannot be set up: {self.setup_failed}")
 
     def exit_status(self, receipts: list[Receipt]) -> int:
         """README "Exit codes", first match wins: a journal that failed, 1 (or 128+N after a
