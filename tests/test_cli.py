@@ -657,6 +657,21 @@ def test_run_shows_a_reply_with_surrogates_whole():
     assert b"finished" in p.stderr and b"cannot write" not in p.stderr
 
 
+def test_a_prompt_with_no_text_leaves_stdout_empty():
+    """A prompt that fails before any text (a provider error) writes nothing on stdout: its
+    line end came after no text, and on a terminal made a second blank line before the
+    receipt's (found by a trial). With text, the text's line is ended."""
+    fake = [sys.executable, str(ROOT / "tools" / "fake_engine.py"), "--scenario-json"]
+    failed = json.dumps({"prompts": [{"reply": "", "stopReason": "error", "deltas": 0}]})
+    p = bridge("run", "hi", "--no-journal", "--", *fake, failed)
+    assert (p.returncode, p.stdout) == (1, ""), p.stderr
+    assert "p1: failed" in p.stderr
+    p = bridge("run", "hi", "--no-journal", "--", *fake, json.dumps({"prompts": [{"reply": "yes", "deltas": 2}]}))
+    assert (p.returncode, p.stdout) == (0, "yes\n"), p.stderr
+    p = bridge("run", "a", "b", "--no-journal", "--", *fake, failed)
+    assert p.stdout == "[p1] \n[p2] ok: b\n", p.stdout  # labelled: each line ended
+
+
 def test_the_halves_of_a_surrogate_pair_in_two_pieces_are_shown_as_one_character(capsys):
     """JavaScript strings are UTF-16: a delta may end between the two halves of a pair. The
     piece keeps its first half for the next one; a half with no other is U+FFFD."""

@@ -111,25 +111,30 @@ class Run:
             self.handles.append(h)
             if h.receipt_nowait is not None:  # refused at once (closing, a full queue): no text
                 continue
-            if len(self.prompts) > 1:
+            labelled = len(self.prompts) > 1
+            if labelled:
                 self.show(f"[{h.request}] ")
-            await self._stream(bridge, h)
-            self.show("\n")
+            if await self._stream(bridge, h) or labelled:
+                self.show("\n")  # the text's line ended (none for a prompt with no text to show)
             await h.receipt()
 
-    async def _stream(self, bridge: Bridge, h: PromptHandle) -> None:
-        """Show the reply text as it arrives. Ends at the prompt's receipt. A piece that ends
-        with the first half of a surrogate pair (JavaScript strings are UTF-16: a delta may end
-        between the halves) keeps it for the next piece, so that the two make one character."""
+    async def _stream(self, bridge: Bridge, h: PromptHandle) -> bool:
+        """Show the reply text as it arrives; True if there was any. Ends at the prompt's
+        receipt. A piece that ends with the first half of a surrogate pair (JavaScript strings
+        are UTF-16: a delta may end between the halves) keeps it for the next piece, so that the
+        two make one character."""
         held = ""
+        shown = False
         async for piece in h.text():
             piece = held + piece
             held = piece[-1:] if "\ud800" <= piece[-1:] <= "\udbff" else ""
+            shown = shown or bool(piece)
             self.show(piece[: len(piece) - len(held)])
             if self.stdout_gone:
                 bridge.close_now("close", "stdout was closed")
         if held:
             self.show(held)
+        return shown
 
     def show(self, text: str) -> None:
         """Reply text: stdout (stderr with --json, which keeps stdout JSON only)."""
