@@ -428,29 +428,33 @@ def test_all_start_with_is_startswith_for_every_line(extra, lines, prefix) -> No
 
 
 @pytest.mark.parametrize("pad", [10, 300_000])
-def test_sole_type_is_the_type_json_parse_gives_or_none(pad: int) -> None:
-    """``JsonCheck.sole_type``: the ``type`` of one JSON object with exactly one ``type`` key,
-    as ``JSON.parse`` would give it, else None (so the caller parses). Also past CHECK_MAX (a
-    long run's ``agent_end``), which gets a parser of its own; the shared one stays usable."""
+def test_top_scalars_are_what_json_parse_gives_or_none(pad: int) -> None:
+    """``JsonCheck.top_scalars``: the members of one JSON object whose values are no objects or
+    arrays, as ``JSON.parse`` gives them, when no key is given twice; else None (so the caller
+    parses). Also past CHECK_MAX (a long run's ``agent_end``), which gets a parser of its own;
+    the shared one stays usable."""
     from bridge.core.framing import CHECK_MAX, JsonCheck
 
     check = JsonCheck()
     body = b'"messages":[{"role":"user","content":"' + b"x" * pad + b'"}]'
     assert (len(body) > CHECK_MAX) == (pad > CHECK_MAX)
     cases = {
-        b'{"type":"agent_end",' + body + b"}": "agent_end",
+        b'{"type":"agent_end",' + body + b',"willRetry":false,"n":-1.5,"s":"x","z":null}': "agent_end",
         b'{"type":"agent_end",' + body + b"}  \n": "agent_end",
+        b'{"type":"agent_end",' + body + b',"willRetry":true,"willRetry":false}': None,
         b'{"type":"agent_end",' + body + b',"type":"agent_settled"}': None,  # JSON.parse: agent_settled
         b'{"type":"agent_end",' + body + b',"type":"agent_end"}': None,
         b'{"type":"agent_end",' + body: None,  # cut short
         b'{"type":"agent_end",' + body + b"} x": None,
-        b'{"type":7,' + body + b"}": None,
+        b'{"type":7,' + body + b"}": 7,  # (the session wants the type its first bytes say)
         b'{"kind":"agent_end",' + body + b"}": None,
         b'[{"type":"agent_end"}]': None,
         b'{"type":"agent_end",' + body + b',"n":1e999}': None,  # JavaScript reads it: don't know
     }
     for line, kind in cases.items():
-        assert check.sole_type(line) == kind, line[:40] + line[-40:]
-        if kind is not None:
-            assert orjson.loads(line)["type"] == kind
+        got = check.top_scalars(line)
+        assert (got and got.get("type")) == kind, line[:40] + line[-40:]
+        if got is not None:
+            full = orjson.loads(line)
+            assert got == {k: v for k, v in full.items() if not isinstance(v, (dict, list))}
     assert check.line(_VALID_UPDATE)

@@ -156,6 +156,23 @@ async def test_a_lean_journal_is_version_2_with_one_entry_per_run_of_deltas(tmp_
     assert indices == list(range(1, len(indices) + 1))
 
 
+@pytest.mark.parametrize("full", [False, True])
+async def test_a_lean_journal_keeps_agent_ends_scalars_not_its_message_list(tmp_path: Path, full: bool):
+    """``agent_end`` repeats the run's messages, each journaled whole as its ``message_end``:
+    a lean journal keeps its type and ``willRetry`` and the bytes it dropped (a full journal
+    keeps every byte), and either replays to the receipt (checked by ``session``)."""
+    run, r = await one(tmp_path, {"prompts": [{"reply": "z" * 3000}]}, journal_full=full)
+    assert r.state == "finished"
+    lines = [json.loads(line) for line in run.journal.read_bytes().split(b"\n") if line]
+    (end,) = [e["recv"] for e in lines if e.get("recv", {}).get("type") == "agent_end"]
+    replies = [e["recv"]["message"] for e in lines if e.get("recv", {}).get("type") == "message_end"]
+    if full:
+        assert end["messages"][-1] == replies[-1] and "elided" not in end
+    else:
+        assert set(end) == {"type", "willRetry", "elided"} and end["willRetry"] is False
+        assert end["elided"] > 3000 and "z" * 3000 in replies[-1]["content"][0]["text"]
+
+
 async def test_a_streamed_prompts_deltas_are_journaled_as_runs_too(tmp_path: Path):
     """A prompt whose events are read has every delta parsed, but a lean journal keeps no text
     of them either: each read's run of them is one ``updates`` entry, written before what

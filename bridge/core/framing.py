@@ -422,10 +422,11 @@ def text_tells(raw: RawLine) -> bool:
 MESSAGE_UPDATE: Final = b'{"type":"message_update",'
 #: A journal ``recv`` entry of a ``message_update`` (lean or full), as journals write it.
 JOURNAL_UPDATE: Final = b'{"recv":' + MESSAGE_UPDATE
-#: Engine lines that may be bulky and of which nothing but their ``type`` is read, unless the
-#: prompt asked for its events (``turn_end`` is one): ``agent_end`` holds the run's whole
-#: message list, ``turn_end`` the turn's message and its tool results. The lean path checks
-#: them (:meth:`JsonCheck.sole_type`) instead of building them (``Session._receive_line``).
+#: Engine lines that may be bulky and of which nothing but their ``type`` (and the top-level
+#: scalars, ``willRetry``) is read, unless the prompt asked for its events (``turn_end`` is
+#: one): ``agent_end`` holds the run's whole message list, ``turn_end`` the turn's message and
+#: its tool results. The lean path checks them (:meth:`JsonCheck.top_scalars`) instead of
+#: building them (``Session._receive_line``).
 TYPE_ONLY: Final = {b'{"type":"agent_end",': "agent_end", b'{"type":"turn_end",': "turn_end"}
 
 
@@ -480,6 +481,9 @@ def sized_update_runs(
 CHECK_MAX: Final = 256 * 1024
 
 
+_CONTAINERS: Final = (simdjson.Object, simdjson.Array)
+
+
 class JsonCheck:
     """Is a line one well-formed JSON text? Even a line nobody parses must be (SPEC §3: a line
     that is not valid UTF-8 or not one JSON object opens a gap), so the fast path asks this of
@@ -504,12 +508,13 @@ class JsonCheck:
             return False
         return True
 
-    def sole_type(self, line: bytes) -> str | None:
-        """The ``type`` of a line that is one JSON object with exactly one ``type`` key, a
-        string, at its top level; None: not so, or "don't know" (as for :meth:`line`). What
-        ``JSON.parse`` would give as the object's ``type``, without building the object: a
-        second ``type`` key (which ``JSON.stringify`` never writes, and where ``JSON.parse``
-        keeps the last one) is a None, so the caller parses the line and gets the same.
+    def top_scalars(self, line: bytes) -> dict[str, Any] | None:
+        """A line that is one JSON object whose top-level keys are all different: those of its
+        members whose values are not objects or arrays (``type``, ``willRetry``), as
+        ``JSON.parse`` gives them, without building the rest; None: not so, or "don't know" (as
+        for :meth:`line`). A key given twice (which ``JSON.stringify`` never writes, and where
+        ``JSON.parse`` keeps the last one) is a None, so the caller parses the line and gets
+        the same.
 
         A line longer than :data:`CHECK_MAX` (a long run's ``agent_end``: every tool output
         again) gets a parser of its own, dropped with it, so the shared parser's memory stays
@@ -522,11 +527,16 @@ class JsonCheck:
         try:
             if type(doc) is not simdjson.Object:
                 return None
-            keys = doc.keys()
-            if sum(1 for key in keys if key == "type") != 1:
+            keys = list(doc.keys())
+            if len(set(keys)) != len(keys):
                 return None
-            kind = doc["type"]
-            return kind if type(kind) is str else None
+            out: dict[str, Any] = {}
+            for key in keys:
+                value = doc[key]
+                if type(value) not in _CONTAINERS:
+                    out[key] = value
+                del value
+            return out
         finally:
             del doc  # (simdjson's parser is reused only once its documents are gone)
 

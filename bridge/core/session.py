@@ -346,13 +346,15 @@ class Session:
             return Observed(self.tracker.read(), line, None, NO_EVENTS)
         if self.skip_updates and type(line) is bytes and line.startswith(_TYPE_ONLY_PREFIXES):
             # agent_end / turn_end: only the type is read (unless a held prompt wants its
-            # events, of which turn_end is one), so the line is checked, not built: on the
-            # settle's path, agent_end is the run's whole message list (framing.TYPE_ONLY).
+            # events, of which turn_end is one), so the line is checked, not built, and stands
+            # as its top-level scalars: on the settle's path, agent_end is the run's whole
+            # message list (framing.TYPE_ONLY).
             kind = TYPE_ONLY[line[: line.index(b",") + 1]]
-            if (kind == "agent_end" or not self._events_wanted()) and self._json.sole_type(line) == kind:
-                lean = {"type": kind}
-                idx, events = self.observe(lean, t=t)
-                return Observed(idx, line, lean, events)
+            if kind == "agent_end" or not self._events_wanted():
+                lean = self._json.top_scalars(line)
+                if lean is not None and lean.get("type") == kind:
+                    idx, events = self.observe(lean, t=t)
+                    return Observed(idx, line, lean, events)
         value = parse_line(line)
         if type(value) is dict and value.get("type") != "message_update" and line.startswith(MESSAGE_UPDATE):  # type: ignore[union-attr]  # bytes: an Oversize parses to a RawLine
             # A second "type" key (JSON.stringify never writes one; the parser keeps the last):

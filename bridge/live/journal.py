@@ -52,7 +52,7 @@ LEAN_UPDATE = MESSAGE_UPDATE + b'"elided":%d}'
 #: A run of them the session did not parse: one transcript version 2 ``updates`` entry.
 UPDATES_ENTRY = b'{"updates":{"count":%d,"elided":%d},"i":%d,"t":%s}\n'
 
-_ELIDED_TYPES = (MESSAGE_UPDATE, b'{"type":"tool_execution_update",')
+_ELIDED_TYPES = (MESSAGE_UPDATE, b'{"type":"tool_execution_update",', b'{"type":"agent_end",')
 
 
 class JournalError(Exception):
@@ -260,9 +260,17 @@ class Journal:
 
 
 def _elided(line: bytes, parsed: dict[str, Any] | None) -> bytes:
-    """The lean form of a bulky update: its type and ids, and how many bytes were dropped."""
+    """The lean form of a bulky line: its type and ids (an update) or its top-level scalars
+    (``agent_end``: ``willRetry``; its message list is the run's ``message_end`` lines again,
+    each journaled whole), and how many bytes were dropped."""
     if line.startswith(MESSAGE_UPDATE):
         return LEAN_UPDATE % len(line)
+    if not line.startswith(b'{"type":"tool_execution_update",'):
+        if parsed is None or parsed.get("type") != "agent_end":
+            return line  # (a second type key made it another event: kept as it is)
+        lean = {key: value for key, value in parsed.items() if not isinstance(value, (dict, list))}
+        lean["elided"] = len(line)
+        return dumps(lean)
     keep: dict[str, Any] = {"type": "tool_execution_update"}
     if parsed is not None:
         for key in ("toolCallId", "toolName"):
