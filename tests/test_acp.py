@@ -916,6 +916,75 @@ async def _permissions(client: Permitting, argv: list[str], tmp_path: Path) -> l
         return [await conn.prompt(session_id=sid, prompt=[text_block("run it")]) for _ in range(4)]
 
 
+def test_a_cancel_while_asked_is_not_followed_by_the_extensions_next_dialog(pinned_pi: Any, tmp_path: Path) -> None:
+    """Found by a new-user trial: an extension asks two ``confirm`` dialogs in a row; the client
+    cancels the turn while the first is asked. The stop answers that dialog ``cancelled``, the
+    extension goes on to its second before Pi's abort lands -- and the client was asked it (a
+    permission request for a turn it had cancelled) while the turn's answer waited for
+    ``--dialog-timeout`` (120 s by default: Pi's abort does not free a dialog). Now the second
+    is cancelled at once by the stop: one permission request, the turn ``cancelled``, both
+    dialogs ended by ``stop`` in the journal."""
+    steps = [
+        {"tool_call": {"name": "bash", "arguments": {"command": "echo never-ran"}}},
+        {"text": "after"},
+        {"text": "next turn"},
+    ]
+    server, models, settings = scripted(tmp_path, steps)
+    (tmp_path / "proj").mkdir()
+    twice = ROOT / "tools" / "pi" / "extensions" / "confirm_twice.ts"
+    # A dialog timeout no wait below outlasts: the turn must end by the stop, not by it.
+    argv = agent_argv(tmp_path, models, settings, "--extension", str(twice), "--dialog-timeout", "600")
+    prompt = {"sessionId": "s1", "prompt": [{"type": "text", "text": "run it"}]}
+    try:
+        with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT) as proc:
+            assert proc.stdin is not None and proc.stdout is not None
+            wire = _Wire(proc)
+            try:
+                wire.send(
+                    {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
+                    {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": str(tmp_path / "proj")}},
+                )
+                assert wire.answer(2)["result"]["sessionId"] == "s1"
+                wire.send({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": prompt})
+                while True:  # until the first permission request
+                    msg = json.loads(proc.stdout.readline() or b"null")
+                    assert msg is not None, "the agent ended early"
+                    if msg.get("method") == "session/request_permission":
+                        break
+                wire.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "s1"}})
+                wire.send({"jsonrpc": "2.0", "id": msg["id"], "result": {"outcome": {"outcome": "cancelled"}}})
+                done = threading_answer(wire, 3, within=60)
+                assert done is not None, "the cancelled turn was not answered: it waits on a dialog"
+                assert done["result"]["stopReason"] == "cancelled", done
+                wire.send({"jsonrpc": "2.0", "id": 4, "method": "session/prompt", "params": prompt})
+                assert wire.answer(4)["result"]["stopReason"] == "end_turn"
+                proc.stdin.close()
+                assert proc.wait(timeout=30) == 0
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+    finally:
+        server.close()
+    written = validate_wire(tmp_path / "tap.log")
+    asks = [m for m in written if m.get("method") == "session/request_permission"]
+    assert [a["params"]["toolCall"]["title"] for a in asks] == ["Run this command?"], asks
+    notes = [json.loads(line).get("note") for line in (tmp_path / "j-s1.jsonl").read_text().splitlines()]
+    by = [n["by"] for n in notes if isinstance(n, dict) and n.get("event") == "dialog-end"]
+    assert by == ["stop", "stop"], by
+
+
+def threading_answer(wire: _Wire, rid: Any, *, within: float) -> dict[str, Any] | None:
+    """``wire.answer(rid)``, or None when it has not come ``within`` seconds (a bound on a
+    wait that must not hang the test, not a measure of speed)."""
+    import threading
+
+    got: list[dict[str, Any]] = []
+    reader = threading.Thread(target=lambda: got.append(wire.answer(rid)), daemon=True)
+    reader.start()
+    reader.join(within)
+    return got[0] if got else None
+
+
 def test_prompts_in_a_burst_run_in_order_and_a_cancel_right_behind_one_stops_it(tmp_path: Path) -> None:
     """Found by a new-user trial: three prompts written at once reached the engine in any order
     (each was submitted from its own task), and a ``session/cancel`` in the same write as its

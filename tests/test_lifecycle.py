@@ -813,10 +813,13 @@ class LifecycleMachine(RuleBasedStateMachine):
             fields["timeout"] = own
         engine_id = f"ui-{self.h.dialogs_opened}"
         closing = self.lc.state.closing is not None
+        held = self.lc.state.prompts.get(self.lc.state.held) if self.lc.state.held is not None else None
+        stopped = held is not None and held.phase == "held" and held.gave_up is None and held.stop is not None
         actions = self.h.feed(DialogOpened(g, engine_id, method, fields, listened, allowed))
         asked = of(actions, AskDialog)
-        if not allowed or not listened or closing:
-            # A sealed engine's, nobody to ask, or closing: cancelled at once, never asked.
+        if not allowed or not listened or closing or stopped:
+            # A sealed engine's, nobody to ask, closing, or its prompt being stopped: cancelled
+            # at once, never asked.
             assert not asked and self.h.dialog_writes[engine_id] == [
                 {"type": "extension_ui_response", "id": engine_id, "cancelled": True}
             ]
@@ -1597,6 +1600,30 @@ def test_a_dialog_of_an_engine_that_broke_gets_no_response() -> None:
     assert [w.cmd for w in of(actions, Write) if w.kind == "dialog"] == [
         {"type": "extension_ui_response", "id": "ui-1", "cancelled": True}
     ]
+
+
+def test_a_dialog_opened_after_its_prompts_stop_is_cancelled_at_once_not_asked() -> None:
+    """The prompt is stopped while its extension waits on a dialog: the stop answers that
+    dialog, the extension goes on and asks another before Pi's abort lands. The second is
+    cancelled at once by the stop too, never asked: Pi's abort does not free it, so asking it
+    held the stop (and the editor's ``session/cancel``) until ``--dialog-timeout`` and asked the
+    user about a turn already cancelled (found by a new-user trial of ``bridge acp``)."""
+    h = Harness()
+    g = ready_engine(h, "p1")
+    assert of(h.feed(DialogOpened(g, "ui-1", "confirm", {"title": "first?"})), AskDialog)
+    actions = h.feed(Stop("p1"))
+    assert [(e.by, e.answer) for e in of(actions, DialogEnded)] == [("stop", {"cancelled": True})]
+    actions = h.feed(DialogOpened(g, "ui-2", "confirm", {"title": "second?"}))
+    assert not of(actions, AskDialog) and not h.lc.state.dialogs
+    assert [(e.by, e.answer) for e in of(actions, DialogEnded)] == [("stop", {"cancelled": True})]
+    assert [w.cmd for w in of(actions, Write) if w.kind == "dialog"] == [
+        {"type": "extension_ui_response", "id": "ui-2", "cancelled": True}
+    ]
+    assert "dialog" not in h.lc.state.deadlines
+    # A dialog of a running prompt nobody stopped is asked, as before.
+    h2 = Harness()
+    g2 = ready_engine(h2, "p1")
+    assert of(h2.feed(DialogOpened(g2, "ui-1", "confirm", {"title": "sure?"})), AskDialog)
 
 
 def test_a_compaction_stopped_and_never_answered_holds_prompts_then_replaces_the_engine() -> None:

@@ -278,10 +278,22 @@ class Lifecycle:
             "method": ev.method,
             "title": ev.fields.get("title", "")[:200],
         }
-        if not ev.allowed or not ev.listened or s.closing is not None:
+        # A dialog its prompt's stop already passed (the extension asked again once the stop
+        # answered its first: Pi's abort frees neither) would hold the stop until its timeout.
+        stopped = held is not None and request == held.request and held.stop is not None
+        if not ev.allowed or not ev.listened or s.closing is not None or stopped:
             # Not to be asked: no extension was allowed (a seal diagnostic, which the controller
-            # got as a signal), nobody reads dialogs, or closing. Answered ``cancelled`` now.
-            by = dialogs.BY_SEAL if not ev.allowed else dialogs.BY_NOBODY if not ev.listened else dialogs.BY_CLOSING
+            # got as a signal), nobody reads dialogs, closing, or its prompt is being stopped.
+            # Answered ``cancelled`` now.
+            by = (
+                dialogs.BY_SEAL
+                if not ev.allowed
+                else dialogs.BY_NOBODY
+                if not ev.listened
+                else dialogs.BY_CLOSING
+                if s.closing is not None
+                else dialogs.BY_STOP
+            )
             self._note(note)
             self._end_dialog(rec, by, None, announce=ev.allowed)
             return
