@@ -179,9 +179,11 @@ def test_events_become_standard_updates_with_tool_output_as_content_never_a_term
     assert acp.tool_title("bash", {"command": "x" * 500}).endswith("…")
     # A call that never ends (Pi died mid-tool: a new-user trial saw it stay in_progress) is
     # failed when its prompt has its receipt; one that ended is not touched again.
-    assert tools.unfinished("gone") == []
+    assert tools.unfinished("p", "gone") == []
     tools.update_for(ToolStart("p", 8, "c2", "bash", {"command": "sleep 9"}))
-    assert tools.unfinished("the prompt ended (outcome-unknown, engine-exited) before the tool did") == [
+    # Another prompt's receipt (a queued one rejected while this one's tool runs) leaves it be.
+    assert tools.unfinished("q", "the prompt ended (rejected, queue-full) before the tool did") == []
+    assert tools.unfinished("p", "the prompt ended (outcome-unknown, engine-exited) before the tool did") == [
         {
             "sessionUpdate": "tool_call_update",
             "toolCallId": "c2",
@@ -197,7 +199,7 @@ def test_events_become_standard_updates_with_tool_output_as_content_never_a_term
             ],
         }
     ]
-    assert tools.unfinished("again") == []
+    assert tools.unfinished("p", "again") == []
 
 
 _JSON = st.recursive(
@@ -942,7 +944,12 @@ def test_a_cancel_while_asked_is_not_followed_by_the_extensions_next_dialog(pinn
             try:
                 wire.send(
                     {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
-                    {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": str(tmp_path / "proj")}},
+                    {
+                        "jsonrpc": "2.0",
+                        "id": 2,
+                        "method": "session/new",
+                        "params": {"cwd": str(tmp_path / "proj"), "mcpServers": []},
+                    },
                 )
                 assert wire.answer(2)["result"]["sessionId"] == "s1"
                 wire.send({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": prompt})
@@ -983,6 +990,69 @@ def threading_answer(wire: _Wire, rid: Any, *, within: float) -> dict[str, Any] 
     reader.start()
     reader.join(within)
     return got[0] if got else None
+
+
+def test_a_queued_prompts_receipt_does_not_fail_the_running_prompts_tool_call(pinned_pi: Any, tmp_path: Path) -> None:
+    """Found by a new-user trial: with ``--queue-max 1``, a prompt running a ``bash`` call, one
+    queued and a third refused ``queue-full``: the refused prompt's receipt marked the running
+    prompt's tool call ``failed`` ("the prompt ended (rejected, queue-full) before the tool did"),
+    then the same call ``completed`` when it really ended. A receipt now fails only its own
+    prompt's unfinished calls."""
+    steps = [
+        {"tool_call": {"name": "bash", "arguments": {"command": "sleep 1; echo done"}}},
+        {"text": "ran it"},
+        {"text": "second"},
+    ]
+    server, models, settings = scripted(tmp_path, steps)
+    (tmp_path / "proj").mkdir()
+    argv = agent_argv(tmp_path, models, settings, "--queue-max", "1")
+
+    def prompt(rid: int) -> dict[str, Any]:
+        params = {"sessionId": "s1", "prompt": [{"type": "text", "text": f"prompt {rid}"}]}
+        return {"jsonrpc": "2.0", "id": rid, "method": "session/prompt", "params": params}
+
+    try:
+        with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT) as proc:
+            assert proc.stdin is not None and proc.stdout is not None
+            wire = _Wire(proc)
+            try:
+                wire.send(
+                    {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
+                    {
+                        "jsonrpc": "2.0",
+                        "id": 2,
+                        "method": "session/new",
+                        "params": {"cwd": str(tmp_path / "proj"), "mcpServers": []},
+                    },
+                )
+                assert wire.answer(2)["result"]["sessionId"] == "s1"
+                wire.send(prompt(3))
+                while True:  # until the bash call has started
+                    msg = json.loads(proc.stdout.readline() or b"null")
+                    assert msg is not None, "the agent ended early"
+                    if (
+                        msg.get("method") == "session/update"
+                        and msg["params"]["update"]["sessionUpdate"] == "tool_call"
+                    ):
+                        break
+                wire.send(prompt(4), prompt(5))
+                assert wire.answer(5)["error"]["data"]["receipt"]["reason"] == "queue-full"
+                assert wire.answer(3)["result"]["stopReason"] == "end_turn"
+                assert wire.answer(4)["result"]["stopReason"] == "end_turn"
+                proc.stdin.close()
+                assert proc.wait(timeout=30) == 0
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+    finally:
+        server.close()
+    updates = [
+        m["params"]["update"] for m in validate_wire(tmp_path / "tap.log") if m.get("method") == "session/update"
+    ]
+    calls = [u for u in updates if u["sessionUpdate"] in ("tool_call", "tool_call_update")]
+    assert calls and len({u["toolCallId"] for u in calls}) == 1
+    statuses = [u["status"] for u in calls]
+    assert "failed" not in statuses and statuses[-1] == "completed", calls
 
 
 def test_prompts_in_a_burst_run_in_order_and_a_cancel_right_behind_one_stops_it(tmp_path: Path) -> None:

@@ -441,7 +441,7 @@ class AcpAgent:
             if not sess.prompts:
                 sess.quiet.set()
         why = f"the prompt ended ({receipt.state}{f', {receipt.reason}' if receipt.reason else ''}) before the tool did"
-        for update in sess.tools.unfinished(why):
+        for update in sess.tools.unfinished(handle.request, why):
             self.out.put(acp.session_update(sess.id, update))
         outcome = acp.prompt_outcome(receipt, last_stop)
         answer = acp.prompt_result(receipt, outcome, req.id)

@@ -422,8 +422,8 @@ class ToolCalls:
 
     cwd: str
     seen: set[str] = attrs.field(factory=set)
-    #: Calls started and not ended yet, in order.
-    running: list[str] = attrs.field(factory=list)
+    #: Calls started and not ended yet, in order, each with the prompt whose run started it.
+    running: dict[str, Any] = attrs.field(factory=dict)
 
     def update_for(self, event: ProgressEvent) -> dict[str, Any] | None:
         """The ``session/update`` ``update`` for one of the prompt's events, or None (rule 7)."""
@@ -442,14 +442,16 @@ class ToolCalls:
             return self._progress(event.call_id, event.tool, "in_progress", event.output)
         if kind is ToolEnd:
             assert isinstance(event, ToolEnd)
-            if event.call_id in self.running:
-                self.running.remove(event.call_id)
+            self.running.pop(event.call_id or "", None)
             return self._progress(event.call_id, event.tool, "failed" if event.is_error else "completed", event.result)
         return None
 
-    def unfinished(self, why: str) -> list[dict[str, Any]]:
-        """The prompt has its receipt: a ``failed`` update for each of its tool calls that never
-        ended (Pi died or was stopped mid-tool), so no editor shows one running forever."""
+    def unfinished(self, request: Any, why: str) -> list[dict[str, Any]]:
+        """Prompt ``request`` has its receipt: a ``failed`` update for each of its tool calls
+        that never ended (Pi died or was stopped mid-tool), so no editor shows one running
+        forever. Another prompt's calls are not touched: a queued prompt rejected while the
+        running one's tool runs says nothing of that tool."""
+        mine = [call_id for call_id, of in self.running.items() if of == request]
         updates = [
             {
                 "sessionUpdate": "tool_call_update",
@@ -457,17 +459,17 @@ class ToolCalls:
                 "status": "failed",
                 "content": [{"type": "content", "content": _text(why)}],
             }
-            for call_id in self.running
+            for call_id in mine
         ]
-        self.running = []
+        for call_id in mine:
+            del self.running[call_id]
         return updates
 
     def _start(self, event: ToolStart) -> dict[str, Any] | None:
         if event.call_id is None:
             return None
         self.seen.add(event.call_id)
-        if event.call_id not in self.running:
-            self.running.append(event.call_id)
+        self.running.setdefault(event.call_id, event.request)
         update: dict[str, Any] = {
             "sessionUpdate": "tool_call",
             "toolCallId": event.call_id,
