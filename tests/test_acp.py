@@ -104,6 +104,21 @@ def test_lines_that_are_not_messages_are_named_and_requests_notifications_respon
     )
     assert acp.parse_message(b'{"jsonrpc":"2.0","id":3,"result":{"outcome":{}}}') == acp.Response(3, {"outcome": {}})
     assert acp.parse_message(b'{"jsonrpc":"2.0","id":3,"method":"m","params":[1]}').code == acp.INVALID_PARAMS  # type: ignore[union-attr]
+    # A response is never answered, whatever its id (found by a new-user trial: the client's
+    # error with ``id: null`` -- it could not read a line of ours -- was answered with an error).
+    parse_error = {"code": -32700, "message": "Parse error"}
+    for line, answer in (
+        (
+            b'{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}',
+            acp.Response(None, None, parse_error),
+        ),
+        (b'{"jsonrpc":"2.0","id":1.5,"result":{}}', acp.Response(None, {})),
+        (
+            b'{"id":"pi-bridge-1","result":{"outcome":{"outcome":"cancelled"}}}',
+            acp.Response("pi-bridge-1", {"outcome": {"outcome": "cancelled"}}),
+        ),
+    ):
+        assert acp.parse_message(line) == answer, line
 
 
 def test_a_prompt_takes_text_resource_links_embedded_text_and_images_and_refuses_the_rest() -> None:

@@ -247,7 +247,7 @@ class AcpAgent:
             self.out.put(acp.error(msg.id, msg.code, msg.message))
             return
         if isinstance(msg, acp.Response):
-            waiting = self.asked.pop(str(msg.id), None)
+            waiting = self.asked.pop(str(msg.id), None) if msg.id is not None else None
             if waiting is not None:  # else: late (its dialog ended) or never ours
                 waiting.answer = msg
                 waiting.done.set()

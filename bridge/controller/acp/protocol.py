@@ -13,7 +13,8 @@ Rules:
 
 1. **Framing.** One JSON-RPC 2.0 message per line (``\\n``), UTF-8, no batches. A line that is
    not JSON is answered ``-32700`` with ``id: null``; a JSON value that is not a request, a
-   notification or a response is ``-32600`` (JSON-RPC 2.0 §5.1).
+   notification or a response is ``-32600`` (JSON-RPC 2.0 §5.1). A response (``result`` or
+   ``error``, no ``method``) is never answered, also one with ``id: null``.
 2. **Methods** (the agent side): ``initialize``, ``session/new``, ``session/prompt``,
    ``session/cancel`` (a notification), ``session/set_config_option``, ``session/close``
    (what ACP asks of it: the session's work cancelled, its engine stopped; answered once done). Any other request is
@@ -162,9 +163,10 @@ class Notification:
 
 @attrs.frozen
 class Response:
-    """The client's answer to a request of ours (``result`` or ``error``)."""
+    """The client's answer to a request of ours (``result`` or ``error``); ``id`` None when it
+    had none a request of ours could have (``null``, a float)."""
 
-    id: int | str
+    id: JsonId
     result: Any = None
     error: dict[str, Any] | None = None
 
@@ -193,14 +195,19 @@ def parse_message(line: bytes | Oversize) -> Incoming:
         return Invalid(None, INVALID_REQUEST, "a message is a JSON object (no batches)")
     rid = value.get("id")
     has_id = "id" in value
-    if has_id and (rid is None or isinstance(rid, bool) or not isinstance(rid, (int, str))):
+    good_id = not isinstance(rid, bool) and isinstance(rid, (int, str))
+    method = value.get("method")
+    if method is None and ("result" in value or "error" in value):
+        # A response is never answered (JSON-RPC 2.0 §5), whatever its shape: an error with
+        # ``id: null`` is the client saying it could not read a line of ours, and answering it
+        # with an error of our own could go back and forth for good. One that is not an answer
+        # to a request of ours (no such id) is dropped by the loop.
+        error = value.get("error")
+        return Response(rid if good_id else None, value.get("result"), error if isinstance(error, dict) else None)
+    if has_id and not good_id:
         return Invalid(None, INVALID_REQUEST, "id must be a string or an integer")
     if value.get("jsonrpc") != "2.0":
         return Invalid(rid, INVALID_REQUEST, 'jsonrpc must be "2.0"')
-    method = value.get("method")
-    if method is None and rid is not None and ("result" in value or "error" in value):
-        error = value.get("error")
-        return Response(rid, value.get("result"), error if isinstance(error, dict) else None)
     if not isinstance(method, str):
         return Invalid(rid, INVALID_REQUEST, "method must be a string")
     params = value.get("params", {})
