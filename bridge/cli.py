@@ -757,11 +757,13 @@ def _add_acp(sub: _Subcommands) -> None:
         description="Speak the Agent Client Protocol (v1, JSON-RPC 2.0 over stdio) as an agent: each session/new "
         "starts one sealed engine with the session's cwd as its working folder (MCP servers are refused: the seal "
         "runs none), each session/prompt is one prompt through the bridge, its events sent as session/update, "
-        "session/cancel stops it (stopReason cancelled). A finished prompt answers end_turn (max_tokens after a "
-        "length stop); any other receipt is a JSON-RPC error whose data carries the receipt (-31001 failed, "
-        "-31002 rejected, -31003 delivery-unknown, -31004 outcome-unknown); every answer carries the receipt "
-        "under _meta. One journal per session (STEM-SESSION.jsonl beside --journal PATH, or the default). "
-        "stdin EOF: every session drains, exit 0; SIGINT/SIGTERM/SIGHUP: 130/143/129.",
+        "session/cancel stops it, session/close ends the session and its engine. A finished prompt answers "
+        "end_turn (max_tokens after a length stop) and one session/cancel stopped answers cancelled, each result "
+        "carrying the receipt under _meta; any other receipt is a JSON-RPC error whose data carries it (-31001 failed, "
+        "-31002 rejected, -31003 delivery-unknown, -31004 outcome-unknown). An --extension's confirm or select "
+        "dialog is a session/request_permission. One journal per session (STEM-SESSION.jsonl beside --journal "
+        "PATH, or the default). stdin EOF: every session drains, exit 0; SIGINT/SIGTERM/SIGHUP: 130/143/129; "
+        "the client closing its end of stdout: 141.",
     )
     _add_engine_options(p, engine_cwd=False)
     _add_bridge_options(p)

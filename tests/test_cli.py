@@ -103,6 +103,17 @@ def test_a_usage_error_is_one_line_naming_the_command_and_exits_2(args: list[str
     assert (p.returncode, p.stderr, p.stdout) == (2, line + "\n", ""), p.stderr
 
 
+def test_acp_help_says_where_each_answer_carries_its_receipt():
+    """``bridge acp --help`` said "every answer carries the receipt under _meta": an error answer
+    carries it in its ``data`` (README "bridge acp"), and a cancelled prompt is a result, not an
+    error (found by a new-user trial)."""
+    text = " ".join(bridge("acp", "--help").stdout.split())
+    assert "every answer carries the receipt under _meta" not in text
+    assert "answers cancelled, each result carrying the receipt under _meta" in text
+    assert "error whose data carries it" in text
+    assert "session/close" in text and "141" in text
+
+
 def test_replay_help_names_the_versions_it_reads():
     """The journals the bridge writes are version 2 (lean); replay's --help said "transcript v1"."""
     assert "versions 1 and 2" in " ".join(bridge("replay", "--help").stdout.split())
