@@ -995,6 +995,54 @@ def test_a_cancel_while_asked_is_not_followed_by_the_extensions_next_dialog(pinn
     assert by == ["stop", "stop"], by
 
 
+def test_stdins_end_while_a_permission_is_asked_cancels_the_dialog_at_once(pinned_pi: Any, tmp_path: Path) -> None:
+    """Found by a new-user trial: the client closed stdin while a permission request was open.
+    Its answer could never come (answers come on stdin), yet the dialog waited out
+    ``--dialog-timeout`` (120 s by default) and the drain, and the agent's exit, with it. Now,
+    as ``serve`` does after EOF, the open dialog is cancelled at once (``no-controller``): the
+    command is blocked, the prompt finishes, the agent exits 0."""
+    steps = [{"tool_call": {"name": "bash", "arguments": {"command": "echo never-ran"}}}, {"text": "blocked"}]
+    server, models, settings = scripted(tmp_path, steps)
+    (tmp_path / "proj").mkdir()
+    argv = agent_argv(tmp_path, models, settings, "--extension", str(EXTENSION), "--dialog-timeout", "600")
+    prompt = {"sessionId": "s1", "prompt": [{"type": "text", "text": "run it"}]}
+    try:
+        with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT) as proc:
+            assert proc.stdin is not None and proc.stdout is not None
+            wire = _Wire(proc)
+            try:
+                wire.send(
+                    {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
+                    {
+                        "jsonrpc": "2.0",
+                        "id": 2,
+                        "method": "session/new",
+                        "params": {"cwd": str(tmp_path / "proj"), "mcpServers": []},
+                    },
+                )
+                assert wire.answer(2)["result"]["sessionId"] == "s1"
+                wire.send({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": prompt})
+                while True:  # until the permission request
+                    msg = json.loads(proc.stdout.readline() or b"null")
+                    assert msg is not None, "the agent ended early"
+                    if msg.get("method") == "session/request_permission":
+                        break
+                proc.stdin.close()
+                done = threading_answer(wire, 3, within=60)
+                assert done is not None, "the prompt was not answered: its dialog waits for an answer that cannot come"
+                assert done["result"]["stopReason"] == "end_turn", done
+                assert proc.wait(timeout=30) == 0
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+    finally:
+        server.close()
+    validate_wire(tmp_path / "tap.log")
+    notes = [json.loads(line).get("note") for line in (tmp_path / "j-s1.jsonl").read_text().splitlines()]
+    by = [n["by"] for n in notes if isinstance(n, dict) and n.get("event") == "dialog-end"]
+    assert by == ["no-controller"], by
+
+
 def threading_answer(wire: _Wire, rid: Any, *, within: float) -> dict[str, Any] | None:
     """``wire.answer(rid)``, or None when it has not come ``within`` seconds (a bound on a
     wait that must not hang the test, not a measure of speed)."""

@@ -17,7 +17,8 @@ Rules:
 - ``session/cancel`` is the bridge's stop for every outstanding prompt of the session.
 - stdin EOF (the editor went away or closed the agent): every bridge shuts down as ``serve``'s
   does after EOF (outstanding prompts run to their receipts, bounded by ``--drain-timeout``),
-  each answer is written (or dropped: nobody reads), exit 0.
+  each answer is written (or dropped: nobody reads), exit 0. No answer to a permission request
+  can come any more: open and later dialogs are cancelled at once (``no-controller``).
 - SIGINT / SIGTERM / SIGHUP: every bridge closes at once (running prompts stopped,
   ``failed``/``closing``: an error answer each), exit 130 / 143 / 129.
 - A journal that cannot be written closes its session's bridge (its prompts still get their
@@ -138,6 +139,8 @@ class Session:
     generation: int | None = None
     #: Set when the session has no outstanding prompt whose answer is still to be written.
     quiet: trio.Event = attrs.Factory(trio.Event)
+    #: The bridge's dialogs, asked of the client while it can answer (until stdin's EOF).
+    dialogs: trio.MemoryReceiveChannel[Dialog] | None = None
 
 
 @attrs.define(eq=False)
@@ -178,6 +181,7 @@ class AcpAgent:
                 for sess in self.sessions.values():
                     if sess.bridge is not None:
                         sess.bridge.shutdown(self.drain_timeout)
+                        _no_more_answers(sess)
             outer.cancel_scope.cancel()
 
     async def watch_signals(self, signals: AsyncIterator[int]) -> None:
@@ -339,7 +343,7 @@ class AcpAgent:
         async with open_bridge(profile, journal=path if path is not None else False, config=self.config) as bridge:
             sess.bridge = bridge
             bridge.listeners.append(_stderr_line(sess.id))
-            dialogs = bridge.dialogs()  # open before any prompt: a dialog is then asked, not cancelled
+            dialogs = sess.dialogs = bridge.dialogs()  # open before any prompt: a dialog is then asked, not cancelled
             assert self.work is not None
             self.work.start_soon(self._dialogs, sess, dialogs)
             task_status.started()
@@ -349,6 +353,7 @@ class AcpAgent:
                 bridge.close_on_signal(self.status - 128)
             elif self.ended.is_set():
                 bridge.shutdown(self.drain_timeout)
+                _no_more_answers(sess)
             await bridge.wait_closed()
             if bridge.journal_failed:
                 self.journal_failures.append(f"session {sess.id}: {bridge.journal_failed}")
@@ -359,9 +364,12 @@ class AcpAgent:
         """Ask the client each dialog of the session's engine. Ends when the bridge has closed
         (its dialog channel ends then)."""
         assert self.work is not None
-        async with dialogs:
-            async for dialog in dialogs:
-                self.work.start_soon(self._ask, sess, dialog)
+        try:
+            async with dialogs:
+                async for dialog in dialogs:
+                    self.work.start_soon(self._ask, sess, dialog)
+        except trio.ClosedResourceError:
+            pass  # closed at stdin's EOF: nobody can answer any more
 
     async def _ask(self, sess: Session, dialog: Dialog) -> None:
         """One dialog: a permission request, and its answer. Ends when the dialog has ended (at
@@ -491,6 +499,17 @@ async def _answer(dialog: Dialog, answer: dict[str, Any]) -> bool:
     except DialogError:
         return False
     return True
+
+
+def _no_more_answers(sess: Session) -> None:
+    """stdin has ended (or the agent is closing): the client's answers come on stdin, so none
+    can come any more. The session's open dialogs are answered ``cancelled`` now
+    (``no-controller``), and so is every later one, as ``serve`` does after EOF -- not left to
+    wait out ``--dialog-timeout`` while the drain waits on them."""
+    if sess.dialogs is not None:
+        sess.dialogs.close()
+    if sess.bridge is not None:
+        sess.bridge.stop_answering_dialogs()
 
 
 def _in_folder(profile: EngineProfile, cwd: str) -> EngineProfile:
