@@ -167,6 +167,34 @@ async def test_serve_takes_a_model_id_that_begins_with_its_provider(pinned_pi: A
     assert [r["body"]["model"] for r in server.requests] == ["scripted/special", "scripted-model", "scripted/special"]
 
 
+async def test_serve_says_how_a_refused_model_named_alone_was_read(pinned_pi: Any, tmp_path: Path) -> None:
+    """README "Steering": for ``"model":"scripted/special"`` alone Pi's refusal comes with how
+    the name was read (provider ``scripted``, id ``special``) and to give ``provider`` for an id
+    holding a ``/`` -- through ``bridge serve``, in a prompt and through configure. serve passed
+    the split name on as provider and id, so the refusal was Pi's bare words (a README trial)."""
+    server = start_server([{"text": "a"}])
+    sp = await scripted_serve(tmp_path, two_models(server, tmp_path / "models.json"))
+    try:
+        with trio.fail_after(90):
+            await sp.send({"type": "prompt", "id": "a", "message": "x", "model": "scripted/special"})
+            await sp.send({"type": "configure", "model": "scripted/other"})
+            await sp.send({"type": "prompt", "id": "b", "message": "y"})
+            await sp.close_stdin()
+            await sp.read_all(timeout=60)
+            assert await sp.wait() == 0, sp.stderr
+    finally:
+        await sp.kill()
+        server.close()
+    receipts = {x["id"]: x["receipt"] for x in sp.receipts()}
+    for rid, name in (("a", "special"), ("b", "other")):
+        r = receipts[rid]
+        assert (r["state"], r["reason"]) == ("rejected", "config"), r
+        assert r["nativeError"].startswith(f"Pi refused set_model: Model not found: scripted/{name} ("), r
+        assert f'provider "scripted", id "{name}"' in r["nativeError"] and 'give "provider" too' in r["nativeError"]
+    configured = [x for x in sp.lines if x["type"] == "configured"]
+    assert configured[0]["wanted"]["provider"] == "scripted" and configured[0]["wanted"]["model"] == "other"
+
+
 def test_a_model_pi_refuses_whose_id_repeats_the_provider_names_the_exact_id() -> None:
     """``"provider":"scripted","model":"scripted/scripted-model"`` asks for that exact id; when
     Pi has none, its refusal is kept and the id it may have meant is named."""

@@ -319,9 +319,7 @@ async def _act(bridge: Bridge, cmd: Command, lineno: int, drain_timeout: float |
                 images=cmd.images,
                 events=cmd.events,
                 stall_timeout=cmd.stall_timeout,
-                provider=cmd.wanted.provider,
-                model=cmd.wanted.model,
-                thinking=cmd.wanted.thinking,
+                **cmd.wanted.asked(),  # a "model" given alone as provider/id stays so: a refusal says how it was read
             )
         case Configure() | NewConversation() | CompactConversation() if when := bridge.no_prompt_follows:
             # They steer the prompts submitted after them (README "Steering"), and none can be:
@@ -332,8 +330,7 @@ async def _act(bridge: Bridge, cmd: Command, lineno: int, drain_timeout: float |
                 lineno,
             )
         case Configure():
-            w = cmd.wanted
-            bridge.configure(provider=w.provider, model=w.model, thinking=w.thinking)
+            bridge.configure(**cmd.wanted.asked())
             return Configured(converter.unstructure(bridge.lifecycle.state.wanted))
         case NewConversation():
             bridge.new_conversation()

@@ -67,6 +67,14 @@ class Wanted:
     def empty(self) -> bool:
         return self.model is None and self.thinking is None
 
+    def asked(self) -> dict[str, str | None]:
+        """The ``provider``, ``model`` and ``thinking`` keywords as they were given (a split
+        ``provider/id`` joined again), which make this same Wanted, ``split`` included: what a
+        controller passes on to the live bridge's ``submit`` / ``configure``."""
+        if self.split:
+            return {"provider": None, "model": f"{self.provider}/{self.model}", "thinking": self.thinking}
+        return {"provider": self.provider, "model": self.model, "thinking": self.thinking}
+
     def over(self, base: Wanted) -> Wanted:
         """This, with what it leaves as is taken from ``base`` (a prompt's over the bridge's)."""
         named = self if self.model is not None else base
