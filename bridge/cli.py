@@ -123,13 +123,22 @@ def _cmd_conform(args: argparse.Namespace) -> int:
 # -- engine and bridge options ---------------------------------------------------------------
 
 
-def _add_engine_options(p: argparse.ArgumentParser, *, engine_cwd: bool = True) -> None:
+#: ``--model`` for ``bridge models``, which leaves the start-up check of the model out.
+_MODELS_MODEL_HELP: Final = (
+    "Pi model id (or provider/id): not refused here when Pi does not offer it (the list is printed and one line "
+    "on stderr says so); one Pi itself refuses at start (given alone, matching nothing) is exit 2"
+)
+
+
+def _add_engine_options(p: argparse.ArgumentParser, *, engine_cwd: bool = True, checks_model: bool = True) -> None:
     g = p.add_argument_group("engine (default: the sealed, pinned Pi; give another engine's argv after --)")
     g.add_argument("--provider", help="Pi provider name (e.g. anthropic, openai, or one from --models-json)")
     g.add_argument(
         "--model",
         help="Pi model id, exactly as `bridge models` lists it (or provider/id); an engine that does not run "
-        "that model, one Pi offers, fails its start-up check: not retried, the engine cannot be set up (exit 2)",
+        "that model, one Pi offers, fails its start-up check: not retried, the engine cannot be set up (exit 2)"
+        if checks_model
+        else _MODELS_MODEL_HELP,
     )
     g.add_argument(
         "--api-key-env",
@@ -254,7 +263,7 @@ def journal_path(text: str) -> str:
     return text
 
 
-def _add_bridge_options(p: argparse.ArgumentParser) -> None:
+def _add_bridge_options(p: argparse.ArgumentParser, *, journal_by_default: bool = True) -> None:
     g = p.add_argument_group("bridge")
     journal = g.add_mutually_exclusive_group()
     journal.add_argument(
@@ -262,7 +271,9 @@ def _add_bridge_options(p: argparse.ArgumentParser) -> None:
         type=journal_path,
         metavar="PATH",
         help="write the journal here (default: $PI_BRIDGE_JOURNAL_DIR, else $XDG_STATE_HOME/pi-bridge/journals, "
-        "else ~/.local/state/pi-bridge/journals; files 0600 in a 0700 folder)",
+        "else ~/.local/state/pi-bridge/journals; files 0600 in a 0700 folder)"
+        if journal_by_default
+        else "write a journal here, 0600 (default: none, a question leaves nothing worth keeping)",
     )
     journal.add_argument("--no-journal", action="store_true", help="write no journal")
     g.add_argument(
@@ -818,8 +829,8 @@ def _add_models(sub: _Subcommands) -> None:
         "Exit 0; 1 when the engine cannot answer; 2 for bad usage or an engine that cannot be launched.",
     )
     p.add_argument("--json", action="store_true", help="one JSON object per model")
-    _add_engine_options(p)
-    _add_bridge_options(p)
+    _add_engine_options(p, checks_model=False)
+    _add_bridge_options(p, journal_by_default=False)
     p.set_defaults(func=_cmd_models)
 
 

@@ -119,6 +119,39 @@ def test_replay_help_names_the_versions_it_reads():
     assert "versions 1 and 2" in " ".join(bridge("replay", "--help").stdout.split())
 
 
+def _option_help(command: str, option: str) -> str:
+    """The words ``bridge COMMAND --help`` gives ``option``, on one line."""
+    lines = bridge(command, "--help").stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"  {option} "))
+    words = [lines[start].strip()]
+    for line in lines[start + 1 :]:
+        if not line.startswith(" " * 10) or line.strip().startswith("-"):
+            break
+        words.append(line.strip())
+    return " ".join(words)
+
+
+def test_models_help_says_what_models_does_with_model_and_journal(tmp_path):
+    """``bridge models`` leaves the start-up check of ``--model`` out and writes a journal only
+    when given ``--journal``; its --help gave both options run's words ("fails its start-up
+    check ... exit 2"; "default: $PI_BRIDGE_JOURNAL_DIR ...") against its own description (a
+    README trial). What it says is checked against what it does in tests/test_model_at_start.py
+    and here: no journal in the default folder."""
+    model = _option_help("models", "--model")
+    assert "not refused here" in model and "start-up check" not in model, model
+    journal = _option_help("models", "--journal")
+    assert "default: none" in journal and "PI_BRIDGE_JOURNAL_DIR" not in journal, journal
+    assert "fails its start-up check" in _option_help("run", "--model")
+    assert "PI_BRIDGE_JOURNAL_DIR" in _option_help("serve", "--journal")
+    env = {**os.environ, "PI_BRIDGE_JOURNAL_DIR": str(tmp_path / "journals")}
+    fake = [sys.executable, str(ROOT / "tools" / "fake_engine.py")]
+    p = subprocess.run(
+        [sys.executable, "-m", "bridge", "models", "--", *fake], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert p.returncode == 0 and "fake-model" in p.stdout, p.stderr
+    assert not (tmp_path / "journals").exists()
+
+
 def test_an_engine_that_cannot_be_launched_is_named(tmp_path):
     p = bridge("run", "hi", "--no-journal", "--", str(tmp_path / "no-such-engine"))
     assert p.returncode == 2 and "rejected (engine-down)" in p.stderr and "no-such-engine" in p.stderr
