@@ -1,4 +1,6 @@
-"""The README's Python API example runs as written (against the fake engine)."""
+"""The README tells the truth where a test can check it: its examples run as written (the
+Python API, the custom provider, the serve exchange), and the places the code sends a reader
+to are there."""
 
 from __future__ import annotations
 
@@ -149,3 +151,36 @@ def test_the_serve_exchange_has_the_lines_and_keys_a_real_one_has(tmp_path):
             assert want["engine"]["generation"] == real["engine"]["generation"], real
         if want["type"] == "receipt":
             assert want["receipt"]["ackIdx"] == real["receipt"]["ackIdx"], real  # the README explains its 4
+
+
+def _readme_places() -> list[str]:
+    """What a reference to the README can name: its headings (without the #s) and the bold
+    words that open a paragraph (``**Stalls**``, ``**Sizes.**``)."""
+    text = (ROOT / "README.md").read_text()
+    headings = re.findall(r"^#+ (.+)$", text, re.M)
+    leads = re.findall(r"^\*\*(.+?)\.?\*\*", text, re.M)
+    return headings + leads
+
+
+def test_every_readme_section_the_code_names_is_there():
+    """A message, a --help or a docstring that sends the reader to README "X" names a heading
+    (or a paragraph's bold lead) that begins with X. Found by a README trial: "see the README's
+    custom providers" (a section called so there is none), README "Limits" and README
+    "Editors: `bridge acp`" (renamed long ago)."""
+    places = _readme_places()
+    refs = re.compile(r"""README(?:'s)?\W{0,3}["“]([^"”\\]{2,80})["”]|README's ([a-z][a-z -]+)""")
+    files = [*sorted((ROOT / "bridge").rglob("*.py")), *sorted((ROOT / "tools").glob("*.py"))]
+    files += sorted((ROOT / "tools" / "acp").glob("*.py"))
+    files += [ROOT / "tools" / name for name in ("setup", "setup_bubblewrap", "setup_pi", "demo", "test", "record")]
+    wrong = []
+    for path in files:
+        if not path.is_file():
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), start=1):
+            for m in refs.finditer(line):
+                name = m.group(1) or m.group(2)
+                if m.group(2) is not None and m.group(2).split()[0] in ("main", "own", "voice"):
+                    continue  # "the README's main job": words about the README, not a place in it
+                if not any(place.startswith(name) for place in places):
+                    wrong.append(f"{path.relative_to(ROOT)}:{n}: README {name!r}")
+    assert not wrong, "README places that are not there:\n" + "\n".join(wrong)
