@@ -152,6 +152,31 @@ def test_models_help_says_what_models_does_with_model_and_journal(tmp_path):
     assert not (tmp_path / "journals").exists()
 
 
+def test_diagnose_help_names_every_stop_of_the_bridge_s_own():
+    """``bridge diagnose`` explains every receipt the bridge's own stop gave (each ``StopBy`` but
+    the controller's); its --help named timeout and closing, not stalled (a README trial)."""
+    from bridge.core.receipts import STOP_REASONS
+    from bridge.core.words import StopBy
+
+    said = " ".join(bridge("diagnose", "--help").stdout.split())
+    for by, reason in STOP_REASONS.items():
+        if by is not StopBy.CONTROLLER:
+            assert reason.value in said.split("each run the bridge stopped itself", 1)[1].split(")")[0], said
+
+
+def test_every_journal_help_names_the_same_default_places():
+    """The default journal folder is one rule (``bridge/live/journal.py``): demo's --help left
+    out ``$XDG_STATE_HOME`` (a README trial)."""
+    for command in ("run", "serve", "acp", "demo"):
+        said = _option_help(command, "--journal").replace("- ", "-")
+        for place in (
+            "$PI_BRIDGE_JOURNAL_DIR",
+            "$XDG_STATE_HOME/pi-bridge/journals",
+            "~/.local/state/pi-bridge/journals",
+        ):
+            assert place in said, (command, said)
+
+
 def test_an_engine_that_cannot_be_launched_is_named(tmp_path):
     p = bridge("run", "hi", "--no-journal", "--", str(tmp_path / "no-such-engine"))
     assert p.returncode == 2 and "rejected (engine-down)" in p.stderr and "no-such-engine" in p.stderr

@@ -78,8 +78,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "--journal",
         type=journal_path,
         metavar="PATH",
-        help="write the journal here (default: the bridge's default location, "
-        "$PI_BRIDGE_JOURNAL_DIR or ~/.local/state/pi-bridge/journals)",
+        help="write the journal here (default: the bridge's default location: $PI_BRIDGE_JOURNAL_DIR, else "
+        "$XDG_STATE_HOME/pi-bridge/journals, else ~/.local/state/pi-bridge/journals)",
     )
     p.add_argument(
         "--json",

@@ -85,7 +85,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description="Read a transcript or journal (lean or full) and explain each signal (O1-O6, "
         "aborted-without-stop, gaps, non-started dispositions, seal diagnostics, failed seal checks, "
         "engine exits and engine-down), each pending / delivery-unknown / outcome-unknown receipt, each "
-        "run the bridge stopped itself (failed: timeout or closing) and a journal that could not be written "
+        "run the bridge stopped itself (failed: timeout, closing or stalled), each rejected/config receipt, each "
+        "extension dialog, and a journal that could not be written "
         "or ends before the bridge closed: what happened, the observations around it, the slot's state, the "
         "likely causes and what to check; then a summary. Exit 0 when the file was read, 2 when it is not a "
         "readable transcript.",
