@@ -220,3 +220,48 @@ def test_the_sizes_the_readme_states_are_the_tree_s():
     assert first, para
     assert first.group(1) == max(sizes, key=lambda k: sizes[k]), first.group(1)
     assert abs(sizes[first.group(1)] - _number(first.group(2))) <= 0.05 * sizes[first.group(1)]
+
+
+def test_the_seal_s_refusal_of_a_model_is_what_run_prints(tmp_path):
+    """README "The seal", "The model asked for": the command it shows, against the scripted
+    model server's models.json, ends with exactly the lines it shows (the journal's path
+    aside) and exit 2. The README gave the command without the models.json its provider is
+    in (Pi then refuses the provider, in other words) and left out the journal's line (a
+    README trial)."""
+    import json
+    import os
+
+    text = (ROOT / "README.md").read_text()
+    section = text.split("**The model asked for.**", 1)[1]
+    command = re.search(r"`bridge run (--models-json DIR/models\.json[^`]*)` ends with", section, re.S)
+    assert command, "the README shows no bridge run command before the refusal"
+    shown = section.split("```\n", 2)[1].splitlines()
+    server = subprocess.Popen(
+        [sys.executable, str(ROOT / "tools" / "model_server.py"), "--write-models", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        json.loads(server.stdout.readline())
+        argv = " ".join(command.group(1).split()).replace("DIR/", f"{tmp_path}/").split(" ")
+        env = {**os.environ, "PI_BRIDGE_JOURNAL_DIR": str(tmp_path / "journals")}
+        p = subprocess.run(
+            [sys.executable, "-m", "bridge", "run", *argv],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert p.returncode == 2, p.stderr
+    got = [line for line in p.stderr.splitlines() if line]
+    assert len(got) == len(shown), (got, shown)
+    for want, real in zip(shown, got, strict=True):
+        if want.startswith("journal: "):
+            assert real.startswith(f"journal: {tmp_path}/journals/") and real.endswith(".jsonl"), real
+        else:
+            assert real == want, (real, want)
