@@ -461,6 +461,29 @@ def test_seal_diagnostics_and_a_failed_seal_check(tmp_path: Path):
     assert "1.5.2 differs from the pin 1.6.0" in version["check"]
 
 
+def test_a_refusing_seal_check_does_not_claim_another_engine_started(tmp_path: Path):
+    """A refused engine may be the last one (a --model Pi does not offer takes the bridge down
+    at once): the seal-check finding says what the setting did, not that another engine came
+    (it said "and started another" of a journal with one engine start; a README trial)."""
+    entries = [
+        {"note": {"event": "engine-start", "pid": 10, "generation": 1}},
+        {"note": {"event": "seal-check", "generation": 1, "problems": ["model nope is not offered"], "enforced": {}}},
+        {
+            "signal": {
+                "signal": "seal-check",
+                "problems": ["model nope is not offered"],
+                "action": "refuse",
+                "generation": 1,
+            }
+        },
+        {"exit": {"code": 1, "signal": None, "generation": 1}},
+        {"signal": {"signal": "engine-down", "why": "the engine's start-up check refused it", "generation": 1}},
+    ]
+    sc = one(findings(write(tmp_path, "refused.jsonl", entries, engine="pi")), "seal-check")
+    notes = " ".join(sc["notes"])
+    assert "'refuse'" in notes and "refused the engine" in notes and "started another" not in notes
+
+
 def test_engine_exits_and_engine_exited_receipts(tmp_path: Path):
     entries = [
         {"note": {"event": "engine-start", "pid": 10, "generation": 1}},

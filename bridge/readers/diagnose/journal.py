@@ -37,7 +37,9 @@ def seal_check_words(facts: Facts, gen: Any, problems: list[Any], *, noted: bool
 def seal_check_action(action: Any) -> str:
     """What the bridge did about a failed seal check (its ``--seal-check`` setting)."""
     return f"the bridge's seal-check setting was '{action}': " + (
-        "it refused the engine and started another." if action == "refuse" else "it warned and used the engine anyway."
+        "it refused the engine (what came of it, another engine or the bridge down, follows)."
+        if action == "refuse"
+        else "it warned and used the engine anyway."
     )
 
 
