@@ -6,7 +6,7 @@ JSONL is given as its argv after ``--``.
 
 Exit status, the same for every subcommand (README "Exit codes"): 0 success;
 1 a prompt did not finish (``run``), a check failed (``conform``, ``demo``) or
-the journal could not be written (``serve``, ``run``); 2 bad usage, an
+the journal could not be written (``serve``, ``acp``, ``run``); 2 bad usage, an
 unreadable file, or a journal or engine that cannot be set up (one line naming
 it and the fix); 128+N after signal N (129 SIGHUP, 130 SIGINT, 143 SIGTERM);
 141 when stdout was closed early (``| head``); 70 a bug in pi-bridge (the only

@@ -73,7 +73,7 @@ PI_PIN: Final = "1.6.0"
 #: Pi 1.6.0's ``engines``: ``node >=22.19.0``.
 NODE_MIN: Final = (22, 19)
 
-#: Help for ``--pi-dir`` (``bridge run``/``serve``/``demo``): the order of :func:`find_install`.
+#: Help for ``--pi-dir`` (``bridge run``/``serve``/``acp``/``models``/``demo``): the order of :func:`find_install`.
 PI_DIR_HELP: Final = (
     "the folder holding the pinned Pi's node_modules (default: $PI_BRIDGE_PI_DIR, else tools/pi when "
     "pi-bridge runs from a checkout; an installed pi-bridge needs one of the two)"
