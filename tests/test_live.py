@@ -577,6 +577,47 @@ async def test_an_engine_that_ignores_eof_and_sigterm_is_killed_and_reaped(tmp_p
     assert exits and exits[0]["signal"] == 9
 
 
+def _gone(pid: int) -> bool:
+    """No such process, or only its zombie (reparented: init reaps it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+@pytest.mark.parametrize("how", ["stopped", "crashed"])
+async def test_what_an_engine_leaves_in_its_process_group_ends_with_it(tmp_path: Path, how: str):
+    """A ``--`` engine started a grandchild in its process group (a tool's ``sleep &``; here it
+    holds the engine's stdout and stderr too) and then ended: stopped by the bridge at close,
+    or crashed mid-run. The grandchild was left running (reparented to init) after the bridge
+    had closed: the close ladder signalled the group only while the engine itself lived."""
+    pidfile = tmp_path / "grandchild.pid"
+    script = tmp_path / "engine.py"
+    script.write_text(f"""
+import os, subprocess, sys
+child = subprocess.Popen(["sleep", "300"])  # same process group, inherits stdout and stderr
+with open({str(pidfile)!r}, "w") as f:
+    f.write(str(child.pid))
+os.execv(sys.executable, [sys.executable, {str(TOOLS / "fake_engine.py")!r}, *sys.argv[1:]])
+""")
+    argv = [sys.executable, str(script)]
+    if how == "crashed":
+        argv += ["--scenario-json", json.dumps({"prompts": [{"crash_at": 4}]})]
+
+    async def body(bridge: Bridge) -> list[Receipt]:
+        r = await bridge.prompt("hi")
+        if how == "crashed":
+            # The engine is gone and the bridge still runs: the grandchild is gone already.
+            await until(lambda: _gone(int(pidfile.read_text())))
+        return [r]
+
+    _, rs = await session(tmp_path, CommandProfile(argv), body)
+    assert rs[0].state == ("finished" if how == "stopped" else "outcome-unknown"), rs[0]
+    grandchild = int(pidfile.read_text())
+    await until(lambda: _gone(grandchild))  # SIGKILLed before the close ended: only its delivery is awaited
+
+
 async def test_prompt_text_arrives_intact(tmp_path: Path):
     text = "line1\nline2\r\u2028\u2029\x00 emoji \U0001f600 " + "x" * 1_000_000
 

@@ -14,7 +14,8 @@ An :class:`Engine` owns one subprocess and three tasks in the caller's nursery:
 Closing is a ladder (:meth:`Engine.aclose`), shielded from cancellation and
 bounded at every rung: close stdin (Pi exits within milliseconds on EOF), wait;
 SIGTERM to the engine's process group, wait; SIGKILL, wait. The child is
-always reaped. The engine runs in its own session (``start_new_session``) so a
+always reaped. Whenever the engine exits (asked to or not), what it left in its
+process group is SIGKILLed before it is reaped (so the group's id is still its own). The engine runs in its own session (``start_new_session``) so a
 Ctrl-C at the terminal reaches the bridge, which then stops the engine in
 order, rather than killing the engine under a running prompt; if the bridge
 itself is killed, the engine's stdin reaches EOF and Pi exits on its own.
@@ -131,6 +132,8 @@ class Engine:
         self.pid: int | None = None
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_RING)
         self.exited = trio.Event()
+        #: Set once the waiter has reaped the process (before ``exited``: the stdout drain).
+        self.reaped = trio.Event()
         self.stdout_done = trio.Event()
         self.returncode: int | None = None
         #: True once the bridge asked this engine to stop (not a crash).
@@ -279,8 +282,15 @@ class Engine:
         read out (or ``STDOUT_DRAIN_GRACE`` has passed: a grandchild may hold it open)."""
         assert self.process is not None
         with self._waiter_scope:
+            if await self._exit_seen():
+                # What the engine left in its process group (a tool's `sleep &`, a
+                # grandchild holding its stdout) ends with it, as in the confined Pi's PID
+                # namespace. Killed before the engine is reaped: its pid, the group's id,
+                # cannot have been taken by another process yet.
+                self._signal_group(signal.SIGKILL)
             code = await self.process.wait()
             self.returncode = code
+            self.reaped.set()
             # What the engine wrote before it died is still in the pipe: let the
             # reader finish it (bounded: a grandchild may hold stdout open).
             with trio.move_on_after(STDOUT_DRAIN_GRACE):
@@ -293,6 +303,22 @@ class Engine:
         sig = -status if status is not None and status < 0 else None
         self.sink.exited(self, status if sig is None else None, sig)
         self.exited.set()
+
+    async def _exit_seen(self) -> bool:
+        """Until the engine has exited, leaving it unreaped (True: its pid is still its own),
+        or, where the exit cannot be watched without reaping it (no pidfd), until it has been
+        reaped (False)."""
+        assert self.process is not None
+        try:
+            fd = os.pidfd_open(self.process.pid)
+        except (AttributeError, OSError):
+            return False
+        try:
+            await trio.lowlevel.wait_readable(fd)
+        finally:
+            trio.lowlevel.notify_closing(fd)
+            os.close(fd)
+        return True
 
     def abandon(self) -> None:
         """End the engine's tasks now (the last rung: the process is gone or unkillable)."""
@@ -321,14 +347,16 @@ class Engine:
                     await proc.stdin.aclose()
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     pass
+            # Waits for the waiter to reap the engine, never reaps it here: the waiter kills
+            # what the engine left in its process group while the engine's pid is still its own.
             with trio.move_on_after(stdin_grace):
-                await proc.wait()
+                await self.reaped.wait()
             for sig, grace in ((signal.SIGTERM, term_grace), (signal.SIGKILL, 5.0)):
-                if proc.returncode is not None:
+                if self.reaped.is_set():
                     break
                 self._signal_group(sig)
                 with trio.move_on_after(grace):
-                    await proc.wait()
+                    await self.reaped.wait()
             # The waiter task reports the exit; give it the stdout drain grace.
             with trio.move_on_after(STDOUT_DRAIN_GRACE + 1.0):
                 await self.exited.wait()
