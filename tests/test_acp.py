@@ -724,6 +724,9 @@ async def _python_scenario(
     await asyncio.to_thread(lambda: engine_gone(m["receipt"]["pid"], reaped=True))
     while stderr_path.read_text().count("the engine exited by itself") < 2:
         await asyncio.sleep(0.02)
+    # The status in words ("signal 9"), never Python's None for the half it did not have.
+    exits = [line for line in stderr_path.read_text().splitlines() if "exited by itself" in line]
+    assert not [line for line in exits if "None" in line], exits
     fresh = await conn.prompt(session_id=sid, prompt=[text_block("Are you there?")])
     f = meta(fresh)
     assert fresh.stop_reason == "end_turn" and f["receipt"]["reply"] == "Fresh engine here." and f["newConversation"]

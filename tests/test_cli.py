@@ -476,16 +476,15 @@ def test_a_journal_has_its_header_on_disk_before_the_first_prompt(tmp_path):
     assert header["transcript"] == "pi-bridge"
 
 
-def test_run_on_a_terminal_shows_the_engine_starting_and_retrying():
-    import json
+def _run_on_a_terminal(*args: str) -> tuple[subprocess.CompletedProcess[bytes], str]:
+    """``bridge run ARGS`` with its stderr on a terminal (a pty): the process and that text."""
     import os
     import pty
 
-    scenario = json.dumps({"prompts": [{"retries": 1, "retry_delay": 0.1, "reply": "at last"}]})
     leader, follower = pty.openpty()
     try:
         p = subprocess.run(
-            [sys.executable, "-m", "bridge", "run", "hi", "--no-journal", "--", *FAKE, "--scenario-json", scenario],
+            [sys.executable, "-m", "bridge", "run", *args],
             stdout=subprocess.PIPE,
             stderr=follower,
             timeout=60,
@@ -505,10 +504,31 @@ def test_run_on_a_terminal_shows_the_engine_starting_and_retrying():
         os.close(leader)
         if follower != -1:
             os.close(follower)
-    text = err.decode()
+    return p, err.decode()
+
+
+def test_run_on_a_terminal_shows_the_engine_starting_and_retrying():
+    import json
+
+    scenario = json.dumps({"prompts": [{"retries": 1, "retry_delay": 0.1, "reply": "at last"}]})
+    p, text = _run_on_a_terminal("hi", "--no-journal", "--", *FAKE, "--scenario-json", scenario)
     assert p.returncode == 0 and b"at last" in p.stdout
     assert "… engine started (pid" in text
     assert "… the engine retries p1 (attempt 1 of 3 in 0.1 s): 529 overloaded_error" in text, text
+
+
+def test_run_on_a_terminal_says_how_the_engine_died_in_words():
+    """The line said "(code None, signal 9); restarting": Python's None for the status it did
+    not have, and a restart that never came (the prompt was the last one; found by a trial,
+    with an engine that killed itself mid-run)."""
+    import json
+
+    scenario = json.dumps({"prompts": [{"kill_at": 3}]})
+    p, text = _run_on_a_terminal("hi", "--no-journal", "--", *FAKE, "--scenario-json", scenario)
+    assert p.returncode == 1, text
+    assert "… engine exited by itself (signal 9)\r\n" in text, text
+    assert "None" not in text and "restarting" not in text, text
+    assert "generation 2" not in text, text
 
 
 def test_a_bug_is_the_only_traceback_and_exits_70():

@@ -15,7 +15,7 @@ import attrs
 
 from bridge.controller.output import silence_stdout
 from bridge.core.lifecycle import BridgeConfig
-from bridge.core.receipts import Receipt
+from bridge.core.receipts import Receipt, exit_status
 from bridge.live.api import Bridge, PromptHandle
 from bridge.live.signals import SignalCloser, closing_signals
 from bridge.profiles.command import EngineProfile
@@ -284,7 +284,9 @@ def _progress_line(note: dict[str, Any]) -> None:
     if kind == "engine" and event == "started":
         line = f"… engine started (pid {note.get('pid')}, generation {note.get('generation')})"
     elif kind == "engine" and event == "exited" and not note.get("requested"):
-        line = f"… engine exited by itself (code {note.get('code')}, signal {note.get('signal')}); restarting"
+        # Whether a new engine starts is for its own "started" line to say: none does after the
+        # last prompt, nor once the crash limit is reached.
+        line = f"… engine exited by itself ({exit_status(note.get('code'), note.get('signal'))})"
     elif kind == "progress" and event == "retrying":
         delay = note.get("delayMs")
         wait = f" in {delay / 1000:g} s" if isinstance(delay, (int, float)) else ""

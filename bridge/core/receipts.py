@@ -288,10 +288,15 @@ def decide(f: Facts) -> Verdict:
     return f.tracker  # row 12: the seed's own verdict
 
 
+def exit_status(code: int | None, signal: int | None) -> str:
+    """An exit status in words: ``signal 9``, ``code 1`` (never a ``None``)."""
+    return f"signal {signal}" if signal is not None else f"code {code}" if code is not None else "status unknown"
+
+
 def exit_words(code: int | None, signal: int | None, stderr: Sequence[str] = (), *, when: str = "") -> str:
     """An engine's exit in words, with its last stderr lines: what a user needs to fix it
     (the ``nativeError`` of an ``engine-exited`` receipt and of ``engine-down``)."""
-    how = f"signal {signal}" if signal is not None else f"code {code}" if code is not None else "status unknown"
+    how = exit_status(code, signal)
     tail = " | ".join(line for line in stderr if line.strip())
     return f"the engine exited{when} ({how})" + (f": {tail}" if tail else "")
 

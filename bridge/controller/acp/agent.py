@@ -49,6 +49,7 @@ from bridge.controller.output import FLUSH_GRACE, Output
 from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
 from bridge.core.lifecycle import BridgeConfig
 from bridge.core.progress import TurnEnd
+from bridge.core.receipts import exit_status
 from bridge.live.api import Bridge, open_bridge
 from bridge.live.handles import Dialog, DialogError, PromptHandle
 from bridge.live.journal import JournalError, default_journal_path, private_dir
@@ -535,7 +536,8 @@ def _stderr_line(session_id: str) -> Callable[[dict[str, Any]], None]:
             words = ", ".join(f"{k}={v}" for k, v in note.items() if k not in ("type", "signal"))
             line = f"bridge acp: session {session_id}: signal {note.get('signal')} ({words[:300]})"
         elif kind == "engine" and note.get("event") == "exited" and not note.get("requested"):
-            line = f"bridge acp: session {session_id}: the engine exited by itself (code {note.get('code')}, signal {note.get('signal')})"
+            how = exit_status(note.get("code"), note.get("signal"))
+            line = f"bridge acp: session {session_id}: the engine exited by itself ({how})"
         elif kind == "engine" and note.get("event") == "down":
             line = f"bridge acp: session {session_id}: the engine is down: {note.get('why')}"
         else:
