@@ -1233,6 +1233,39 @@ def test_a_timeout_stop_is_noted_as_the_bridges_and_decides_failed_timeout() -> 
     h.drive_to_completion()
 
 
+def test_a_controllers_stop_that_is_not_obeyed_ends_at_the_stop_grace() -> None:
+    """The controller stops a running prompt (no timeout of its own) and the engine obeys no
+    abort (SIGSTOPped, hung): the stop's grace, then ``settle-timeout`` and a recycle, as for
+    the bridge's own stops. There was no bound at all: the stop took the stall deadline away
+    and armed nothing, so the slot and every prompt queued behind it waited until the bridge
+    closed (found by a trial: ``bridge serve`` and an engine that SIGSTOPs itself mid-run)."""
+    h = Harness(small_config(stall_timeout=4.0))
+    generation = ready_engine(h, "p1", "p2")
+    h.now = 1.0
+    out = h.stop("p1")
+    (note,) = notes(out, "stop")
+    assert note["by"] == "controller"
+    assert h.lc.state.deadlines == {"stop": 1.0 + h.cfg.stop_grace}
+    out = h.advance(h.cfg.stop_grace)
+    assert of(out, GiveUp) == [GiveUp("p1", "settle")]
+    assert delivered(out) == {"p1": ("outcome-unknown", "settle-timeout")}
+    assert of(out, StopEngine) == [StopEngine(generation, True)]
+    # ... and p2 runs on a fresh engine.
+    h.exited(generation, None, 9)
+    h.drive_to_completion()
+    assert h.violations == []
+    # Obeyed in time, it is the controller's: failed/interrupted, nothing left armed.
+    h = Harness()
+    generation = ready_engine(h, "p1")
+    out = h.stop("p1")
+    out = h.settle(
+        "p1", Facts(tracker=("failed", "interrupted"), stop_by="controller"), stop=notes(out, "stop")[0]["stop"]
+    )
+    assert delivered(out) == {"p1": ("failed", "interrupted")}
+    assert h.lc.state.deadlines == {}
+    h.drive_to_completion()
+
+
 def test_drain_bound_stops_the_running_prompt_as_a_timeout() -> None:
     h = Harness()
     generation = ready_engine(h, "p1", "p2")

@@ -525,6 +525,27 @@ async def test_settle_timeout_stops_then_gives_up_and_recycles(tmp_path: Path):
     assert rs[1].generation == 2
 
 
+async def test_a_controllers_stop_the_engine_does_not_obey_is_given_up(tmp_path: Path):
+    """No timeout, and the engine obeys no abort ("hang": "forever" writes nothing more after
+    the run's start): the controller's stop held the slot, and the prompt queued behind it,
+    until the bridge closed (here: the session's bound). Now: the stop's grace, then
+    settle-timeout, and the next prompt on a fresh engine."""
+
+    async def body(bridge: Bridge) -> list[Receipt]:
+        first = await bridge.submit("never ends")
+        second = await bridge.submit("next", timeout=0.5)  # (the fresh engine hangs too)
+        await until(lambda: (bridge.status()["held"], len(journal_sends(run))) == (first.request, 1))
+        stop = await first.stop()
+        r = await first.receipt()
+        assert r.stop == stop and stop is not None
+        return [r, await second.receipt()]
+
+    run = Run(tmp_path)  # its journal path, for journal_sends above (session writes the same)
+    _, rs = await session(tmp_path, fake({"prompts": [{"hang": "forever"}]}), body)
+    assert (rs[0].state, rs[0].reason, rs[0].ack_idx) == ("outcome-unknown", "settle-timeout", 1)
+    assert (rs[1].reason, rs[1].generation) == ("settle-timeout", 2)
+
+
 async def test_settle_timeout_honoured_by_the_engine_is_failed_timeout(tmp_path: Path):
     run, r = await one(tmp_path, {"prompts": [{"hang": True}]}, settle_timeout=0.3)
     assert (r.state, r.reason) == ("failed", "timeout") and r.stop is not None
@@ -793,22 +814,24 @@ async def test_a_stall_fires_on_the_bridges_clock_from_the_runs_last_line(tmp_pa
 
 
 async def test_a_controller_stop_then_its_timeout_stays_interrupted(tmp_path: Path, mock_clock: Any):
-    """The first stop sent decides the word: the controller's stop wins over a later timeout."""
+    """The first stop sent decides the word: the controller's stop wins over a later timeout
+    (one that passes within the stop's grace: past it the stop is given up, settle-timeout)."""
     mock_clock.rate = 1.0
 
     async def body(bridge: Bridge) -> list[Receipt]:
-        handle = await bridge.submit("hang on", timeout=600)
+        handle = await bridge.submit("hang on", timeout=600, stall_timeout=0)
         while not (
             handle.request == bridge.lifecycle.state.held and bridge.lifecycle.state.prompts[handle.request].acked
         ):
             await bridge._wait_change()
+        mock_clock.jump(598)
         stop = await handle.stop()
-        mock_clock.jump(600)
+        mock_clock.jump(3)  # the timeout passes, 3 s into the stop's 5 s grace
         r = await handle.receipt()
         assert r.stop == stop
         return [r]
 
-    _, rs = await session(tmp_path, fake({"prompts": [{"hang": True}]}), body, bound=630)
+    _, rs = await session(tmp_path, fake({"prompts": [{"hang": True}]}), body, bound=630, stop_grace=5.0)
     assert (rs[0].state, rs[0].reason) == ("failed", "interrupted")
 
 

@@ -25,7 +25,8 @@ SIGNALS_PER_GENERATION: Final = 1000
 #: ``stall``    the held prompt's run showed nothing for its stall timeout while it waited on
 #:              the model: a ``stalled`` signal, a stop (``stall``), arm ``stop``. Moved on by
 #:              every :class:`~bridge.core.lifecycle.inputs.Activity`
-#: ``stop``     the timeout's stop was not obeyed: give up (``settle-timeout``), recycle
+#: ``stop``     a stop (the controller's, a timeout's, a stall's) was not obeyed: give up
+#:              (``settle-timeout``), recycle
 #: ``taint``    an unsealed engine's held prompt did not settle: give up (the taint)
 #: ``close``    closing, the stopped prompt did not settle: stop the engine
 #: ``startup``  the start-up check was not answered: a failed check
@@ -79,7 +80,8 @@ class BridgeConfig:
         if value is not None:
             _positive(self, attribute, value)
 
-    #: After the stop a settle timeout (or a stall) sends, how long to wait before giving up.
+    #: After a stop (the controller's, or the one a settle timeout or a stall sends), how long
+    #: to wait for the run to settle before giving up.
     stop_grace: float = attrs.field(default=5.0, validator=_positive)
     #: After an overlap / gap / bad disposition, how long the held slot waits for
     #: its own run to settle before it is given up.

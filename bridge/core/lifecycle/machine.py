@@ -202,6 +202,11 @@ class Lifecycle:
         else:
             if rec.stop is None and rec.gave_up is None:
                 self._send_stop(rec, StopBy.CONTROLLER, "the controller asked")
+                if s.engine.phase in ("checking", "ready"):
+                    # Bounded like the bridge's own stops (the stall deadline went with the
+                    # stop): an engine that obeys no abort (stopped, hung) held the slot, and
+                    # every prompt queued behind it, until the bridge closed.
+                    s.deadlines["stop"] = self._now + self.config.stop_grace
             self._out.append(StopAnswer(ev.request, rec.stop))
 
     def _abort_compaction(self, rec: PromptRec) -> None:
