@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import re
@@ -24,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -776,6 +778,22 @@ class _Wire:
                 self.answers[msg["id"]] = msg
         return self.answers[rid]
 
+    def open_session(self, cwd: Path) -> None:
+        """``initialize`` (id 1) and ``session/new`` (id 2) in ``cwd``: the session is ``s1``."""
+        self.send(
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
+            {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": str(cwd), "mcpServers": []}},
+        )
+        assert self.answer(2)["result"]["sessionId"] == "s1"
+
+    def until(self, wanted: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        """The next message ``wanted`` says yes to (those before it are passed over)."""
+        while True:
+            msg = json.loads(self.stdout.readline() or b"null")
+            assert msg is not None, "the agent ended early"
+            if wanted(msg):
+                return msg
+
 
 def test_every_receipt_state_reaches_the_client_as_its_own_error_and_bad_messages_are_named(tmp_path: Path) -> None:
     """Through ``bridge acp -- FAKE ENGINE`` (its first process, then its second after the
@@ -955,41 +973,20 @@ def test_a_cancel_while_asked_is_not_followed_by_the_extensions_next_dialog(pinn
     # A dialog timeout no wait below outlasts: the turn must end by the stop, not by it.
     argv = agent_argv(tmp_path, models, settings, "--extension", str(twice), "--dialog-timeout", "600")
     prompt = {"sessionId": "s1", "prompt": [{"type": "text", "text": "run it"}]}
-    try:
-        with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT) as proc:
-            assert proc.stdin is not None and proc.stdout is not None
-            wire = _Wire(proc)
-            try:
-                wire.send(
-                    {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
-                    {
-                        "jsonrpc": "2.0",
-                        "id": 2,
-                        "method": "session/new",
-                        "params": {"cwd": str(tmp_path / "proj"), "mcpServers": []},
-                    },
-                )
-                assert wire.answer(2)["result"]["sessionId"] == "s1"
-                wire.send({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": prompt})
-                while True:  # until the first permission request
-                    msg = json.loads(proc.stdout.readline() or b"null")
-                    assert msg is not None, "the agent ended early"
-                    if msg.get("method") == "session/request_permission":
-                        break
-                wire.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "s1"}})
-                wire.send({"jsonrpc": "2.0", "id": msg["id"], "result": {"outcome": {"outcome": "cancelled"}}})
-                done = threading_answer(wire, 3, within=60)
-                assert done is not None, "the cancelled turn was not answered: it waits on a dialog"
-                assert done["result"]["stopReason"] == "cancelled", done
-                wire.send({"jsonrpc": "2.0", "id": 4, "method": "session/prompt", "params": prompt})
-                assert wire.answer(4)["result"]["stopReason"] == "end_turn"
-                proc.stdin.close()
-                assert proc.wait(timeout=30) == 0
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-    finally:
-        server.close()
+    with _agent(argv, server) as (proc, wire):
+        assert proc.stdin is not None and proc.stdout is not None
+        wire.open_session(tmp_path / "proj")
+        wire.send({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": prompt})
+        msg = wire.until(lambda m: m.get("method") == "session/request_permission")  # the first permission request
+        wire.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "s1"}})
+        wire.send({"jsonrpc": "2.0", "id": msg["id"], "result": {"outcome": {"outcome": "cancelled"}}})
+        done = threading_answer(wire, 3, within=60)
+        assert done is not None, "the cancelled turn was not answered: it waits on a dialog"
+        assert done["result"]["stopReason"] == "cancelled", done
+        wire.send({"jsonrpc": "2.0", "id": 4, "method": "session/prompt", "params": prompt})
+        assert wire.answer(4)["result"]["stopReason"] == "end_turn"
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0
     written = validate_wire(tmp_path / "tap.log")
     asks = [m for m in written if m.get("method") == "session/request_permission"]
     assert [a["params"]["toolCall"]["title"] for a in asks] == ["Run this command?"], asks
@@ -1009,41 +1006,35 @@ def test_stdins_end_while_a_permission_is_asked_cancels_the_dialog_at_once(pinne
     (tmp_path / "proj").mkdir()
     argv = agent_argv(tmp_path, models, settings, "--extension", str(EXTENSION), "--dialog-timeout", "600")
     prompt = {"sessionId": "s1", "prompt": [{"type": "text", "text": "run it"}]}
+    with _agent(argv, server) as (proc, wire):
+        assert proc.stdin is not None and proc.stdout is not None
+        wire.open_session(tmp_path / "proj")
+        wire.send({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": prompt})
+        wire.until(lambda m: m.get("method") == "session/request_permission")  # the permission request
+        proc.stdin.close()
+        done = threading_answer(wire, 3, within=60)
+        assert done is not None, "the prompt was not answered: its dialog waits for an answer that cannot come"
+        assert done["result"]["stopReason"] == "end_turn", done
+        assert proc.wait(timeout=30) == 0
+    validate_wire(tmp_path / "tap.log")
+    notes = [json.loads(line).get("note") for line in (tmp_path / "j-s1.jsonl").read_text().splitlines()]
+    by = [n["by"] for n in notes if isinstance(n, dict) and n.get("event") == "dialog-end"]
+    assert by == ["no-controller"], by
+
+
+@contextlib.contextmanager
+def _agent(argv: list[str], server: Any) -> Iterator[tuple[subprocess.Popen[bytes], _Wire]]:
+    """``bridge acp`` started with ``argv``: its process and the client's end of its pipes.
+    At the end the agent is killed if it still runs, and the model server is closed."""
     try:
         with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT) as proc:
-            assert proc.stdin is not None and proc.stdout is not None
-            wire = _Wire(proc)
             try:
-                wire.send(
-                    {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
-                    {
-                        "jsonrpc": "2.0",
-                        "id": 2,
-                        "method": "session/new",
-                        "params": {"cwd": str(tmp_path / "proj"), "mcpServers": []},
-                    },
-                )
-                assert wire.answer(2)["result"]["sessionId"] == "s1"
-                wire.send({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": prompt})
-                while True:  # until the permission request
-                    msg = json.loads(proc.stdout.readline() or b"null")
-                    assert msg is not None, "the agent ended early"
-                    if msg.get("method") == "session/request_permission":
-                        break
-                proc.stdin.close()
-                done = threading_answer(wire, 3, within=60)
-                assert done is not None, "the prompt was not answered: its dialog waits for an answer that cannot come"
-                assert done["result"]["stopReason"] == "end_turn", done
-                assert proc.wait(timeout=30) == 0
+                yield proc, _Wire(proc)
             finally:
                 if proc.poll() is None:
                     proc.kill()
     finally:
         server.close()
-    validate_wire(tmp_path / "tap.log")
-    notes = [json.loads(line).get("note") for line in (tmp_path / "j-s1.jsonl").read_text().splitlines()]
-    by = [n["by"] for n in notes if isinstance(n, dict) and n.get("event") == "dialog-end"]
-    assert by == ["no-controller"], by
 
 
 def threading_answer(wire: _Wire, rid: Any, *, within: float) -> dict[str, Any] | None:
@@ -1077,41 +1068,19 @@ def test_a_queued_prompts_receipt_does_not_fail_the_running_prompts_tool_call(pi
         params = {"sessionId": "s1", "prompt": [{"type": "text", "text": f"prompt {rid}"}]}
         return {"jsonrpc": "2.0", "id": rid, "method": "session/prompt", "params": params}
 
-    try:
-        with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT) as proc:
-            assert proc.stdin is not None and proc.stdout is not None
-            wire = _Wire(proc)
-            try:
-                wire.send(
-                    {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
-                    {
-                        "jsonrpc": "2.0",
-                        "id": 2,
-                        "method": "session/new",
-                        "params": {"cwd": str(tmp_path / "proj"), "mcpServers": []},
-                    },
-                )
-                assert wire.answer(2)["result"]["sessionId"] == "s1"
-                wire.send(prompt(3))
-                while True:  # until the bash call has started
-                    msg = json.loads(proc.stdout.readline() or b"null")
-                    assert msg is not None, "the agent ended early"
-                    if (
-                        msg.get("method") == "session/update"
-                        and msg["params"]["update"]["sessionUpdate"] == "tool_call"
-                    ):
-                        break
-                wire.send(prompt(4), prompt(5))
-                assert wire.answer(5)["error"]["data"]["receipt"]["reason"] == "queue-full"
-                assert wire.answer(3)["result"]["stopReason"] == "end_turn"
-                assert wire.answer(4)["result"]["stopReason"] == "end_turn"
-                proc.stdin.close()
-                assert proc.wait(timeout=30) == 0
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-    finally:
-        server.close()
+    with _agent(argv, server) as (proc, wire):
+        assert proc.stdin is not None and proc.stdout is not None
+        wire.open_session(tmp_path / "proj")
+        wire.send(prompt(3))
+        wire.until(  # the bash call has started
+            lambda m: m.get("method") == "session/update" and m["params"]["update"]["sessionUpdate"] == "tool_call"
+        )
+        wire.send(prompt(4), prompt(5))
+        assert wire.answer(5)["error"]["data"]["receipt"]["reason"] == "queue-full"
+        assert wire.answer(3)["result"]["stopReason"] == "end_turn"
+        assert wire.answer(4)["result"]["stopReason"] == "end_turn"
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0
     updates = [
         m["params"]["update"] for m in validate_wire(tmp_path / "tap.log") if m.get("method") == "session/update"
     ]

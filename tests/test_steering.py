@@ -99,23 +99,34 @@ async def scripted_serve(tmp_path: Path, models: str) -> ServeProc:
     return ServeProc(proc, tmp_path / "serve.stderr")
 
 
-async def test_serve_takes_configure_and_a_prompts_model(pinned_pi: Any, tmp_path: Path) -> None:
-    """The same through ``bridge serve``: ``configure``, and a prompt's own fields over it."""
-    server = start_server([{"text": "a"}, {"text": "b"}])
-    models = two_models(server, tmp_path / "models.json")
-    sp = await scripted_serve(tmp_path, models)
+async def serve_to_the_end(sp: ServeProc, server: Any, *cmds: dict[str, Any]) -> None:
+    """Send ``cmds``, close stdin and read serve to its exit, which must be 0; at the end serve
+    is killed if it still runs and the model server is closed."""
     try:
         with trio.fail_after(90):
-            await sp.send({"type": "configure", "provider": "scripted", "model": THINKER, "thinking": "medium"})
-            await sp.send({"type": "prompt", "id": "a", "message": "x"})
-            await sp.send({"type": "prompt", "id": "b", "message": "y", "thinking": "high"})
-            await sp.send({"type": "configure", "model": "lonely"})
+            for cmd in cmds:
+                await sp.send(cmd)
             await sp.close_stdin()
             await sp.read_all(timeout=60)
             assert await sp.wait() == 0, sp.stderr
     finally:
         await sp.kill()
         server.close()
+
+
+async def test_serve_takes_configure_and_a_prompts_model(pinned_pi: Any, tmp_path: Path) -> None:
+    """The same through ``bridge serve``: ``configure``, and a prompt's own fields over it."""
+    server = start_server([{"text": "a"}, {"text": "b"}])
+    models = two_models(server, tmp_path / "models.json")
+    sp = await scripted_serve(tmp_path, models)
+    await serve_to_the_end(
+        sp,
+        server,
+        {"type": "configure", "provider": "scripted", "model": THINKER, "thinking": "medium"},
+        {"type": "prompt", "id": "a", "message": "x"},
+        {"type": "prompt", "id": "b", "message": "y", "thinking": "high"},
+        {"type": "configure", "model": "lonely"},
+    )
     receipts = {x["id"]: x["receipt"] for x in sp.receipts()}
     assert receipts["a"]["config"] == {
         "provider": "scripted",
@@ -142,20 +153,14 @@ async def test_serve_takes_a_model_id_that_begins_with_its_provider(pinned_pi: A
     models = tmp_path / "models.json"
     models.write_text(json.dumps(data))
     sp = await scripted_serve(tmp_path, str(models))
-    try:
-        with trio.fail_after(90):
-            await sp.send(
-                {"type": "prompt", "id": "a", "message": "x", "provider": "scripted", "model": "scripted/special"}
-            )
-            await sp.send({"type": "prompt", "id": "b", "message": "y", "model": "scripted/scripted-model"})
-            await sp.send({"type": "configure", "provider": "scripted", "model": "scripted/special", "thinking": "off"})
-            await sp.send({"type": "prompt", "id": "c", "message": "z"})
-            await sp.close_stdin()
-            await sp.read_all(timeout=60)
-            assert await sp.wait() == 0, sp.stderr
-    finally:
-        await sp.kill()
-        server.close()
+    await serve_to_the_end(
+        sp,
+        server,
+        {"type": "prompt", "id": "a", "message": "x", "provider": "scripted", "model": "scripted/special"},
+        {"type": "prompt", "id": "b", "message": "y", "model": "scripted/scripted-model"},
+        {"type": "configure", "provider": "scripted", "model": "scripted/special", "thinking": "off"},
+        {"type": "prompt", "id": "c", "message": "z"},
+    )
     receipts = {x["id"]: x["receipt"] for x in sp.receipts()}
     assert {k: (r["state"], r["config"]["model"]) for k, r in receipts.items()} == {
         "a": ("finished", "scripted/special"),
@@ -174,17 +179,13 @@ async def test_serve_says_how_a_refused_model_named_alone_was_read(pinned_pi: An
     the split name on as provider and id, so the refusal was Pi's bare words (a README trial)."""
     server = start_server([{"text": "a"}])
     sp = await scripted_serve(tmp_path, two_models(server, tmp_path / "models.json"))
-    try:
-        with trio.fail_after(90):
-            await sp.send({"type": "prompt", "id": "a", "message": "x", "model": "scripted/special"})
-            await sp.send({"type": "configure", "model": "scripted/other"})
-            await sp.send({"type": "prompt", "id": "b", "message": "y"})
-            await sp.close_stdin()
-            await sp.read_all(timeout=60)
-            assert await sp.wait() == 0, sp.stderr
-    finally:
-        await sp.kill()
-        server.close()
+    await serve_to_the_end(
+        sp,
+        server,
+        {"type": "prompt", "id": "a", "message": "x", "model": "scripted/special"},
+        {"type": "configure", "model": "scripted/other"},
+        {"type": "prompt", "id": "b", "message": "y"},
+    )
     receipts = {x["id"]: x["receipt"] for x in sp.receipts()}
     for rid, name in (("a", "special"), ("b", "other")):
         r = receipts[rid]
