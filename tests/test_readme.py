@@ -4,11 +4,45 @@ to are there."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 from tests.conftest import ROOT
+
+
+@contextlib.contextmanager
+def _model_server(*args: str) -> Iterator[dict[str, Any]]:
+    """``tools/model_server.py ARGS`` started as a user starts it: what its first line says
+    (where it listens), and stopped at the end."""
+    server = subprocess.Popen(
+        [sys.executable, str(ROOT / "tools" / "model_server.py"), *args], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdout is not None
+        yield json.loads(server.stdout.readline())
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def _bridge(command: str | list[str], *, cwd: Path, journals: Path) -> subprocess.CompletedProcess[str]:
+    """A README command run as written (a string: through the shell), its journals kept apart."""
+    return subprocess.run(
+        command,
+        shell=isinstance(command, str),
+        cwd=cwd,
+        env={**os.environ, "PI_BRIDGE_JOURNAL_DIR": str(journals)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_the_python_api_example_runs():
@@ -28,42 +62,16 @@ def test_the_readme_starts_with_the_two_commands():
 def test_the_custom_provider_example_runs_against_the_scripted_model_server(tmp_path):
     """README "Your own OpenAI-compatible server": its models.json and command, as written,
     against tools/model_server.py (only the port differs) through the real pinned Pi."""
-    import json
-    import os
 
     text = (ROOT / "README.md").read_text()
     section = text.split("### Your own OpenAI-compatible server", 1)[1].split("\n### ", 1)[0]
     models = re.findall(r"```json\n(.*?)```", section, re.S)[0]
     command = re.findall(r"```sh\n(.*?)```", section, re.S)[0].strip()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "tools" / "model_server.py"),
-            "--default",
-            json.dumps({"text": "Hello from your server."}),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        base_url = json.loads(server.stdout.readline())["base_url"]
+    with _model_server("--default", json.dumps({"text": "Hello from your server."})) as listening:
         assert "http://127.0.0.1:8000/v1" in models
-        (tmp_path / "my-models.json").write_text(models.replace("http://127.0.0.1:8000/v1", base_url))
+        (tmp_path / "my-models.json").write_text(models.replace("http://127.0.0.1:8000/v1", listening["base_url"]))
         argv = command.split(" ", 1)[1]  # after .venv/bin/bridge
-        env = {**os.environ, "PI_BRIDGE_JOURNAL_DIR": str(tmp_path / "journals")}
-        p = subprocess.run(
-            f"{sys.executable} -m bridge {argv}",
-            shell=True,
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+        p = _bridge(f"{sys.executable} -m bridge {argv}", cwd=tmp_path, journals=tmp_path / "journals")
     assert p.returncode == 0, p.stderr
     assert "Hello from your server." in p.stdout and "p1: finished" in p.stderr
 
@@ -89,7 +97,6 @@ def test_the_serve_exchange_has_the_lines_and_keys_a_real_one_has(tmp_path):
     real line has, at every level (times, pids and paths differ). Its status line had lost
     "shutdown" and "closing" and said generation 0, and its receipt had no "config" (a
     new-user trial: a controller written from the README parses what is there)."""
-    import json
 
     text = (ROOT / "README.md").read_text()
     section = text.split("A real exchange with the sealed Pi and the scripted model server", 1)[1]
@@ -228,35 +235,15 @@ def test_the_seal_s_refusal_of_a_model_is_what_run_prints(tmp_path):
     aside) and exit 2. The README gave the command without the models.json its provider is
     in (Pi then refuses the provider, in other words) and left out the journal's line (a
     README trial)."""
-    import json
-    import os
 
     text = (ROOT / "README.md").read_text()
     section = text.split("**The model asked for.**", 1)[1]
     command = re.search(r"`bridge run (--models-json DIR/models\.json[^`]*)` ends with", section, re.S)
     assert command, "the README shows no bridge run command before the refusal"
     shown = section.split("```\n", 2)[1].splitlines()
-    server = subprocess.Popen(
-        [sys.executable, str(ROOT / "tools" / "model_server.py"), "--write-models", str(tmp_path)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        json.loads(server.stdout.readline())
+    with _model_server("--write-models", str(tmp_path)):
         argv = " ".join(command.group(1).split()).replace("DIR/", f"{tmp_path}/").split(" ")
-        env = {**os.environ, "PI_BRIDGE_JOURNAL_DIR": str(tmp_path / "journals")}
-        p = subprocess.run(
-            [sys.executable, "-m", "bridge", "run", *argv],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+        p = _bridge([sys.executable, "-m", "bridge", "run", *argv], cwd=ROOT, journals=tmp_path / "journals")
     assert p.returncode == 2, p.stderr
     got = [line for line in p.stderr.splitlines() if line]
     assert len(got) == len(shown), (got, shown)
