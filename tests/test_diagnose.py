@@ -1190,26 +1190,28 @@ def write_big_journal(path: Path | str, target: int) -> dict[str, int]:
 
 
 _MEASURE = r"""
-import gc, json, resource, sys, time
+import gc, json, sys, time
 import bridge.readers.diagnose as d
 from bridge.cli import build_parser
 
-def rss_kb():
-    # The current resident set (the baseline); ru_maxrss is the peak since start,
-    # which import-time transients may already have raised.
+def status_kb(key):
+    # From /proc/self/status: VmRSS, the current resident set (the baseline), and VmHWM, the
+    # peak of this process image. Not ru_maxrss: Linux carries that across exec, so it held
+    # the pytest worker's own peak when it spawned this (255 MB "growth" seen in CI after a
+    # memory-heavy test ran in the same worker).
     with open("/proc/self/status") as fh:
         for line in fh:
-            if line.startswith("VmRSS:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1])
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    raise RuntimeError(key + " not in /proc/self/status")
 
 gc.collect()
-base = rss_kb()
+base = status_kb("VmRSS")
 t0 = time.monotonic()
 diag = d.diagnose(sys.argv[1])
 text = d.format_text(diag)
 out = json.dumps(diag.to_json())
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+peak = status_kb("VmHWM")
 print(json.dumps({"base_kb": base, "peak_kb": peak, "seconds": time.monotonic() - t0,
                   "summary": diag.summary()}))
 """
@@ -1233,8 +1235,8 @@ def test_a_200_mb_journal_streams_in_bounded_memory(tmp_path: Path):
         f"\n{size / 1e6:.0f} MB, {info['prompts']} prompts, {s['observations']} observations: written in "
         f"{made:.1f} s, diagnosed in {got['seconds']:.1f} s, peak RSS growth {growth_mb:.1f} MB"
     )
-    # 37 MB on an idle machine, up to 74 MB measured while other test suites shared it (the
-    # peak RSS is not load-proof); a diagnoser that kept the journal would hold its 200 MB.
+    # ~5 MB (2026-12-01; the 37-74 MB measured before were ru_maxrss, which carried the
+    # spawning worker's own peak); a diagnoser that kept the journal would hold its 200 MB.
     assert growth_mb < 100, got
     assert s["observations"] == info["observations"]
     assert s["prompts"]["sent"] == info["prompts"]
