@@ -520,14 +520,7 @@ def test_what_pi_runs_from_stays_read_only_under_a_writable_working_folder(tmp_p
         "own": ".",
     }
     command = "; ".join(f"touch {d}/planted.js; echo {k}=$?" for k, d in targets.items())
-    server = server_for(tool_script(command))
-    journal = tmp_path / "j.jsonl"
-    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
-    out = run_cli(
-        "run", "go", "--json", "--journal", str(journal), "--engine-cwd", str(proj), "--pi-dir", str(pi),
-        *pi_args(server, tmp_path), env=env, timeout=120,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
+    out, journal = _run_tool_in(proj, pi, cache, server_for(tool_script(command)), tmp_path)
     [r] = [json.loads(line) for line in out.stdout.splitlines()]
     assert (r["state"], r["reply"]) == ("finished", MODEL_REPLY)
     said = tool_output(journal)
@@ -535,6 +528,20 @@ def test_what_pi_runs_from_stays_read_only_under_a_writable_working_folder(tmp_p
     assert said.count("Read-only file system") == 3, said
     assert "own=0" in said and (proj / "planted.js").exists()
     assert sorted(p.name for p in proj.rglob("planted.js")) == ["planted.js"]  # the working folder's own only
+
+
+def _run_tool_in(proj: Path, pi: Path, cache: Path, server: Any, tmp_path: Path) -> tuple[Any, Path]:
+    """``bridge run --json`` of one prompt whose model runs the scripted tool, Pi working in
+    ``proj`` from the install ``pi`` with its compile cache under ``cache``: the finished run
+    (exit 0) and its journal."""
+    journal = tmp_path / "j.jsonl"
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    out = run_cli(
+        "run", "go", "--json", "--journal", str(journal), "--engine-cwd", str(proj), "--pi-dir", str(pi),
+        *pi_args(server, tmp_path), env=env, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return out, journal
 
 
 def test_what_pi_runs_from_cannot_be_renamed_away_from_under_a_writable_folder(tmp_path: Path, server_for: Any):
@@ -549,14 +556,7 @@ def test_what_pi_runs_from_cannot_be_renamed_away_from_under_a_writable_folder(t
     moves = {"sub": "sub", "tree": "sub/pi/node_modules", "cache": "cache/pi-bridge"}
     command = "; ".join(f"mv {d} {d}.moved; echo {k}=$?" for k, d in moves.items())
     command += "; mkdir made && echo own=$?"
-    server = server_for(tool_script(command))
-    journal = tmp_path / "j.jsonl"
-    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
-    out = run_cli(
-        "run", "go", "--json", "--journal", str(journal), "--engine-cwd", str(proj), "--pi-dir", str(pi),
-        *pi_args(server, tmp_path), env=env, timeout=120,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
+    out, journal = _run_tool_in(proj, pi, cache, server_for(tool_script(command)), tmp_path)
     said = tool_output(journal)
     assert "sub=1" in said and "tree=1" in said and "cache=1" in said, said
     assert "own=0" in said and (proj / "made").is_dir()  # the working folder is still writable

@@ -94,12 +94,17 @@ async def test_the_exact_id_provider_id_and_a_thinking_suffix_pass(pinned_pi: An
         assert [r["body"]["model"] for r in requests] == ["scripted-model"]
 
 
-def test_bridge_run_with_an_unknown_model_ends_with_one_line_naming_it(pinned_pi: Any, tmp_path: Path) -> None:
+def _refused_before_any_model_call(
+    tmp_path: Path, command: str, *args: str, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``bridge COMMAND --no-journal --models-json (the scripted server's) ARGS`` through the
+    real Pi, which must end before any request reaches the model server."""
     server = start_server([])
     try:
-        flags = ["--no-journal", "--models-json", scripted_models(server, tmp_path), "--provider", "scripted"]
-        run = subprocess.run(
-            [sys.executable, "-m", "bridge", "run", *flags, "--model", "nope", "hi"],
+        models = scripted_models(server, tmp_path)
+        p = subprocess.run(
+            [sys.executable, "-m", "bridge", command, "--no-journal", "--models-json", models, *args],
+            input=input,
             capture_output=True,
             text=True,
             timeout=120,
@@ -108,6 +113,11 @@ def test_bridge_run_with_an_unknown_model_ends_with_one_line_naming_it(pinned_pi
         assert server.requests == []
     finally:
         server.close()
+    return p
+
+
+def test_bridge_run_with_an_unknown_model_ends_with_one_line_naming_it(pinned_pi: Any, tmp_path: Path) -> None:
+    run = _refused_before_any_model_call(tmp_path, "run", "--provider", "scripted", "--model", "nope", "hi")
     # An engine that cannot be set up: exit 2 (README "Exit codes"), after one engine start --
     # the refusal is not retried (a fresh Pi answers the same), so no crash-limit backoff.
     assert run.returncode == 2 and run.stdout.strip() == ""
@@ -242,21 +252,12 @@ def test_an_extension_pi_cannot_load_is_a_set_up_failure_not_retried(pinned_pi: 
     refusal now: one start, one line, exit 2."""
     not_an_extension = tmp_path / "afile.ts"
     not_an_extension.write_text("")
-    server = start_server([])
-    flags = ["--no-journal", "--models-json", scripted_models(server, tmp_path)]
-    flags += ["--provider", "scripted", "--model", "scripted-model", "--extension", str(not_an_extension)]
-    try:
-        p = subprocess.run(
-            [sys.executable, "-m", "bridge", "serve", *flags],
-            input='{"type":"prompt","id":"q1","message":"hi"}\n',
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=ROOT,
-        )
-        assert server.requests == []
-    finally:
-        server.close()
+    p = _refused_before_any_model_call(
+        tmp_path,
+        "serve",
+        *("--provider", "scripted", "--model", "scripted-model", "--extension", str(not_an_extension)),
+        input='{"type":"prompt","id":"q1","message":"hi"}\n',
+    )
     assert p.returncode == 2, p.stderr
     last = p.stderr.strip().splitlines()[-1]
     assert last.startswith("bridge serve: the engine cannot be set up: Pi refused an extension: Failed to load"), last
