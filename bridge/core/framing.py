@@ -427,7 +427,8 @@ JOURNAL_UPDATE: Final = b'{"recv":' + MESSAGE_UPDATE
 #: one): ``agent_end`` holds the run's whole message list, ``turn_end`` the turn's message and
 #: its tool results. The lean path checks them (:meth:`JsonCheck.top_scalars`) instead of
 #: building them (``Session._receive_line``).
-TYPE_ONLY: Final = {b'{"type":"agent_end",': "agent_end", b'{"type":"turn_end",': "turn_end"}
+AGENT_END: Final = b'{"type":"agent_end",'
+TYPE_ONLY: Final = {AGENT_END: "agent_end", b'{"type":"turn_end",': "turn_end"}
 
 
 def update_runs(

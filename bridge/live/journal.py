@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from bridge.core.framing import MESSAGE_UPDATE, RAW_LINE_NOTE, RawLine, raw_text, text_tells
+from bridge.core.framing import AGENT_END, MESSAGE_UPDATE, RAW_LINE_NOTE, RawLine, raw_text, text_tells
 from bridge.core.receipts import Receipt
 from bridge.transcript import VERSION, TranscriptWriter, dumps
 
@@ -52,7 +52,7 @@ LEAN_UPDATE = MESSAGE_UPDATE + b'"elided":%d}'
 #: A run of them the session did not parse: one transcript version 2 ``updates`` entry.
 UPDATES_ENTRY = b'{"updates":{"count":%d,"elided":%d},"i":%d,"t":%s}\n'
 
-_ELIDED_TYPES = (MESSAGE_UPDATE, b'{"type":"tool_execution_update",', b'{"type":"agent_end",')
+_ELIDED_TYPES = (MESSAGE_UPDATE, b'{"type":"tool_execution_update",', AGENT_END)
 
 
 class JournalError(Exception):
@@ -265,7 +265,7 @@ def _elided(line: bytes, parsed: dict[str, Any] | None) -> bytes:
     each journaled whole), and how many bytes were dropped."""
     if line.startswith(MESSAGE_UPDATE):
         return LEAN_UPDATE % len(line)
-    if not line.startswith(b'{"type":"tool_execution_update",'):
+    if line.startswith(AGENT_END):
         if parsed is None or parsed.get("type") != "agent_end":
             return line  # (a second type key made it another event: kept as it is)
         lean = {key: value for key, value in parsed.items() if not isinstance(value, (dict, list))}
