@@ -1,21 +1,20 @@
-"""The live bridge: the thin trio layer around the lifecycle and the session.
+"""The live bridge: the thin trio layer around the supervision.
 
 :func:`bridge.live.api.open_bridge` (the Python API, SPEC §7) builds a :class:`Bridge`.
 
-Two pure objects decide everything: :class:`~bridge.core.lifecycle.Lifecycle` (queue,
-slot, deadlines, stops, closing, engine restarts) and
-:class:`~bridge.core.session.Session` (the evidence: observation indices, the
-tracker, receipts decided from the engine's lines). This module only moves
-bytes and time between them and the world:
+One pure object decides everything: :class:`~bridge.core.supervision.Supervision` (which owns
+the lifecycle -- queue, slot, deadlines, stops, closing, engine restarts -- and the session,
+the evidence). This module only tells it what the world did and carries out what it answers:
 
-- inputs are fed one at a time through :meth:`Bridge._feed` (an input that an
-  action causes waits its turn, so steps never nest);
-- actions are carried out at once where they are synchronous (journal a
-  command and queue its bytes for the engine's writer, deliver a receipt,
-  notify) or in tasks where they wait (spawn an engine, stop one with the
-  close ladder, write to a pipe bounded by ``write_timeout``);
-- one task (:meth:`Bridge._clock`) sleeps until the lifecycle's next deadline
-  and then feeds a :class:`~bridge.core.lifecycle.Tick`.
+- every door of the supervision is called through :meth:`Bridge._drive`, and the actions it
+  returns are carried out in order before the next door is called (a door that carrying out
+  an action calls waits its turn, so steps never nest);
+- actions are carried out at once where they are synchronous (journal an entry, queue a
+  command's bytes for the engine's writer, deliver a receipt, notify) or in tasks where they
+  wait (spawn an engine, stop one with the close ladder, write to a pipe bounded by
+  ``write_timeout``);
+- one task (:meth:`Bridge._clock`) sleeps until the supervision's next deadline and then
+  calls its :meth:`~bridge.core.supervision.Supervision.tick`.
 
 The clock task, the writers and the engines' own tasks are shielded from
 cancellation until the bridge has closed: cancelling the code that uses the
@@ -30,6 +29,7 @@ what an engine reports (:mod:`bridge.live.engines`) --, the API (:mod:`bridge.li
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import math
 import os
@@ -39,23 +39,10 @@ from typing import Any
 
 import trio
 
-from bridge.core.dialogs import DIALOG_METHODS, UI_METHODS
-from bridge.core.events import Acked as SessionAcked
-from bridge.core.events import (
-    Diagnostic,
-    DispositionSignal,
-    GapOpened,
-    ReceiptReady,
-    Retrying,
-    SealBroken,
-    TextDelta,
-)
 from bridge.core.images import image_problem
 from bridge.core.lifecycle import (
     RECENT_IDS,
     SIGNALS_PER_GENERATION,
-    Acked,
-    Activity,
     Answer,
     AnswerDialog,
     Ask,
@@ -65,39 +52,43 @@ from bridge.core.lifecycle import (
     Closed,
     Compact,
     Configure,
-    Decided,
     Deliver,
     DialogEnded,
-    DialogOpened,
     DialogReply,
-    EngineExited,
-    GiveUp,
     Input,
-    JournalFailed,
     Lifecycle,
     NewConversation,
     NobodyAnswers,
-    Note,
     Notify,
     NotWritten,
     Shutdown,
-    Signal,
-    SignalSeen,
     Spawn,
     Stop,
     StopAnswer,
     StopEngine,
     Submit,
-    Tick,
-    Unsealed,
     Write,
 )
-from bridge.core.notices import JournalFailedSignal, ReceiptNotice, TextNotice
-from bridge.core.progress import PROGRESS_TYPES
+from bridge.core.notices import ReceiptNotice, TextNotice
 from bridge.core.receipts import Receipt
-from bridge.core.session import Session
 from bridge.core.steering import Wanted, model_summary
-from bridge.core.tracker import Overlap
+from bridge.core.supervision import (
+    Action,
+    Progress,
+    RecordExit,
+    RecordNote,
+    RecordRaw,
+    RecordReceipt,
+    RecordRecv,
+    RecordRelease,
+    RecordSend,
+    RecordSignal,
+    RecordStderr,
+    RecordUpdates,
+    Supervision,
+    Tell,
+    Text,
+)
 from bridge.live.engine import Engine, EngineGone
 from bridge.live.engines import EngineSide
 from bridge.live.handles import Dialog, DialogError, Pending, PromptHandle
@@ -138,12 +129,18 @@ class Bridge:
         self.config = config
         self.journal = journal
         self._t0 = trio.current_time()
-        self.lifecycle = Lifecycle(config)
-        self.session = Session(
-            first_launch.clearing, collect=collect, skip_updates=not config.journal_full, dialogs=first_launch.dialogs
+        #: The one object that decides (:mod:`bridge.core.supervision`).
+        self.supervision = Supervision(
+            config,
+            first_launch.clearing,
+            dialogs=first_launch.dialogs,
+            journal=journal is not None,
+            listening=self._listened,
+            collect=collect,
         )
         self._handles: dict[str, Pending] = {}
-        self._inputs: collections.deque[Input] = collections.deque()
+        #: Doors waiting their turn while actions are carried out (:meth:`_drive`).
+        self._doors: collections.deque[Callable[[], list[Action]]] = collections.deque()
         self._stepping = False
         self._changed = trio.Event()
         self._closed = trio.Event()
@@ -171,23 +168,62 @@ class Bridge:
         self._subscribers_closed = False
         #: Observers called with every notification dict (serve uses this).
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
-        #: A journal failure seen while a step's actions run, fed once they have run.
+        #: A journal failure seen while actions are carried out, told once they have been.
         self._journal_failure: str | None = None
         self.engines = EngineSide(
             nursery,
             profile,
             config,
             first_launch,
-            self.session,
-            journal,
-            feed=self._feed,
+            self.supervision,
+            drive=self._drive,
             now=self.now,
             shielded=self._shielded,
-            handle=self._handle,
-            generation=lambda: self.generation,
         )
         if journal is not None:
             journal.on_failure = self._on_journal_failure
+        self._carriers: dict[type, Callable[[Any], None]] = {
+            Write: self._write,
+            Deliver: self._deliver,
+            Tell: self._tell,
+            Text: self._text,
+            Progress: self._progress,
+            Notify: lambda a: self._notify(a.payload.to_json()),
+            Spawn: lambda a: self._nursery.start_soon(self.engines.spawn, a.generation),
+            StopEngine: self._stop_engine,
+            StopAnswer: lambda a: self._stop_answers.__setitem__(a.request, a.stop),
+            AskDialog: self._ask_dialog,
+            DialogEnded: self._dialog_ended,
+            DialogReply: lambda a: self._dialog_replies.__setitem__(a.dialog, a.error),
+            Answer: self._answer,
+            Closed: lambda a: self._closed.set(),
+        }
+        if journal is not None:
+            j = journal
+            self._carriers.update(
+                {
+                    RecordSend: lambda a: j.send(a.cmd, a.t),
+                    RecordRecv: lambda a: j.recv(a.idx, a.line, a.parsed, a.t),
+                    RecordRaw: lambda a: j.recv_raw(a.idx, a.raw, a.t),
+                    RecordUpdates: lambda a: j.recv_elided_updates(a.count, a.nbytes, a.first, a.t),
+                    RecordRelease: lambda a: j.release(a.request, a.t),
+                    RecordStderr: lambda a: j.stderr(a.text, a.t),
+                    RecordExit: lambda a: j.exit(a.code, a.signal, a.t),
+                    RecordNote: lambda a: j.note(a.payload, a.t),
+                    RecordSignal: lambda a: j.signal(a.payload, a.t),
+                    RecordReceipt: self._record_receipt,
+                }
+            )
+
+    @property
+    def lifecycle(self) -> Lifecycle:
+        """The supervision's lifecycle (:class:`~bridge.core.lifecycle.Lifecycle`), to read."""
+        return self.supervision.lifecycle
+
+    @property
+    def session(self) -> Any:
+        """The supervision's evidence (:class:`~bridge.core.session.Session`), to read."""
+        return self.supervision.session
 
     @property
     def engine(self) -> Engine | None:
@@ -366,7 +402,7 @@ class Bridge:
         engine = self.engine
         if engine is None or not engine.alive:
             raise RuntimeError("no engine is running")
-        self._record_send(cmd)
+        self._drive(lambda: self.supervision.sent_raw(cmd, self.now()))
         with trio.move_on_after(self.config.write_timeout):
             try:
                 await engine.send(cmd)
@@ -527,14 +563,11 @@ class Bridge:
         """The backstop: kill what still runs and settle every outstanding prompt. Does not
         wait (async for its callers' sake): it returns once every prompt has its receipt."""
         engine = self.engine
+        alive = None
         if engine is not None and engine.alive:
             engine.abandon()
-            self._feed(EngineExited(engine.generation, None, None, list(self.session.stderr_tail)))
-        self._feed(Tick())
-        for request in list(self.lifecycle.state.prompts):
-            for event in self.session.give_up(request, "exited", t=self.now()):
-                if type(event) is ReceiptReady:
-                    self._resolve(event.receipt)
+            alive = engine.generation
+        self._drive(lambda: self.supervision.force_close(alive, self.now()))
         self._closed.set()
 
     async def _finish(self) -> None:
@@ -563,26 +596,31 @@ class Bridge:
         for dsend in self._dialog_subscribers:
             dsend.close()
 
-    # -- the one door into the lifecycle ---------------------------------------------------
+    # -- the one door into the supervision --------------------------------------------------
 
     def _feed(self, event: Input) -> None:
-        """Step the lifecycle with ``event`` and carry out its actions. An input fed
-        while actions run (a receipt the session decides on a give-up, a journal
-        failure) waits its turn: steps never nest, and their order is the order
-        of the inputs."""
-        self._inputs.append(event)
+        """Give the supervision an input the lifecycle takes as it is (:meth:`_drive`)."""
+        self._drive(lambda: self.supervision.feed(event, self.now()))
+
+    def _drive(self, door: Callable[[], list[Action]]) -> None:
+        """Call one of the supervision's doors and carry out the actions it returns, in order.
+        A door called while actions are carried out (a prompt that could not be written, a
+        listener that stops a prompt) waits its turn: steps never nest, and their order is
+        the order of the doors."""
+        self._doors.append(door)
         if self._stepping:
             return
         self._stepping = True
+        carriers = self._carriers
         try:
-            while self._inputs:
-                for action in self.lifecycle.step(self._inputs.popleft(), self.now()):
-                    self._execute(action)
+            while self._doors:
+                for action in self._doors.popleft()():
+                    carriers[type(action)](action)
                 if self._journal_failure is not None:
-                    # After the step's own actions (and the NotWritten of a prompt
-                    # they held back), so closing sees the prompt as unwritten.
-                    self._inputs.append(JournalFailed(self._journal_failure))
-                    self._journal_failure = None
+                    # After the actions (and the NotWritten of a prompt they held back), so
+                    # closing sees the prompt as unwritten.
+                    why, self._journal_failure = self._journal_failure, None
+                    self._doors.append(functools.partial(self._journal_failed, why))
         finally:
             self._stepping = False
             if self._unjournaled:
@@ -590,86 +628,44 @@ class Bridge:
         self._poke()
 
     def _on_journal_failure(self, why: str) -> None:
-        if self.lifecycle.state.closed:
-            # Its last flush, after the lifecycle closed: the controller is still told.
-            self._signal(JournalFailedSignal(why).to_json())
-        elif self._stepping:
+        if self._stepping:
             self._journal_failure = why
         else:
-            self._feed(JournalFailed(why))
+            self._drive(functools.partial(self._journal_failed, why))
 
-    def _execute(self, action: Any) -> None:
-        kind = type(action)
-        if kind is Write:
-            self._write(action)
-        elif kind is Deliver:
-            self._deliver(action.receipt, action.release)
-        elif kind is Signal:
-            self._signal(action.payload)
-            if self._unjournaled and action.payload.get("signal") == "journal-failed":
-                self._resolve_unjournaled()
-        elif kind is Note:
-            t = self.now()
-            if self.journal is not None:
-                self.journal.note(action.payload, t)
-            seen = self.session.note(action.payload, t=t)
-            if seen:
-                self._handle(seen)  # an ``unsent`` note decides its prompt's receipt
-        elif kind is Notify:
-            self._notify(action.payload.to_json())
-        elif kind is GiveUp:
-            for event in self.session.give_up(action.request, action.why, t=self.now()):
-                if type(event) is ReceiptReady:
-                    self._feed(Decided(event.receipt))
-        elif kind is Spawn:
-            self._nursery.start_soon(self.engines.spawn, action.generation)
-        elif kind is StopEngine:
-            engine = self.engine
-            if engine is not None and engine.generation == action.generation and engine.alive:
-                self._nursery.start_soon(self.engines.stop, engine, action.requested)
-        elif kind is StopAnswer:
-            self._stop_answers[action.request] = action.stop
-        elif kind is AskDialog:
-            self._ask_dialog(action)
-        elif kind is DialogEnded:
-            d = self._dialogs.pop(action.dialog, None)
-            if d is not None:
-                d.by, d.response = action.by, action.answer
-                d.ended.set()
-            self._notify(action.payload)
-        elif kind is DialogReply:
-            self._dialog_replies[action.dialog] = action.error
-        elif kind is Answer:
-            waiter = self._asks.pop(action.token, None)
-            if waiter is not None:
-                self._answers[action.token] = action
-                waiter.set()
-        elif kind is Closed:
-            self._closed.set()
+    def _journal_failed(self, why: str) -> list[Action]:
+        return self.supervision.journal_failed(why, self.now())
 
     # -- carrying out actions -------------------------------------------------------------
 
     def _write(self, action: Write) -> None:
+        """Queue a command the supervision recorded for the engine's writer. Once the journal
+        failed (in these very actions: the supervision did not know yet), a prompt or a
+        start-up command is not written, and a prompt goes back to the supervision unwritten."""
         engine = self.engine
         unwritable = engine is None or engine.generation != action.generation or not engine.alive
         if unwritable or (action.kind in ("prompt", "startup") and self.journal_failed):
-            # No engine to take it (its exit is on the way), or the journal failed
-            # and closing is about to begin: a prompt goes back to the lifecycle unwritten.
             if action.kind in ("prompt", "config") and action.request is not None:
                 self._feed(NotWritten(action.generation, action.request))
             return
         assert engine is not None
-        cmd = action.cmd
-        if action.kind == "ask":
-            self.engines.asked.add(cmd["id"])
-        if action.kind == "config" and action.request is not None:
-            self.engines.expect_config(action.generation, action.request, cmd["id"])
-        self._record_send(cmd, stream=action.stream, events=action.events)
-        if action.kind == "prompt" and action.submitted is not None:
-            state = self.session.prompt(action.request)
-            if state is not None:
-                state.times["submitted"] = action.submitted
-        self.engines.queue(engine, dumps(cmd) + b"\n", action.request, action.kind)
+        self.engines.queue(engine, dumps(action.cmd) + b"\n", action.request, action.kind)
+
+    def _stop_engine(self, action: StopEngine) -> None:
+        engine = self.engine
+        if engine is not None and engine.generation == action.generation and engine.alive:
+            self._nursery.start_soon(self.engines.stop, engine, action.requested)
+
+    def _record_receipt(self, action: RecordReceipt) -> None:
+        assert self.journal is not None
+        self.journal.receipt(action.receipt, action.t)
+        self._fsync_wanted.set()
+
+    def _answer(self, action: Answer) -> None:
+        waiter = self._asks.pop(action.token, None)
+        if waiter is not None:
+            self._answers[action.token] = action
+            waiter.set()
 
     def _ask_dialog(self, action: AskDialog) -> None:
         d = Dialog(action.dialog, action.request, action.method, action.fields, action.payload["timeout"], self)
@@ -677,32 +673,20 @@ class Bridge:
         self._notify(action.payload)
         _offer(self._dialog_subscribers, d)  # one nobody takes ends at its timeout
 
-    def _record_send(self, cmd: dict[str, Any], *, stream: bool = False, events: bool = False) -> None:
-        """Journal a command and feed it to the session, before it is written:
-        every line the engine writes in answer is read after it."""
-        t = self.now()
-        if self.journal is not None:
-            self.journal.send(cmd, t)
-        seen = self.session.send(cmd, t=t, stream=stream, events=events)
-        if seen:
-            self._handle(seen)
+    def _dialog_ended(self, action: DialogEnded) -> None:
+        d = self._dialogs.pop(action.dialog, None)
+        if d is not None:
+            d.by, d.response = action.by, action.answer
+            d.ended.set()
+        self._notify(action.payload)
 
-    def _deliver(self, receipt: Receipt, release: bool) -> None:
-        t = self.now()
-        if self.journal is not None:
-            self.journal.receipt(receipt, t)
-            self._fsync_wanted.set()
-        if release:
-            # Released in the same step the receipt is settled: nothing the
-            # engine writes after the settle is read while the slot is held.
-            self.session.release(receipt.request, t=t)
-            if self.journal is not None:
-                self.journal.release(receipt.request, t)
+    def _deliver(self, action: Deliver) -> None:
+        receipt = action.receipt
         if self._journal_failure is not None:
-            # The journal failed in this step (at this receipt's own line, maybe): the
+            # The journal failed in these actions (at this receipt's own line, maybe): the
             # controller hears ``journal-failed`` first, then this receipt, which the journal
-            # may not hold (released by the signal, :meth:`_execute`; by the step's end at
-            # the latest, :meth:`_feed`).
+            # may not hold (released by the signal, :meth:`_tell`; by the end of
+            # :meth:`_drive` at the latest).
             self._unjournaled.append(receipt)
             return
         self._resolve(receipt)
@@ -721,12 +705,29 @@ class Bridge:
         p.done.set()
         self._notify(ReceiptNotice(receipt.request, receipt).to_json())
 
-    def _signal(self, payload: dict[str, Any]) -> None:
-        note = {"type": "signal", **payload}
-        note.setdefault("generation", self.generation)
-        if self.journal is not None:
-            self.journal.signal({k: v for k, v in note.items() if k != "type"}, self.now())
-        self._notify(note)
+    def _tell(self, action: Tell) -> None:
+        self._notify(action.payload)
+        if self._unjournaled and action.payload.get("signal") == "journal-failed":
+            self._resolve_unjournaled()
+
+    def _text(self, action: Text) -> None:
+        p = self._handles.get(action.request) if action.request is not None else None
+        if p is not None and p.text_send is not None:
+            try:
+                p.text_send.send_nowait(action.text)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            self._notify(TextNotice(action.request, action.text).to_json())
+
+    def _progress(self, action: Progress) -> None:
+        p = self._handles.get(action.request) if action.request is not None else None
+        if p is not None and p.event_send is not None:
+            try:
+                p.event_send.send_nowait(action.event)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            if self.listeners or self._subscribers:  # its JSON only for someone who reads it
+                self._notify(action.event.to_json())
 
     def _notify(self, note: dict[str, Any]) -> None:
         for listener in self.listeners:
@@ -750,29 +751,17 @@ class Bridge:
         return scope
 
     async def _clock(self) -> None:
-        """Feed a Tick whenever the lifecycle's next deadline passes. Ends when the
+        """Tell the supervision the time whenever its next deadline passes. Ends when the
         bridge has finished (its scope is cancelled then)."""
         with self._shielded():
             while not self._closed.is_set():
                 changed = self._changed
-                deadline = self.lifecycle.next_deadline()
+                deadline = self.supervision.next_deadline()
                 at = self._t0 + deadline if deadline is not None else math.inf
                 with trio.move_on_at(at):
                     await changed.wait()
                 if deadline is not None and trio.current_time() >= at:
-                    self._bring_activity_up_to_date()
-                    self._feed(Tick())
-
-    def _bring_activity_up_to_date(self) -> None:
-        """Before a Tick: tell the lifecycle when the held prompt's run last showed anything
-        (the engine's last line, noted per read for nothing), so its stall deadline is
-        measured from there. Costs one step per deadline, not one per line."""
-        held = self.lifecycle.state.held
-        if held is None or "stall" not in self.lifecycle.state.deadlines:
-            return
-        seen = self.engines.last_seen
-        if seen is not None:
-            self._feed(Activity(self.generation, held, seen, self.session.stall_pause(held)))
+                    self._drive(lambda: self.supervision.tick(self.now()))
 
     async def _fsync_journal(self) -> None:
         """Make receipts durable off the event loop. Ends when the bridge closes
@@ -792,58 +781,6 @@ class Bridge:
                         journal.fail(e)
         finally:
             self._fsync_done.set()
-
-    def _handle(self, events: Any) -> None:
-        """The session's events: receipts and signals go to the lifecycle, text to its reader."""
-        generation = self.generation
-        for event in events:
-            kind = type(event)
-            if kind is ReceiptReady:
-                self._feed(Decided(event.receipt))
-            elif kind is TextDelta:
-                p = self._handles.get(event.request)
-                if p is not None and p.text_send is not None:
-                    try:
-                        p.text_send.send_nowait(event.text)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
-                        pass
-                    self._notify(TextNotice(event.request, event.text).to_json())
-            elif kind is SessionAcked:
-                self._feed(Acked(generation, event.request))
-            elif kind is SealBroken:
-                self._feed(SignalSeen(generation, event.to_json()))
-                self._feed(Unsealed(generation, event.cause))
-            elif kind is Overlap or kind is GapOpened or kind is DispositionSignal:
-                self._feed(SignalSeen(generation, event.to_json()))
-            elif kind is Retrying:
-                self._notify(event.to_json())
-            elif kind in PROGRESS_TYPES:
-                p = self._handles.get(event.request)
-                if p is not None and p.event_send is not None:
-                    try:
-                        p.event_send.send_nowait(event)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
-                        pass
-                    if self.listeners or self._subscribers:  # its JSON only for someone who reads it
-                        self._notify(event.to_json())
-            elif kind is Diagnostic:
-                self._extension_ui(event, generation)
-
-    def _extension_ui(self, event: Diagnostic, generation: int) -> None:
-        """An extension's UI request or error. With its extensions allowed, a dialog goes to
-        the lifecycle to be asked and a notification to the controller (``ui``); otherwise it
-        is a seal diagnostic, and a dialog is answered ``cancelled`` at once."""
-        engine = self.engine
-        allowed = event.kind == "extension-ui" and engine is not None and engine.launch.dialogs
-        method, engine_id = event.detail.get("method"), event.detail.get("id")
-        if allowed and method in UI_METHODS:
-            self._notify({"type": "ui", "method": method, "id": self.lifecycle.state.held, **(event.ui or {})})
-            return
-        if not allowed:
-            self._feed(SignalSeen(generation, event.to_json()))
-        if event.answer is not None and method in DIALOG_METHODS:
-            listened = allowed and self._listened()
-            self._feed(DialogOpened(generation, engine_id, method, event.ui or {}, listened, allowed))
 
 
 def _offer(channels: list[trio.MemorySendChannel[Any]], item: Any) -> None:
