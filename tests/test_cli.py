@@ -549,12 +549,12 @@ def test_ctrl_c_while_the_command_line_is_read_is_exit_130_without_a_traceback(s
     imported, a few hundred ms) was Python's KeyboardInterrupt traceback and death by SIGINT,
     not README "Exit codes"' 130. The SIGINT is sent by the process to itself, at that stage."""
     code = (
-        "import os, signal, sys, bridge.cli\n"
-        f"real = bridge.cli.{stage}\n"
+        "import os, signal, sys, bridge.cli, bridge.cli.entry\n"
+        f"real = bridge.cli.entry.{stage}\n"
         "def interrupted(*a, **k):\n"
         "    os.kill(os.getpid(), signal.SIGINT)\n"
         "    return real(*a, **k)\n"
-        f"bridge.cli.{stage} = interrupted\n"
+        f"bridge.cli.entry.{stage} = interrupted\n"
         "sys.exit(bridge.cli.main(['run', 'hi', '--no-journal', '--', 'true']))\n"
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

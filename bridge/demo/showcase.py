@@ -61,7 +61,7 @@ PROMPT_TIMEOUT = 30.0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from bridge.cli import journal_path
+    from bridge.cli.options import journal_path
     from bridge.profiles.pi import PI_DIR_HELP
 
     # The demo's engine and settings are fixed by the showcase: no engine or bridge options.
@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     import trio
 
-    from bridge.cli import guard_setup
+    from bridge.cli.options import guard_setup
     from bridge.demo import model_server
 
     out = _Out(args.json)

@@ -1,0 +1,21 @@
+"""The ``bridge`` command line (SPEC §7): one module per subcommand, each holding its parser
+(``add_parser``) and what it does (``_cmd_NAME``).
+
+- :mod:`bridge.cli.entry`: :func:`main`, the top-level parser and the exit status.
+- :mod:`bridge.cli.options`: the options ``serve``, ``acp``, ``run`` and ``models`` share (the
+  engine, its confinement, the bridge) and the engine profile, journal and settings they describe.
+- :mod:`bridge.cli.replay`, :mod:`bridge.cli.conform`: the readers' subcommands.
+- :mod:`bridge.cli.serve`, :mod:`bridge.cli.acp`, :mod:`bridge.cli.run`: the controllers'
+  subcommands (the controllers themselves are :mod:`bridge.controller.serve`,
+  :mod:`bridge.controller.acp` and :mod:`bridge.controller.run`).
+- :mod:`bridge.cli.models`: ``bridge models``.
+
+``diagnose`` and ``demo`` bring their own (``add_parser`` in their packages). trio and the live
+bridge are imported inside the commands that use them: ``--help`` and the readers never load them.
+"""
+
+from __future__ import annotations
+
+from bridge.cli.entry import build_parser, main
+
+__all__ = ["build_parser", "main"]

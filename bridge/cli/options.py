@@ -1,0 +1,445 @@
+"""What the subcommands' parsers share: the engine, confinement and bridge options of
+``serve``, ``acp``, ``run`` and ``models``, and the engine profile, journal and bridge settings
+they describe.
+
+Those subcommands (and ``bridge demo``) take an engine: by default the sealed, pinned Pi
+(``bridge/profiles/pi.py``); any other engine speaking the same JSONL is given as its argv after
+``--``. A mistake in the options is one line on stderr and exit 2, and so is a journal or engine
+that cannot be set up (:func:`guard_setup`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeAlias, TypeVar
+
+from bridge.core.steering import THINKING_LEVELS
+
+if TYPE_CHECKING:
+    from bridge.profiles.command import EngineProfile
+
+T = TypeVar("T")
+
+#: What ``add_parser`` of each subcommand adds its parser to.
+Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+# -- the options -----------------------------------------------------------------------------------
+
+
+#: ``--model`` for ``bridge models``, which leaves the start-up check of the model out.
+_MODELS_MODEL_HELP: Final = (
+    "Pi model id (or provider/id): not refused here when Pi does not offer it (the list is printed and one line "
+    "on stderr says so); one Pi itself refuses at start (given alone, matching nothing) is exit 2"
+)
+
+
+def add_engine_options(p: argparse.ArgumentParser, *, engine_cwd: bool = True, checks_model: bool = True) -> None:
+    g = p.add_argument_group("engine (default: the sealed, pinned Pi; give another engine's argv after --)")
+    g.add_argument("--provider", help="Pi provider name (e.g. anthropic, openai, or one from --models-json)")
+    g.add_argument(
+        "--model",
+        help="Pi model id, exactly as `bridge models` lists it (or provider/id); an engine that does not run "
+        "that model, one Pi offers, fails its start-up check: not retried, the engine cannot be set up (exit 2)"
+        if checks_model
+        else _MODELS_MODEL_HELP,
+    )
+    g.add_argument(
+        "--api-key-env",
+        metavar="NAME",
+        help="environment variable holding the provider's API key (the engine's private config refers to it "
+        "by name: the key itself is never written to disk nor put on a command line)",
+    )
+    g.add_argument(
+        "--models-json", metavar="PATH", help="a Pi models.json with custom providers (copied into the private config)"
+    )
+    from bridge.profiles.pi import PI_DIR_HELP
+
+    g.add_argument("--pi-dir", metavar="DIR", help=PI_DIR_HELP)
+    g.add_argument(
+        "--allow-other-pi-version",
+        action="store_true",
+        help="run a Pi whose version differs from the pin (1.6.0), also one older than 0.99.1 that lacks what the "
+        "tracker needs (agent_settled, the ack's disposition): its receipts then say outcome-unknown",
+    )
+    if engine_cwd:  # not for acp: each session's cwd is its engine's working folder
+        g.add_argument(
+            "--engine-cwd",
+            metavar="DIR",
+            help="the engine's working folder (default for Pi: a fresh private temp folder; for -- engines: the current "
+            "folder)",
+        )
+    g.add_argument("--pi-session", action="store_true", help="let Pi keep a session file (default: --no-session)")
+    g.add_argument(
+        "--extension",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="load this Pi extension (its .ts or .js file) into the sealed Pi: only the ones given load, the "
+        "start-up check verifies it and the journal header records each file's SHA-256; their dialogs are asked "
+        "of the controller (serve: ask / answer lines; acp: session/request_permission for confirm and select, the "
+        "others cancelled; run: answered cancelled); repeatable",
+    )
+    g.add_argument(
+        "--pi-settings",
+        metavar="PATH",
+        help='a JSON object merged into the sealed Pi\'s settings.json (e.g. {"retry": {"maxRetries": 1}}; '
+        "settings that load resources -- packages, extensions, skills, prompts, themes -- are refused)",
+    )
+    g.add_argument(
+        "--env-allow",
+        metavar="NAME",
+        action="append",
+        help="pass only these environment variables to the engine (plus PATH, HOME, LANG, LC_ALL, TZ, TMPDIR); repeatable",
+    )
+    g.add_argument(
+        "--clearing",
+        metavar="TYPE",
+        action="append",
+        help="for a -- engine: command types whose response closes a clear window (default: clear_queue)",
+    )
+    _add_confinement_options(p)
+
+
+def _add_confinement_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "confinement of the sealed Pi (bubblewrap: read-only files, writes only in its working folder, its "
+        "private config folder and a private /tmp; your home and the journals hidden; nothing it starts "
+        "outlives it)"
+    )
+    g.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="run the sealed Pi unconfined (said in the journal header); without it, no bubblewrap is an error",
+    )
+    g.add_argument(
+        "--allow-read",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="show PATH to the engine read-only; repeatable",
+    )
+    g.add_argument(
+        "--allow-write", metavar="PATH", action="append", default=[], help="let the engine write PATH; repeatable"
+    )
+    g.add_argument(
+        "--no-network",
+        action="store_true",
+        help="cut the engine off the network but for its provider (a --models-json provider on this machine)",
+    )
+
+
+def positive(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            what = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if value == float("inf"):
+            raise argparse.ArgumentTypeError(f"must be a finite number of seconds, got {text}")
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _stall_seconds(text: str) -> float:
+    """``--stall-timeout``: 0 (off) or a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value != 0 and (not value > 0 or value == float("inf")):
+        raise argparse.ArgumentTypeError(f"must be 0 (off) or a positive, finite number of seconds, got {text}")
+    return value
+
+
+def journal_path(text: str) -> str:
+    """``--journal PATH``: not empty (an unset variable in ``--journal "$J"`` quietly meant
+    the default journal)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path (give a file, or leave --journal out for the default)")
+    if text.endswith("/"):  # a path would drop the slash and write the folder's name as a file
+        raise argparse.ArgumentTypeError(f"{text} names a folder (give a file's path in it)")
+    return text
+
+
+def add_bridge_options(p: argparse.ArgumentParser, *, journal_by_default: bool = True) -> None:
+    g = p.add_argument_group("bridge")
+    journal = g.add_mutually_exclusive_group()
+    journal.add_argument(
+        "--journal",
+        type=journal_path,
+        metavar="PATH",
+        help="write the journal here (default: $PI_BRIDGE_JOURNAL_DIR, else $XDG_STATE_HOME/pi-bridge/journals, "
+        "else ~/.local/state/pi-bridge/journals; files 0600 in a 0700 folder)"
+        if journal_by_default
+        else "write a journal here, 0600 (default: none, a question leaves nothing worth keeping)",
+    )
+    journal.add_argument("--no-journal", action="store_true", help="write no journal")
+    g.add_argument(
+        "--journal-full",
+        action="store_true",
+        help="keep message_update / tool_execution_update payloads (default: elided)",
+    )
+    g.add_argument(
+        "--queue-max", type=positive(int), default=64, metavar="N", help="prompts waiting for the slot (default 64)"
+    )
+    g.add_argument(
+        "--ack-timeout", type=positive(float), default=30.0, metavar="S", help="seconds from send to ack (default 30)"
+    )
+    g.add_argument(
+        "--timeout",
+        type=positive(float),
+        default=None,
+        metavar="S",
+        help="default settle timeout per prompt: stop it, then give up (default: none)",
+    )
+    g.add_argument(
+        "--stall-timeout",
+        type=_stall_seconds,
+        default=300.0,
+        metavar="S",
+        help="no engine line for S seconds while a prompt's run waits on the model (not while a tool "
+        "runs): stop it, failed/stalled; 0 turns it off (default 300)",
+    )
+    g.add_argument(
+        "--dialog-timeout",
+        type=positive(float),
+        default=120.0,
+        metavar="S",
+        help="seconds an extension's dialog waits for the controller's answer (less if the extension gives "
+        "its own timeout), then it is answered cancelled (default 120)",
+    )
+    g.add_argument(
+        "--thinking",
+        choices=THINKING_LEVELS,
+        default=None,
+        help="the thinking level every prompt asks for (applied and verified before it is written; "
+        "default: the engine's own)",
+    )
+    g.add_argument(
+        "--taint-grace",
+        type=positive(float),
+        default=5.0,
+        metavar="S",
+        help="after an overlap/gap, seconds the held prompt's run may take to settle (default 5)",
+    )
+    g.add_argument(
+        "--seal-check",
+        choices=("refuse", "warn"),
+        default="refuse",
+        help="an engine failing the start-up seal check is refused (default) or used with a warning",
+    )
+
+
+# -- what they describe ----------------------------------------------------------------------------
+
+
+def engine_profile(args: argparse.Namespace, engine_argv: list[str] | None) -> EngineProfile:
+    """The engine the options and the argv after ``--`` describe. A mistake in them is one
+    line on stderr and exit 2 (SystemExit)."""
+    _check_engine_cwd(args)
+    if engine_argv is not None:
+        return _command_profile(args, engine_argv)
+    return _pi_profile(args)
+
+
+def _refuse(message: str) -> NoReturn:
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _check_engine_cwd(args: argparse.Namespace) -> None:
+    import os
+
+    cwd = getattr(args, "engine_cwd", None)
+    if cwd is not None and not os.path.isdir(cwd):
+        what = "is not a folder" if os.path.exists(cwd) else "does not exist"
+        _refuse(f"bridge {args.command}: --engine-cwd {cwd} {what}: give the engine's working folder")
+
+
+def _command_profile(args: argparse.Namespace, engine_argv: list[str]) -> EngineProfile:
+    """Any engine speaking Pi's RPC JSONL, given as its argv after ``--``."""
+    from bridge.profiles.command import PI_CLEARING, CommandProfile
+
+    if not engine_argv or not engine_argv[0].strip():
+        _refuse(
+            f"bridge {args.command}: no engine command after -- (give the engine's argv, e.g. -- python "
+            "tools/fake_engine.py)"
+        )
+    confinement = _confinement_options(args) + [f"--extension {p}" for p in args.extension]
+    if confinement:
+        _refuse(f"bridge {args.command}: {confinement[0]} is for the sealed Pi, not an engine given after --")
+    if args.pi_settings:
+        _refuse(f"bridge {args.command}: --pi-settings is for the sealed Pi, not an engine given after --")
+    return CommandProfile(
+        engine_argv,
+        clearing=tuple(args.clearing) if args.clearing else PI_CLEARING,
+        cwd=getattr(args, "engine_cwd", None),
+        env_allowlist=args.env_allow,
+    )
+
+
+def _pi_profile(args: argparse.Namespace) -> EngineProfile:
+    """The sealed, pinned Pi (the default engine)."""
+    if args.provider and not args.model:
+        _refuse(
+            f"bridge {args.command}: --provider {args.provider} needs --model too (Pi refuses a provider "
+            'without a model id: `bridge models` lists them; custom providers: README "Your own OpenAI-compatible server")'
+        )
+    from bridge.profiles.pi import PiProfile
+    from bridge.profiles.sandbox import Sandbox
+
+    if args.allow_other_pi_version:
+        _warn_other_version(args)
+    if args.no_sandbox and _confinement_options(args)[1:]:
+        _refuse(f"bridge {args.command}: {_confinement_options(args)[1]} has no effect with --no-sandbox")
+    sandbox = Sandbox(
+        enabled=not args.no_sandbox,
+        allow_read=tuple(args.allow_read),
+        allow_write=tuple(args.allow_write),
+        network=not args.no_network,
+    )
+    return PiProfile(
+        settings=_pi_settings(args),
+        sandbox=sandbox,
+        pi_dir=args.pi_dir,
+        allow_other_version=args.allow_other_pi_version,
+        provider=args.provider,
+        model=args.model,
+        api_key_env=args.api_key_env,
+        models_json=args.models_json,
+        session=args.pi_session,
+        cwd=getattr(args, "engine_cwd", None),
+        env_allowlist=args.env_allow,
+        extensions=tuple(args.extension),
+    )
+
+
+def _pi_settings(args: argparse.Namespace) -> dict[str, Any] | None:
+    """``--pi-settings PATH``: its JSON object, or one line and exit 2."""
+    path = args.pi_settings
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (OSError, ValueError) as e:
+        _refuse(f"bridge {args.command}: --pi-settings {path}: {getattr(e, 'strerror', None) or e}")
+    if not isinstance(value, dict):
+        _refuse(f"bridge {args.command}: --pi-settings {path} must hold a JSON object")
+    from bridge.profiles.seal import DEFAULT_SETTINGS
+
+    sealed = sorted(set(value) & set(DEFAULT_SETTINGS))
+    if sealed:
+        _refuse(f"bridge {args.command}: --pi-settings {path}: {', '.join(sealed)} is set by the seal")
+    return value
+
+
+def _warn_other_version(args: argparse.Namespace) -> None:
+    """One line on stderr when ``--allow-other-pi-version`` runs a Pi lacking what the tracker needs."""
+    from bridge.profiles.command import ProfileError
+    from bridge.profiles.pi import find_install
+    from bridge.profiles.pi_versions import lacking
+
+    try:
+        install = find_install(args.pi_dir, allow_other_version=True, probe=False)  # runs none of it
+    except ProfileError:
+        return  # said when the engine is launched, the usual way
+    missing = lacking(install.version)
+    if missing:
+        what = ", ".join(f"{f.name} (first in Pi {f.first})" for f in missing)
+        print(
+            f"bridge {args.command}: running Pi {install.version} anyway (--allow-other-pi-version); it lacks {what}, "
+            "so no prompt can finish: a delivered one is outcome-unknown (disposition), then the engine is restarted",
+            file=sys.stderr,
+        )
+
+
+def _confinement_options(args: argparse.Namespace) -> list[str]:
+    """The confinement options given, as typed (``--no-sandbox`` first)."""
+    given = ["--no-sandbox"] if args.no_sandbox else []
+    given += [f"--allow-read {p}" for p in args.allow_read] + [f"--allow-write {p}" for p in args.allow_write]
+    return given + (["--no-network"] if args.no_network else [])
+
+
+def bridge_config(args: argparse.Namespace) -> Any:
+    from bridge.live.supervisor import BridgeConfig
+
+    return BridgeConfig(
+        queue_max=args.queue_max,
+        ack_timeout=args.ack_timeout,
+        settle_timeout=args.timeout,
+        stall_timeout=args.stall_timeout or None,
+        dialog_timeout=args.dialog_timeout,
+        thinking=args.thinking,
+        taint_grace=args.taint_grace,
+        seal_check=args.seal_check,
+        journal_full=args.journal_full,
+    )
+
+
+def journal_option(args: argparse.Namespace) -> Any:
+    if args.no_journal:
+        return None
+    return args.journal if args.journal else True
+
+
+# -- setting it up ---------------------------------------------------------------------------------
+
+
+def _setup_problem(exc: BaseException) -> str | None:
+    """The message of a ProfileError / JournalError that ended a run (also inside the
+    exception group a nursery wraps it in), or None for anything else."""
+    from bridge.live.journal import JournalError
+    from bridge.profiles.command import ProfileError
+
+    if isinstance(exc, (ProfileError, JournalError)):
+        return str(exc)
+    if isinstance(exc, BaseExceptionGroup):
+        matched, rest = exc.split((ProfileError, JournalError))
+        if matched is not None and rest is None:
+            first: BaseException = matched
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            return str(first)
+    return None
+
+
+def guard_setup(command: str, fn: Callable[[], T]) -> T | int:
+    """Run ``fn``; a journal or engine that cannot be set up (ProfileError,
+    JournalError, also inside a nursery's exception group) becomes one line on
+    stderr and exit status 2. Anything else propagates."""
+    from bridge.live.journal import JournalError
+    from bridge.profiles.command import ProfileError
+
+    try:
+        return fn()
+    except (ProfileError, JournalError, BaseExceptionGroup) as e:
+        problem = _setup_problem(e)
+        if problem is None:
+            raise
+        print(f"bridge {command}: {problem}", file=sys.stderr)
+        return 2
+
+
+def run_controller(args: argparse.Namespace, main: Any) -> int:
+    """``serve`` and ``acp``: the engine, journal and bridge options, set-up mistakes in one line."""
+    return int(
+        guard_setup(
+            args.command,
+            lambda: main(
+                engine_profile(args, args.engine),
+                journal=journal_option(args),
+                config=bridge_config(args),
+                drain_timeout=args.drain_timeout,
+            ),
+        )
+    )
