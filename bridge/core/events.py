@@ -80,6 +80,18 @@ class Diagnostic(Wire):
 
 
 @attrs.frozen
+class StopUnheard:
+    """The held prompt's run started after the engine had answered its stop: that stop
+    stopped nothing (Pi's ``abort`` acts on a running agent only, and the run had not
+    begun), so it must be sent again now (SPEC §5: a stop sent before the prompt's run
+    started still stops that run)."""
+
+    request: RequestId | None
+    stop: Any
+    idx: int
+
+
+@attrs.frozen
 class TextDelta:
     request: RequestId | None
     text: str
@@ -115,6 +127,7 @@ Event = (
     | DispositionSignal
     | Diagnostic
     | TextDelta
+    | StopUnheard
     | ReceiptReady
     | Retrying
     | ProgressEvent

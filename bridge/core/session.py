@@ -83,6 +83,7 @@ from bridge.core.events import (
     SealBroken,
     Skipped,
     Streamed,
+    StopUnheard,
     TextDelta,
 )
 from bridge.core.framing import (
@@ -129,6 +130,9 @@ class PromptState:
     stop: Any = None
     #: Whose stop ``stop`` is (the journal's ``stop`` note): controller, timeout, closing.
     stop_by: StopBy | None = None
+    #: Its first stop was answered before its run started: it stopped nothing, and the run's
+    #: ``agent_start`` says so (:class:`~bridge.core.events.StopUnheard`).
+    stop_unheard: bool = False
     reply: str | None = None
     signals: list[dict[str, Any]] = attrs.field(factory=list)
     times: dict[str, float] = attrs.field(factory=dict)
@@ -389,6 +393,10 @@ class Session:
             return idx, self._update(value, idx)
         events: list[Event] = self.tracker.event(value, idx)  # type: ignore[assignment]  # a fresh list we extend
         self._apply_tracker(events, value, idx, t)
+        if kind == "agent_start" and self.held is not None and self.held.stop_unheard and self._in_slots_run():
+            self.held.stop_unheard = False
+            if self.held.receipt is None:
+                events.append(StopUnheard(self.held.request, self.held.stop, idx))
         self._engine_event(kind, value, idx, events)
         if self.taint is not None and self.held is not None and self.held.receipt is None:
             self._settle_tainted(idx, t, events)
@@ -687,6 +695,17 @@ class Session:
                 )
                 return events
             return NO_EVENTS
+        if value.get("command") == "abort" and rid is not None:
+            held = self.held
+            if (
+                held is not None
+                and rid == held.stop
+                and held.receipt is None
+                and slot is not None
+                and slot.request == held.request
+                and slot.run_id is None
+            ):
+                held.stop_unheard = True  # answered with no run to abort: see StopUnheard
         if self._pending_clears:
             command = value.get("command")
             for n, (kind, cid) in enumerate(self._pending_clears):
@@ -724,7 +743,9 @@ class Session:
         held = self.held
         if held is None or held.request != out.request or held.receipt is not None:
             return
-        stop = self.tracker.stop
+        # Its stop is the first sent while it was held (it decides the word as it names the
+        # stop): not the tracker's link, which is the last one sent, maybe before the prompt.
+        stop = held.stop
         facts = Facts(
             tracker=(out.state, out.reason),
             taint=self.taint,
@@ -733,7 +754,7 @@ class Session:
             stop_by=(held.stop_by or StopBy.CONTROLLER) if stop else None,
             aborted=settle.get("aborted") is True,
         )
-        self._conclude(held, facts, t, events, settle_idx=out.idx, stop=out.stop or stop, native_error=out.native_error)
+        self._conclude(held, facts, t, events, settle_idx=out.idx, stop=stop, native_error=out.native_error)
 
     def _conclude(
         self,

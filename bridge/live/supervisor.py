@@ -182,7 +182,13 @@ class Bridge:
         )
         if journal is not None:
             journal.on_failure = self._on_journal_failure
-        self._carriers: dict[type, Callable[[Any], None]] = {
+        #: How each kind of action is carried out.
+        self._carriers = self._carrying(journal)
+
+    def _carrying(self, journal: Journal | None) -> dict[type, Callable[[Any], None]]:
+        """Each action kind's carrier: what the trio layer does for it (a journal entry is
+        written only where there is a journal: the supervision makes none without one)."""
+        carriers: dict[type, Callable[[Any], None]] = {
             Write: self._write,
             Deliver: self._deliver,
             Tell: self._tell,
@@ -200,7 +206,7 @@ class Bridge:
         }
         if journal is not None:
             j = journal
-            self._carriers.update(
+            carriers.update(
                 {
                     RecordSend: lambda a: j.send(a.cmd, a.t),
                     RecordRecv: lambda a: j.recv(a.idx, a.line, a.parsed, a.t),
@@ -214,6 +220,7 @@ class Bridge:
                     RecordReceipt: self._record_receipt,
                 }
             )
+        return carriers
 
     @property
     def lifecycle(self) -> Lifecycle:
