@@ -126,6 +126,25 @@ class Lifecycle:
             Activity: self._activity,
             Tick: self._tick,
         }
+        #: What each deadline does when it passes (config.py's DEADLINES says it in words), in
+        #: DEADLINES' order: a deadline without its handler here fails at construction.
+        self._deadlines: dict[str, Callable[[], None]] = {
+            "dialog": self._deadline_dialog,
+            "busy": self._deadline_busy,
+            "ask": self._deadline_ask,
+            "config": self._deadline_config,
+            "ack": self._deadline_ack,
+            "settle": self._deadline_settle,
+            "stall": self._deadline_stall,
+            "stop": self._deadline_stop,
+            "taint": self._deadline_taint,
+            "close": self._deadline_close,
+            "startup": self._deadline_startup,
+            "backoff": self._deadline_backoff,
+            "drain": self._deadline_drain,
+        }
+        if tuple(self._deadlines) != DEADLINES:
+            raise AssertionError(f"the deadlines' handlers {tuple(self._deadlines)} are not DEADLINES {DEADLINES}")
 
     # -- the door ------------------------------------------------------------
 
@@ -700,7 +719,7 @@ class Lifecycle:
         due = sorted((at, DEADLINES.index(name), name) for name, at in s.deadlines.items() if at <= self._now)
         for _, _, name in due:
             if s.deadlines.pop(name, None) is not None:
-                getattr(self, "_deadline_" + name)()
+                self._deadlines[name]()
 
     def _deadline_dialog(self) -> None:
         for rec in sorted(self.state.dialogs.values(), key=lambda d: d.deadline):
