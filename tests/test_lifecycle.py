@@ -1479,6 +1479,17 @@ def test_step_is_pure_and_state_round_trips() -> None:
     assert lc.state == state
 
 
+def test_every_deadline_has_its_handler_in_deadlines_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A passing deadline is dispatched by the machine's table, one handler per name of
+    ``DEADLINES`` in its order; a deadline added without a handler fails at construction."""
+    from bridge.core.lifecycle import machine
+
+    assert tuple(Lifecycle()._deadlines) == DEADLINES
+    monkeypatch.setattr(machine, "DEADLINES", (*DEADLINES, "new"))
+    with pytest.raises(AssertionError, match="not DEADLINES"):
+        Lifecycle()
+
+
 def test_an_engine_that_closes_stdout_in_its_startup_check_counts_one_crash() -> None:
     h = Harness()
     h.submit("p1")

@@ -2,7 +2,10 @@
 
 The package: :mod:`.config` (settings and deadlines), :mod:`.state` (the records),
 :mod:`.inputs` and :mod:`.actions` (what goes in and comes out), :mod:`.machine`
-(:class:`Lifecycle` and :func:`step`).
+(:class:`Lifecycle` and :func:`step`), and two parts of the machine in modules of their own,
+mixins of :class:`Lifecycle` with their rules: :mod:`.extension_dialogs` (a dialog's asking
+and its one response) and :mod:`.configuring` (a prompt's model, thinking level, new
+conversation and compaction, applied before it is written).
 
 The shape is seed ``004``'s: :meth:`Lifecycle.step` takes one input and the
 time and returns the actions the trio layer must carry out. No trio, no clock,
@@ -59,7 +62,7 @@ exit). This machine owns the rest of SPEC §5 and §7:
   cannot be written) rejects what is unwritten, stops the held prompt, stops
   the engine, and ends with :class:`Closed` once every accepted prompt has its
   receipt;
-- **extension dialogs** (:mod:`bridge.core.dialogs`): each is asked of the controller
+- **extension dialogs** (:mod:`bridge.core.dialogs`; :mod:`.extension_dialogs`): each is asked of the controller
   (:class:`AskDialog`) and gets exactly one ``extension_ui_response`` — the controller's
   answer, or ``cancelled`` at its timeout, its prompt's stop or receipt, the engine's stop,
   or closing — and one :class:`DialogEnded` saying who gave it; while one of the held

@@ -1,5 +1,7 @@
 """The lifecycle's settings (:class:`BridgeConfig`) and its deadlines (:data:`DEADLINES`): what
-each passing deadline does is :mod:`bridge.core.lifecycle.machine`'s, in this table's words."""
+each passing deadline does is the handler :class:`~bridge.core.lifecycle.machine.Lifecycle`'s
+``_deadlines`` table gives it (``dialog``'s in :mod:`bridge.core.lifecycle.extension_dialogs`,
+``busy``'s and ``config``'s in :mod:`bridge.core.lifecycle.configuring`), in this table's words."""
 
 from __future__ import annotations
 

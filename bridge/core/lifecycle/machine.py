@@ -12,11 +12,8 @@ from bridge.core import dialogs
 from bridge.core.lifecycle.actions import (
     Action,
     Answer,
-    AskDialog,
     Closed,
     Deliver,
-    DialogEnded,
-    DialogReply,
     GiveUp,
     Note,
     Notify,
@@ -28,12 +25,13 @@ from bridge.core.lifecycle.actions import (
 )
 from bridge.core.lifecycle.config import (
     DEADLINES,
-    DEFAULT_STALL_TIMEOUT,
     HELD_DEADLINES,
     RECENT_IDS,
     SIGNALS_PER_GENERATION,
     BridgeConfig,
 )
+from bridge.core.lifecycle.configuring import Configuring
+from bridge.core.lifecycle.extension_dialogs import ExtensionDialogs
 from bridge.core.lifecycle.inputs import (
     Acked,
     Activity,
@@ -65,7 +63,6 @@ from bridge.core.lifecycle.inputs import (
     WriteFailed,
 )
 from bridge.core.lifecycle.state import (
-    DialogRec,
     LifeState,
     PromptRec,
 )
@@ -78,19 +75,21 @@ from bridge.core.notices import (
     SealCheckSignal,
     SignalsSuppressed,
     StalledSignal,
-    compaction_notice,
 )
 from bridge.core.receipts import Facts, GiveUpWhy, Receipt, Times, decide, exit_words
-from bridge.core.steering import Wanted, commands, verify
-from bridge.core.wire import converter
+from bridge.core.steering import Wanted
 from bridge.core.words import Reason, StopBy
 
 # --------------------------------------------------------------------------
 # The machine
 
 
-class Lifecycle:
-    """The state machine. ``step(input, now)`` -> actions; ``now`` is seconds since start."""
+class Lifecycle(ExtensionDialogs, Configuring):
+    """The state machine. ``step(input, now)`` -> actions; ``now`` is seconds since start.
+
+    Two parts are mixins of their own modules, each with its rules: extension dialogs
+    (:mod:`~bridge.core.lifecycle.extension_dialogs`) and a prompt's configuring: model,
+    thinking level, new conversation, compaction (:mod:`~bridge.core.lifecycle.configuring`)."""
 
     def __init__(self, config: BridgeConfig | None = None, state: LifeState | None = None) -> None:
         self.config = config or BridgeConfig()
@@ -126,6 +125,25 @@ class Lifecycle:
             Activity: self._activity,
             Tick: self._tick,
         }
+        #: What each deadline does when it passes (config.py's DEADLINES says it in words), in
+        #: DEADLINES' order: a deadline without its handler here fails at construction.
+        self._deadlines: dict[str, Callable[[], None]] = {
+            "dialog": self._deadline_dialog,
+            "busy": self._deadline_busy,
+            "ask": self._deadline_ask,
+            "config": self._deadline_config,
+            "ack": self._deadline_ack,
+            "settle": self._deadline_settle,
+            "stall": self._deadline_stall,
+            "stop": self._deadline_stop,
+            "taint": self._deadline_taint,
+            "close": self._deadline_close,
+            "startup": self._deadline_startup,
+            "backoff": self._deadline_backoff,
+            "drain": self._deadline_drain,
+        }
+        if tuple(self._deadlines) != DEADLINES:
+            raise AssertionError(f"the deadlines' handlers {tuple(self._deadlines)} are not DEADLINES {DEADLINES}")
 
     # -- the door ------------------------------------------------------------
 
@@ -209,23 +227,6 @@ class Lifecycle:
                     s.deadlines["stop"] = self._now + self.config.stop_grace
             self._out.append(StopAnswer(ev.request, rec.stop))
 
-    def _abort_compaction(self, rec: PromptRec) -> None:
-        """A configuring prompt is stopped while Pi compacts for it: Pi's ``abort`` stops the
-        compaction (agent-session.js ``abort``: ``abortCompaction``), and no prompt is written
-        until the compaction is answered -- Pi refuses a prompt while it compacts."""
-        s, e = self.state, self.state.engine
-        cmds = self._config_commands(rec)
-        pending = cmds[len(rec.config_answers)] if len(rec.config_answers) < len(cmds) else None
-        if pending is None or pending["type"] != "compact" or e.phase not in ("checking", "ready"):
-            return
-        e.busy = pending["id"]
-        self._out.append(Write(e.generation, {"type": "abort", "id": f"{self._config_prefix()}:abort"}, "abort"))
-        s.deadlines["busy"] = self._now + self.config.ack_timeout
-
-    def _configure(self, ev: Configure) -> None:
-        self.state.wanted = ev.wanted.over(self.state.wanted)
-        self._note({"event": "configure", "wanted": converter.unstructure(self.state.wanted)})
-
     def _ask(self, ev: Ask) -> None:
         s = self.state
         if s.closing is not None or s.down is not None or s.closed:
@@ -252,205 +253,6 @@ class Lifecycle:
         s.asks.clear()
         s.asked.clear()
         s.deadlines.pop("ask", None)
-
-    # -- extension dialogs (bridge.core.dialogs) -------------------------------------------
-
-    def _dialog_opened(self, ev: DialogOpened) -> None:
-        s, e = self.state, self.state.engine
-        if not self._current(ev.generation) or e.phase not in ("checking", "ready"):
-            return  # its engine is gone or going: nothing waits for an answer any more
-        s.dialog_serial += 1
-        held = self._held()
-        request = held.request if held is not None and held.phase == "held" and held.gave_up is None else None
-        timeout = self.config.dialog_timeout
-        if "timeout" in ev.fields:
-            timeout = min(timeout, ev.fields["timeout"] / 1000.0)
-        rec = DialogRec(
-            dialog=f"dialog-{s.dialog_serial}",
-            engine_id=ev.engine_id,
-            generation=ev.generation,
-            method=ev.method,
-            request=request,
-            fields=dict(ev.fields),
-            opened=self._now,
-            deadline=self._now + timeout,
-        )
-        note = {
-            "event": "dialog",
-            "dialog": rec.dialog,
-            "request": request,
-            "engine_id": ev.engine_id,
-            "method": ev.method,
-            "title": ev.fields.get("title", "")[:200],
-        }
-        # A dialog its prompt's stop already passed (the extension asked again once the stop
-        # answered its first: Pi's abort frees neither) would hold the stop until its timeout.
-        stopped = held is not None and request == held.request and held.stop is not None
-        if not ev.allowed or not ev.listened or s.closing is not None or stopped:
-            # Not to be asked: no extension was allowed (a seal diagnostic, which the controller
-            # got as a signal), nobody reads dialogs, closing, or its prompt is being stopped.
-            # Answered ``cancelled`` now.
-            by = (
-                dialogs.BY_SEAL
-                if not ev.allowed
-                else dialogs.BY_NOBODY
-                if not ev.listened
-                else dialogs.BY_CLOSING
-                if s.closing is not None
-                else dialogs.BY_STOP
-            )
-            self._note(note)
-            self._end_dialog(rec, by, None, announce=ev.allowed)
-            return
-        s.dialogs[rec.dialog] = rec
-        # ``timeout``: the seconds the controller has (the extension's own, if shorter).
-        payload = {
-            "type": "ask",
-            "dialog": rec.dialog,
-            "id": request,
-            "method": ev.method,
-            **rec.fields,
-            "timeout": round(timeout, 3),
-        }
-        self._note({**note, "timeout": round(timeout, 3)})
-        self._out.append(AskDialog(rec.dialog, request, ev.method, dict(rec.fields), payload))
-        if held is not None and request == held.request:
-            # The engine waits on a person now, not on the model: ack and stall wait too.
-            for name in ("ack", "stall"):
-                if s.deadlines.pop(name, None) is not None and name not in held.paused:
-                    held.paused.append(name)
-        self._arm_dialogs()
-
-    def _answer_dialog(self, ev: AnswerDialog) -> None:
-        rec = self.state.dialogs.get(ev.dialog)
-        if rec is None:
-            self._out.append(
-                DialogReply(ev.dialog, f"no open dialog {ev.dialog!r} (answered, timed out, cancelled, or never asked)")
-            )
-            return
-        answer, error = dialogs.check_answer(rec.method, rec.fields, ev.value, ev.confirmed, ev.cancelled)
-        if answer is None:
-            self._out.append(DialogReply(ev.dialog, error))
-            return
-        self._end_dialog(rec, dialogs.BY_CONTROLLER, answer)
-        self._out.append(DialogReply(ev.dialog, None))
-
-    def _end_dialog(
-        self, rec: DialogRec, by: str, answer: dict[str, Any] | None, *, write: bool = True, announce: bool = True
-    ) -> None:
-        """Dialog ``rec`` gets its one response: ``answer`` (None: ``cancelled``), written to its
-        engine unless that engine is gone (``write`` False); ``announce``: the ``dialog-end``
-        notice too (not for a sealed engine's dialog, which was a signal)."""
-        s = self.state
-        s.dialogs.pop(rec.dialog, None)
-        response = answer if answer is not None else dict(dialogs.CANCELLED)
-        if write:
-            self._out.append(
-                Write(rec.generation, {"type": "extension_ui_response", "id": rec.engine_id, **response}, "dialog")
-            )
-        said = response if write else None
-        self._note({"event": "dialog-end", "dialog": rec.dialog, "by": by, "answer": said})
-        if announce:
-            payload = {
-                "type": "dialog-end",
-                "dialog": rec.dialog,
-                "id": rec.request,
-                "method": rec.method,
-                "title": rec.fields.get("title"),
-                "by": by,
-                "answer": said,
-            }
-            self._out.append(DialogEnded(rec.dialog, by, said, payload))
-        held = self._held()
-        if (
-            held is not None
-            and held.request == rec.request
-            and held.paused
-            and not any(d.request == held.request for d in s.dialogs.values())
-        ):
-            self._resume(held)
-        self._arm_dialogs()
-
-    def _resume(self, rec: PromptRec) -> None:
-        """The held prompt's last dialog ended: its paused deadlines run again, each afresh."""
-        s = self.state
-        for name in rec.paused:
-            if name == "ack" and not rec.acked:
-                s.deadlines["ack"] = self._now + self.config.ack_timeout
-            elif name == "stall" and rec.stall is not None and rec.stop is None:
-                s.deadlines["stall"] = self._now + rec.stall
-        rec.paused = []
-        rec.resumed = self._now
-
-    def _end_dialogs(
-        self, by: str, *, request: str | None = None, generation: int | None = None, write: bool = True
-    ) -> None:
-        """End the open dialogs of ``request`` (or of engine ``generation``, or all)."""
-        for rec in list(self.state.dialogs.values()):
-            if (request is None or rec.request == request) and (generation is None or rec.generation == generation):
-                self._end_dialog(rec, by, None, write=write)
-
-    def _arm_dialogs(self) -> None:
-        s = self.state
-        if s.dialogs:
-            s.deadlines["dialog"] = min(d.deadline for d in s.dialogs.values())
-        else:
-            s.deadlines.pop("dialog", None)
-
-    def _new_conversation(self, ev: NewConversation) -> None:
-        self.state.fresh = True
-        self._note({"event": "new-conversation"})
-
-    def _compact(self, ev: Compact) -> None:
-        self.state.compact = ev.instructions or ""
-        self._note({"event": "compact", "instructions": ev.instructions})
-
-    def _configured(self, ev: Configured) -> None:
-        s, e = self.state, self.state.engine
-        if e.busy is not None and e.busy in ev.answers and self._current(ev.generation):
-            e.busy = None  # the aborted compaction is over: prompts may be written again
-            s.deadlines.pop("busy", None)
-        rec = self._held()
-        if rec is None or rec.phase != "configuring" or rec.request != ev.request or not self._current(ev.generation):
-            return
-        rec.config_answers.update(ev.answers)
-        prefix = self._config_prefix()
-        cmds = self._config_commands(rec)
-        if len(rec.config_answers) < len(cmds):
-            # One at a time: Pi 1.6.0 runs commands concurrently, and answered a get_state
-            # written right behind a set_model with the old model (and set_model after it).
-            self._write_config(rec, cmds[len(rec.config_answers)])
-            return
-        s.deadlines.pop("config", None)
-        if rec.compact is not None:
-            self._compacted(rec, rec.config_answers.get(f"{prefix}:compact", {}))
-        if rec.fresh:
-            new = rec.config_answers.get(f"{prefix}:new", {})
-            data = new.get("data")
-            if new.get("success") is not True or (isinstance(data, dict) and data.get("cancelled")):
-                # Pi would not start a new conversation (an extension cancelled it): a fresh
-                # engine is one. The prompt waits for it.
-                rec.fresh, rec.compact = False, None
-                e.recycle = True
-                self._note({"event": "new-conversation", "request": rec.request, "by": "recycling the engine"})
-                self._requeue(rec)
-                return
-        config, problem = verify(rec.wanted, rec.config_answers, prefix)
-        e.config = config if problem is None else None
-        self._note(
-            {
-                "event": "configured",
-                "request": rec.request,
-                "config": config.to_json() if config is not None else None,
-                "problem": problem,
-            }
-        )
-        if problem is not None:
-            self._reject(rec, Reason.CONFIG, problem)
-        elif not e.sealed or e.recycle or e.phase != "ready":
-            self._requeue(rec)  # not onto this engine: it is replaced first
-        else:
-            self._send_prompt(rec)
 
     def _shutdown(self, ev: Shutdown) -> None:
         s = self.state
@@ -700,33 +502,10 @@ class Lifecycle:
         due = sorted((at, DEADLINES.index(name), name) for name, at in s.deadlines.items() if at <= self._now)
         for _, _, name in due:
             if s.deadlines.pop(name, None) is not None:
-                getattr(self, "_deadline_" + name)()
-
-    def _deadline_dialog(self) -> None:
-        for rec in sorted(self.state.dialogs.values(), key=lambda d: d.deadline):
-            if rec.deadline <= self._now:
-                self._end_dialog(rec, dialogs.BY_TIMEOUT, None)
-        self._arm_dialogs()
-
-    def _deadline_busy(self) -> None:
-        e = self.state.engine
-        if e.busy is not None:
-            e.busy = None
-            e.recycle = True  # it did not say its compaction ended: the next prompt goes to a new engine
+                self._deadlines[name]()
 
     def _deadline_ask(self) -> None:
         self._answer_all(f"the engine did not answer in {self.config.ack_timeout:g} s")
-
-    def _deadline_config(self) -> None:
-        rec = self._held()
-        if rec is not None and rec.phase == "configuring":
-            self.state.engine.recycle = True
-            cmds = self._config_commands(rec)
-            cmd = cmds[min(len(rec.config_answers), len(cmds) - 1)]
-            bound = self._config_bound(rec, cmd)
-            why = f"the engine did not answer {cmd['type']} in {bound:g} s"
-            self._compaction_lost(rec, f"{why}: the engine is replaced, and the conversation is lost with it")
-            self._reject(rec, Reason.CONFIG, why)
 
     def _deadline_ack(self) -> None:
         rec = self._held()
@@ -858,70 +637,15 @@ class Lifecycle:
 
     def _write_prompt(self) -> None:
         """The queue's first prompt takes the slot: configured first if it asks for what the
-        engine is not known to have, else written."""
+        engine is not known to have (or a new conversation, or a compaction), else written."""
         s, e = self.state, self.state.engine
         rec = s.prompts[s.queue.pop(0)]
         s.held = rec.request
         satisfied = rec.wanted.empty or (e.config is not None and e.config.satisfies(rec.wanted))
         if satisfied and not rec.fresh and rec.compact is None:
             self._send_prompt(rec)
-            return
-        rec.phase = "configuring"
-        e.configs += 1
-        self._note(
-            {
-                "event": "configure",
-                "request": rec.request,
-                "wanted": converter.unstructure(rec.wanted),
-                "new_conversation": rec.fresh,
-                "compact": rec.compact,
-            }
-        )
-        rec.config_answers = {}
-        self._write_config(rec, self._config_commands(rec)[0])
-
-    def _write_config(self, rec: PromptRec, cmd: dict[str, Any]) -> None:
-        """One configuration command for the held prompt, bounded by ``ack_timeout`` -- a
-        compaction, which calls the model, by the prompt's stall timeout when that is longer."""
-        e = self.state.engine
-        self._out.append(Write(e.generation, cmd, "config", request=rec.request))
-        self.state.deadlines["config"] = self._now + self._config_bound(rec, cmd)
-
-    def _config_bound(self, rec: PromptRec, cmd: dict[str, Any]) -> float:
-        """``ack_timeout``; a compaction, which calls the model, the prompt's stall timeout."""
-        if cmd["type"] == "compact":
-            return rec.stall or self.config.stall_timeout or DEFAULT_STALL_TIMEOUT
-        return self.config.ack_timeout
-
-    def _compacted(self, rec: PromptRec, answer: dict[str, Any]) -> None:
-        """The compaction before ``rec`` was answered: the controller is told how it went (a
-        refusal, such as Pi's "Nothing to compact", does not stop the prompt)."""
-        notice = compaction_notice(rec.request, answer)
-        self._note({"event": "compacted", **{k: v for k, v in notice.to_json().items() if k != "type"}})
-        self._out.append(Notify(notice))
-        rec.compact = None  # done: a prompt requeued onto a fresh engine is not compacted again
-
-    def _compaction_lost(self, rec: PromptRec, why: str) -> None:
-        """The engine configuring ``rec`` is gone or replaced before it answered the compaction
-        asked for: the controller is told it failed, and why (a new engine's conversation is
-        empty: there is nothing left to compact for it)."""
-        if rec.compact is not None and not rec.fresh:
-            self._compacted(rec, {"success": False, "error": why})
-
-    def _config_prefix(self) -> str:
-        return f"cfg-{self.state.engine.generation}-{self.state.engine.configs}"
-
-    def _config_commands(self, rec: PromptRec) -> list[dict[str, Any]]:
-        """What is written, one at a time, before ``rec``: ``new_session`` if a new
-        conversation was asked for, else ``compact`` if a compaction was, then its
-        configuration, ``get_state`` last."""
-        prefix = self._config_prefix()
-        first = [{"type": "new_session", "id": f"{prefix}:new"}] if rec.fresh else []
-        if rec.compact is not None and not rec.fresh:  # a new conversation has nothing to compact
-            first.append({"type": "compact", "id": f"{prefix}:compact"})
-            if rec.compact:
-                first[-1]["customInstructions"] = rec.compact
-        return first + commands(rec.wanted, prefix)
+        else:
+            self._begin_config(rec)
 
     def _requeue(self, rec: PromptRec) -> None:
         """A prompt holding the slot but never written goes back to the front of the queue."""
