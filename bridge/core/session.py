@@ -82,8 +82,8 @@ from bridge.core.events import (
     Retrying,
     SealBroken,
     Skipped,
-    Streamed,
     StopUnheard,
+    Streamed,
     TextDelta,
 )
 from bridge.core.framing import (

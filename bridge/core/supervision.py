@@ -73,6 +73,7 @@ from bridge.core.events import (
     Retrying,
     SealBroken,
     Skipped,
+    StopUnheard,
     Streamed,
     TextDelta,
 )
@@ -107,6 +108,7 @@ from bridge.core.lifecycle import (
     StdoutClosed,
     StopAnswer,
     StopEngine,
+    StopMissed,
     Tick,
     Unsealed,
     Write,
@@ -624,6 +626,8 @@ class Supervision:
                 self._queue(SignalSeen(generation, event.to_json()))  # type: ignore[union-attr]
             elif kind is Retrying:
                 out.append(Tell(event.to_json()))  # type: ignore[union-attr]
+            elif kind is StopUnheard:
+                self._queue(StopMissed(generation, event.request))  # type: ignore[union-attr, arg-type]
             elif kind in PROGRESS_TYPES:
                 out.append(Progress(event.request, event))  # type: ignore[union-attr, arg-type]
             elif kind is Diagnostic:

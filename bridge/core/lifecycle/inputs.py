@@ -172,6 +172,15 @@ class Acked:
 
 
 @attrs.frozen
+class StopMissed:
+    """The held prompt's run started after the engine had answered its stop (Pi's ``abort``
+    acts on a running agent only): that stop stopped nothing, and is sent again."""
+
+    generation: int
+    request: str
+
+
+@attrs.frozen
 class Decided:
     """The evidence half decided a receipt."""
 
@@ -278,6 +287,7 @@ Input = (
     | SpawnFailed
     | StartupChecked
     | Acked
+    | StopMissed
     | Decided
     | Unsealed
     | SignalSeen

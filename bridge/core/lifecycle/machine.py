@@ -57,6 +57,7 @@ from bridge.core.lifecycle.inputs import (
     StartupChecked,
     StdoutClosed,
     Stop,
+    StopMissed,
     Submit,
     Tick,
     Unsealed,
@@ -117,6 +118,7 @@ class Lifecycle(ExtensionDialogs, Configuring):
             Decided: self._decided,
             Unsealed: self._unsealed,
             SignalSeen: self._signal_seen,
+            StopMissed: self._stop_missed,
             WriteFailed: self._write_failed,
             NotWritten: self._not_written,
             StdoutClosed: self._stdout_closed,
@@ -729,6 +731,23 @@ class Lifecycle(ExtensionDialogs, Configuring):
         if self.config.stop_clears_queue and "clear_queue" in e.clearing:
             self._out.append(Write(e.generation, {"type": "clear_queue", "id": f"{stop}:clear"}, "clear"))
         self._out.append(Write(e.generation, {"type": "abort", "id": stop}, "abort"))
+
+    def _stop_missed(self, ev: StopMissed) -> None:
+        """The held prompt's stop was answered before its run started, so it stopped nothing:
+        the same stop is sent again (a new abort id, noted with the first stop's ``by``, so
+        replay decides the same word). Its grace starts again with the run it now stops."""
+        s, e = self.state, self.state.engine
+        rec = s.prompts.get(ev.request)
+        if rec is None or s.held != ev.request or rec.stop is None or rec.gave_up is not None:
+            return
+        if not self._current(ev.generation) or e.phase not in ("checking", "ready"):
+            return
+        again = f"{rec.stop}:again"
+        why = "sent again: the engine answered it before the prompt's run started"
+        self._note({"event": "stop", "stop": again, "request": rec.request, "by": rec.stop_by, "why": why})
+        self._out.append(Write(e.generation, {"type": "abort", "id": again}, "abort"))
+        if "stop" in s.deadlines:
+            s.deadlines["stop"] = self._now + self.config.stop_grace
 
     def _begin_closing(self, why: str, detail: str | None) -> None:
         s = self.state
