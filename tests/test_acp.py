@@ -1282,3 +1282,39 @@ def test_a_signal_ends_acp_whose_client_does_not_read_stdout(tmp_path: Path) -> 
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+def test_a_prompt_and_its_cancel_written_back_to_back_are_cancelled_twelve_times_in_a_row(
+    pinned_pi: Any, tmp_path: Path
+) -> None:
+    """Found by an editor trial: a prompt followed at once by its ``session/cancel`` ended
+    ``outcome-unknown``/``settle-timeout`` about 4 times in 10 on a loaded machine -- Pi answered
+    the ``abort`` before the prompt's run began, so it stopped nothing; the text streamed on for
+    the stop's 5 s grace, the engine was replaced and the conversation lost. A stop answered
+    before the run started is now sent again when it starts (SPEC §5): through the real Pi,
+    twelve back-to-back pairs give twelve ``cancelled`` answers, each receipt
+    ``failed``/``interrupted``, on one engine."""
+    server, models, settings = scripted(tmp_path, [{"words": 400, "delay": 0.02}] * 12)
+    (tmp_path / "proj").mkdir()
+    cancel = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "s1"}}
+
+    def prompt(rid: int) -> dict[str, Any]:
+        params = {"sessionId": "s1", "prompt": [{"type": "text", "text": f"write a lot ({rid})"}]}
+        return {"jsonrpc": "2.0", "id": rid, "method": "session/prompt", "params": params}
+
+    with _agent(agent_argv(tmp_path, models, settings), server) as (proc, wire):
+        assert proc.stdin is not None
+        wire.open_session(tmp_path / "proj")
+        answers = []
+        for rid in range(10, 22):
+            wire.send(prompt(rid), cancel)
+            answers.append(wire.answer(rid))
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0
+    words = [a.get("result", {}).get("stopReason") for a in answers]
+    assert words == ["cancelled"] * 12, answers
+    receipts = [a["result"]["_meta"]["pi-bridge"]["receipt"] for a in answers]
+    assert {(r["state"], r["reason"]) for r in receipts} == {("failed", "interrupted")}, receipts
+    assert {r["generation"] for r in receipts} == {1}, "no engine was replaced"
+    assert all(r["stop"] for r in receipts)
+    check_journal(tmp_path, "s1", receipts)
