@@ -643,3 +643,59 @@ async def test_a_compaction_the_engine_never_answers_tells_the_controller(serve_
     code, _ = await finish(sp)
     assert code == 0, sp.stderr
     assert by_id(sp)["c"]["state"] == "finished"
+
+
+def test_a_prompt_and_its_stop_written_back_to_back_are_interrupted_twelve_times_in_a_row(
+    pinned_pi: Any, tmp_path: Path
+) -> None:
+    """The real, sealed Pi behind ``bridge serve``: a prompt and its ``stop`` in one write, twelve
+    times, give twelve ``failed``/``interrupted`` receipts on one engine. Pi answers an ``abort``
+    that comes before the prompt's run has begun at once, stopping nothing; the bridge sends
+    it again when the run starts (SPEC §5), so none ends ``settle-timeout`` after a replaced
+    engine."""
+    from bridge.demo.model_server import start_server
+    from bridge.demo.model_server.server import models_json
+
+    server = start_server([{"text": "up"}] + [{"words": 400, "delay": 0.02}] * 12)
+    models = tmp_path / "models.json"
+    models.write_text(json.dumps(models_json(server.base_url)))
+    argv = [sys.executable, "-m", "bridge", "serve", "--journal", str(tmp_path / "j.jsonl")]
+    argv += ["--models-json", str(models), "--provider", "scripted", "--model", "scripted-model"]
+    receipts = []
+    try:
+        with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT) as proc:
+            assert proc.stdin is not None and proc.stdout is not None
+            try:
+                assert json.loads(proc.stdout.readline())["type"] == "ready"
+                # A first prompt runs whole: the engine is up (a stop while it starts cancels
+                # a prompt that was never written, rejected/cancelled: not the case here).
+                proc.stdin.write(b'{"type":"prompt","id":"up","message":"are you up?"}\n')
+                proc.stdin.flush()
+                while json.loads(proc.stdout.readline() or b'{"type":"receipt"}')["type"] != "receipt":
+                    pass
+                for n in range(12):
+                    pair = [
+                        {"type": "prompt", "id": f"p{n}", "message": "write a lot"},
+                        {"type": "stop", "id": f"p{n}"},
+                    ]
+                    proc.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in pair))
+                    proc.stdin.flush()
+                    while True:
+                        out = json.loads(proc.stdout.readline() or b"null")
+                        assert out is not None, "serve ended early"
+                        if out["type"] == "receipt":
+                            receipts.append(out["receipt"])
+                            break
+                proc.stdin.close()
+                assert proc.wait(timeout=30) == 0
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+    finally:
+        server.close()
+    assert [(r["state"], r["reason"]) for r in receipts] == [("failed", "interrupted")] * 12, receipts
+    assert {r["generation"] for r in receipts} == {1}, "no engine was replaced"
+    from bridge.readers.replay import replay
+
+    replayed = {r.request: (r.state, r.reason) for r in replay(str(tmp_path / "j.jsonl")).receipts if r.request != "up"}
+    assert replayed == {r["request"]: ("failed", "interrupted") for r in receipts}
