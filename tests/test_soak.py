@@ -33,7 +33,7 @@ import trio
 from bridge.core.framing import LineSplitter, Oversize
 from bridge.live.api import open_bridge
 from bridge.profiles.command import CommandProfile
-from tools.soaklib import (
+from tests.helpers_live import (
     ROOT,
     ServeProc,
     check_journal_readable,
