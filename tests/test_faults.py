@@ -23,7 +23,7 @@ import trio
 from bridge.core.receipts import Receipt
 from bridge.live.api import PromptHandle, open_bridge
 from bridge.profiles.command import CommandProfile
-from tools.soaklib import (
+from tests.helpers_live import (
     STOP_PLANS,
     SeededFakeProfile,
     SequenceProfile,

@@ -9,6 +9,15 @@
 - ``bridge.demo`` (the showcase) drives the live bridge through the Python API, not the controller
   protocol; nothing below the CLI imports it. Its scripted model server is stdlib only: it ships in
   the package for ``bridge demo`` and runs as ``tools/model_server.py`` with no install at all.
+- ``bridge.testing`` (what ``tools/soak``, ``tools/record`` and the suite share: the live checks,
+  the scenarios against the real Pi) may use the live layer and what it stands on (the core, the
+  format, the profiles), the readers (a journal replays to the live receipts) and the demo's
+  model server; never the controllers or the CLI (it runs ``python -m bridge serve`` as a
+  subprocess). Nothing else in ``bridge/`` imports it, and it imports no pytest at module level:
+  the tools import it too.
+- ``tests/`` imports nothing from ``tools/`` (a test runs a tool as a subprocess): no ``import
+  tools``, no ``sys.path`` change, no loading of a file by its path (importlib's loaders,
+  ``runpy``, ``exec``).
 
 Checked twice: statically (every ``import`` in the source, including ones inside functions) and
 at run time (a fresh interpreter imports the whole core and must not have loaded trio or any
@@ -78,6 +87,7 @@ FORBIDDEN = {
     "live": ("bridge.readers", "bridge.controller", "bridge.cli", "bridge.demo"),
     "controller": ("bridge.readers", "bridge.cli", "bridge.demo"),
     "demo": ("bridge.controller",),
+    "testing": ("bridge.controller", "bridge.cli", "bridge.demo.showcase"),
 }
 
 
@@ -189,3 +199,161 @@ def test_the_checker_catches_a_forbidden_import(tmp_path: Path) -> None:
     names = [name for _, name in imports_of(bad)]
     assert names == ["trio", "bridge.live", "bridge.live.journal", "os"]
     assert all(n.startswith(FORBIDDEN["core"]) or n.split(".")[0] not in PURE_STDLIB | THIRD_PARTY_PURE for n in names)
+
+
+def test_nothing_else_in_the_package_imports_bridge_testing() -> None:
+    """bridge.testing is test support: the bridge itself never depends on it."""
+    files = [p for p in sorted(PACKAGE.rglob("*.py")) if not p.is_relative_to(PACKAGE / "testing")]
+    assert PACKAGE / "cli.py" in files and PACKAGE / "live" / "api.py" in files
+    wrong = [
+        f"{p.relative_to(ROOT)}:{line}: imports {name}"
+        for p in files
+        for line, name in imports_of(p)
+        if name == "bridge.testing" or name.startswith("bridge.testing.")
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def module_level_imports(path: Path) -> list[tuple[int, str]]:
+    """The imports of ``path`` that run when it is imported: not those inside a function."""
+    found: list[tuple[int, str]] = []
+    pending: list[ast.AST] = [ast.parse(path.read_text(), str(path))]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module is not None:
+            found.append((node.lineno, node.module))
+        pending.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def test_bridge_testing_imports_no_pytest_and_no_tools() -> None:
+    """Statically (no module of bridge/testing/ imports pytest when it is imported, nor anything
+    of tools/ at all) and at run time (importing each loads neither): ``tools/soak`` and
+    ``tools/record`` import it, and they run without pytest."""
+    files = sorted((PACKAGE / "testing").glob("*.py"))
+    assert {p.stem for p in files} >= {"__init__", "checks", "pi_scenarios"}
+    wrong = [
+        f"{p.relative_to(ROOT)}:{line}: imports {name}"
+        for p in files
+        for line, name in module_level_imports(p)
+        if name.split(".")[0] in ("pytest", "_pytest")
+    ]
+    wrong += [f"{p.relative_to(ROOT)}: {what}" for p in files for what in loads_tools(p)]
+    assert not wrong, "\n".join(wrong)
+    names = ["bridge.testing"] + [f"bridge.testing.{p.stem}" for p in files if p.stem != "__init__"]
+    code = (
+        f"import sys\nimport {', '.join(names)}\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pytest', '_pytest', 'tools')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+#: What loads code by its path, around the import system (importlib's loaders, runpy): a test
+#: that wants a tool runs it as a subprocess instead.
+LOADERS = frozenset(
+    {
+        "spec_from_file_location",
+        "spec_from_loader",
+        "module_from_spec",
+        "exec_module",
+        "load_module",
+        "SourceFileLoader",
+        "SourcelessFileLoader",
+        "run_path",
+        "run_module",
+        "syspath_prepend",
+    }
+)
+
+
+def _used_name(node: ast.AST) -> str | None:
+    """The name a node uses: ``x.NAME``, ``NAME``, or ``import NAME`` / ``from M import NAME``."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.alias):
+        return node.name
+    return None
+
+
+def loads_tools(path: Path) -> list[str]:
+    """Where ``path`` imports code of ``tools/``, or may: an import of ``tools`` (or ``tools.X``),
+    ``runpy``, ``__import__`` / ``import_module`` of ``tools…``, a change of ``sys.path``, a
+    loader that takes a file by its path, ``exec``, a relative import. Static (``ast``), imports
+    inside functions included."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        line = getattr(node, "lineno", "?")
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = ["." * node.level + (node.module or "")]
+        elif isinstance(node, ast.Call):
+            called = _used_name(node.func)
+            arg = node.args[0] if node.args else None
+            if called in ("__import__", "import_module") and isinstance(arg, ast.Constant):
+                names = [str(arg.value)]
+            elif called == "exec":
+                found.append(f"line {line}: exec()")
+            elif called in ("insert", "append", "extend") and ast.unparse(node.func).startswith("sys.path."):
+                found.append(f"line {line}: sys.path.{called}()")
+        elif isinstance(node, (ast.Assign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(ast.unparse(t).startswith("sys.path") for t in targets):
+                found.append(f"line {line}: sets sys.path")
+        if _used_name(node) in LOADERS:
+            found.append(f"line {line}: {_used_name(node)}")
+        found += [
+            f"line {line}: imports {name}"
+            for name in names
+            if name.split(".")[0] in ("tools", "runpy") or name.startswith(".")
+        ]
+    return found
+
+
+def test_no_test_imports_anything_from_tools() -> None:
+    """tests/ imports nothing from tools/ (the shared checks are :mod:`bridge.testing`; a tool is
+    run as a subprocess), by any path: ``import tools…``, ``sys.path``, importlib's loaders."""
+    files = sorted((ROOT / "tests").rglob("*.py"))
+    assert ROOT / "tests" / "helpers_live.py" in files and ROOT / "tests" / "test_soak.py" in files
+    wrong = [f"{p.relative_to(ROOT)}: {what}" for p in files for what in loads_tools(p)]
+    assert not wrong, "tests that load code of tools/ (run the tool as a subprocess instead):\n" + "\n".join(wrong)
+
+
+def test_the_tools_check_catches_each_way_in(tmp_path: Path) -> None:
+    """The check of tests/ is not vacuous: each way of loading a tool's code is caught, and
+    running a tool, or importing the package and the standard library, is not."""
+    ways = [
+        "from tools.soaklib import ServeProc",
+        "import tools.fake_engine",
+        "import tools",
+        "def f():\n    from tools import soaklib",
+        "import runpy",
+        "mod = __import__('tools.soaklib')",
+        "import importlib\nm = importlib.import_module('tools.pi_matrix')",
+        "import sys\nsys.path.insert(0, 'tools/reference')",
+        "import sys\nsys.path.append('tools')",
+        "import sys\nsys.path[:0] = ['tools']",
+        "import importlib.util\nspec = importlib.util.spec_from_file_location('x', 'tools/x.py')",
+        "from importlib.machinery import SourceFileLoader",
+        "exec(open('tools/soak').read())",
+        "def t(monkeypatch):\n    monkeypatch.syspath_prepend('tools')",
+        "from .helpers import x",
+    ]
+    for n, way in enumerate(ways):
+        bad = tmp_path / f"bad{n}.py"
+        bad.write_text(way + "\n")
+        assert loads_tools(bad), way
+    fine = tmp_path / "fine.py"
+    fine.write_text(
+        "import json, subprocess, sys\nfrom bridge.testing.checks import ServeProc\nfrom tests.conftest import TOOLS\n"
+        "x = __import__('os')\nsubprocess.run([sys.executable, str(TOOLS / 'soak'), '--help'])\n"
+    )
+    assert loads_tools(fine) == []

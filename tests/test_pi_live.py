@@ -1,6 +1,6 @@
 """Integration tests against the real, pinned Pi 1.6.0 through the live bridge.
 
-Every scenario of ``tools/pi_scenarios.py`` (the ones ``tools/record`` records
+Every scenario of :mod:`bridge.testing.pi_scenarios` (the ones ``tools/record`` records
 into ``fixtures/pi-1.6.0``) runs end to end: the scripted model server
 in-process, :func:`bridge.profiles.pi.scripted_profile` (the real sealed Pi),
 :func:`bridge.live.api.open_bridge`. Each test asserts the receipts, the
@@ -16,14 +16,12 @@ without it these tests FAIL, naming ``tools/setup`` -- they never skip.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -33,21 +31,9 @@ from bridge.core.events import ReceiptReady
 from bridge.core.session import Session
 from bridge.profiles.pi import PI_PIN
 from bridge.readers.replay import replay
+from bridge.testing import pi_scenarios as sc
 from tests.conftest import FIXTURES, ROOT, TOOLS
 
-
-def _load_scenarios() -> ModuleType:
-    name = "pi_scenarios"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, TOOLS / "pi_scenarios.py")
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-sc = _load_scenarios()
 PI_FIXTURES_DIR = FIXTURES / f"pi-{PI_PIN}"
 PI_FIXTURES = sorted(PI_FIXTURES_DIR.glob("*.jsonl"))
 

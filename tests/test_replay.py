@@ -133,19 +133,15 @@ def test_fixtures_agree_with_the_seed_tracker():
 
 @needs_seed
 def test_generated_transcripts_agree_with_the_seed_tracker(tmp_path: Path):
-    sys.path.insert(0, str(TOOLS / "reference"))
-    try:
-        import gen  # type: ignore[import-not-found]
-    finally:
-        sys.path.pop(0)
-    import random
-
-    paths = []
-    for n in range(1500):
-        rng = random.Random(f"ci:{n}")
-        f = tmp_path / f"g{n}.jsonl"
-        f.write_text("\n".join(gen.generate(rng, rng.randint(3, 90))) + "\n")
-        paths.append(str(f))
+    """1,500 transcripts of 3..90 entries from the generator, run as a script (file k from
+    ``random.Random(f"ci:{k}")``)."""
+    gen = [sys.executable, str(TOOLS / "reference" / "gen.py"), "--seed", "ci", "--count", "1500"]
+    p = subprocess.run(
+        [*gen, "--steps-range", "3", "90", "--out", str(tmp_path)], capture_output=True, text=True, timeout=300
+    )
+    assert p.returncode == 0, p.stderr
+    paths = sorted(str(f) for f in tmp_path.glob("gen_ci_*.jsonl"))
+    assert len(paths) == 1500, p.stderr
     mismatches = [p for p, want in zip(paths, reference(paths)) if tracker_part(p) != want]
     assert mismatches == [], f"{len(mismatches)} transcripts differ from the seed, e.g. {mismatches[:3]}"
 

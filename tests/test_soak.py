@@ -33,7 +33,7 @@ import trio
 from bridge.core.framing import LineSplitter, Oversize
 from bridge.live.api import open_bridge
 from bridge.profiles.command import CommandProfile
-from tools.soaklib import (
+from tests.helpers_live import (
     ROOT,
     ServeProc,
     check_journal_readable,
@@ -112,9 +112,18 @@ def test_soak_ci(tmp_path: Path) -> None:
     assert int(replayed[1]) + int(failed[1]) == CI_SCHEDULES and int(failed[1]) > 0, out
 
 
-def test_soak_json_and_only_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``--json`` gives the same numbers as one object; ``--only-seed`` reruns one schedule."""
-    monkeypatch.setenv("PI_BRIDGE_SOAK_REEXEC", "1")  # loading the tool below must never re-exec pytest
+def _plans(*args: str) -> list[dict[str, Any]]:
+    """``tools/soak ARGS --plans``: the schedules' plans, run in a process of their own."""
+    p = subprocess.run(
+        [sys.executable, str(SOAK), *args, "--plans"], capture_output=True, text=True, timeout=60, cwd=str(ROOT)
+    )
+    assert p.returncode == 0, p.stderr
+    return [json.loads(line) for line in p.stdout.splitlines()]
+
+
+def test_soak_json_and_only_seed(tmp_path: Path) -> None:
+    """``--json`` gives the same numbers as one object; ``--only-seed`` reruns one schedule, whose
+    plan (``--plans``) depends on its seed only: the same in another process, alone or not."""
     run = subprocess.run(
         [sys.executable, str(SOAK), "--schedules", "3", "--seed", "5", "--json", "--dir", str(tmp_path / "a")],
         capture_output=True,
@@ -127,17 +136,10 @@ def test_soak_json_and_only_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert total["schedules"] == 3 and total["lost"] == 0 and total["hangs"] == 0, data
     assert total["prompts accepted"] == total["receipts"], data
     assert set(data["faults"]) == {"engine", "controller"}
-    import importlib.util
-    from importlib.machinery import SourceFileLoader
-
-    loader = SourceFileLoader("soak_tool", str(SOAK))
-    spec = importlib.util.spec_from_loader("soak_tool", loader)
-    assert spec is not None
-    soak: Any = importlib.util.module_from_spec(spec)
-    loader.exec_module(soak)
-    seed = soak.schedule_seed(5, 1)
-    plan = soak.make_plan(seed)
-    assert soak.make_plan(seed) == plan, "a schedule's plan must depend on its seed only"
+    plans = _plans("--schedules", "3", "--seed", "5")
+    assert len(plans) == 3 and _plans("--schedules", "3", "--seed", "5") == plans
+    seed, mode = plans[1]["seed"], plans[1]["mode"]
+    assert _plans("--only-seed", str(seed)) == [plans[1]], "a schedule's plan must depend on its seed only"
     again = subprocess.run(
         [sys.executable, str(SOAK), "--only-seed", str(seed), "--json", "--dir", str(tmp_path / "b")],
         capture_output=True,
@@ -147,7 +149,7 @@ def test_soak_json_and_only_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     )
     one = json.loads(again.stdout.splitlines()[-1])
     assert one["rows"]["total"]["schedules"] == 1
-    assert one["rows"][plan.mode]["schedules"] == 1
+    assert one["rows"][mode]["schedules"] == 1
 
 
 # -- a 1 GiB line ----------------------------------------------------------------------------------

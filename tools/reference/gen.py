@@ -12,7 +12,7 @@ transcripts keep settlements frequent (the tracker settles nothing after an over
 Replay the output with ``node tools/reference/replay.mjs --batch`` (the seed tracker) and
 with the bridge's own replay, and compare line by line.
 
-    python tools/reference/gen.py --seed S --count N --out DIR [--steps K] [--coverage]
+    python tools/reference/gen.py --seed S --count N --out DIR [--steps K | --steps-range LO HI] [--coverage]
 
 Stdlib only; deterministic for a given seed (file k uses ``random.Random(f"{seed}:{k}")``).
 """
@@ -472,12 +472,14 @@ def generate(rng: random.Random, n_steps: int, *, non_object_recv: bool = True) 
     return lines
 
 
-def write_many(seed: str, count: int, out_dir: str, steps: int | None = None) -> list[str]:
+def write_many(
+    seed: str, count: int, out_dir: str, steps: int | None = None, steps_range: tuple[int, int] = (4, 140)
+) -> list[str]:
     os.makedirs(out_dir, exist_ok=True)
     paths = []
     for k in range(count):
         rng = random.Random(f"{seed}:{k}")
-        n = steps if steps is not None else rng.randint(4, 140)
+        n = steps if steps is not None else rng.randint(*steps_range)
         path = os.path.join(out_dir, f"gen_{seed}_{k:05d}.jsonl")
         with open(path, "w", encoding="utf-8", newline="\n") as f:
             f.write("\n".join(generate(rng, n)) + "\n")
@@ -512,10 +514,18 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=None, help="entries per transcript (default: random 4..140)")
     ap.add_argument(
+        "--steps-range",
+        type=int,
+        nargs=2,
+        default=(4, 140),
+        metavar=("LO", "HI"),
+        help="entries per transcript: random in LO..HI (default 4 140)",
+    )
+    ap.add_argument(
         "--coverage", action="store_true", help="replay with the reference runner and print a coverage table"
     )
     args = ap.parse_args(argv)
-    paths = write_many(args.seed, args.count, args.out, args.steps)
+    paths = write_many(args.seed, args.count, args.out, args.steps, tuple(args.steps_range))
     print(f"wrote {len(paths)} transcripts to {args.out}", file=sys.stderr)
     if args.coverage:
         for key, n in sorted(coverage(paths).items()):

@@ -1,8 +1,11 @@
 """Scenarios against the real, pinned Pi through the live bridge.
 
 Used by ``tools/record`` (re-record ``fixtures/pi-1.6.0``; the tool for moving
-the pin) and ``tests/test_pi_live.py`` (the same scenarios as integration
-tests). Each scenario is a small async function that drives a live bridge
+the pin; with ``--matrix``, ``tools/pi_matrix.py``, every Pi version of the
+table) and ``tests/test_pi_live.py`` / ``tests/test_pi_matrix.py`` (the same
+scenarios as integration tests): shared by a tool and the suite, so it lives in
+:mod:`bridge.testing`. It runs from a checkout (the pinned install in
+``tools/pi``, its extensions in ``tools/pi/extensions``). Each scenario is a small async function that drives a live bridge
 (:func:`bridge.live.api.open_bridge`) on :func:`bridge.profiles.pi.scripted_profile`
 -- the real sealed Pi -- against the scripted model server
 (:mod:`bridge.demo.model_server`, started in-process on 127.0.0.1), plus a check
@@ -23,10 +26,6 @@ paths); :func:`normal_form` is the comparison form of a recording: the
 sequence of event types (runs of ``message_update`` / ``tool_execution_update``
 collapsed), the commands sent, the signals, the receipts' states and reasons
 and the tracker output without ``t``, indices, pids, ids or timings.
-
-Importable by path (``tools/`` is not a package)::
-
-    spec = importlib.util.spec_from_file_location("pi_scenarios", "tools/pi_scenarios.py")
 """
 
 from __future__ import annotations
@@ -37,26 +36,25 @@ import os
 import re
 import shutil
 import stat
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import trio
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run from a checkout without the editable install
-    sys.path.insert(0, str(ROOT))
+from bridge.core.receipts import Receipt, describe
+from bridge.live.api import Bridge, BridgeConfig, PromptHandle, open_bridge
+from bridge.profiles.pi import PI_PIN, find_install, scripted_profile
+from bridge.readers.replay import ReplayResult, replay
+from bridge.transcript import Entry, open_transcript
 
-from bridge.core.receipts import Receipt, describe  # noqa: E402
-from bridge.live.api import Bridge, BridgeConfig, PromptHandle, open_bridge  # noqa: E402
-from bridge.profiles.pi import PI_PIN, find_install, scripted_profile  # noqa: E402
-from bridge.readers.replay import ReplayResult, replay  # noqa: E402
-from bridge.transcript import Entry, open_transcript  # noqa: E402
+#: The checkout: the scenarios' extensions are in its ``tools/pi``, their recordings in ``fixtures``.
+ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
 
 EXTENSIONS = ROOT / "tools" / "pi" / "extensions"
 FIXTURES = ROOT / "fixtures" / f"pi-{PI_PIN}"
@@ -84,6 +82,13 @@ def expect(cond: Any, what: str) -> None:
         raise ScenarioError(what)
 
 
+def known(value: T | None, what: str) -> T:
+    """``value``, which must be there (else :class:`ScenarioError`: ``what``)."""
+    if value is None:
+        raise ScenarioError(what)
+    return value
+
+
 def load_model_server() -> ModuleType:
     """The scripted model server (:mod:`bridge.demo.model_server`, shipped in the package)."""
     from bridge.demo import model_server
@@ -107,6 +112,7 @@ class Ctx:
     _changed: trio.Event = attrs.field(factory=trio.Event)
 
     async def _pump(self, recv: trio.MemoryReceiveChannel[dict[str, Any]]) -> None:
+        """Every notification but streamed text into :attr:`notes`; ends when the bridge closes the channel."""
         async with recv:
             async for note in recv:
                 if note.get("type") != "text":
@@ -115,13 +121,14 @@ class Ctx:
                     self._changed = trio.Event()
 
     async def submit(self, message: str) -> PromptHandle:
+        """Submit ``message``, its text streamed; ends when the bridge has taken it (its handle)."""
         handle = await self.bridge.submit(message, stream=True)
         self.submitted.append(handle.request)
         self.texts[handle.request] = []
         return handle
 
     async def stream(self, handle: PromptHandle, on_first: Callable[[], Awaitable[None]] | None = None) -> str:
-        """Read the handle's streamed text to its end; ``on_first`` runs once, after the first piece."""
+        """Read the handle's streamed text until its end; ``on_first`` runs once, after the first piece."""
         pieces = self.texts[handle.request]
         async for piece in handle.text():
             pieces.append(piece)
@@ -131,12 +138,14 @@ class Ctx:
         return "".join(pieces)
 
     async def prompt(self, message: str) -> Receipt:
+        """Submit ``message`` and read its text; ends at its receipt."""
         handle = await self.submit(message)
         await self.stream(handle)
         return await handle.receipt()
 
     async def wait_signal(self, name: str, after: int = 0, timeout: float = 10.0) -> dict[str, Any]:
-        """The first signal note called ``name`` (among notes[after:]). Fails after ``timeout``."""
+        """The first signal note called ``name`` (among notes[after:]); raises
+        ``trio.TooSlowError`` after ``timeout``."""
         with trio.fail_after(timeout):
             while True:
                 for note in self.notes[after:]:
@@ -206,8 +215,8 @@ class Outcome:
     def run_events(self, request: str) -> list[dict[str, Any]]:
         """The engine lines from the prompt's ack to its settle."""
         r = self.receipt(request)
-        expect(r.ack_idx is not None and r.settle_idx is not None, f"{self.name}: {request} has no ack/settle index")
-        return [v for _, v in self.recv(start=r.ack_idx - 1, end=r.settle_idx)]
+        what = f"{self.name}: {request} has no ack/settle index"
+        return [v for _, v in self.recv(start=known(r.ack_idx, what) - 1, end=known(r.settle_idx, what))]
 
     def summary(self) -> str:
         parts = [describe(r) for r in self.receipts.values()]
@@ -286,12 +295,14 @@ async def run(
         find_install(pi_dir, allow_other_version=other_version)
         try:
             with trio.fail_after(sc.timeout):
-                async with trio.open_nursery() as nursery:
-                    async with open_bridge(profile, journal=journal, config=config, collect=True) as bridge:
-                        ctx = Ctx(bridge=bridge, server=server, notes=notes)
-                        nursery.start_soon(ctx._pump, bridge.signals())
-                        await sc.body(ctx)
-                    # The bridge closed its notification channel: the pump ends.
+                # The bridge closes first, and with it its notification channel: then the pump ends.
+                async with (
+                    trio.open_nursery() as nursery,
+                    open_bridge(profile, journal=journal, config=config, collect=True) as bridge,
+                ):
+                    ctx = Ctx(bridge=bridge, server=server, notes=notes)
+                    nursery.start_soon(ctx._pump, bridge.signals())
+                    await sc.body(ctx)
         except BaseExceptionGroup as group:
             inner = _single(group)
             if inner is group:
@@ -440,6 +451,7 @@ AUTORUN_TEXT = "autorun: a message the extension sent by itself"
 
 @scenario("plain", "one prompt, one streamed text reply", script=[{"text": PLAIN_REPLY, "chunk": 8}])
 async def plain(ctx: Ctx) -> None:
+    """One prompt; ends at its receipt."""
     await ctx.prompt("Say hello.")
 
 
@@ -448,11 +460,13 @@ def _check_plain(o: Outcome) -> None:
     r = expect_receipt(o, "p1", "finished", reply=PLAIN_REPLY)
     expect(o.texts["p1"] == PLAIN_REPLY, f"plain: streamed {o.texts['p1']!r}")
     expect(r.run == "run-1" and r.generation == 1 and r.disposition == "started", f"plain: {r}")
-    expect(r.ack_idx < r.working_idx < r.settle_idx, f"plain: indices {r.ack_idx} {r.working_idx} {r.settle_idx}")
+    indices = f"plain: indices {r.ack_idx} {r.working_idx} {r.settle_idx}"
+    ack_idx, working_idx, settle_idx = (known(i, indices) for i in (r.ack_idx, r.working_idx, r.settle_idx))
+    expect(ack_idx < working_idx < settle_idx, indices)
     expect_overlaps(o)
     expect(o.signal_names() == [], f"plain: signals {o.signal_names()}")
     # SPEC §2: the ack comes right before its agent_start.
-    ack = o.recv(start=r.ack_idx - 1, end=r.ack_idx + 1)
+    ack = o.recv(start=ack_idx - 1, end=ack_idx + 1)
     expect([v.get("type") for _, v in ack] == ["response", "agent_start"], f"plain: around the ack {ack}")
     events = o.run_events("p1")
     expect(count_types(events, "agent_start") == 1 and count_types(events, "agent_end") == 1, "plain: one run")
@@ -466,6 +480,7 @@ def _check_plain(o: Outcome) -> None:
     script=[{"tool_call": {"name": "bash", "arguments": {"command": TOOL_COMMAND}}}, {"text": TOOL_REPLY}],
 )
 async def tool_use(ctx: Ctx) -> None:
+    """One prompt; ends at its receipt."""
     await ctx.prompt("Run the echo command and tell me what it printed.")
 
 
@@ -517,6 +532,7 @@ PRICES = {"input": 3.0, "output": 15.0, "cacheRead": 0.3, "cacheWrite": 3.75}
     prices=PRICES,
 )
 async def thinking_tool_usage(ctx: Ctx) -> None:
+    """One prompt, its events kept in ``facts["events"]``; ends at its receipt."""
     handle = await ctx.bridge.submit("Print three lines with bash.", events=True)
     ctx.submitted.append(handle.request)
     ctx.facts["events"] = [e.to_json() async for e in handle.events()]
@@ -556,6 +572,7 @@ def _check_thinking_tool_usage(o: Outcome) -> None:
     config={"stall_timeout": 1.5},
 )
 async def stalled(ctx: Ctx) -> None:
+    """One prompt; ends at its receipt (the stall timeout's)."""
     await ctx.prompt("Anyone there?")
 
 
@@ -580,6 +597,7 @@ def _check_stalled(o: Outcome) -> None:
     "two_prompts", "two prompts in a row on one engine", script=[{"text": "first reply"}, {"text": "second reply"}]
 )
 async def two_prompts(ctx: Ctx) -> None:
+    """Two prompts at once; ends at the second one's receipt."""
     h1 = await ctx.submit("first prompt")
     h2 = await ctx.submit("second prompt")  # waits in the FIFO while p1 holds the slot
     await ctx.stream(h1)
@@ -593,8 +611,10 @@ def _check_two_prompts(o: Outcome) -> None:
     r2 = expect_receipt(o, "p2", "finished", reply="second reply")
     expect((r1.run, r2.run) == ("run-1", "run-2"), f"two_prompts: runs {r1.run}, {r2.run}")
     expect(r1.pid == r2.pid and r1.generation == r2.generation == 1, "two_prompts: one engine")
-    expect(r2.times.sent >= r1.times.settled, "two_prompts: p2 was sent before p1 settled")
-    expect(r2.ack_idx > r1.settle_idx, "two_prompts: p2's ack before p1's settle")
+    sent, settled = known(r2.times.sent, "two_prompts: p2 unsent"), known(r1.times.settled, "two_prompts: p1 unsettled")
+    expect(sent >= settled, "two_prompts: p2 was sent before p1 settled")
+    ack, settle = known(r2.ack_idx, "two_prompts: p2 unacked"), known(r1.settle_idx, "two_prompts: p1 unsettled")
+    expect(ack > settle, "two_prompts: p2's ack before p1's settle")
     expect_overlaps(o)
     expect(o.signal_names() == [], f"two_prompts: signals {o.signal_names()}")
 
@@ -605,9 +625,11 @@ def _check_two_prompts(o: Outcome) -> None:
     script=[{"words": 200, "delay": 0.02, "chunk": 8}],
 )
 async def stopped_mid_stream(ctx: Ctx) -> None:
+    """One slow prompt, stopped after its first text; ends at its receipt."""
     handle = await ctx.submit("Write a long answer.")
 
     async def stop() -> None:
+        """Stop the prompt; ends when the stop is answered."""
         ctx.facts["stop"] = await handle.stop()
         ctx.facts["stop_at"] = trio.current_time()
 
@@ -652,6 +674,7 @@ def _check_stopped(o: Outcome) -> None:
     script=[{"status": 500}, {"text": "recovered after a 500"}],
 )
 async def retry_after_500(ctx: Ctx) -> None:
+    """One prompt; ends at its receipt."""
     await ctx.prompt("Try again if it fails.")
 
 
@@ -685,6 +708,7 @@ def _check_retry(o: Outcome) -> None:
     script=[{"status": 500}, {"status": 500}, {"status": 500}],
 )
 async def retries_exhausted(ctx: Ctx) -> None:
+    """One prompt; ends at its receipt."""
     await ctx.prompt("This will keep failing.")
 
 
@@ -715,9 +739,11 @@ def _check_exhausted(o: Outcome) -> None:
     config={"taint_grace": 1.0},
 )
 async def refused_while_streaming(ctx: Ctx) -> None:
+    """One slow prompt, and a raw second one while it streams; ends at the first one's receipt."""
     handle = await ctx.submit("Write something slowly.")
 
     async def second() -> None:
+        """Write the raw prompt; ends once it is written."""
         await ctx.bridge.send_raw({"type": "prompt", "id": "raw-2", "message": RAW_PROMPT})
 
     await ctx.stream(handle, on_first=second)
@@ -749,9 +775,12 @@ def _check_refused(o: Outcome) -> None:
 
 def _queue_body(kind: str, text: str, *, clear: bool = False, then: str | None = None) -> ScenarioBody:
     async def body(ctx: Ctx) -> None:
+        """One slow prompt, meddled with once it streams; ends at its receipt (or at ``then``'s)."""
         handle = await ctx.submit("Write something slowly.")
 
         async def meddle() -> None:
+            """Write the raw ``kind`` command, and with ``clear`` a ``clear_queue`` once Pi has queued
+            it (until its O5); ends when they are written."""
             mark = len(ctx.notes)
             await ctx.bridge.send_raw({"type": kind, "id": f"raw-{kind}", "message": text})
             if clear:
@@ -803,6 +832,7 @@ def _check_delivered(o: Outcome, kind: str, text: str, reply: str) -> None:
     script=[SLOW, {"text": "reply to the steer"}, {"text": "a fresh engine answers"}],
 )
 async def steer_unsealed(ctx: Ctx) -> None:
+    """A steer during p1's run, then p2; ends at p2's receipt."""
     await _queue_body("steer", STEER_TEXT, then="after the overlap")(ctx)
 
 
@@ -827,6 +857,7 @@ def _check_steer(o: Outcome) -> None:
     script=[SLOW, {"text": "reply to the follow-up"}],
 )
 async def follow_up_unsealed(ctx: Ctx) -> None:
+    """A follow-up during p1's run; ends at p1's receipt."""
     await _queue_body("follow_up", FOLLOW_TEXT)(ctx)
 
 
@@ -842,6 +873,7 @@ def _check_follow_up(o: Outcome) -> None:
     requires=("clear_queue",),
 )
 async def clear_queue_unsealed(ctx: Ctx) -> None:
+    """A follow-up during p1's run, then a clear; ends at p1's receipt."""
     await _queue_body("follow_up", FOLLOW_TEXT, clear=True)(ctx)
 
 
@@ -868,7 +900,7 @@ def _check_clear(o: Outcome) -> None:
 
 
 def make_slow_text() -> str:
-    return load_model_server().make_words(SLOW["words"])
+    return str(load_model_server().make_words(SLOW["words"]))
 
 
 @scenario(
@@ -880,6 +912,7 @@ def make_slow_text() -> str:
     config={"seal_check": "warn", "taint_grace": 1.0},
 )
 async def extension_dialog(ctx: Ctx) -> None:
+    """Two prompts, the second ``/pick``; ends at its receipt."""
     await ctx.prompt("Hello with an extension loaded.")
     await ctx.prompt("/pick")
 
@@ -931,6 +964,8 @@ def _check_dialog(o: Outcome) -> None:
     extensions=("autorun.ts",),
 )
 async def extension_autorun(ctx: Ctx) -> None:
+    """One prompt, then until the extension's own run settles (O2) or its engine is retired
+    (raises ``trio.TooSlowError`` after 10 s)."""
     await ctx.prompt("The only prompt the bridge sends.")
     await ctx.wait_signal("O1")
     # Then one of two endings, by a race inside the bridge: the dispatcher retires a
@@ -951,6 +986,7 @@ def _check_autorun(o: Outcome) -> None:
     name = o.name
     expect("seal-check" not in o.signal_names(), f"{name}: an extension with no command passes the seal check")
     r = expect_receipt(o, "p1", "finished", reply="reply to the bridge's prompt")
+    settle_idx = known(r.settle_idx, f"{name}: p1 has no settle index")
     expect(r.signals == (), f"{name}: p1 signals {r.signals}")
     overlaps = o.overlaps
     o1 = overlaps[0] if overlaps else {}
@@ -961,12 +997,12 @@ def _check_autorun(o: Outcome) -> None:
         f"{name}: first overlap {o1}",
     )
     if o1["why"] == "no slot held":
-        expect(o1["idx"] > r.settle_idx, f"{name}: O1 'no slot held' before p1's settle")
+        expect(o1["idx"] > settle_idx, f"{name}: O1 'no slot held' before p1's settle")
     if o.facts["ending"] == "O2":
         expect([s["signal"] for s in overlaps] == ["O1", "O2"], f"{name}: overlaps {overlaps}")
         o2 = overlaps[1]
         expect(o2["why"] == "settle of a run that is not the slot's" and o2["run"] == "run-2", f"{name}: {o2}")
-        users = [v for _, v in o.recv("message_start", start=r.settle_idx) if v["message"].get("role") == "user"]
+        users = [v for _, v in o.recv("message_start", start=settle_idx) if v["message"].get("role") == "user"]
         expect([u["message"]["content"][0]["text"] for u in users] == [AUTORUN_TEXT], f"{name}: {users}")
         expect(len(o.requests) == 2, f"{name}: {len(o.requests)} model requests")
     else:
