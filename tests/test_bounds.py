@@ -9,7 +9,8 @@ from pathlib import Path
 import trio
 
 from bridge.core.lifecycle import machine
-from bridge.core.session import SIGNALS_PER_PROMPT, TRACKER_KEEP, Session
+from bridge.core.prompts import SIGNALS_PER_PROMPT
+from bridge.core.session import TRACKER_KEEP, Session
 from bridge.live import api
 from bridge.profiles.command import CommandProfile
 from tests.conftest import TOOLS

@@ -65,7 +65,6 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
-import attrs
 import orjson
 
 from bridge.core.dialogs import DIALOG_METHODS, ui_fields
@@ -97,7 +96,8 @@ from bridge.core.framing import (
     sized_update_runs,
 )
 from bridge.core.progress import EVENT_LINES, TextEvent, ThinkingEvent, delta_of, translate
-from bridge.core.receipts import Facts, GiveUpWhy, Receipt, Times, Usage, decide, exit_words
+from bridge.core.prompts import PromptState, add_signal, message_text, run_deltas
+from bridge.core.receipts import Facts, GiveUpWhy, Receipt, Times, decide, exit_words
 from bridge.core.steering import EngineConfig
 from bridge.core.tracker import Overlap, Settled, Tracker, Working
 from bridge.core.words import Reason, RequestId, Signal, StopBy
@@ -108,47 +108,8 @@ _STOP_BY: Final = frozenset(StopBy)
 #: Runs, overlaps and loose settles a live tracker remembers (see Tracker.keep).
 TRACKER_KEEP: Final = 256
 
-#: Signals kept on one prompt's receipt; past it they are counted, not kept.
-SIGNALS_PER_PROMPT: Final = 100
-
 #: Last stderr lines an ``engine-exited`` receipt quotes in ``nativeError``.
 STDERR_QUOTED: Final = 5
-
-
-@attrs.define
-class PromptState:
-    """What the session knows of one sent prompt."""
-
-    #: None only in replay, for a journal's prompt that had no id.
-    request: RequestId | None
-    stream: bool = False
-    #: The controller asked for its events (:mod:`bridge.core.progress`).
-    events: bool = False
-    ack_idx: int | None = None
-    disposition: str | None = None
-    working_idx: int | None = None
-    stop: Any = None
-    #: Whose stop ``stop`` is (the journal's ``stop`` note): controller, timeout, closing.
-    stop_by: StopBy | None = None
-    #: Its first stop was answered before its run started: it stopped nothing, and the run's
-    #: ``agent_start`` says so (:class:`~bridge.core.events.StopUnheard`).
-    stop_unheard: bool = False
-    reply: str | None = None
-    signals: list[dict[str, Any]] = attrs.field(factory=list)
-    times: dict[str, float] = attrs.field(factory=dict)
-    pid: int | None = None
-    generation: int | None = None
-    receipt: Receipt | None = None
-    #: The run attributed to it, remembered when another prompt displaced it.
-    run_id: str | None = None
-    #: Its run's assistant messages' usage, summed.
-    usage: Usage = attrs.field(factory=Usage)
-    #: Tool calls of its run that started and have not ended (no stall while one runs).
-    tools_running: set[str] = attrs.field(factory=set)
-    #: Seconds the engine said it waits before retrying (its last line was ``auto_retry_start``).
-    retry_delay: float = 0.0
-    #: The model and thinking level the engine was verified to have (a ``config`` note).
-    config: EngineConfig | None = None
 
 
 class Session:
@@ -311,7 +272,7 @@ class Session:
         ``message_update`` (a duplicate key can make it another) they are observed together,
         as line by line would: the tracker reads none of them and nothing else of the session
         moves between them, so they take their indices at once and what comes of them is their
-        deltas (:func:`_run_deltas`). Else None: line by line, where a line orjson refuses is
+        deltas (:func:`~bridge.core.prompts.run_deltas`). Else None: line by line, where a line orjson refuses is
         decided by :func:`~bridge.core.framing.parse_line`. Not for a session that reports every
         line it parsed (``skip_updates`` off: a full journal keeps each)."""
         try:
@@ -325,7 +286,7 @@ class Session:
         events: Sequence[Event] = NO_EVENTS
         if held is not None and self.taint is None and self._in_slots_run():  # as _update decides
             held.retry_delay = 0.0
-            events = _run_deltas(values, first, held.request, held.events, held.stream)
+            events = run_deltas(values, first, held.request, held.events, held.stream)
         return Streamed(first, run, run.nbytes, events)
 
     def observe_updates(self, count: int) -> int:
@@ -434,7 +395,7 @@ class Session:
         gap = GapOpened(idx, value.why, value.length)
         events: list[Event] = [gap]
         if self.held is not None:
-            _add_signal(self.held, gap.to_json())
+            add_signal(self.held, gap.to_json())
         self._taint(Reason.GAP, idx, events)
         self._settle_tainted(idx, t, events)
         return events
@@ -448,9 +409,9 @@ class Session:
                 if self.collect:
                     self.overlaps.append(out)
                 if self.held is not None:
-                    _add_signal(self.held, out.to_json())
+                    add_signal(self.held, out.to_json())
                 for displaced in self._displaced:
-                    _add_signal(displaced, out.to_json())
+                    add_signal(displaced, out.to_json())
                 # An `aborted` nobody asked for is the seed's own unknown: the
                 # receipt names it rather than the generic "overlap".
                 aborted = out.signal == Signal.ABORTED_WITHOUT_STOP
@@ -683,7 +644,7 @@ class Session:
                     events.append(Acked(held.request, idx, held.disposition))
                 if disposition != "started":
                     sig = DispositionSignal(idx, held.request, disposition)
-                    _add_signal(held, sig.to_json())
+                    add_signal(held, sig.to_json())
                     events.append(sig)
                     self._taint(Reason.DISPOSITION, idx, events)
                 return events
@@ -829,73 +790,8 @@ class Session:
             error = value.get("error")
             diag = Diagnostic("extension-error", idx, {"error": str(error)[:500] if error is not None else None})
         if self.held is not None and not (self.dialogs and kind == "extension_ui_request"):
-            _add_signal(self.held, diag.to_json())
+            add_signal(self.held, diag.to_json())
         return diag
 
 
 _TYPE_ONLY_PREFIXES: Final = tuple(TYPE_ONLY)
-
-
-def _add_signal(prompt: PromptState, signal: dict[str, Any]) -> None:
-    if len(prompt.signals) < SIGNALS_PER_PROMPT:
-        prompt.signals.append(signal)
-    elif len(prompt.signals) == SIGNALS_PER_PROMPT:
-        prompt.signals.append({"signal": Signal.MORE_SIGNALS_NOT_KEPT, "idx": signal.get("idx")})
-
-
-def message_text(message: dict[str, Any]) -> str:
-    """The text parts of an assistant message, joined."""
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    return "".join(
-        part["text"]
-        for part in content
-        if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
-    )
-
-
-def _run_deltas(
-    values: list[dict[str, Any]], first: int, request: RequestId | None, events: bool, stream: bool
-) -> list[Event]:
-    """What :meth:`Session._update` makes of each of a run's lines (indices ``first`` on), as
-    the live bridge hands a read's deltas on: consecutive text (or thinking) deltas as one
-    event (``idx`` the first one's, ``lines`` their count, :func:`~bridge.core.progress.join_deltas`)
-    when the prompt asked for its events, and its text deltas as one :class:`TextDelta` (last)
-    when it streams its text."""
-    out: list[Event] = []
-    text: list[str] = []
-    kind_now: Any = None
-    pieces: list[str] = []
-    start = first
-    for idx, value in enumerate(values, first):
-        found = delta_of(value)
-        if found is None:
-            continue
-        kind, piece = found
-        if kind == "text_delta":
-            if stream:
-                text.append(piece)
-            if not events:
-                continue
-        elif kind != "thinking_delta" or not events:
-            continue
-        if kind != kind_now:
-            if pieces:
-                out.append(_DELTA_EVENTS[kind_now](request, start, "".join(pieces), len(pieces)))
-            kind_now, pieces, start = kind, [], idx
-        pieces.append(piece)
-    if pieces:
-        out.append(_DELTA_EVENTS[kind_now](request, start, "".join(pieces), len(pieces)))
-    if text:
-        out.append(TextDelta(request, "".join(text)))
-    return out
-
-
-#: The event a run's deltas of one kind join into (``_update``'s, joined as ``join_deltas`` does).
-_DELTA_EVENTS: Final[dict[str, type[TextEvent] | type[ThinkingEvent]]] = {
-    "text_delta": TextEvent,
-    "thinking_delta": ThinkingEvent,
-}

@@ -93,6 +93,7 @@ from bridge.live.engine import Engine, EngineGone
 from bridge.live.engines import EngineSide
 from bridge.live.handles import Dialog, DialogError, Pending, PromptHandle
 from bridge.live.journal import Journal
+from bridge.live.notifications import Notifications
 from bridge.profiles.command import EngineProfile, Launch
 from bridge.transcript import dumps
 
@@ -129,13 +130,15 @@ class Bridge:
         self.config = config
         self.journal = journal
         self._t0 = trio.current_time()
+        #: Who hears what the bridge says (:mod:`bridge.live.notifications`).
+        self._heard = Notifications()
         #: The one object that decides (:mod:`bridge.core.supervision`).
         self.supervision = Supervision(
             config,
             first_launch.clearing,
             dialogs=first_launch.dialogs,
             journal=journal is not None,
-            listening=self._listened,
+            listening=self._heard.listened,
             collect=collect,
         )
         self._handles: dict[str, Pending] = {}
@@ -153,21 +156,12 @@ class Bridge:
         self._fsync_scope = trio.CancelScope()
         self._fsync_done = trio.Event()
         self._task_scopes: set[trio.CancelScope] = set()
-        self._subscribers: list[trio.MemorySendChannel[dict[str, Any]]] = []
         self._dialogs: dict[str, Dialog] = {}
-        self._dialog_subscribers: list[trio.MemorySendChannel[Dialog]] = []
         self._dialog_replies: dict[str, str | None] = {}
-        #: A controller answers extension dialogs through :meth:`answer_dialog` (serve: its
-        #: stdin) and reads them as ``ask`` notifications: dialogs are asked, not cancelled.
-        self.answers_dialogs = False
         self._finished = False
         #: Receipts settled in a step whose journal write failed: given out after the
         #: ``journal-failed`` signal (:meth:`_deliver`).
         self._unjournaled: list[Receipt] = []
-        #: Set once the notification channels are closed (:meth:`_finish`).
-        self._subscribers_closed = False
-        #: Observers called with every notification dict (serve uses this).
-        self.listeners: list[Callable[[dict[str, Any]], None]] = []
         #: A journal failure seen while actions are carried out, told once they have been.
         self._journal_failure: str | None = None
         self.engines = EngineSide(
@@ -471,17 +465,22 @@ class Bridge:
         :attr:`answers_dialogs` is set), each dialog is asked and waits for its answer up to
         ``dialog_timeout``; with none, it is answered ``cancelled`` at once. Never a yes
         nobody gave. A full channel loses nothing: the dialog ends at its timeout."""
-        send, recv = trio.open_memory_channel[Dialog](max_buffer)
-        self._subscribe(self._dialog_subscribers, send)
-        return recv
+        return self._heard.dialogs(max_buffer)
 
-    def _subscribe(self, subscribers: list[Any], send: Any) -> None:
-        """A new channel's send end joins ``subscribers``; on a closed bridge, which sends nothing
-        more, it is closed at once, so the channel ends."""
-        if self._subscribers_closed:
-            send.close()
-        else:
-            subscribers.append(send)
+    @property
+    def listeners(self) -> list[Callable[[dict[str, Any]], None]]:
+        """Observers called with every notification dict (serve, run and acp use this)."""
+        return self._heard.listeners
+
+    @property
+    def answers_dialogs(self) -> bool:
+        """A controller answers extension dialogs through :meth:`answer_dialog` (serve: its
+        stdin) and reads them as ``ask`` notifications: dialogs are asked, not cancelled."""
+        return self._heard.answers_dialogs
+
+    @answers_dialogs.setter
+    def answers_dialogs(self, value: bool) -> None:
+        self._heard.answers_dialogs = value
 
     async def answer_dialog(
         self, dialog: str, *, value: Any = None, confirmed: Any = None, cancelled: Any = False
@@ -500,22 +499,13 @@ class Bridge:
         answered ``cancelled`` now (``no-controller``), and so is every later one unless a
         :meth:`dialogs` channel is open."""
         self.answers_dialogs = False
-        if not self._listened():
+        if not self._heard.listened():
             self._feed(NobodyAnswers())
-
-    def _listened(self) -> bool:
-        """Someone answers dialogs: the controller, or an open :meth:`dialogs` channel."""
-        if self.answers_dialogs:
-            return True
-        self._dialog_subscribers = [s for s in self._dialog_subscribers if not _closed(s)]
-        return bool(self._dialog_subscribers)
 
     def signals(self, max_buffer: int = 1000) -> trio.MemoryReceiveChannel[dict[str, Any]]:
         """A channel of every notification (signals, engine lifecycle, receipts) from now on;
         it ends when the bridge has closed (at once, from a closed bridge)."""
-        send, recv = trio.open_memory_channel[dict[str, Any]](max_buffer)
-        self._subscribe(self._subscribers, send)
-        return recv
+        return self._heard.signals(max_buffer)
 
     async def drain(self) -> None:
         """Wait until every accepted prompt has its receipt (queued, starting an
@@ -597,11 +587,7 @@ class Bridge:
         if self.journal is not None:
             self.journal.note({"event": "bridge-closed", "receipts": self.receipts_issued}, self.now())
             self.journal.close()
-        self._subscribers_closed = True
-        for send in self._subscribers:
-            send.close()
-        for dsend in self._dialog_subscribers:
-            dsend.close()
+        self._heard.close()
 
     # -- the one door into the supervision --------------------------------------------------
 
@@ -678,7 +664,7 @@ class Bridge:
         d = Dialog(action.dialog, action.request, action.method, action.fields, action.payload["timeout"], self)
         self._dialogs[action.dialog] = d
         self._notify(action.payload)
-        _offer(self._dialog_subscribers, d)  # one nobody takes ends at its timeout
+        self._heard.offer_dialog(d)  # one nobody takes ends at its timeout
 
     def _dialog_ended(self, action: DialogEnded) -> None:
         d = self._dialogs.pop(action.dialog, None)
@@ -733,13 +719,11 @@ class Bridge:
                 p.event_send.send_nowait(action.event)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
-            if self.listeners or self._subscribers:  # its JSON only for someone who reads it
+            if self._heard.heard:  # its JSON only for someone who reads it
                 self._notify(action.event.to_json())
 
     def _notify(self, note: dict[str, Any]) -> None:
-        for listener in self.listeners:
-            listener(note)
-        _offer(self._subscribers, note)  # a subscriber that does not read loses notifications, not the bridge
+        self._heard.notify(note)
 
     def _poke(self) -> None:
         self._changed.set()
@@ -788,23 +772,6 @@ class Bridge:
                         journal.fail(e)
         finally:
             self._fsync_done.set()
-
-
-def _offer(channels: list[trio.MemorySendChannel[Any]], item: Any) -> None:
-    """Hand ``item`` to every channel without waiting: a full one misses it, a closed one is
-    dropped from ``channels``."""
-    for send in list(channels):
-        try:
-            send.send_nowait(item)
-        except trio.WouldBlock:
-            pass
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            channels.remove(send)
-
-
-def _closed(send: trio.MemorySendChannel[Any]) -> bool:
-    """Every receiver of ``send`` has been closed (nobody reads it any more)."""
-    return send.statistics().open_receive_channels == 0
 
 
 def _seconds(value: Any) -> bool:

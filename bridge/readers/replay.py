@@ -17,8 +17,9 @@ import attrs
 
 from bridge.core.events import NO_EVENTS, Event, ReceiptReady
 from bridge.core.framing import RAW_LINE_NOTE, RAW_WHYS, RawLine, RawWhy, raw_from_text
+from bridge.core.prompts import PromptState
 from bridge.core.receipts import Receipt
-from bridge.core.session import PromptState, Session
+from bridge.core.session import Session
 from bridge.core.wire import Wire, form
 from bridge.core.words import State
 from bridge.transcript import Entry, open_transcript

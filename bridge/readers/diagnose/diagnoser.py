@@ -17,8 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from bridge.core.events import Acked, Diagnostic, DispositionSignal, Event, GapOpened, ReceiptReady, SealBroken
+from bridge.core.prompts import PromptState
 from bridge.core.receipts import Receipt
-from bridge.core.session import PromptState, Session
+from bridge.core.session import Session
 from bridge.core.tracker import Overlap, Tracker, Working
 from bridge.core.words import Cause, Signal
 from bridge.readers.diagnose import journal

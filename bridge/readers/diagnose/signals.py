@@ -15,7 +15,8 @@ from typing import Any, Final
 import attrs
 
 from bridge.core.events import Diagnostic, DispositionSignal
-from bridge.core.session import PromptState, Session
+from bridge.core.prompts import PromptState
+from bridge.core.session import Session
 from bridge.core.tracker import Overlap
 from bridge.core.words import Cause, Why
 from bridge.readers.diagnose import causes
