@@ -776,3 +776,26 @@ def test_the_supervision_is_deterministic(world: Any) -> None:
         return out
 
     assert trace() == trace()
+
+
+def test_an_ack_with_no_disposition_is_not_started_and_taints(world: Any) -> None:
+    w = world()
+    w.submit("p1")
+    w.lines(ack("p1", None), *run_start(), *run_end())
+    assert any(t.get("signal") == "disposition" for t in w.told)
+    assert w.word("p1") == ("outcome-unknown", "disposition")
+    w.agrees_with_replay()
+
+
+def test_the_controllers_stop_then_its_timeout_stays_interrupted(world: Any) -> None:
+    w = world()
+    w.submit("p1", timeout=3.0)
+    w.lines(ack("p1"), *run_start())
+    w.stop("p1")
+    w.advance(2.0)
+    w.lines(delta("still"))
+    w.advance(1.5)  # the timeout passes within the stop's grace: no second stop
+    assert len(w.sent("abort")) == 1
+    w.lines(*run_end("", stop="aborted", error="Request was aborted", aborted=True))
+    assert w.word("p1") == ("failed", "interrupted")
+    w.agrees_with_replay()
