@@ -2,10 +2,11 @@
 
 The package: :mod:`.config` (settings and deadlines), :mod:`.state` (the records),
 :mod:`.inputs` and :mod:`.actions` (what goes in and comes out), :mod:`.machine`
-(:class:`Lifecycle` and :func:`step`), and two parts of the machine in modules of their own,
+(:class:`Lifecycle` and :func:`step`), and three parts of the machine in modules of their own,
 mixins of :class:`Lifecycle` with their rules: :mod:`.extension_dialogs` (a dialog's asking
-and its one response) and :mod:`.configuring` (a prompt's model, thinking level, new
-conversation and compaction, applied before it is written).
+and its one response), :mod:`.configuring` (a prompt's model, thinking level, new
+conversation and compaction, applied before it is written) and :mod:`.questions` (the
+questions for the engine that change nothing, ``get_available_models``).
 
 The shape is seed ``004``'s: :meth:`Lifecycle.step` takes one input and the
 time and returns the actions the trio layer must carry out. No trio, no clock,

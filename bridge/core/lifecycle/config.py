@@ -1,7 +1,8 @@
 """The lifecycle's settings (:class:`BridgeConfig`) and its deadlines (:data:`DEADLINES`): what
 each passing deadline does is the handler :class:`~bridge.core.lifecycle.machine.Lifecycle`'s
 ``_deadlines`` table gives it (``dialog``'s in :mod:`bridge.core.lifecycle.extension_dialogs`,
-``busy``'s and ``config``'s in :mod:`bridge.core.lifecycle.configuring`), in this table's words."""
+``busy``'s and ``config``'s in :mod:`bridge.core.lifecycle.configuring`, ``ask``'s in
+:mod:`bridge.core.lifecycle.questions`), in this table's words."""
 
 from __future__ import annotations
 

@@ -11,7 +11,6 @@ from typing import Any
 from bridge.core import dialogs
 from bridge.core.lifecycle.actions import (
     Action,
-    Answer,
     Closed,
     Deliver,
     GiveUp,
@@ -63,6 +62,7 @@ from bridge.core.lifecycle.inputs import (
     Unsealed,
     WriteFailed,
 )
+from bridge.core.lifecycle.questions import EngineQuestions
 from bridge.core.lifecycle.state import (
     LifeState,
     PromptRec,
@@ -85,12 +85,13 @@ from bridge.core.words import Reason, StopBy
 # The machine
 
 
-class Lifecycle(ExtensionDialogs, Configuring):
+class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions):
     """The state machine. ``step(input, now)`` -> actions; ``now`` is seconds since start.
 
-    Two parts are mixins of their own modules, each with its rules: extension dialogs
-    (:mod:`~bridge.core.lifecycle.extension_dialogs`) and a prompt's configuring: model,
-    thinking level, new conversation, compaction (:mod:`~bridge.core.lifecycle.configuring`)."""
+    Three parts are mixins of their own modules, each with its rules: extension dialogs
+    (:mod:`~bridge.core.lifecycle.extension_dialogs`), a prompt's configuring: model, thinking
+    level, new conversation, compaction (:mod:`~bridge.core.lifecycle.configuring`), and the
+    questions for the engine (:mod:`~bridge.core.lifecycle.questions`)."""
 
     def __init__(self, config: BridgeConfig | None = None, state: LifeState | None = None) -> None:
         self.config = config or BridgeConfig()
@@ -228,33 +229,6 @@ class Lifecycle(ExtensionDialogs, Configuring):
                     # every prompt queued behind it, until the bridge closed.
                     s.deadlines["stop"] = self._now + self.config.stop_grace
             self._out.append(StopAnswer(ev.request, rec.stop))
-
-    def _ask(self, ev: Ask) -> None:
-        s = self.state
-        if s.closing is not None or s.down is not None or s.closed:
-            why = "the bridge is closing" if s.closing is not None or s.closed else f"the engine is down: {s.down}"
-            self._out.append(Answer(ev.token, error=why))
-            return
-        s.asks[ev.token] = {**ev.cmd, "id": ev.token}
-
-    def _answered(self, ev: Answered) -> None:
-        s = self.state
-        if ev.token not in s.asks or not self._current(ev.generation):
-            return
-        del s.asks[ev.token]
-        if ev.token in s.asked:
-            s.asked.remove(ev.token)
-        if not s.asked:
-            s.deadlines.pop("ask", None)
-        self._out.append(Answer(ev.token, ev.response))
-
-    def _answer_all(self, error: str) -> None:
-        s = self.state
-        for token in list(s.asks):
-            self._out.append(Answer(token, error=error))
-        s.asks.clear()
-        s.asked.clear()
-        s.deadlines.pop("ask", None)
 
     def _shutdown(self, ev: Shutdown) -> None:
         s = self.state
@@ -506,9 +480,6 @@ class Lifecycle(ExtensionDialogs, Configuring):
             if s.deadlines.pop(name, None) is not None:
                 self._deadlines[name]()
 
-    def _deadline_ask(self) -> None:
-        self._answer_all(f"the engine did not answer in {self.config.ack_timeout:g} s")
-
     def _deadline_ack(self) -> None:
         rec = self._held()
         if rec is not None and not rec.acked:
@@ -572,11 +543,7 @@ class Lifecycle(ExtensionDialogs, Configuring):
         if s.asks and (s.closing is not None or s.down is not None):
             self._answer_all("the bridge is closing" if s.closing is not None else f"the engine is down: {s.down}")
         if e.phase == "ready" and len(s.asked) < len(s.asks):
-            for token, cmd in s.asks.items():
-                if token not in s.asked:
-                    s.asked.append(token)
-                    self._out.append(Write(e.generation, dict(cmd), "ask"))
-            s.deadlines.setdefault("ask", self._now + self.config.ack_timeout)
+            self._write_asks()
         if s.draining and s.closing is None and not s.prompts and not s.asks:
             self._begin_closing("close", "shutdown: every prompt has its receipt")
         if s.held is None:
