@@ -234,8 +234,13 @@ def test_bridge_testing_imports_no_pytest_and_no_tools() -> None:
     """Statically (no module of bridge/testing/ imports pytest when it is imported, nor anything
     of tools/ at all) and at run time (importing each loads neither): ``tools/soak`` and
     ``tools/record`` import it, and they run without pytest."""
-    files = sorted((PACKAGE / "testing").glob("*.py"))
-    assert {p.stem for p in files} >= {"__init__", "checks", "pi_scenarios"}
+    files = sorted((PACKAGE / "testing").rglob("*.py"))
+    assert {p.relative_to(PACKAGE / "testing").as_posix() for p in files} >= {
+        "__init__.py",
+        "checks.py",
+        "pi_scenarios/__init__.py",
+        "pi_scenarios/runner.py",
+    }
     wrong = [
         f"{p.relative_to(ROOT)}:{line}: imports {name}"
         for p in files
@@ -244,7 +249,7 @@ def test_bridge_testing_imports_no_pytest_and_no_tools() -> None:
     ]
     wrong += [f"{p.relative_to(ROOT)}: {what}" for p in files for what in loads_tools(p)]
     assert not wrong, "\n".join(wrong)
-    names = ["bridge.testing"] + [f"bridge.testing.{p.stem}" for p in files if p.stem != "__init__"]
+    names = [".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__") for p in files]
     code = (
         f"import sys\nimport {', '.join(names)}\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pytest', '_pytest', 'tools')))"

@@ -12,9 +12,10 @@ checkout's ``tools/fake_engine.py``, its ``python -m bridge`` and its pinned Pi 
   up, reading back and agreeing with them), no zombies, who stopped a run never guessed; and
   what they drive: ``bridge serve`` as a subprocess, fake-engine generations, a journal on a
   full disk, a controller that stops prompts at random moments.
-- :mod:`bridge.testing.pi_scenarios`: the scenarios against the real pinned Pi (the scripted
-  model server, the live bridge), each with its check of what Pi does, and the normal form of
-  a recording: ``tools/record`` records them into ``fixtures/pi-1.6.0`` (and, with
+- :mod:`bridge.testing.pi_scenarios` (a package): the scenarios against the real pinned Pi (the
+  scripted model server, the live bridge), each with its check of what Pi does (``sealed.py``,
+  ``unsealed.py``), the runner that starts them (``runner.py``) and the normal form of a
+  recording (``recordings.py``): ``tools/record`` records them into ``fixtures/pi-1.6.0`` (and, with
   ``--matrix``, across Pi versions), ``tests/test_pi_live.py`` and ``tests/test_pi_matrix.py``
   run them.
 """
