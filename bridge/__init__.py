@@ -4,6 +4,12 @@ The Python API (see the README)::
 
     from bridge import open_bridge, PiProfile, CommandProfile, BridgeConfig
 
+What it raises for a user to catch: :class:`ProfileError` (the engine cannot be prepared),
+:class:`JournalError` (the journal cannot be created or written at open), :class:`EngineQuestionError`
+(``await bridge.models()`` got no answer), :class:`DialogError` (an extension dialog's answer was
+refused); a receipt's :class:`State` and :class:`Reason` are string enums. The package is typed
+(``py.typed``, PEP 561).
+
 The names below are loaded on first use (PEP 562), so ``import bridge.core`` stays pure: it
 pulls in neither trio nor the live layer (tests/test_layers.py).
 """
@@ -16,13 +22,19 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    # What a type checker reads: every public name with its own type. (It does not see the
+    # ``__getattr__`` below, so a misspelt name is an error there, not an ``Any``.)
     from bridge.core.receipts import Receipt as Receipt
-    from bridge.live.api import PromptHandle as PromptHandle
+    from bridge.core.words import Reason as Reason
+    from bridge.core.words import State as State
     from bridge.live.api import open_bridge as open_bridge
     from bridge.live.handles import Dialog as Dialog
     from bridge.live.handles import DialogError as DialogError
+    from bridge.live.handles import PromptHandle as PromptHandle
+    from bridge.live.journal import JournalError as JournalError
     from bridge.live.supervisor import Bridge as Bridge
     from bridge.live.supervisor import BridgeConfig as BridgeConfig
+    from bridge.live.supervisor import EngineQuestionError as EngineQuestionError
     from bridge.profiles.command import CommandProfile as CommandProfile
     from bridge.profiles.command import ProfileError as ProfileError
     from bridge.profiles.pi import PiProfile as PiProfile
@@ -36,25 +48,30 @@ _HOMES = {
     "CommandProfile": "bridge.profiles.command",
     "Dialog": "bridge.live.handles",
     "DialogError": "bridge.live.handles",
+    "EngineQuestionError": "bridge.live.supervisor",
+    "JournalError": "bridge.live.journal",
     "PiProfile": "bridge.profiles.pi",
     "ProfileError": "bridge.profiles.command",
     "PromptHandle": "bridge.live.handles",
+    "Reason": "bridge.core.words",
     "Receipt": "bridge.core.receipts",
     "Sandbox": "bridge.profiles.sandbox",
+    "State": "bridge.core.words",
     "open_bridge": "bridge.live.api",
     "scripted_profile": "bridge.profiles.pi",
 }
 
 __all__ = sorted(_HOMES)
 
+if not TYPE_CHECKING:
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'bridge' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+    def __getattr__(name: str) -> Any:
+        home = _HOMES.get(name)
+        if home is None:
+            raise AttributeError(f"module 'bridge' has no attribute {name!r}")
+        value = getattr(importlib.import_module(home), name)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:

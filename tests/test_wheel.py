@@ -4,8 +4,9 @@ Build the wheel from the checkout, install it into a fresh venv in a temp folder
 checkout (its dependencies from the package index or pip's cache), and run the installed
 ``bridge`` from a temp folder outside the checkout, with nothing pointing back into the checkout
 but the ``--pi-dir`` it is given: ``--version`` / ``--help``, ``replay`` on a copied fixture,
-``demo`` through the real pinned Pi (the scripted model server must be in the wheel), and the
-one-line error when nothing says where Pi is.
+``demo`` through the real pinned Pi (the scripted model server must be in the wheel), the
+one-line error when nothing says where Pi is, and a user's ``mypy --strict`` over a program on the
+installed package's Python API (``py.typed``: the package's own types, no ``Any``).
 
 The wheel is built from a clean copy of the checkout's top-level files and ``bridge/``: setuptools
 builds in-tree, and its ``build/lib`` keeps modules deleted since the last build, which would then
@@ -113,6 +114,9 @@ def test_the_wheel_holds_the_package_with_its_model_server(installed: Installed)
     for module in sorted(modules):
         assert module in names, f"{module} is not in {installed.wheel.name}"
     assert not [n for n in names if n.startswith(("tests/", "tools/", "fixtures/"))]
+    # Its data: the page diagnose --html fills in, and the PEP 561 marker (a user's mypy reads
+    # the package's types only with it).
+    assert {"bridge/readers/diagnose/report.html", "bridge/py.typed"} <= names
 
 
 def test_the_installed_package_is_the_venvs_and_knows_no_checkout(installed: Installed) -> None:
@@ -186,3 +190,84 @@ def test_no_pi_given_is_one_line_naming_both_ways(installed: Installed) -> None:
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1, p.stderr
     assert f"not installed at {nowhere} (from PI_BRIDGE_PI_DIR" in lines[0], lines
+
+
+#: A user's program on the Python API, as a user's ``mypy --strict`` reads it (not run).
+USER_PROGRAM = """\
+from __future__ import annotations
+
+import json
+import sys
+
+import trio
+
+import bridge
+from bridge import BridgeConfig, CommandProfile, PiProfile, Receipt, State, open_bridge
+
+
+async def main() -> None:
+    engine = CommandProfile([sys.executable, "engine.py"])
+    async with open_bridge(engine, journal=False, config=BridgeConfig(ack_timeout=10)) as b:
+        handle = await b.submit("hello", stream=True, timeout=60, thinking="low")
+        async for text in handle.text():
+            print(text, end="")
+        receipt: Receipt = await handle.receipt()
+        reveal_type(receipt.state)
+        reveal_type(receipt.reason)
+        if receipt.state is State.FINISHED and receipt.ack_idx is not None:
+            print(str(receipt), json.dumps(receipt.to_json()))
+        again = await b.prompt("and again", stall_timeout=0)
+        print(again.reply, again.native_error)
+    try:
+        PiProfile(pi_dir="/nowhere").prepare()
+    except bridge.ProfileError as e:
+        print(e)
+    except (bridge.JournalError, bridge.EngineQuestionError, bridge.DialogError):
+        raise
+
+
+trio.run(main)
+"""
+
+#: What the package's types catch that an untyped ``bridge`` (``Any``) let through: each line of a
+#: user's file, and the error mypy gives it (None: none).
+USER_MISTAKES = [
+    ("import bridge", None),
+    ("from bridge import open_bridg", 'Module "bridge" has no attribute "open_bridg"'),
+    ("async def f(b: bridge.Bridge) -> None:", None),
+    ("    await b.submit('x', strem=True)", 'Unexpected keyword argument "strem"'),
+    ("    await b.prompt('x', timeout='soon')", 'has incompatible type "str"; expected "float | None"'),
+    ("    bridge.scripted_profile('m.json', modle='x')", 'Unexpected keyword argument "modle"'),
+]
+
+
+def test_a_users_mypy_strict_sees_the_packages_types(installed: Installed) -> None:
+    """The project's pinned mypy, pointed at the fresh venv (``--python-executable``): it finds
+    the installed package there (and trio, attrs, cattrs), and nothing of the checkout's."""
+    (installed.cwd / "user.py").write_text(USER_PROGRAM)
+    (installed.cwd / "mistakes.py").write_text("".join(f"{code}\n" for code, _ in USER_MISTAKES))
+    env = {k: v for k, v in installed.env.items() if k != "MYPYPATH"}
+    cache = installed.cwd.parent / "mypy-cache"
+    argv = [
+        sys.executable,
+        "-m",
+        "mypy",
+        "--strict",
+        "--python-executable",
+        installed.python,
+        "--cache-dir",
+        str(cache),
+    ]
+    p = installed.run(*argv, "user.py", timeout=180, env=env)
+    assert p.stdout.splitlines() == [
+        'user.py:19: note: Revealed type is "bridge.core.words.State"',
+        'user.py:20: note: Revealed type is "bridge.core.words.Reason | None"',
+        "Success: no issues found in 1 source file",
+    ], p.stdout + p.stderr
+    assert p.returncode == 0, p.stdout + p.stderr
+    p = installed.run(*argv, "--no-error-summary", "mistakes.py", timeout=180, env=env)
+    errors = [line for line in p.stdout.splitlines() if ": error: " in line]
+    for n, (code, message) in enumerate(USER_MISTAKES, 1):
+        got = [e for e in errors if e.startswith(f"mistakes.py:{n}: error: ")]
+        assert [message in e for e in got] == ([] if message is None else [True]), (code, message, p.stdout)
+    assert p.returncode == 1 and len(errors) == sum(m is not None for _, m in USER_MISTAKES), p.stdout + p.stderr

@@ -166,6 +166,13 @@ def _count(value: Any) -> int:
 @form(rename=_WIRE_NAMES)
 @attrs.frozen
 class Receipt(Wire):
+    """What became of one prompt: its :attr:`state` (a :class:`~bridge.core.words.State`) and
+    :attr:`reason` (a :class:`~bridge.core.words.Reason`, or None), with the evidence.
+
+    ``str(receipt)`` is one line a person reads (:func:`describe`), ``repr`` every field;
+    ``to_json()`` is the wire form, a dict ready for ``json.dumps`` (camelCase keys:
+    ``native_error`` is ``nativeError``, ``ack_idx`` ``ackIdx``, ...)."""
+
     #: None only in replay, for a journal's prompt that had no id.
     request: RequestId | None
     state: State
@@ -201,6 +208,11 @@ class Receipt(Wire):
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Receipt:
         return converter.structure(data, cls)
+
+    def __str__(self) -> str:
+        """The receipt in one line a person reads (:func:`describe`: ``p1: failed (interrupted)
+        [run-1; stop s1; 0.42 s]``); ``repr`` is every field (attrs')."""
+        return describe(self)
 
 
 # --------------------------------------------------------------------------

@@ -121,7 +121,7 @@ class Dialog:
     #: The response written to the engine (None: none was, its engine was gone).
     response: dict[str, Any] | None = None
 
-    async def answer(self, value: Any = None, *, confirmed: Any = None, cancelled: Any = False) -> None:
+    async def answer(self, value: str | None = None, *, confirmed: bool | None = None, cancelled: bool = False) -> None:
         """Answer it: ``value`` (select: one of ``fields["options"]``; input, editor: text),
         ``confirmed=True``/``False`` (confirm), or ``cancelled=True`` (any). Returns at once;
         raises :class:`DialogError` when it has ended already or the answer does not fit."""

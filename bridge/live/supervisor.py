@@ -70,7 +70,9 @@ from bridge.core.lifecycle import (
     Write,
 )
 from bridge.core.notices import ReceiptNotice, TextNotice
+from bridge.core.progress import ProgressEvent
 from bridge.core.receipts import Receipt
+from bridge.core.session import Session
 from bridge.core.steering import Wanted, model_summary
 from bridge.core.supervision import (
     Action,
@@ -222,7 +224,7 @@ class Bridge:
         return self.supervision.lifecycle
 
     @property
-    def session(self) -> Any:
+    def session(self) -> Session:
         """The supervision's evidence (:class:`~bridge.core.session.Session`), to read."""
         return self.supervision.session
 
@@ -238,9 +240,36 @@ class Bridge:
 
     # -- controller API ----------------------------------------------------------------
 
-    async def submit(self, message: str, **kw: Any) -> PromptHandle:
+    # submit, submit_nowait and prompt take the same parameters (tests/test_typed.py checks
+    # it): submit_nowait says what they mean and checks them; the other two pass them on.
+
+    async def submit(
+        self,
+        message: str,
+        *,
+        request: str | None = None,
+        stream: bool = False,
+        timeout: float | None = None,
+        images: list[dict[str, Any]] | None = None,
+        events: bool = False,
+        stall_timeout: float | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+        thinking: str | None = None,
+    ) -> PromptHandle:
         """Accept a prompt; returns at once (:meth:`submit_nowait` says the rest)."""
-        return self.submit_nowait(message, **kw)
+        return self.submit_nowait(
+            message,
+            request=request,
+            stream=stream,
+            timeout=timeout,
+            images=images,
+            events=events,
+            stall_timeout=stall_timeout,
+            provider=provider,
+            model=model,
+            thinking=thinking,
+        )
 
     def submit_nowait(
         self,
@@ -249,7 +278,7 @@ class Bridge:
         request: str | None = None,
         stream: bool = False,
         timeout: float | None = None,
-        images: list[Any] | None = None,
+        images: list[dict[str, Any]] | None = None,
         events: bool = False,
         stall_timeout: float | None = None,
         provider: str | None = None,
@@ -296,7 +325,7 @@ class Bridge:
         if stream:
             p.text_send, p.text_recv = trio.open_memory_channel[str](math.inf)
         if events:
-            p.event_send, p.event_recv = trio.open_memory_channel[Any](math.inf)
+            p.event_send, p.event_recv = trio.open_memory_channel[ProgressEvent](math.inf)
         self._handles[request] = p
         self._feed(Submit(request, message, images, stream, timeout, events, stall_timeout, wanted))
         return PromptHandle(p, self)
@@ -367,15 +396,40 @@ class Bridge:
         self._steerable("compact")
         self._feed(Compact(instructions))
 
-    async def prompt(self, message: str, **kw: Any) -> Receipt:
-        """Submit and wait for the receipt. Ends when it comes (it always does).
+    async def prompt(
+        self,
+        message: str,
+        *,
+        request: str | None = None,
+        stream: bool = False,
+        timeout: float | None = None,
+        images: list[dict[str, Any]] | None = None,
+        events: bool = False,
+        stall_timeout: float | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+        thinking: str | None = None,
+    ) -> Receipt:
+        """Submit (the parameters are :meth:`submit_nowait`'s) and wait for the receipt. Ends
+        when it comes (it always does).
 
         Cancelled while it waits (``trio.move_on_after`` around it, say), it stops the prompt
         first, as :meth:`stop` does: nobody holds its handle, so nobody else could, and a run
         left going would hold the slot from the prompts after it. The receipt still comes
         (to :meth:`signals` and the journal). To stop waiting but let a prompt run, use
         :meth:`submit` and the handle."""
-        handle = await self.submit(message, **kw)
+        handle = self.submit_nowait(
+            message,
+            request=request,
+            stream=stream,
+            timeout=timeout,
+            images=images,
+            events=events,
+            stall_timeout=stall_timeout,
+            provider=provider,
+            model=model,
+            thinking=thinking,
+        )
         try:
             return await handle.receipt()
         except BaseException:
@@ -483,7 +537,7 @@ class Bridge:
         self._heard.answers_dialogs = value
 
     async def answer_dialog(
-        self, dialog: str, *, value: Any = None, confirmed: Any = None, cancelled: Any = False
+        self, dialog: str, *, value: str | None = None, confirmed: bool | None = None, cancelled: bool = False
     ) -> None:
         """Answer extension dialog ``dialog`` (:meth:`Dialog.answer
         <bridge.live.handles.Dialog.answer>` says how). Returns at once: the answer is written

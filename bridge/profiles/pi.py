@@ -26,7 +26,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypedDict, Unpack
 
 import attrs
 
@@ -733,8 +733,30 @@ def remove_orphans_once() -> None:
         remove_orphans()
 
 
-def scripted_profile(models_json: str, **kw: Any) -> PiProfile:
-    """A profile for offline runs against :mod:`bridge.demo.model_server` (fast retries, NOTES §4)."""
+class PiOptions(TypedDict, total=False):
+    """:class:`PiProfile`'s fields but ``models_json``, as keywords: what :func:`scripted_profile`
+    passes on (tests/test_typed.py checks that they are the profile's fields, typed alike)."""
+
+    pi_dir: str | None
+    allow_other_version: bool
+    provider: str | None
+    model: str | None
+    api_key: str | None
+    api_key_env: str | None
+    settings: dict[str, Any] | None
+    session: bool
+    cwd: str | None
+    env_allowlist: Sequence[str] | None
+    extensions: Sequence[str]
+    unsealed_extensions: Sequence[str]
+    sandbox: Sandbox
+    name: str
+    check_model: bool
+
+
+def scripted_profile(models_json: str, **kw: Unpack[PiOptions]) -> PiProfile:
+    """A profile for offline runs against :mod:`bridge.demo.model_server` (fast retries, NOTES §4);
+    ``kw``: any other of :class:`PiProfile`'s fields (``settings`` replaces the fast retries)."""
     opts: dict[str, Any] = {
         "provider": "scripted",
         "model": "scripted-model",

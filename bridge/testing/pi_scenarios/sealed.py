@@ -30,7 +30,7 @@ async def plain(ctx: Ctx) -> None:
 def _check_plain(o: Outcome) -> None:
     r = expect_receipt(o, "p1", "finished", reply=PLAIN_REPLY)
     expect(o.texts["p1"] == PLAIN_REPLY, f"plain: streamed {o.texts['p1']!r}")
-    expect(r.run == "run-1" and r.generation == 1 and r.disposition == "started", f"plain: {r}")
+    expect(r.run == "run-1" and r.generation == 1 and r.disposition == "started", f"plain: {r!r}")
     indices = f"plain: indices {r.ack_idx} {r.working_idx} {r.settle_idx}"
     ack_idx, working_idx, settle_idx = (known(i, indices) for i in (r.ack_idx, r.working_idx, r.settle_idx))
     expect(ack_idx < working_idx < settle_idx, indices)
