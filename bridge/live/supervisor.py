@@ -45,19 +45,15 @@ from bridge.core.lifecycle import (
     SIGNALS_PER_GENERATION,
     Answer,
     AnswerDialog,
-    Ask,
     AskDialog,
     BridgeConfig,
     Close,
     Closed,
-    Compact,
-    Configure,
     Deliver,
     DialogEnded,
     DialogReply,
     Input,
     Lifecycle,
-    NewConversation,
     NobodyAnswers,
     Notify,
     NotWritten,
@@ -73,7 +69,7 @@ from bridge.core.notices import ReceiptNotice, TextNotice
 from bridge.core.progress import ProgressEvent
 from bridge.core.receipts import Receipt
 from bridge.core.session import Session
-from bridge.core.steering import Wanted, model_summary
+from bridge.core.steering import Wanted
 from bridge.core.supervision import (
     Action,
     Progress,
@@ -96,10 +92,11 @@ from bridge.live.engines import EngineSide
 from bridge.live.handles import Dialog, DialogError, Pending, PromptHandle
 from bridge.live.journal import Journal
 from bridge.live.notifications import Notifications
+from bridge.live.steering import EngineQuestionError, Steering
 from bridge.profiles.command import EngineProfile, Launch
 from bridge.transcript import dumps
 
-__all__ = ["RECENT_IDS", "SIGNALS_PER_GENERATION", "Bridge", "BridgeConfig"]
+__all__ = ["RECENT_IDS", "SIGNALS_PER_GENERATION", "Bridge", "BridgeConfig", "EngineQuestionError"]
 
 #: After closing, if the lifecycle has still not closed (a bug, or an engine the
 #: close ladder could not reap), this much longer is waited before every
@@ -110,11 +107,7 @@ CLOSE_BACKSTOP = 30.0
 _SIGNAL_NAMES = {int(s): s.name for s in signal_module.Signals}
 
 
-class EngineQuestionError(Exception):
-    """A question for the engine (:meth:`Bridge.models`) could not be answered; the message says why."""
-
-
-class Bridge:
+class Bridge(Steering):
     """Supervises one engine for one controller. Build it with :func:`bridge.live.api.open_bridge`."""
 
     def __init__(
@@ -329,72 +322,6 @@ class Bridge:
         self._handles[request] = p
         self._feed(Submit(request, message, images, stream, timeout, events, stall_timeout, wanted))
         return PromptHandle(p, self)
-
-    def configure(self, *, provider: str | None = None, model: str | None = None, thinking: str | None = None) -> None:
-        """The model (``provider`` and ``model`` together) and thinking level for the prompts
-        submitted from now on; what is left None stays as it was. Applied to the engine, and
-        verified, before each such prompt is written. Raises ValueError as :meth:`submit`, and
-        RuntimeError once no prompt can follow (:attr:`no_prompt_follows`), as the other two
-        steering calls do: it would change nothing."""
-        wanted = Wanted(provider, model, thinking)
-        self._steerable("configure")
-        self._feed(Configure(wanted))
-
-    @property
-    def no_prompt_follows(self) -> str | None:
-        """Why no prompt can be submitted any more (``after shutdown``, ``while the bridge
-        closes``), or None while one can."""
-        state = self.lifecycle.state
-        if state.closing is not None or state.closed:
-            return "while the bridge closes"
-        return "after shutdown" if state.draining else None
-
-    def _steerable(self, what: str) -> None:
-        when = self.no_prompt_follows
-        if when is not None:
-            raise RuntimeError(
-                f"{what} {when} changes nothing: it steers the prompts submitted after it, and none can be "
-                "(the prompts already accepted run as they were submitted)"
-            )
-
-    async def models(self) -> list[dict[str, Any]]:
-        """What the engine offers (Pi's ``get_available_models``): ``provider``, ``id``,
-        ``name``, ``reasoning``, ``contextWindow``, ``maxTokens``, ``input`` each. Asked
-        through the lifecycle (an engine is started for it if none runs). Ends when the engine
-        answers, or with :class:`EngineQuestionError` when it cannot (down, closing, no answer
-        within ``ack_timeout``, or a refusal)."""
-        token = f"ask-{next(self._ask_ids)}"
-        done = self._asks[token] = trio.Event()
-        self._feed(Ask(token, {"type": "get_available_models"}))
-        await done.wait()
-        answer = self._answers.pop(token)
-        if answer.error is not None:
-            raise EngineQuestionError(answer.error)
-        response = answer.response or {}
-        if response.get("success") is not True:
-            raise EngineQuestionError(f"the engine refused get_available_models: {response.get('error')}")
-        data = response.get("data")
-        listed = data.get("models") if isinstance(data, dict) else None
-        models = [model_summary(m) for m in listed] if isinstance(listed, list) else []
-        return [m for m in models if m is not None]
-
-    def new_conversation(self) -> None:
-        """Start a new conversation before the next prompt is written: Pi's ``new_session``
-        (verified, with a ``get_state`` after it), or a fresh engine where Pi cancels it.
-        RuntimeError once no prompt can follow."""
-        self._steerable("new_conversation")
-        self._feed(NewConversation())
-
-    def compact(self, instructions: str | None = None) -> None:
-        """Compact the conversation (Pi's ``compact``: the model summarizes it, with
-        ``instructions`` if given) before the next prompt submitted is written. How it went is
-        a ``compacted`` notice (:meth:`signals`); a refusal (Pi's "Nothing to compact") does not
-        stop the prompt. A :meth:`new_conversation` asked for the same prompt makes it moot.
-        RuntimeError once no prompt can follow."""
-        if instructions is not None and not isinstance(instructions, str):
-            raise TypeError(f"instructions must be a str, not {type(instructions).__name__}")
-        self._steerable("compact")
-        self._feed(Compact(instructions))
 
     async def prompt(
         self,
