@@ -32,9 +32,9 @@ if TYPE_CHECKING:
     from bridge.live.handles import DialogError as DialogError
     from bridge.live.handles import PromptHandle as PromptHandle
     from bridge.live.journal import JournalError as JournalError
+    from bridge.live.steering import EngineQuestionError as EngineQuestionError
     from bridge.live.supervisor import Bridge as Bridge
     from bridge.live.supervisor import BridgeConfig as BridgeConfig
-    from bridge.live.supervisor import EngineQuestionError as EngineQuestionError
     from bridge.profiles.command import CommandProfile as CommandProfile
     from bridge.profiles.command import ProfileError as ProfileError
     from bridge.profiles.pi import PiProfile as PiProfile
@@ -48,7 +48,7 @@ _HOMES = {
     "CommandProfile": "bridge.profiles.command",
     "Dialog": "bridge.live.handles",
     "DialogError": "bridge.live.handles",
-    "EngineQuestionError": "bridge.live.supervisor",
+    "EngineQuestionError": "bridge.live.steering",
     "JournalError": "bridge.live.journal",
     "PiProfile": "bridge.profiles.pi",
     "ProfileError": "bridge.profiles.command",

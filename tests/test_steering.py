@@ -372,7 +372,7 @@ async def test_models_through_the_api_serve_and_the_cli(pinned_pi: Any, tmp_path
 
 
 async def test_models_from_an_engine_that_cannot_start_is_an_error_not_a_hang(tmp_path: Path) -> None:
-    from bridge.live.supervisor import EngineQuestionError
+    from bridge.live.steering import EngineQuestionError
     from bridge.profiles.command import CommandProfile
 
     config = BridgeConfig(restart_backoff=(0.0,), crash_limit=1)

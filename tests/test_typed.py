@@ -71,7 +71,7 @@ def test_str_of_a_receipt_is_its_line_and_repr_its_fields() -> None:
 EXCEPTIONS = {
     "ProfileError": "bridge.profiles.command",
     "JournalError": "bridge.live.journal",
-    "EngineQuestionError": "bridge.live.supervisor",
+    "EngineQuestionError": "bridge.live.steering",
     "DialogError": "bridge.live.handles",
 }
 

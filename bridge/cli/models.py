@@ -53,7 +53,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
         """The models, or why the engine could not say. Ends when the engine answers or cannot
         (bounded by ``--ack-timeout``), and the bridge has closed."""
         from bridge.live.api import open_bridge
-        from bridge.live.supervisor import EngineQuestionError
+        from bridge.live.steering import EngineQuestionError
         from bridge.profiles.command import ProfileError
 
         # A journal only when one is asked for: a question leaves nothing worth keeping.

@@ -87,7 +87,7 @@ from bridge.core.wire import converter
 from bridge.live.api import Bridge, BridgeConfig, open_bridge
 from bridge.live.handles import DialogError
 from bridge.live.signals import closing_signals
-from bridge.live.supervisor import EngineQuestionError
+from bridge.live.steering import EngineQuestionError
 from bridge.profiles.command import EngineProfile
 
 #: Seconds the last lines (``bye`` last) may still take, once a signal has come and the bridge

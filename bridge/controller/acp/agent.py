@@ -54,7 +54,7 @@ from bridge.live.api import Bridge, open_bridge
 from bridge.live.handles import Dialog, DialogError, PromptHandle
 from bridge.live.journal import JournalError, default_journal_path, private_dir
 from bridge.live.signals import closing_signals
-from bridge.live.supervisor import EngineQuestionError
+from bridge.live.steering import EngineQuestionError
 from bridge.profiles.command import CommandProfile, EngineProfile, ProfileError
 from bridge.profiles.pi import PiProfile
 
