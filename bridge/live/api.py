@@ -22,7 +22,7 @@ import trio
 from bridge import __version__
 from bridge.core.lifecycle import BridgeConfig
 from bridge.live.handles import PromptHandle
-from bridge.live.journal import Journal, default_journal_dir, default_journal_path, private_dir
+from bridge.live.journal import Journal, default_journal_dir, private_dir
 from bridge.live.supervisor import Bridge
 from bridge.profiles.command import EngineProfile
 from bridge.profiles.pi import PiProfile
@@ -48,21 +48,24 @@ async def open_bridge(
     Raises :class:`~bridge.profiles.command.ProfileError` when the engine can't be prepared.
     """
     config = config or BridgeConfig()
+    # The journal's path (None: a new name in the default location, made as it is opened).
+    path: Path | None = None
     if journal is True:
-        path: Path | None = default_journal_path()
+        folder: Path | None = default_journal_dir()
     elif journal is False or journal is None:
-        path = None
+        folder = None
     elif isinstance(journal, (str, os.PathLike)) and os.fspath(journal):
         path = Path(journal)
+        folder = path.parent
     else:  # "" or 0 would quietly mean no journal at all
         raise ValueError(
             f"journal: True (the default location), a file's path, or False/None for none; not {journal!r}"
         )
-    profile = _hide_journals(profile, path)
+    profile = _hide_journals(profile, folder)
     launch = profile.prepare()
     jr: Journal | None = None
     try:
-        if path is not None:
+        if folder is not None:
             jr = Journal(
                 path,
                 clearing=launch.clearing,
@@ -103,20 +106,20 @@ async def open_bridge(
     raise raised
 
 
-def _hide_journals(profile: EngineProfile, path: Path | None) -> EngineProfile:
+def _hide_journals(profile: EngineProfile, folder: Path | None) -> EngineProfile:
     """A confined Pi does not see the journal's folder, nor the default one (SPEC §2)."""
     if not isinstance(profile, PiProfile) or not profile.sandbox.enabled:
         return profile
     folders = [default_journal_dir()]
-    if path is not None:
+    if folder is not None:
         try:
-            private_dir(path.parent)  # made now, as the journal would, so it can be hidden
+            private_dir(folder)  # made now, as the journal would, so it can be hidden
         except OSError:
             pass  # the journal says why when it is opened
-        folders.append(path.parent)
-    for folder in folders:
-        if folder.is_dir():
-            profile = profile.hiding(folder)
+        folders.append(folder)
+    for hidden in folders:
+        if hidden.is_dir():
+            profile = profile.hiding(hidden)
     return profile
 
 
