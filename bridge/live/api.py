@@ -41,7 +41,8 @@ async def open_bridge(
 ) -> AsyncIterator[Bridge]:
     """Open a bridge on an engine profile; close it (every receipt settled) on exit.
 
-    ``journal``: True for the default location, a path, or False/None for none.
+    ``journal``: True for a new file in the default location, a path (refused if it exists), or
+    False/None for none. The engine's private folders (its key) are removed however this ends.
     ``collect``: keep the tracker's outputs in ``bridge.session`` (``overlaps``, ``working``,
     ``settled``), as replay does; memory then grows with the stream (tools that compare the
     live bridge with replay use it).
@@ -62,8 +63,13 @@ async def open_bridge(
             f"journal: True (the default location), a file's path, or False/None for none; not {journal!r}"
         )
     profile = _hide_journals(profile, folder)
-    launch = profile.prepare()
+    bridge: Bridge | None = None
     jr: Journal | None = None
+    launch = profile.prepare()
+    # From here on, whatever ends this (the block's exception or group, a cancellation, a
+    # KeyboardInterrupt, a nursery that cannot be opened -- trio's under asyncio -- a Bridge
+    # that cannot be made), the private folders and the credentials of every engine launch
+    # prepared for this bridge are removed, and the journal is closed, before it goes on.
     try:
         if folder is not None:
             jr = Journal(
@@ -75,35 +81,41 @@ async def open_bridge(
                 lean=not config.journal_full,
                 **launch.header,
             )
-    except BaseException:
-        launch.run_cleanup()
-        raise
-    raised: BaseException | None = None
-    try:
-        async with trio.open_nursery() as nursery:
-            bridge = Bridge(nursery, profile, launch, jr, config, collect=collect)
-            nursery.start_soon(bridge._clock)
-            nursery.start_soon(bridge._fsync_journal)
-            try:
-                yield bridge
-                if drain_on_exit:
-                    await bridge.drain()
-            except BaseException as e:
-                raised = e
+        raised: BaseException | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                bridge = Bridge(nursery, profile, launch, jr, config, collect=collect)
+                nursery.start_soon(bridge._clock)
+                nursery.start_soon(bridge._fsync_journal)
+                try:
+                    yield bridge
+                    if drain_on_exit:
+                        await bridge.drain()
+                except BaseException as e:
+                    raised = e
+                    raise
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await bridge.aclose()
+                    nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # The nursery wraps what the caller's block raised in a group of one; the caller
+            # catches its own exception as it raised it (``except KeyError``), as if no nursery
+            # were there. A group with anything of the bridge's own in it stays a group.
+            if raised is None or group.exceptions != (raised,):
                 raise
-            finally:
-                with trio.CancelScope(shield=True):
-                    await bridge.aclose()
-                nursery.cancel_scope.cancel()
-    except BaseExceptionGroup as group:
-        # The nursery wraps what the caller's block raised in a group of one; the caller
-        # catches its own exception as it raised it (``except KeyError``), as if no nursery
-        # were there. A group with anything of the bridge's own in it stays a group.
-        if raised is None or group.exceptions != (raised,):
-            raise
-    else:
-        return
-    raise raised
+        else:
+            return
+        raise raised
+    finally:
+        # Each once (Launch.run_cleanup): what the bridge's close already removed stays removed.
+        # Every task of the nursery has ended here: no engine of this bridge runs on them.
+        if bridge is not None:
+            bridge.engines.clean_up()
+        launch.run_cleanup()
+        if jr is not None and not jr.closed:  # (the bridge's close closes it when it got that far)
+            jr.on_failure = None
+            jr.close()
 
 
 def _hide_journals(profile: EngineProfile, folder: Path | None) -> EngineProfile:
