@@ -1,18 +1,29 @@
-"""Issue 6, privacy: the engine's private config (credentials) never outlives its engine."""
+"""Issue 6, privacy: the engine's private config (credentials) never outlives its engine, nor
+the bridge, however the bridge ends."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 import sys
+import tempfile
+import types
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import pytest
 import trio
 
+import bridge.live.api
+import bridge.live.engines
 from bridge.demo.model_server import start_server
-from bridge.live.api import open_bridge
+from bridge.live.api import Bridge, open_bridge
 from bridge.live.supervisor import BridgeConfig
-from bridge.profiles.pi import scripted_profile
+from bridge.profiles.command import Launch
+from bridge.profiles.pi import PiProfile, scripted_profile
 
 SECRET = "sk-test-do-not-leak-0123456789"
 
@@ -94,3 +105,179 @@ def test_a_killed_bridges_private_folders_are_removed_by_the_next_bridge(tmp_pat
     finally:
         server.close()
     assert sorted(p.name for p in tmp.iterdir()) == ["pi-bridge-pi-1-kept"]
+
+
+# -- nothing left behind, however the bridge ends ------------------------------------------------
+#
+# Each test runs the sealed Pi holding a literal key, with the temporary folder under tmp_path
+# (tempfile.tempdir), and ends the bridge one way; then no private folder of a bridge
+# (``pi-bridge-pi-*``: Pi's config and the key, ``pi-bridge-cwd-*``: its working folder) is left.
+
+
+class Boom(Exception):
+    pass
+
+
+def _private(tmp: Path) -> list[str]:
+    return sorted(p.name for p in tmp.iterdir() if p.name.startswith(("pi-bridge-pi-", "pi-bridge-cwd-")))
+
+
+@pytest.fixture
+def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The temporary folder the profile makes its private folders in, under ``tmp_path``."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    return tmp
+
+
+@pytest.fixture
+def made(monkeypatch: pytest.MonkeyPatch, private_tmp: Path) -> list[Path]:
+    """The config folder of every launch prepared, each seen holding the key when made."""
+    real = PiProfile.prepare
+    folders: list[Path] = []
+
+    def prepare(self: PiProfile) -> Launch:
+        launch = real(self)
+        config = Path(launch.env["PI_CODING_AGENT_DIR"])
+        assert config.parent == private_tmp and SECRET in (config / "auth.json").read_text()
+        folders.append(config)
+        return launch
+
+    monkeypatch.setattr(PiProfile, "prepare", prepare)
+    return folders
+
+
+@pytest.fixture
+def keyed(tmp_path: Path, pinned_pi: object) -> Iterator[PiProfile]:
+    """The sealed Pi with a literal key, against a scripted server whose replies stream slowly."""
+    server = start_server([{"text": "slow " * 400, "chunk": 5, "delay": 0.02}] * 2)
+    try:
+        yield scripted_profile(server.write_models(str(tmp_path)), api_key=SECRET)
+    finally:
+        server.close()
+
+
+def _nothing_left(tmp: Path, made: list[Path]) -> None:
+    assert made, "no launch was prepared: the test tests nothing"
+    assert _private(tmp) == [], "a bridge's private folders (its key) are still on disk"
+    assert not any(config.exists() for config in made)
+
+
+async def _streaming(opened: Bridge) -> None:
+    """A prompt under way: Pi runs, its config folder holds the key."""
+    h = await opened.submit("stream slowly", stream=True)
+    async for _ in h.text():
+        break
+    assert opened.engine is not None and opened.engine.alive
+
+
+@pytest.mark.parametrize("how", ["exception", "group", "cancel", "interrupt"])
+async def test_the_key_is_removed_however_the_block_ends(
+    how: str, keyed: PiProfile, made: list[Path], private_tmp: Path
+) -> None:
+    """The block raises (an exception, a group, a KeyboardInterrupt) or is cancelled
+    (``trio.move_on_after`` around it) while Pi streams a reply."""
+    raised: dict[str, type[BaseException]] = {
+        "exception": Boom,
+        "group": ExceptionGroup,
+        "interrupt": KeyboardInterrupt,
+    }
+    expected = pytest.raises(raised[how]) if how in raised else contextlib.nullcontext()
+    with trio.fail_after(60):
+        with trio.move_on_after(50) as scope, expected:
+            async with open_bridge(keyed, journal=False) as opened:
+                await _streaming(opened)
+                if how == "exception":
+                    raise Boom("in the block")
+                if how == "group":
+                    raise ExceptionGroup("in the block", [Boom("one"), KeyError("two")])
+                if how == "interrupt":
+                    raise KeyboardInterrupt
+                scope.deadline = trio.current_time()
+                await trio.sleep_forever()
+        assert scope.cancelled_caught == (how == "cancel")
+    _nothing_left(private_tmp, made)
+
+
+@pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
+async def test_the_key_is_removed_when_the_bridge_cannot_be_made(
+    error: type[BaseException], keyed: PiProfile, made: list[Path], private_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Bridge(...)`` raises (a bug, a KeyboardInterrupt at that moment): the launch was
+    prepared before it, the key written."""
+
+    def failing(*args: Any, **kw: Any) -> Bridge:
+        raise error("no bridge")
+
+    monkeypatch.setattr(bridge.live.api, "Bridge", failing)
+    with pytest.raises(BaseExceptionGroup) as raised:  # (raised in the bridge's nursery: the bridge's own)
+        async with open_bridge(keyed, journal=False):
+            raise AssertionError("never opened")
+    assert raised.value.subgroup(error) is not None, raised.value
+    _nothing_left(private_tmp, made)
+
+
+async def test_the_key_is_removed_when_the_nursery_cannot_be_opened(
+    keyed: PiProfile, made: list[Path], private_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``trio.open_nursery()`` itself fails (as under asyncio: ``'RunContext' object has no
+    attribute 'runner'``), after the launch was prepared."""
+
+    def failing() -> Any:
+        raise AttributeError("'RunContext' object has no attribute 'runner'")
+
+    monkeypatch.setattr(bridge.live.api, "trio", types.SimpleNamespace(open_nursery=failing))
+    with pytest.raises(AttributeError, match="runner"):
+        async with open_bridge(keyed, journal=False):
+            raise AssertionError("never opened")
+    _nothing_left(private_tmp, made)
+
+
+def test_open_bridge_under_asyncio_leaves_nothing_behind(keyed: PiProfile, made: list[Path], private_tmp: Path) -> None:
+    """``asyncio.run(main())`` around ``open_bridge``: whether or not the bridge runs under
+    asyncio (it does not yet: trio's nursery fails), its private folders go."""
+
+    async def main() -> None:
+        async with open_bridge(keyed, journal=False) as opened:
+            await opened.prompt("hi", timeout=30)
+
+    with contextlib.suppress(Exception):
+        asyncio.run(main())
+    _nothing_left(private_tmp, made)
+
+
+async def test_the_key_is_removed_when_the_engine_cannot_be_started(
+    keyed: PiProfile, made: list[Path], private_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Starting the engine fails with something other than an OSError (which is a spawn
+    failure the lifecycle answers): the bridge fails, the launch it took is removed."""
+
+    async def failing(*args: Any, **kw: Any) -> Any:
+        raise RuntimeError("cannot start")
+
+    monkeypatch.setattr(bridge.live.engines.Engine, "start", failing)
+    with trio.fail_after(60), pytest.raises(BaseExceptionGroup) as raised:
+        async with open_bridge(keyed, journal=False) as opened:
+            await opened.prompt("hi", timeout=30)
+    assert raised.value.subgroup(RuntimeError) is not None, raised.value
+    _nothing_left(private_tmp, made)
+
+
+async def test_the_key_is_removed_when_prepare_is_interrupted(
+    keyed: PiProfile, private_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A KeyboardInterrupt inside ``prepare()`` after the private folders are made (here in the
+    journal header's making) leaves none of them."""
+    seen: list[str] = []
+
+    def interrupted(*args: Any, **kw: Any) -> Any:
+        seen.extend(_private(private_tmp))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(PiProfile, "_header", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        async with open_bridge(keyed, journal=False):
+            raise AssertionError("never opened")
+    assert any(name.startswith("pi-bridge-pi-") for name in seen), seen
+    assert _private(private_tmp) == []

@@ -209,13 +209,12 @@ async def _steps(args: argparse.Namespace, ms: ModuleType, out: _Out, problems: 
     import trio
 
     from bridge.live.api import open_bridge
-    from bridge.live.journal import default_journal_path
     from bridge.live.supervisor import BridgeConfig
     from bridge.profiles.pi import find_install, scripted_profile
     from bridge.readers.replay import replay
 
     install = find_install(args.pi_dir)  # ProfileError with the fix when missing
-    journal = Path(args.journal) if args.journal else default_journal_path()
+    asked: Path | bool = Path(args.journal) if args.journal else True  # True: a new name in the default folder
     server = ms.start_server(SCRIPT)
     tmp = tempfile.mkdtemp(prefix="pi-bridge-demo-")
     receipts: list[Any] = []
@@ -226,7 +225,9 @@ async def _steps(args: argparse.Namespace, ms: ModuleType, out: _Out, problems: 
             f"bridge demo: Pi {install.version} (node {install.node_version}), sealed, {_confined(args)}, "
             f"against a scripted model server at {server.base_url}"
         )
-        async with open_bridge(profile, journal=journal, config=BridgeConfig(ack_timeout=20.0)) as bridge:
+        async with open_bridge(profile, journal=asked, config=BridgeConfig(ack_timeout=20.0)) as bridge:
+            assert bridge.journal is not None
+            journal = bridge.journal.path
             closer.opened(bridge)
             out.say(f"journal: {journal}")
             notes = bridge.signals()

@@ -22,7 +22,7 @@ import trio
 from bridge import __version__
 from bridge.core.lifecycle import BridgeConfig
 from bridge.live.handles import PromptHandle
-from bridge.live.journal import Journal, default_journal_dir, default_journal_path, private_dir
+from bridge.live.journal import Journal, default_journal_dir, private_dir
 from bridge.live.supervisor import Bridge
 from bridge.profiles.command import EngineProfile
 from bridge.profiles.pi import PiProfile
@@ -41,28 +41,37 @@ async def open_bridge(
 ) -> AsyncIterator[Bridge]:
     """Open a bridge on an engine profile; close it (every receipt settled) on exit.
 
-    ``journal``: True for the default location, a path, or False/None for none.
+    ``journal``: True for a new file in the default location, a path (refused if it exists), or
+    False/None for none. The engine's private folders (its key) are removed however this ends.
     ``collect``: keep the tracker's outputs in ``bridge.session`` (``overlaps``, ``working``,
     ``settled``), as replay does; memory then grows with the stream (tools that compare the
     live bridge with replay use it).
     Raises :class:`~bridge.profiles.command.ProfileError` when the engine can't be prepared.
     """
     config = config or BridgeConfig()
+    # The journal's path (None: a new name in the default location, made as it is opened).
+    path: Path | None = None
     if journal is True:
-        path: Path | None = default_journal_path()
+        folder: Path | None = default_journal_dir()
     elif journal is False or journal is None:
-        path = None
+        folder = None
     elif isinstance(journal, (str, os.PathLike)) and os.fspath(journal):
         path = Path(journal)
+        folder = path.parent
     else:  # "" or 0 would quietly mean no journal at all
         raise ValueError(
             f"journal: True (the default location), a file's path, or False/None for none; not {journal!r}"
         )
-    profile = _hide_journals(profile, path)
-    launch = profile.prepare()
+    profile = _hide_journals(profile, folder)
+    bridge: Bridge | None = None
     jr: Journal | None = None
+    launch = profile.prepare()
+    # From here on, whatever ends this (the block's exception or group, a cancellation, a
+    # KeyboardInterrupt, a nursery that cannot be opened -- trio's under asyncio -- a Bridge
+    # that cannot be made), the private folders and the credentials of every engine launch
+    # prepared for this bridge are removed, and the journal is closed, before it goes on.
     try:
-        if path is not None:
+        if folder is not None:
             jr = Journal(
                 path,
                 clearing=launch.clearing,
@@ -72,51 +81,57 @@ async def open_bridge(
                 lean=not config.journal_full,
                 **launch.header,
             )
-    except BaseException:
-        launch.run_cleanup()
-        raise
-    raised: BaseException | None = None
-    try:
-        async with trio.open_nursery() as nursery:
-            bridge = Bridge(nursery, profile, launch, jr, config, collect=collect)
-            nursery.start_soon(bridge._clock)
-            nursery.start_soon(bridge._fsync_journal)
-            try:
-                yield bridge
-                if drain_on_exit:
-                    await bridge.drain()
-            except BaseException as e:
-                raised = e
+        raised: BaseException | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                bridge = Bridge(nursery, profile, launch, jr, config, collect=collect)
+                nursery.start_soon(bridge._clock)
+                nursery.start_soon(bridge._fsync_journal)
+                try:
+                    yield bridge
+                    if drain_on_exit:
+                        await bridge.drain()
+                except BaseException as e:
+                    raised = e
+                    raise
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await bridge.aclose()
+                    nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # The nursery wraps what the caller's block raised in a group of one; the caller
+            # catches its own exception as it raised it (``except KeyError``), as if no nursery
+            # were there. A group with anything of the bridge's own in it stays a group.
+            if raised is None or group.exceptions != (raised,):
                 raise
-            finally:
-                with trio.CancelScope(shield=True):
-                    await bridge.aclose()
-                nursery.cancel_scope.cancel()
-    except BaseExceptionGroup as group:
-        # The nursery wraps what the caller's block raised in a group of one; the caller
-        # catches its own exception as it raised it (``except KeyError``), as if no nursery
-        # were there. A group with anything of the bridge's own in it stays a group.
-        if raised is None or group.exceptions != (raised,):
-            raise
-    else:
-        return
-    raise raised
+        else:
+            return
+        raise raised
+    finally:
+        # Each once (Launch.run_cleanup): what the bridge's close already removed stays removed.
+        # Every task of the nursery has ended here: no engine of this bridge runs on them.
+        if bridge is not None:
+            bridge.engines.clean_up()
+        launch.run_cleanup()
+        if jr is not None and not jr.closed:  # (the bridge's close closes it when it got that far)
+            jr.on_failure = None
+            jr.close()
 
 
-def _hide_journals(profile: EngineProfile, path: Path | None) -> EngineProfile:
+def _hide_journals(profile: EngineProfile, folder: Path | None) -> EngineProfile:
     """A confined Pi does not see the journal's folder, nor the default one (SPEC §2)."""
     if not isinstance(profile, PiProfile) or not profile.sandbox.enabled:
         return profile
     folders = [default_journal_dir()]
-    if path is not None:
+    if folder is not None:
         try:
-            private_dir(path.parent)  # made now, as the journal would, so it can be hidden
+            private_dir(folder)  # made now, as the journal would, so it can be hidden
         except OSError:
             pass  # the journal says why when it is opened
-        folders.append(path.parent)
-    for folder in folders:
-        if folder.is_dir():
-            profile = profile.hiding(folder)
+        folders.append(folder)
+    for hidden in folders:
+        if hidden.is_dir():
+            profile = profile.hiding(hidden)
     return profile
 
 

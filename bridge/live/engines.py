@@ -47,6 +47,9 @@ class EngineSide:
         self.config = config
         #: Prepared at open (so a setup problem is raised there); spawned on the first prompt.
         self.launch: Launch | None = first_launch
+        #: Every launch prepared for this bridge whose private folders may still be on disk
+        #: (each is removed at its engine's exit; :meth:`clean_up` removes whatever is left).
+        self._prepared: list[Launch] = [first_launch]
         self._sup = supervision
         self._drive = drive
         self._now = now
@@ -74,6 +77,8 @@ class EngineSide:
             try:
                 if launch is None:
                     launch = self.profile.prepare()
+                    self._prepared = [kept for kept in self._prepared if kept.cleanup is not None]
+                    self._prepared.append(launch)
             except ProfileError as e:
                 failed = SpawnFailed(generation, str(e))
                 self._drive(lambda: self._sup.feed(failed, self._now()))
@@ -85,12 +90,22 @@ class EngineSide:
                 failed = SpawnFailed(generation, f"cannot start the engine {launch.argv[0]!r}: {e.strerror or e}")
                 self._drive(lambda: self._sup.feed(failed, self._now()))
                 return
+            except BaseException:
+                launch.run_cleanup()  # anything else that ends the spawn leaves nothing behind either
+                raise
             self.current = engine
             send, recv = trio.open_memory_channel[_Item](math.inf)
             self._writers[engine] = (send, recv)
             self._nursery.start_soon(self._writer, engine, recv)
             started = launch
             self._drive(lambda: self._sup.spawned(generation, engine.pid, started, self._now()))
+
+    def clean_up(self) -> None:
+        """Remove the private folders of every launch prepared for this bridge that are still
+        there (once the bridge's tasks have ended: its engines are reaped or given up)."""
+        prepared, self._prepared = self._prepared, []
+        for launch in prepared:
+            launch.run_cleanup()
 
     async def _writer(self, engine: Engine, recv: trio.MemoryReceiveChannel[_Item]) -> None:
         """Write queued commands to ``engine`` in order, each bounded by ``write_timeout``.

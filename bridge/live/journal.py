@@ -29,13 +29,18 @@ Rules:
 
 Default location: ``$PI_BRIDGE_JOURNAL_DIR``, else
 ``$XDG_STATE_HOME/pi-bridge/journals``, else ``~/.local/state/pi-bridge/journals``;
-one file per bridge session, named for its start time and pid.
+one file per bridge session, named for its start time, pid and this process's count of
+journals (``YYYYmmdd-HHMMSS-PID-N.jsonl``: :func:`default_journal_path`), so any number of
+bridges a process opens in one second get a file each; a name another process took already
+is passed over for the next (:data:`FRESH_ATTEMPTS` of them at most).
 """
 
 from __future__ import annotations
 
 import datetime
+import itertools
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -68,9 +73,26 @@ def default_journal_dir() -> Path:
     return base / "pi-bridge" / "journals"
 
 
+#: This process's journals named so far (:func:`default_journal_path`): each name its own.
+_named = itertools.count(1)
+_naming = threading.Lock()
+
+#: How many default names a journal tries, each taken already (by another process: one with
+#: our pid in another pid namespace, or before a reboot), before it gives up.
+FRESH_ATTEMPTS = 100
+
+
 def default_journal_path() -> Path:
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return default_journal_dir() / f"{stamp}-{os.getpid()}.jsonl"
+    """A new name in the default folder, another at each call: ``YYYYmmdd-HHMMSS-PID-N.jsonl``,
+    the time to the second (local), the pid and this process's count of names (from 1)."""
+    with _naming:
+        n = next(_named)
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return default_journal_dir() / f"{stamp}-{os.getpid()}-{n}.jsonl"
+
+
+class _Taken(JournalError):
+    """The path exists already (a file, a folder, a symbolic link)."""
 
 
 def open_private(path: Path) -> BinaryIO:
@@ -85,9 +107,25 @@ def open_private(path: Path) -> BinaryIO:
             what = "is a symbolic link (a journal is never written through one: give a new path"
         else:
             what = "already exists (journals are never appended to: give a new path"
-        raise JournalError(f"the journal {path} {what}, or the default location for a fresh one)") from None
+        raise _Taken(f"the journal {path} {what}, or the default location for a fresh one)") from None
     except OSError as e:
         raise JournalError(f"cannot create the journal {path}: {e.strerror or e}") from None
+
+
+def open_fresh() -> tuple[Path, BinaryIO]:
+    """Create a new journal in the default folder (:func:`open_private`), passing over the names
+    other processes took already (at most :data:`FRESH_ATTEMPTS`). Returns its path and file."""
+    folder = default_journal_dir()
+    for _ in range(FRESH_ATTEMPTS):
+        path = default_journal_path()
+        try:
+            return path, open_private(path)
+        except _Taken:
+            continue
+    raise JournalError(
+        f"cannot create a journal in {folder}: {FRESH_ATTEMPTS} new names in a row were taken already "
+        "(give the journal a path)"
+    )
 
 
 def private_dir(folder: Path) -> None:
@@ -104,13 +142,19 @@ def _open_private(path: Path) -> BinaryIO:
 
 
 class Journal:
-    def __init__(self, path: Path, *, clearing: tuple[str, ...], full: bool = False, **meta: Any) -> None:
+    """A journal at ``path``, refused if it exists; ``path=None``: a new file in the default
+    location (:func:`open_fresh`), its name in :attr:`path`."""
+
+    def __init__(self, path: Path | None, *, clearing: tuple[str, ...], full: bool = False, **meta: Any) -> None:
+        if path is None:
+            path, self._stream = open_fresh()
+        else:
+            self._stream = open_private(path)
         self.path = path
         self.full = full
         # The last entry time written and its text: a read's lines share one clock read.
         self._t: float | None = None
         self._t_text = b""
-        self._stream = open_private(path)
         try:
             # A full journal never holds an ``updates`` entry: it stays version 1, which
             # older readers read too.

@@ -433,18 +433,30 @@ class PiProfile:
         folders = _PrivateFolders(
             Path(tempfile.mkdtemp(prefix=f"pi-bridge-pi-{os.getpid()}-", dir=self._config_base()))
         )
-        confined: Confined | None = None
         try:
-            key_kind = self._write_config(folders.config, models_bytes)
-            cwd = self._working_folder(folders)
-            argv = self._argv(install, folders.config, ext_args)
-            env, removed = self._env(folders.config)
-            if bwrap is not None:
-                confined = self._confine(bwrap, install, argv, cwd, folders, ext_args, models_bytes, env)
-                argv, env["TMPDIR"] = confined.argv, "/tmp"
+            return self._launch(install, bwrap, folders, ext_args, models_bytes)
         except BaseException:
+            # Whatever stops it once the folder is made (a KeyboardInterrupt too): nothing is left.
             folders.remove()
             raise
+
+    def _launch(
+        self,
+        install: PiInstall,
+        bwrap: Bwrap | None,
+        folders: _PrivateFolders,
+        ext_args: list[str],
+        models_bytes: bytes | None,
+    ) -> Launch:
+        """The launch in the private ``folders`` (made; the caller removes them if this raises)."""
+        key_kind = self._write_config(folders.config, models_bytes)
+        cwd = self._working_folder(folders)
+        argv = self._argv(install, folders.config, ext_args)
+        env, removed = self._env(folders.config)
+        confined: Confined | None = None
+        if bwrap is not None:
+            confined = self._confine(bwrap, install, argv, cwd, folders, ext_args, models_bytes, env)
+            argv, env["TMPDIR"] = confined.argv, "/tmp"
         header = self._header(install, ext_args, key_kind, own_cwd=folders.own_cwd is not None, removed=removed)
         header["seal"]["sandbox"] = confined.header if confined is not None else disabled_header()
         # Read now: the profile is mutable, the check is of this launch.
@@ -681,15 +693,22 @@ class _PrivateFolders:
     watch: tuple[int, int] | None = None
 
     def remove(self) -> None:
-        if self.link is not None:
-            self.link.close()
-        if self.watch is not None:
-            for fd in self.watch:
-                os.close(fd)
-            self.watch = None
-        shutil.rmtree(self.config, ignore_errors=True)
-        if self.own_cwd is not None:
-            shutil.rmtree(self.own_cwd, ignore_errors=True)
+        """Close the link and the watch, remove the folders (those even if a close failed)."""
+        try:
+            if self.link is not None:
+                link, self.link = self.link, None
+                link.close()
+            if self.watch is not None:
+                watch, self.watch = self.watch, None
+                for fd in watch:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass  # (closed already)
+        finally:
+            shutil.rmtree(self.config, ignore_errors=True)
+            if self.own_cwd is not None:
+                shutil.rmtree(self.own_cwd, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- orphans
