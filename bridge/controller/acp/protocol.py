@@ -89,8 +89,7 @@ from bridge.core.framing import Oversize
 from bridge.core.images import problem_of as image_problem_of
 from bridge.core.progress import ProgressEvent, TextEvent, ThinkingEvent, ToolEnd, ToolStart, ToolUpdate
 from bridge.core.receipts import Receipt
-from bridge.core.steering import THINKING_LEVELS
-from bridge.core.words import Reason, State
+from bridge.core.words import THINKING_LEVELS, Reason, State
 
 #: The ACP version this agent speaks (schema v1).
 PROTOCOL_VERSION: Final = 1
