@@ -30,6 +30,10 @@ Rules:
   ``$/cancel_request`` to the client; the client's late answer is then dropped.
 - Signals (overlaps, stalls, seal diagnostics) and engine exits have no ACP message: each is one
   line on stderr (an editor keeps an agent's stderr in its log) and is in the journal.
+- ``initialize`` needs no engine and no live bridge: the live layer (the bridge, its handles and
+  journals) is imported when a session needs it, not at start (an editor waits for the answer
+  to ``initialize``: ``tools/bench_startup``). What must be right before the first message is
+  read -- the engine profile prepared once, a ``--journal`` folder -- is still checked first.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import os
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -47,16 +51,15 @@ from bridge import __version__
 from bridge.controller.acp import protocol as acp
 from bridge.controller.output import FLUSH_GRACE, Output
 from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
-from bridge.core.lifecycle import BridgeConfig
+from bridge.core.lifecycle.config import BridgeConfig
 from bridge.core.progress import TurnEnd
 from bridge.core.receipts import exit_status
-from bridge.live.api import Bridge, open_bridge
-from bridge.live.handles import Dialog, DialogError, PromptHandle
-from bridge.live.journal import JournalError, default_journal_path, private_dir
 from bridge.live.signals import closing_signals
-from bridge.live.supervisor import EngineQuestionError
 from bridge.profiles.command import CommandProfile, EngineProfile, ProfileError
-from bridge.profiles.pi import PiProfile
+
+if TYPE_CHECKING:
+    from bridge.live.api import Bridge
+    from bridge.live.handles import Dialog, PromptHandle
 
 
 def main_acp(profile: EngineProfile, *, journal: Any, config: BridgeConfig, drain_timeout: float | None) -> int:
@@ -67,6 +70,8 @@ def main_acp(profile: EngineProfile, *, journal: Any, config: BridgeConfig, drai
     if journal and journal is not True:
         # Each session's journal goes beside --journal: a folder that cannot be made or written
         # is the command line's mistake, said once (as serve does), not an error per session.
+        from bridge.live.journal import JournalError, private_dir
+
         folder = Path(journal).parent
         try:
             private_dir(folder)
@@ -115,6 +120,8 @@ def journal_for(journal: Any, session_id: str) -> str | None:
     journal's path; ``STEM-SESSION.N.jsonl`` when an earlier run left that name), None for none."""
     if not journal:
         return None
+    from bridge.live.journal import default_journal_path
+
     base = default_journal_path() if journal is True else Path(journal)
     path = base.with_name(f"{base.stem}-{session_id}{base.suffix or '.jsonl'}")
     n = 1
@@ -301,6 +308,9 @@ class AcpAgent:
     async def _new_session(self, req: acp.Request, new: acp.NewSession) -> None:
         """Open the session's bridge, ask its engine for its models, answer. Ends when answered
         (the bridge lives on in its own task)."""
+        from bridge.live.journal import JournalError
+        from bridge.live.supervisor import EngineQuestionError
+
         assert self.work is not None
         if not os.path.isdir(new.cwd):
             self.out.put(acp.error(req.id, acp.INVALID_PARAMS, f"cwd {new.cwd} is not a folder"))
@@ -340,6 +350,8 @@ class AcpAgent:
 
     async def _bridge_task(self, sess: Session, path: str | None, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Hold the session's bridge open. Ends when it has closed (EOF's shutdown, a signal)."""
+        from bridge.live.api import open_bridge
+
         profile = _in_folder(self.profile, sess.cwd)
         async with open_bridge(profile, journal=path if path is not None else False, config=self.config) as bridge:
             sess.bridge = bridge
@@ -495,6 +507,8 @@ class _Asked:
 async def _answer(dialog: Dialog, answer: dict[str, Any]) -> bool:
     """Give a dialog its answer; one that has ended meanwhile keeps the response it had (False).
     Returns at once."""
+    from bridge.live.handles import DialogError
+
     try:
         await dialog.answer(**answer)
     except DialogError:
@@ -517,6 +531,8 @@ def _in_folder(profile: EngineProfile, cwd: str) -> EngineProfile:
     """The profile with the session's folder as the engine's working folder. An engine given
     after ``--`` by a relative path (``tools/fake_engine.py``) is found from where ``bridge acp``
     was started, as with ``serve``, not from the session's folder."""
+    from bridge.profiles.pi import PiProfile
+
     if isinstance(profile, CommandProfile):
         argv = [
             os.path.abspath(a) if "/" in a and not os.path.isabs(a) and os.path.exists(a) else a for a in profile.argv
