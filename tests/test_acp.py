@@ -136,8 +136,37 @@ def test_a_prompt_takes_text_resource_links_embedded_text_and_images_and_refuses
             ],
         }
     )
-    assert p.message == 'Look at [a.py](file:///w/a.py)\n<context uri="file:///w/b.txt">\nB\n</context>\n'
+    assert p.message == 'Look at \n[a.py](file:///w/a.py)\n<context uri="file:///w/b.txt">\nB\n</context>\n'
     assert p.images == [{"type": "image", "data": png, "mimeType": "image/png"}]
+
+
+def test_a_resource_link_is_a_line_of_its_own_between_text_blocks() -> None:
+    """A text block and a ``resource_link`` after it reached Pi as one line with nothing between
+    them (``Look at[a.py](file:///w/a.py)``): the link is now on a line of its own, a newline
+    before it and after it as around an embedded resource, none added where the text already
+    has one; the text itself is unchanged."""
+
+    def message(*blocks: dict[str, Any]) -> str:
+        return acp.parse_prompt({"sessionId": "s1", "prompt": list(blocks)}).message
+
+    def link(name: str) -> dict[str, Any]:
+        return {"type": "resource_link", "uri": f"file:///w/{name}", "name": name}
+
+    def text(t: str) -> dict[str, Any]:
+        return {"type": "text", "text": t}
+
+    assert message(text("Look at"), link("a.py")) == "Look at\n[a.py](file:///w/a.py)"
+    assert message(text("Look at"), link("a.py"), text("and explain it")) == (
+        "Look at\n[a.py](file:///w/a.py)\nand explain it"
+    )
+    assert message(link("a.py"), link("b.py")) == "[a.py](file:///w/a.py)\n[b.py](file:///w/b.py)"
+    assert message(text("Look at:\n"), link("a.py"), text("\nThanks")) == "Look at:\n[a.py](file:///w/a.py)\nThanks"
+    assert message(link("a.py")) == "[a.py](file:///w/a.py)"
+    assert message(text("one"), text(" two")) == "one two"  # text blocks join as they are
+    resource = {"type": "resource", "resource": {"uri": "file:///w/b.txt", "text": "B"}}
+    assert message(link("a.py"), resource, link("c.py")) == (
+        '[a.py](file:///w/a.py)\n<context uri="file:///w/b.txt">\nB\n</context>\n[c.py](file:///w/c.py)'
+    )
     for bad in (
         [{"type": "audio", "data": "AA==", "mimeType": "audio/wav"}],
         [{"type": "resource", "resource": {"uri": "file:///x", "blob": "AA=="}}],

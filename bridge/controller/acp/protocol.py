@@ -28,7 +28,10 @@ Rules:
    server (SPEC §2, the seal), and silently dropping them would tell the editor its tools are
    there when they are not.
 5. **session/prompt**: ``text`` and ``resource_link`` blocks (the baseline) become the
-   message text, in order; an embedded text ``resource`` is added as text with its URI; an
+   message text, in order, a link as ``[name](uri)`` on a line of its own (a newline between
+   it and the text before or after it, as around an embedded resource: ``Look at`` and a link
+   are never ``Look at[a.py](…)``); an embedded text ``resource`` is added as text with its
+   URI, on lines of its own; an
    ``image`` becomes one of Pi's images (``data`` + ``mimeType``). An audio block, a binary
    resource or an image without data is refused (``-32602``).
 6. **Receipts** (:func:`prompt_outcome`), one answer per prompt, never ``end_turn`` for
@@ -262,19 +265,19 @@ def parse_prompt(params: Mapping[str, Any]) -> PromptParams:
     blocks = params.get("prompt")
     if not isinstance(blocks, list) or not blocks:
         raise AcpError(INVALID_PARAMS, "prompt must be a non-empty list of content blocks")
-    text: list[str] = []
+    text = _Lines()
     images: list[dict[str, Any]] = []
     for n, block in enumerate(blocks):
         if not isinstance(block, dict):
             raise AcpError(INVALID_PARAMS, f"prompt[{n}] is not a content block")
         kind = block.get("type")
         if kind == "text" and isinstance(block.get("text"), str):
-            text.append(block["text"])
+            text.add(block["text"])
         elif kind == "resource_link" and isinstance(block.get("uri"), str):
             name = block.get("name") if isinstance(block.get("name"), str) else block["uri"]
-            text.append(f"[{name}]({block['uri']})")
+            text.add_line(f"[{name}]({block['uri']})")
         elif kind == "resource":
-            text.append(_embedded(block.get("resource"), n))
+            text.add(_embedded(block.get("resource"), n))
         elif kind == "image":
             images.append(_image(block, n))
         elif kind in ("text", "resource_link"):
@@ -284,10 +287,38 @@ def parse_prompt(params: Mapping[str, Any]) -> PromptParams:
             raise AcpError(
                 INVALID_PARAMS, f"prompt[{n}]: a {kind!r} block is not taken (text, images and resources are)"
             )
-    message = "".join(text)
+    message = text.joined()
     if not message and not images:
         raise AcpError(INVALID_PARAMS, "the prompt has no text and no image")
     return PromptParams(sid, message, images)
+
+
+class _Lines:
+    """A prompt's text, joined from its blocks in order: text as it is, and a line of its own
+    (a link) with a newline before it unless the text so far ends one, and after it unless
+    what follows starts one."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        #: The last part is a line of its own, not yet ended.
+        self.line_open = False
+
+    def add(self, piece: str) -> None:
+        if not piece:
+            return
+        if self.line_open and not piece.startswith("\n"):
+            self.parts.append("\n")
+        self.parts.append(piece)
+        self.line_open = False
+
+    def add_line(self, line: str) -> None:
+        if self.parts and not self.parts[-1].endswith("\n"):
+            self.parts.append("\n")
+        self.parts.append(line)
+        self.line_open = True
+
+    def joined(self) -> str:
+        return "".join(self.parts)
 
 
 def _embedded(resource: Any, n: int) -> str:
