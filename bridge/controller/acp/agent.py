@@ -58,6 +58,7 @@ from bridge.live.signals import closing_signals
 from bridge.profiles.command import CommandProfile, EngineProfile, ProfileError
 
 if TYPE_CHECKING:
+    from bridge.core.receipts import Receipt
     from bridge.live.api import Bridge
     from bridge.live.handles import Dialog, PromptHandle
 
@@ -139,7 +140,12 @@ class Session:
     cwd: str
     tools: acp.ToolCalls
     bridge: Bridge | None = None
+    #: The config options as last said to the client: what the session's prompts run with.
     options: list[dict[str, Any]] = attrs.Factory(list)
+    #: What the engine offers (its ``get_available_models``), asked when the session opened.
+    models: list[dict[str, Any]] = attrs.Factory(list)
+    #: The thinking level asked for (the client's choice, else ``--thinking``), None: the engine's own.
+    thinking: str | None = None
     #: Outstanding prompt ids (a cancel stops each).
     prompts: set[str] = attrs.Factory(set)
     count: int = 0
@@ -344,7 +350,11 @@ class AcpAgent:
             models = []  # an engine that lists no models: no model selector
         known = bridge.lifecycle.state.engine.config
         current = acp.model_value(known.provider, known.model) if known and known.provider and known.model else None
-        sess.options = acp.config_options(models, current, known.thinking if known else None)
+        sess.models, sess.thinking = models, bridge.lifecycle.state.wanted.thinking  # (--thinking)
+        thinking = known.thinking if known else None
+        if sess.thinking is not None and sess.thinking != thinking:  # applied before the first prompt
+            thinking = acp.thinking_for(models, current, sess.thinking)
+        sess.options = acp.config_options(models, current, thinking, sess.thinking)
         meta = {acp.META_KEY: {"journal": path, "cwd": new.cwd}}
         self.out.put(acp.result(req.id, {"sessionId": sess.id, "configOptions": sess.options, "_meta": meta}))
 
@@ -427,10 +437,33 @@ class AcpAgent:
             sess.bridge.configure(**wanted)
         except RuntimeError as e:  # closing: no prompt of the session can follow
             raise acp.AcpError(acp.INTERNAL_ERROR, f"the session is closing: {e}") from None
-        for o in sess.options:
-            if o["id"] == option.config_id:
-                o["currentValue"] = option.value
+        # What the next prompt runs with, as far as the engine's model list tells (its receipt
+        # then says what it was verified to run: _verified).
+        model = acp.current_value(sess.options, "model")
+        if "model" in wanted:
+            model = acp.model_value(wanted["provider"], wanted["model"])
+        sess.thinking = wanted.get("thinking", sess.thinking)
+        level = sess.thinking or acp.current_value(sess.options, "thought_level") or "off"
+        sess.options = acp.config_options(
+            sess.models, model, acp.thinking_for(sess.models, model, level), sess.thinking
+        )
         self.out.put(acp.result(req.id, {"configOptions": sess.options}))
+
+    def _verified(self, sess: Session, receipt: Receipt) -> None:
+        """After a prompt's receipt: the config options say what the engine was verified to run
+        it with (its ``config``), and a ``config_option_update`` tells the client when that is
+        not what they said. Not while the client's later choice is still to be applied (the
+        options say that one, until a prompt runs with it)."""
+        config, bridge = receipt.config, sess.bridge
+        if config is None or bridge is None or not config.satisfies(bridge.lifecycle.state.wanted):
+            return
+        model = acp.current_value(sess.options, "model")
+        if config.provider and config.model:
+            model = acp.model_value(config.provider, config.model)
+        options = acp.config_options(sess.models, model, config.thinking, config.thinking_asked)
+        if options != sess.options:
+            sess.options = options
+            self.out.put(acp.session_update(sess.id, acp.config_option_update(options)))
 
     # -- prompts ----------------------------------------------------------------------------------------
 
@@ -464,6 +497,7 @@ class AcpAgent:
         why = f"the prompt ended ({receipt.state}{f', {receipt.reason}' if receipt.reason else ''}) before the tool did"
         for update in sess.tools.unfinished(handle.request, why):
             self.out.put(acp.session_update(sess.id, update))
+        self._verified(sess, receipt)  # before the answer: the client shows the turn with what ran it
         outcome = acp.prompt_outcome(receipt, last_stop)
         answer = acp.prompt_result(receipt, outcome, req.id)
         if receipt.generation is not None:

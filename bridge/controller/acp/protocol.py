@@ -76,7 +76,14 @@ Rules:
 9. **Configuration** (:func:`config_options`): a ``model`` selector (what the engine offers)
    and a ``thought_level`` selector (Pi's levels), as ACP session config options; choosing one
    is the bridge's ``configure`` — applied and verified before the next prompt is written, and
-   a refusal is that prompt's ``rejected``/``config`` error.
+   a refusal is that prompt's ``rejected``/``config`` error. Each option's ``currentValue`` is
+   what the session's prompts run with, not what was asked: a level the model does not offer
+   runs as the level Pi clamps it to, and the option says that level, with the one asked in
+   its ``_meta["pi-bridge"]["thinkingAsked"]`` (as the receipt's ``config`` does). Until a
+   prompt has run, that is what Pi's model list tells (:func:`thinking_for`: a model listed
+   without ``reasoning`` runs ``off``); once one has, what its receipt's ``config`` says the
+   engine was verified to run -- when that differs from what was said, a ``session/update``
+   ``config_option_update`` says it before the prompt's answer.
 """
 
 from __future__ import annotations
@@ -615,10 +622,14 @@ def model_value(provider: str, model: str) -> str:
 
 
 def config_options(
-    models: Sequence[Mapping[str, Any]], current_model: str | None, thinking: str | None
+    models: Sequence[Mapping[str, Any]],
+    current_model: str | None,
+    thinking: str | None,
+    thinking_asked: str | None = None,
 ) -> list[dict[str, Any]]:
     """The session's config options: a model selector (when the engine listed models) and the
-    thinking level."""
+    thinking level; ``thinking`` is the level that runs, ``thinking_asked`` the one asked for
+    when it is another (Pi clamped it), said in the option's ``_meta``."""
     options: list[dict[str, Any]] = []
     choices = [
         {"value": model_value(str(m["provider"]), str(m["id"])), "name": str(m.get("name") or m["id"])}
@@ -637,18 +648,43 @@ def config_options(
                 "options": choices,
             }
         )
-    options.append(
-        {
-            "id": "thought_level",
-            "name": "Thinking",
-            "description": "Pi's thinking level (a model without reasoning runs at off; the receipt says so)",
-            "category": "thought_level",
-            "type": "select",
-            "currentValue": thinking if thinking in THINKING_LEVELS else "off",
-            "options": [{"value": level, "name": level} for level in THINKING_LEVELS],
-        }
-    )
+    level = thinking if thinking in THINKING_LEVELS else "off"
+    thought: dict[str, Any] = {
+        "id": "thought_level",
+        "name": "Thinking",
+        "description": "Pi's thinking level, as the model runs it (a model without reasoning runs at off; "
+        "the level asked for is then in _meta, and in the receipt)",
+        "category": "thought_level",
+        "type": "select",
+        "currentValue": level,
+        "options": [{"value": v, "name": v} for v in THINKING_LEVELS],
+    }
+    if thinking_asked is not None and thinking_asked != level:
+        thought["_meta"] = {META_KEY: {"thinkingAsked": thinking_asked}}
+    options.append(thought)
     return options
+
+
+def thinking_for(models: Sequence[Mapping[str, Any]], model: str | None, asked: str) -> str:
+    """The thinking level ``model`` (a :func:`model_value`) runs when ``asked`` is asked of it,
+    as far as the engine's model list tells: ``off`` for a model listed with ``reasoning``
+    false (Pi offers it no other level: ``getSupportedThinkingLevels``), else ``asked``. What
+    else Pi clamps (a level a reasoning model does not map, such as ``max``) is known once a
+    prompt has run with it: its receipt's ``config``."""
+    for m in models:
+        if m.get("provider") and m.get("id") and model_value(str(m["provider"]), str(m["id"])) == model:
+            return "off" if m.get("reasoning") is False else asked
+    return asked
+
+
+def current_value(options: Sequence[Mapping[str, Any]], config_id: str) -> str | None:
+    """An option's ``currentValue`` (None when the session has no such option)."""
+    return next((str(o["currentValue"]) for o in options if o["id"] == config_id), None)
+
+
+def config_option_update(options: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``session/update`` saying the options' current values changed."""
+    return {"sessionUpdate": "config_option_update", "configOptions": options}
 
 
 def chosen(option: SetOption, options: Sequence[Mapping[str, Any]]) -> dict[str, str]:
