@@ -13,9 +13,9 @@
 
 ``demo`` brings its own (``add_parser`` in :mod:`bridge.demo.showcase`). Building the parser
 imports no command's work: each ``_cmd_NAME`` imports what it runs (trio, the live bridge, the
-profiles, a reader), so ``--version``, ``--help`` and the readers never load the live layer, and
-``bridge acp`` answers ``initialize`` before it has loaded the sessions' (``tools/bench_startup``
-measures both).
+profiles, a reader), so ``--version``, ``--help`` and the readers never load trio or the live
+bridge, and ``bridge acp`` answers ``initialize`` before any session has loaded the live layer
+(:mod:`bridge.controller.acp.agent`; ``tools/bench_startup`` measures both).
 """
 
 from __future__ import annotations
