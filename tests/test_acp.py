@@ -136,8 +136,57 @@ def test_a_prompt_takes_text_resource_links_embedded_text_and_images_and_refuses
             ],
         }
     )
-    assert p.message == 'Look at [a.py](file:///w/a.py)\n<context uri="file:///w/b.txt">\nB\n</context>\n'
+    assert p.message == 'Look at \n[a.py](file:///w/a.py)\n<context uri="file:///w/b.txt">\nB\n</context>\n'
     assert p.images == [{"type": "image", "data": png, "mimeType": "image/png"}]
+
+
+def test_the_thinking_option_says_the_level_that_runs_and_the_one_asked_in_its_meta() -> None:
+    """Sans-IO: a model Pi's list gives without reasoning runs ``off`` whatever is asked; a
+    reasoning model, or one the list does not know, the level asked (what else Pi clamps comes
+    from the receipt). The option's ``currentValue`` is the level that runs; the one asked is in
+    ``_meta["pi-bridge"]["thinkingAsked"]`` only when it is another."""
+    models = [
+        {"provider": "p", "id": "plain", "reasoning": False},
+        {"provider": "p", "id": "thinker", "reasoning": True},
+    ]
+    assert acp.thinking_for(models, "p/plain", "high") == "off"
+    assert acp.thinking_for(models, "p/thinker", "high") == "high"
+    assert acp.thinking_for(models, "p/unlisted", "high") == "high"
+    assert acp.thinking_for([], None, "low") == "low"
+    options = acp.config_options(models, "p/plain", "off", "high")
+    assert acp.current_value(options, "model") == "p/plain" and acp.current_value(options, "thought_level") == "off"
+    assert options[1]["_meta"] == {"pi-bridge": {"thinkingAsked": "high"}}
+    assert all("_meta" not in o for o in acp.config_options(models, "p/thinker", "high", "high"))
+    assert acp.config_option_update(options) == {"sessionUpdate": "config_option_update", "configOptions": options}
+
+
+def test_a_resource_link_is_a_line_of_its_own_between_text_blocks() -> None:
+    """A text block and a ``resource_link`` after it reached Pi as one line with nothing between
+    them (``Look at[a.py](file:///w/a.py)``): the link is now on a line of its own, a newline
+    before it and after it as around an embedded resource, none added where the text already
+    has one; the text itself is unchanged."""
+
+    def message(*blocks: dict[str, Any]) -> str:
+        return acp.parse_prompt({"sessionId": "s1", "prompt": list(blocks)}).message
+
+    def link(name: str) -> dict[str, Any]:
+        return {"type": "resource_link", "uri": f"file:///w/{name}", "name": name}
+
+    def text(t: str) -> dict[str, Any]:
+        return {"type": "text", "text": t}
+
+    assert message(text("Look at"), link("a.py")) == "Look at\n[a.py](file:///w/a.py)"
+    assert message(text("Look at"), link("a.py"), text("and explain it")) == (
+        "Look at\n[a.py](file:///w/a.py)\nand explain it"
+    )
+    assert message(link("a.py"), link("b.py")) == "[a.py](file:///w/a.py)\n[b.py](file:///w/b.py)"
+    assert message(text("Look at:\n"), link("a.py"), text("\nThanks")) == "Look at:\n[a.py](file:///w/a.py)\nThanks"
+    assert message(link("a.py")) == "[a.py](file:///w/a.py)"
+    assert message(text("one"), text(" two")) == "one two"  # text blocks join as they are
+    resource = {"type": "resource", "resource": {"uri": "file:///w/b.txt", "text": "B"}}
+    assert message(link("a.py"), resource, link("c.py")) == (
+        '[a.py](file:///w/a.py)\n<context uri="file:///w/b.txt">\nB\n</context>\n[c.py](file:///w/c.py)'
+    )
     for bad in (
         [{"type": "audio", "data": "AA==", "mimeType": "audio/wav"}],
         [{"type": "resource", "resource": {"uri": "file:///x", "blob": "AA=="}}],
@@ -1088,6 +1137,78 @@ def test_a_queued_prompts_receipt_does_not_fail_the_running_prompts_tool_call(pi
     assert calls and len({u["toolCallId"] for u in calls}) == 1
     statuses = [u["status"] for u in calls]
     assert "failed" not in statuses and statuses[-1] == "completed", calls
+
+
+def test_a_thinking_level_the_model_cannot_run_is_reported_as_what_runs(pinned_pi: Any, tmp_path: Path) -> None:
+    """Found by a new-user trial: ``high`` chosen on the scripted model (its models.json says it
+    is not a reasoning model, so Pi runs it at ``off``) was answered ``currentValue: "high"``,
+    what was asked, not what runs. Through the real pinned Pi: the answer says ``off`` (the one
+    asked in ``_meta``), and so does the prompt's receipt, with no update after it; on a
+    reasoning model ``max`` (which it does not map, so Pi clamps it to ``high``) is answered as
+    asked, and the prompt's verified config then comes as a ``config_option_update`` before
+    its answer. Every message schema-valid."""
+    server, models, settings = scripted(tmp_path, [{"text": "No thinking here."}, {"text": "Thought a bit."}])
+    config = json.loads(Path(models).read_text())
+    listed = config["providers"]["scripted"]["models"]
+    assert listed[0]["id"] == "scripted-model" and listed[0]["reasoning"] is False
+    listed.append({**listed[0], "id": "scripted-thinker", "name": "Scripted Thinker", "reasoning": True})
+    Path(models).write_text(json.dumps(config))
+    (tmp_path / "proj").mkdir()
+
+    def request(rid: int, method: str, **params: Any) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "id": rid, "method": method, "params": {"sessionId": "s1", **params}}
+
+    def thought(options: list[dict[str, Any]]) -> tuple[str, str | None]:
+        (level,) = [o for o in options if o["id"] == "thought_level"]
+        return level["currentValue"], level.get("_meta", {}).get("pi-bridge", {}).get("thinkingAsked")
+
+    def until_answer(rid: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The answer to ``rid`` and the config updates written before it."""
+        updates: list[dict[str, Any]] = []
+        while True:
+            msg = wire.until(lambda m: m.get("id") == rid or m.get("method") == "session/update")
+            if msg.get("id") == rid:
+                return msg, updates
+            if msg["params"]["update"]["sessionUpdate"] == "config_option_update":
+                updates.append(msg["params"]["update"])
+
+    with _agent(agent_argv(tmp_path, models, settings), server) as (proc, wire):
+        assert proc.stdin is not None
+        wire.open_session(tmp_path / "proj")
+        assert thought(wire.answers[2]["result"]["configOptions"]) == ("off", None)
+
+        wire.send(request(3, "session/set_config_option", configId="thought_level", value="high"))
+        assert thought(until_answer(3)[0]["result"]["configOptions"]) == ("off", "high")
+        wire.send(request(4, "session/prompt", prompt=[{"type": "text", "text": "Think hard."}]))
+        answer, updates = until_answer(4)
+        receipt = answer["result"]["_meta"]["pi-bridge"]["receipt"]
+        assert receipt["config"] == {
+            "provider": "scripted",
+            "model": "scripted-model",
+            "thinking": "off",
+            "thinkingAsked": "high",
+        }
+        assert updates == []  # what runs was said already
+
+        wire.send(request(5, "session/set_config_option", configId="model", value="scripted/scripted-thinker"))
+        options = until_answer(5)[0]["result"]["configOptions"]
+        assert thought(options) == ("high", None)  # a reasoning model: the level asked
+        assert [o["currentValue"] for o in options if o["id"] == "model"] == ["scripted/scripted-thinker"]
+        wire.send(request(6, "session/set_config_option", configId="thought_level", value="max"))
+        assert thought(until_answer(6)[0]["result"]["configOptions"]) == ("max", None)
+        wire.send(request(7, "session/prompt", prompt=[{"type": "text", "text": "Think harder."}]))
+        answer, updates = until_answer(7)
+        receipt = answer["result"]["_meta"]["pi-bridge"]["receipt"]
+        assert receipt["config"] == {
+            "provider": "scripted",
+            "model": "scripted-thinker",
+            "thinking": "high",
+            "thinkingAsked": "max",
+        }
+        assert [thought(u["configOptions"]) for u in updates] == [("high", "max")]
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0
+    validate_wire(tmp_path / "tap.log")
 
 
 def test_prompts_in_a_burst_run_in_order_and_a_cancel_right_behind_one_stops_it(tmp_path: Path) -> None:

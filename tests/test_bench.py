@@ -156,3 +156,35 @@ def _cmdline_mentions(pid: str, text: str) -> bool:
     except OSError:
         return False
     return text.encode() in cmd or text.encode() in env
+
+
+def test_startup_bench_prints_every_row_and_the_ratios(pinned_pi: object) -> None:
+    """``tools/bench_startup --rounds 1`` (how long ``bridge --version`` and ``bridge acp``'s
+    answer to ``initialize`` take, against the interpreter's start-up) runs and prints each row,
+    its ratio to its floor and the targets; no time is asserted."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "bench_startup"), "--rounds", "1", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    text = "\n".join(lines[:-1])
+    for row in (
+        "python -c pass",
+        "bridge --version",
+        'python -c "import trio"',
+        "bridge acp -> initialize (fake engine)",
+        "bridge acp -> initialize (sealed Pi)",
+        "targets (the median):",
+    ):
+        assert row in text, text
+    assert "x python -c pass" in text and 'x python -c "import trio"' in text
+    data = json.loads(lines[-1])
+    assert data["rounds"] == 1 and data["left_out"] == {}
+    for name, row in data["rows"].items():
+        assert row["rounds"] == 1 and 0 < row["best_ms"] <= row["median_ms"], name
+    assert data["rows"]["bridge acp -> initialize (fake engine)"]["floor"] == 'python -c "import trio"'
+    assert {t["target"] for t in data["targets"]} == {"bridge --version", "bridge acp -> initialize (fake engine)"}

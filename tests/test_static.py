@@ -14,7 +14,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 #: What ruff looks at: the package, the tests and the tools' modules (the extensionless
 #: scripts in tools/ are Python too, and are linted by name).
-RUFF_PATHS = ["bridge", "tests", "tools", "tools/bench", "tools/fuzz", "tools/record", "tools/soak"]
+RUFF_PATHS = [
+    "bridge",
+    "tests",
+    "tools",
+    "tools/bench",
+    "tools/bench_startup",
+    "tools/fuzz",
+    "tools/record",
+    "tools/soak",
+]
 
 
 def run(*argv: str) -> subprocess.CompletedProcess[str]:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Final, NoReturn, cast
 
 from bridge import __version__
-from bridge.cli import acp, conform, models, replay, run, serve
+from bridge.cli import acp, conform, diagnose, models, replay, run, serve
 from bridge.cli.options import Subcommands
 
 #: The exit status for a bug (BSD's EX_SOFTWARE): the only one that prints a traceback.
@@ -63,11 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     acp.add_parser(sub)
     run.add_parser(sub)
     models.add_parser(sub)
+    diagnose.add_parser(sub)
 
     from bridge import demo
-    from bridge.readers import diagnose
 
-    diagnose.add_parser(sub)
     demo.add_parser(sub)
     parser.subcommands = dict(sub.choices)  # type: ignore[attr-defined]
     return parser

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeAlias, TypeVar
 
-from bridge.core.steering import THINKING_LEVELS
+from bridge.core.words import THINKING_LEVELS
 
 if TYPE_CHECKING:
     from bridge.profiles.command import EngineProfile
@@ -29,6 +29,13 @@ Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 # -- the options -----------------------------------------------------------------------------------
 
+
+#: Help for ``--pi-dir`` (``bridge run``/``serve``/``acp``/``models``/``demo``): the order of
+#: :func:`bridge.profiles.pi.find_install` (here, so that listing it loads no profile).
+PI_DIR_HELP: Final = (
+    "the folder holding the pinned Pi's node_modules (default: $PI_BRIDGE_PI_DIR, else tools/pi when "
+    "pi-bridge runs from a checkout; an installed pi-bridge needs one of the two)"
+)
 
 #: ``--model`` for ``bridge models``, which leaves the start-up check of the model out.
 _MODELS_MODEL_HELP: Final = (
@@ -56,8 +63,6 @@ def add_engine_options(p: argparse.ArgumentParser, *, engine_cwd: bool = True, c
     g.add_argument(
         "--models-json", metavar="PATH", help="a Pi models.json with custom providers (copied into the private config)"
     )
-    from bridge.profiles.pi import PI_DIR_HELP
-
     g.add_argument("--pi-dir", metavar="DIR", help=PI_DIR_HELP)
     g.add_argument(
         "--allow-other-pi-version",
@@ -371,7 +376,7 @@ def _confinement_options(args: argparse.Namespace) -> list[str]:
 
 
 def bridge_config(args: argparse.Namespace) -> Any:
-    from bridge.live.supervisor import BridgeConfig
+    from bridge.core.lifecycle.config import BridgeConfig
 
     return BridgeConfig(
         queue_max=args.queue_max,

@@ -80,8 +80,8 @@ from cattrs.gen import make_dict_unstructure_fn, override
 
 from bridge.core.framing import Oversize, RawLine, parse_line
 from bridge.core.images import image_problem
-from bridge.core.steering import THINKING_LEVELS, Wanted
-from bridge.core.words import RequestId
+from bridge.core.steering import Wanted
+from bridge.core.words import THINKING_LEVELS, RequestId
 
 #: The ``"type"`` values a controller may send, in the order an unknown type's error lists them.
 COMMAND_TYPES: Final = (

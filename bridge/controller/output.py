@@ -27,12 +27,14 @@ import math
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from bridge.controller.messages import Reply, to_wire
 from bridge.transcript import dumps
+
+if TYPE_CHECKING:
+    from bridge.controller.messages import Reply
 
 #: How long, after a signal, the last lines wait for a controller that does not read stdout.
 FLUSH_GRACE: Final = 5.0
@@ -77,7 +79,10 @@ class Output:
         self._send.send_nowait(data)
 
     def write(self, reply: Reply) -> None:
-        """Queue one of serve's own replies in its wire form."""
+        """Queue one of serve's own replies in its wire form (serve's messages are imported by
+        serve, not by ``bridge acp``, which writes only :meth:`put`'s)."""
+        from bridge.controller.messages import to_wire
+
         self.put(to_wire(reply))
 
     def close(self) -> None:

@@ -28,9 +28,7 @@ from typing import Any, Final
 import attrs
 
 from bridge.core.wire import Wire, converter, form
-
-#: Pi 1.6.0's thinking levels (docs/rpc-commands.md, ``set_thinking_level``).
-THINKING_LEVELS: Final = ("off", "minimal", "low", "medium", "high", "xhigh", "max")
+from bridge.core.words import THINKING_LEVELS
 
 
 @form(omit=("split",))

@@ -18,17 +18,23 @@ when these were bare strings. What the enums add is that a misspelt word is a ty
 - :class:`StopBy`: whose stop aborted a run (SPEC §5: the controller's, a timeout's, closing's;
   and the bridge's stall detection, README "Stalls").
 - :data:`RequestId`: a prompt's id: a non-empty string.
+- :data:`THINKING_LEVELS`: Pi's thinking levels, as the bridge passes them on (its steering
+  checks them: :mod:`bridge.core.steering`). Here, not there, so the command line's
+  ``--thinking`` choices cost no attrs or cattrs to list.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TypeAlias
+from typing import Final, TypeAlias
 
 #: A prompt's id (and a stop's): a non-empty string, as the controller gave it (``bridge serve``
 #: refuses any other JSON value) or as the bridge made it (``p-1``, ``stop-1``). Replay takes
 #: the ids a journal recorded, which the live bridge accepted under the same rule.
 RequestId: TypeAlias = str
+
+#: Pi 1.6.0's thinking levels (docs/rpc-commands.md, ``set_thinking_level``).
+THINKING_LEVELS: Final = ("off", "minimal", "low", "medium", "high", "xhigh", "max")
 
 
 class State(StrEnum):

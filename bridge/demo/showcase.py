@@ -61,8 +61,7 @@ PROMPT_TIMEOUT = 30.0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from bridge.cli.options import journal_path
-    from bridge.profiles.pi import PI_DIR_HELP
+    from bridge.cli.options import PI_DIR_HELP, journal_path
 
     # The demo's engine and settings are fixed by the showcase: no engine or bridge options.
     p = sub.add_parser(

@@ -57,7 +57,6 @@ from bridge.profiles.seal import (
 
 __all__ = [
     "NODE_MIN",
-    "PI_DIR_HELP",
     "PI_PACKAGE",
     "PI_PIN",
     "PiInstall",
@@ -73,11 +72,6 @@ PI_PIN: Final = "1.6.0"
 #: Pi 1.6.0's ``engines``: ``node >=22.19.0``.
 NODE_MIN: Final = (22, 19)
 
-#: Help for ``--pi-dir`` (``bridge run``/``serve``/``acp``/``models``/``demo``): the order of :func:`find_install`.
-PI_DIR_HELP: Final = (
-    "the folder holding the pinned Pi's node_modules (default: $PI_BRIDGE_PI_DIR, else tools/pi when "
-    "pi-bridge runs from a checkout; an installed pi-bridge needs one of the two)"
-)
 _NODE_TIMEOUT = 10.0
 _VERSION_RE = re.compile(r"v?(\d+)\.(\d+)\.(\d+)")
 _ENGINES_RE = re.compile(r">=\s*v?(\d+)\.(\d+)")

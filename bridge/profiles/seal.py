@@ -97,7 +97,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from bridge.core.steering import THINKING_LEVELS
+from bridge.core.words import THINKING_LEVELS
 
 __all__ = [
     "COMMANDS_ID",
@@ -292,7 +292,7 @@ def _provider_problems(model: Any, provider: str | None) -> list[str]:
 def model_matches(provider: str | None, model: str, got_provider: Any, got_id: Any) -> bool:
     """Whether Pi's model ``got_provider``/``got_id`` is the one ``--provider``/``--model``
     named (rule 9): the id, or ``provider/id``, exactly; a trailing ``:LEVEL`` (one of
-    :data:`~bridge.core.steering.THINKING_LEVELS`) is Pi's thinking suffix, not the id's."""
+    :data:`~bridge.core.words.THINKING_LEVELS`) is Pi's thinking suffix, not the id's."""
     if provider is not None and got_provider != provider:
         return False
     names = {model}

@@ -30,6 +30,10 @@ Rules:
   ``$/cancel_request`` to the client; the client's late answer is then dropped.
 - Signals (overlaps, stalls, seal diagnostics) and engine exits have no ACP message: each is one
   line on stderr (an editor keeps an agent's stderr in its log) and is in the journal.
+- ``initialize`` needs no engine and no live bridge: the live layer (the bridge, its handles and
+  journals) is imported when a session needs it, not at start (an editor waits for the answer
+  to ``initialize``: ``tools/bench_startup``). What must be right before the first message is
+  read -- the engine profile prepared once, a ``--journal`` folder -- is still checked first.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import os
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -47,16 +51,16 @@ from bridge import __version__
 from bridge.controller.acp import protocol as acp
 from bridge.controller.output import FLUSH_GRACE, Output
 from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
-from bridge.core.lifecycle import BridgeConfig
+from bridge.core.lifecycle.config import BridgeConfig
 from bridge.core.progress import TurnEnd
 from bridge.core.receipts import exit_status
-from bridge.live.api import Bridge, open_bridge
-from bridge.live.handles import Dialog, DialogError, PromptHandle
-from bridge.live.journal import JournalError, default_journal_path, private_dir
 from bridge.live.signals import closing_signals
-from bridge.live.steering import EngineQuestionError
 from bridge.profiles.command import CommandProfile, EngineProfile, ProfileError
-from bridge.profiles.pi import PiProfile
+
+if TYPE_CHECKING:
+    from bridge.core.receipts import Receipt
+    from bridge.live.api import Bridge
+    from bridge.live.handles import Dialog, PromptHandle
 
 
 def main_acp(profile: EngineProfile, *, journal: Any, config: BridgeConfig, drain_timeout: float | None) -> int:
@@ -67,6 +71,8 @@ def main_acp(profile: EngineProfile, *, journal: Any, config: BridgeConfig, drai
     if journal and journal is not True:
         # Each session's journal goes beside --journal: a folder that cannot be made or written
         # is the command line's mistake, said once (as serve does), not an error per session.
+        from bridge.live.journal import JournalError, private_dir
+
         folder = Path(journal).parent
         try:
             private_dir(folder)
@@ -115,6 +121,8 @@ def journal_for(journal: Any, session_id: str) -> str | None:
     journal's path; ``STEM-SESSION.N.jsonl`` when an earlier run left that name), None for none."""
     if not journal:
         return None
+    from bridge.live.journal import default_journal_path
+
     base = default_journal_path() if journal is True else Path(journal)
     path = base.with_name(f"{base.stem}-{session_id}{base.suffix or '.jsonl'}")
     n = 1
@@ -132,7 +140,12 @@ class Session:
     cwd: str
     tools: acp.ToolCalls
     bridge: Bridge | None = None
+    #: The config options as last said to the client: what the session's prompts run with.
     options: list[dict[str, Any]] = attrs.Factory(list)
+    #: What the engine offers (its ``get_available_models``), asked when the session opened.
+    models: list[dict[str, Any]] = attrs.Factory(list)
+    #: The thinking level asked for (the client's choice, else ``--thinking``), None: the engine's own.
+    thinking: str | None = None
     #: Outstanding prompt ids (a cancel stops each).
     prompts: set[str] = attrs.Factory(set)
     count: int = 0
@@ -301,6 +314,9 @@ class AcpAgent:
     async def _new_session(self, req: acp.Request, new: acp.NewSession) -> None:
         """Open the session's bridge, ask its engine for its models, answer. Ends when answered
         (the bridge lives on in its own task)."""
+        from bridge.live.journal import JournalError
+        from bridge.live.steering import EngineQuestionError
+
         assert self.work is not None
         if not os.path.isdir(new.cwd):
             self.out.put(acp.error(req.id, acp.INVALID_PARAMS, f"cwd {new.cwd} is not a folder"))
@@ -334,12 +350,18 @@ class AcpAgent:
             models = []  # an engine that lists no models: no model selector
         known = bridge.lifecycle.state.engine.config
         current = acp.model_value(known.provider, known.model) if known and known.provider and known.model else None
-        sess.options = acp.config_options(models, current, known.thinking if known else None)
+        sess.models, sess.thinking = models, bridge.lifecycle.state.wanted.thinking  # (--thinking)
+        thinking = known.thinking if known else None
+        if sess.thinking is not None and sess.thinking != thinking:  # applied before the first prompt
+            thinking = acp.thinking_for(models, current, sess.thinking)
+        sess.options = acp.config_options(models, current, thinking, sess.thinking)
         meta = {acp.META_KEY: {"journal": path, "cwd": new.cwd}}
         self.out.put(acp.result(req.id, {"sessionId": sess.id, "configOptions": sess.options, "_meta": meta}))
 
     async def _bridge_task(self, sess: Session, path: str | None, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Hold the session's bridge open. Ends when it has closed (EOF's shutdown, a signal)."""
+        from bridge.live.api import open_bridge
+
         profile = _in_folder(self.profile, sess.cwd)
         async with open_bridge(profile, journal=path if path is not None else False, config=self.config) as bridge:
             sess.bridge = bridge
@@ -415,10 +437,33 @@ class AcpAgent:
             sess.bridge.configure(**wanted)
         except RuntimeError as e:  # closing: no prompt of the session can follow
             raise acp.AcpError(acp.INTERNAL_ERROR, f"the session is closing: {e}") from None
-        for o in sess.options:
-            if o["id"] == option.config_id:
-                o["currentValue"] = option.value
+        # What the next prompt runs with, as far as the engine's model list tells (its receipt
+        # then says what it was verified to run: _verified).
+        model = acp.current_value(sess.options, "model")
+        if "model" in wanted:
+            model = acp.model_value(wanted["provider"], wanted["model"])
+        sess.thinking = wanted.get("thinking", sess.thinking)
+        level = sess.thinking or acp.current_value(sess.options, "thought_level") or "off"
+        sess.options = acp.config_options(
+            sess.models, model, acp.thinking_for(sess.models, model, level), sess.thinking
+        )
         self.out.put(acp.result(req.id, {"configOptions": sess.options}))
+
+    def _verified(self, sess: Session, receipt: Receipt) -> None:
+        """After a prompt's receipt: the config options say what the engine was verified to run
+        it with (its ``config``), and a ``config_option_update`` tells the client when that is
+        not what they said. Not while the client's later choice is still to be applied (the
+        options say that one, until a prompt runs with it)."""
+        config, bridge = receipt.config, sess.bridge
+        if config is None or bridge is None or not config.satisfies(bridge.lifecycle.state.wanted):
+            return
+        model = acp.current_value(sess.options, "model")
+        if config.provider and config.model:
+            model = acp.model_value(config.provider, config.model)
+        options = acp.config_options(sess.models, model, config.thinking, config.thinking_asked)
+        if options != sess.options:
+            sess.options = options
+            self.out.put(acp.session_update(sess.id, acp.config_option_update(options)))
 
     # -- prompts ----------------------------------------------------------------------------------------
 
@@ -452,6 +497,7 @@ class AcpAgent:
         why = f"the prompt ended ({receipt.state}{f', {receipt.reason}' if receipt.reason else ''}) before the tool did"
         for update in sess.tools.unfinished(handle.request, why):
             self.out.put(acp.session_update(sess.id, update))
+        self._verified(sess, receipt)  # before the answer: the client shows the turn with what ran it
         outcome = acp.prompt_outcome(receipt, last_stop)
         answer = acp.prompt_result(receipt, outcome, req.id)
         if receipt.generation is not None:
@@ -495,6 +541,8 @@ class _Asked:
 async def _answer(dialog: Dialog, answer: dict[str, Any]) -> bool:
     """Give a dialog its answer; one that has ended meanwhile keeps the response it had (False).
     Returns at once."""
+    from bridge.live.handles import DialogError
+
     try:
         await dialog.answer(**answer)
     except DialogError:
@@ -517,6 +565,8 @@ def _in_folder(profile: EngineProfile, cwd: str) -> EngineProfile:
     """The profile with the session's folder as the engine's working folder. An engine given
     after ``--`` by a relative path (``tools/fake_engine.py``) is found from where ``bridge acp``
     was started, as with ``serve``, not from the session's folder."""
+    from bridge.profiles.pi import PiProfile
+
     if isinstance(profile, CommandProfile):
         argv = [
             os.path.abspath(a) if "/" in a and not os.path.isabs(a) and os.path.exists(a) else a for a in profile.argv

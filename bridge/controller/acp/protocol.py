@@ -28,7 +28,10 @@ Rules:
    server (SPEC §2, the seal), and silently dropping them would tell the editor its tools are
    there when they are not.
 5. **session/prompt**: ``text`` and ``resource_link`` blocks (the baseline) become the
-   message text, in order; an embedded text ``resource`` is added as text with its URI; an
+   message text, in order, a link as ``[name](uri)`` on a line of its own (a newline between
+   it and the text before or after it, as around an embedded resource: ``Look at`` and a link
+   are never ``Look at[a.py](…)``); an embedded text ``resource`` is added as text with its
+   URI, on lines of its own; an
    ``image`` becomes one of Pi's images (``data`` + ``mimeType``). An audio block, a binary
    resource or an image without data is refused (``-32602``).
 6. **Receipts** (:func:`prompt_outcome`), one answer per prompt, never ``end_turn`` for
@@ -73,7 +76,14 @@ Rules:
 9. **Configuration** (:func:`config_options`): a ``model`` selector (what the engine offers)
    and a ``thought_level`` selector (Pi's levels), as ACP session config options; choosing one
    is the bridge's ``configure`` — applied and verified before the next prompt is written, and
-   a refusal is that prompt's ``rejected``/``config`` error.
+   a refusal is that prompt's ``rejected``/``config`` error. Each option's ``currentValue`` is
+   what the session's prompts run with, not what was asked: a level the model does not offer
+   runs as the level Pi clamps it to, and the option says that level, with the one asked in
+   its ``_meta["pi-bridge"]["thinkingAsked"]`` (as the receipt's ``config`` does). Until a
+   prompt has run, that is what Pi's model list tells (:func:`thinking_for`: a model listed
+   without ``reasoning`` runs ``off``); once one has, what its receipt's ``config`` says the
+   engine was verified to run -- when that differs from what was said, a ``session/update``
+   ``config_option_update`` says it before the prompt's answer.
 """
 
 from __future__ import annotations
@@ -89,8 +99,7 @@ from bridge.core.framing import Oversize
 from bridge.core.images import problem_of as image_problem_of
 from bridge.core.progress import ProgressEvent, TextEvent, ThinkingEvent, ToolEnd, ToolStart, ToolUpdate
 from bridge.core.receipts import Receipt
-from bridge.core.steering import THINKING_LEVELS
-from bridge.core.words import Reason, State
+from bridge.core.words import THINKING_LEVELS, Reason, State
 
 #: The ACP version this agent speaks (schema v1).
 PROTOCOL_VERSION: Final = 1
@@ -263,19 +272,19 @@ def parse_prompt(params: Mapping[str, Any]) -> PromptParams:
     blocks = params.get("prompt")
     if not isinstance(blocks, list) or not blocks:
         raise AcpError(INVALID_PARAMS, "prompt must be a non-empty list of content blocks")
-    text: list[str] = []
+    text = _Lines()
     images: list[dict[str, Any]] = []
     for n, block in enumerate(blocks):
         if not isinstance(block, dict):
             raise AcpError(INVALID_PARAMS, f"prompt[{n}] is not a content block")
         kind = block.get("type")
         if kind == "text" and isinstance(block.get("text"), str):
-            text.append(block["text"])
+            text.add(block["text"])
         elif kind == "resource_link" and isinstance(block.get("uri"), str):
             name = block.get("name") if isinstance(block.get("name"), str) else block["uri"]
-            text.append(f"[{name}]({block['uri']})")
+            text.add_line(f"[{name}]({block['uri']})")
         elif kind == "resource":
-            text.append(_embedded(block.get("resource"), n))
+            text.add(_embedded(block.get("resource"), n))
         elif kind == "image":
             images.append(_image(block, n))
         elif kind in ("text", "resource_link"):
@@ -285,10 +294,38 @@ def parse_prompt(params: Mapping[str, Any]) -> PromptParams:
             raise AcpError(
                 INVALID_PARAMS, f"prompt[{n}]: a {kind!r} block is not taken (text, images and resources are)"
             )
-    message = "".join(text)
+    message = text.joined()
     if not message and not images:
         raise AcpError(INVALID_PARAMS, "the prompt has no text and no image")
     return PromptParams(sid, message, images)
+
+
+class _Lines:
+    """A prompt's text, joined from its blocks in order: text as it is, and a line of its own
+    (a link) with a newline before it unless the text so far ends one, and after it unless
+    what follows starts one."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        #: The last part is a line of its own, not yet ended.
+        self.line_open = False
+
+    def add(self, piece: str) -> None:
+        if not piece:
+            return
+        if self.line_open and not piece.startswith("\n"):
+            self.parts.append("\n")
+        self.parts.append(piece)
+        self.line_open = False
+
+    def add_line(self, line: str) -> None:
+        if self.parts and not self.parts[-1].endswith("\n"):
+            self.parts.append("\n")
+        self.parts.append(line)
+        self.line_open = True
+
+    def joined(self) -> str:
+        return "".join(self.parts)
 
 
 def _embedded(resource: Any, n: int) -> str:
@@ -585,10 +622,14 @@ def model_value(provider: str, model: str) -> str:
 
 
 def config_options(
-    models: Sequence[Mapping[str, Any]], current_model: str | None, thinking: str | None
+    models: Sequence[Mapping[str, Any]],
+    current_model: str | None,
+    thinking: str | None,
+    thinking_asked: str | None = None,
 ) -> list[dict[str, Any]]:
     """The session's config options: a model selector (when the engine listed models) and the
-    thinking level."""
+    thinking level; ``thinking`` is the level that runs, ``thinking_asked`` the one asked for
+    when it is another (Pi clamped it), said in the option's ``_meta``."""
     options: list[dict[str, Any]] = []
     choices = [
         {"value": model_value(str(m["provider"]), str(m["id"])), "name": str(m.get("name") or m["id"])}
@@ -607,18 +648,43 @@ def config_options(
                 "options": choices,
             }
         )
-    options.append(
-        {
-            "id": "thought_level",
-            "name": "Thinking",
-            "description": "Pi's thinking level (a model without reasoning runs at off; the receipt says so)",
-            "category": "thought_level",
-            "type": "select",
-            "currentValue": thinking if thinking in THINKING_LEVELS else "off",
-            "options": [{"value": level, "name": level} for level in THINKING_LEVELS],
-        }
-    )
+    level = thinking if thinking in THINKING_LEVELS else "off"
+    thought: dict[str, Any] = {
+        "id": "thought_level",
+        "name": "Thinking",
+        "description": "Pi's thinking level, as the model runs it (a model without reasoning runs at off; "
+        "the level asked for is then in _meta, and in the receipt)",
+        "category": "thought_level",
+        "type": "select",
+        "currentValue": level,
+        "options": [{"value": v, "name": v} for v in THINKING_LEVELS],
+    }
+    if thinking_asked is not None and thinking_asked != level:
+        thought["_meta"] = {META_KEY: {"thinkingAsked": thinking_asked}}
+    options.append(thought)
     return options
+
+
+def thinking_for(models: Sequence[Mapping[str, Any]], model: str | None, asked: str) -> str:
+    """The thinking level ``model`` (a :func:`model_value`) runs when ``asked`` is asked of it,
+    as far as the engine's model list tells: ``off`` for a model listed with ``reasoning``
+    false (Pi offers it no other level: ``getSupportedThinkingLevels``), else ``asked``. What
+    else Pi clamps (a level a reasoning model does not map, such as ``max``) is known once a
+    prompt has run with it: its receipt's ``config``."""
+    for m in models:
+        if m.get("provider") and m.get("id") and model_value(str(m["provider"]), str(m["id"])) == model:
+            return "off" if m.get("reasoning") is False else asked
+    return asked
+
+
+def current_value(options: Sequence[Mapping[str, Any]], config_id: str) -> str | None:
+    """An option's ``currentValue`` (None when the session has no such option)."""
+    return next((str(o["currentValue"]) for o in options if o["id"] == config_id), None)
+
+
+def config_option_update(options: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``session/update`` saying the options' current values changed."""
+    return {"sessionUpdate": "config_option_update", "configOptions": options}
 
 
 def chosen(option: SetOption, options: Sequence[Mapping[str, Any]]) -> dict[str, str]:

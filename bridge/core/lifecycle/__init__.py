@@ -85,76 +85,109 @@ sleeps until :meth:`Lifecycle.next_deadline` and then ticks, first bringing the 
 :class:`Activity` up to date so that the stall deadline is measured from its last line).
 """
 
-from bridge.core.lifecycle.actions import (
-    Action,
-    Answer,
-    AskDialog,
-    Closed,
-    Deliver,
-    DialogEnded,
-    DialogReply,
-    GiveUp,
-    Note,
-    Notify,
-    Signal,
-    Spawn,
-    StopAnswer,
-    StopEngine,
-    Write,
-)
-from bridge.core.lifecycle.config import (
-    DEADLINES,
-    DEFAULT_DIALOG_TIMEOUT,
-    DEFAULT_STALL_TIMEOUT,
-    HELD_DEADLINES,
-    RECENT_IDS,
-    SIGNALS_PER_GENERATION,
-    BridgeConfig,
-)
-from bridge.core.lifecycle.inputs import (
-    Acked,
-    Activity,
-    AnswerDialog,
-    Answered,
-    Ask,
-    Close,
-    Compact,
-    Configure,
-    Configured,
-    Decided,
-    DialogOpened,
-    EngineExited,
-    Input,
-    JournalFailed,
-    NewConversation,
-    NobodyAnswers,
-    NotWritten,
-    Shutdown,
-    SignalSeen,
-    Spawned,
-    SpawnFailed,
-    StartupChecked,
-    StdoutClosed,
-    Stop,
-    StopMissed,
-    Submit,
-    Tick,
-    Unsealed,
-    WriteFailed,
-)
-from bridge.core.lifecycle.machine import (
-    Lifecycle,
-    step,
-)
-from bridge.core.lifecycle.state import (
-    DialogRec,
-    EngineRec,
-    LifeState,
-    PromptRec,
-    restore,
-    snapshot,
-)
-from bridge.core.receipts import GiveUpWhy
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bridge.core.lifecycle.actions import (
+        Action,
+        Answer,
+        AskDialog,
+        Closed,
+        Deliver,
+        DialogEnded,
+        DialogReply,
+        GiveUp,
+        Note,
+        Notify,
+        Signal,
+        Spawn,
+        StopAnswer,
+        StopEngine,
+        Write,
+    )
+    from bridge.core.lifecycle.config import (
+        DEADLINES,
+        DEFAULT_DIALOG_TIMEOUT,
+        DEFAULT_STALL_TIMEOUT,
+        HELD_DEADLINES,
+        RECENT_IDS,
+        SIGNALS_PER_GENERATION,
+        BridgeConfig,
+    )
+    from bridge.core.lifecycle.inputs import (
+        Acked,
+        Activity,
+        AnswerDialog,
+        Answered,
+        Ask,
+        Close,
+        Compact,
+        Configure,
+        Configured,
+        Decided,
+        DialogOpened,
+        EngineExited,
+        Input,
+        JournalFailed,
+        NewConversation,
+        NobodyAnswers,
+        NotWritten,
+        Shutdown,
+        SignalSeen,
+        Spawned,
+        SpawnFailed,
+        StartupChecked,
+        StdoutClosed,
+        Stop,
+        StopMissed,
+        Submit,
+        Tick,
+        Unsealed,
+        WriteFailed,
+    )
+    from bridge.core.lifecycle.machine import (
+        Lifecycle,
+        step,
+    )
+    from bridge.core.lifecycle.state import (
+        DialogRec,
+        EngineRec,
+        LifeState,
+        PromptRec,
+        restore,
+        snapshot,
+    )
+    from bridge.core.receipts import GiveUpWhy
+
+#: Which module each name is from. They are loaded on first use (PEP 562), all at once: so that
+#: ``bridge.core.lifecycle.config`` (a controller's settings, :class:`BridgeConfig`) is imported
+#: without the machine (``bridge acp`` answers ``initialize`` before a session needs the rest).
+_HOMES: dict[str, str] = {
+    name: module
+    for module, names in {
+        "actions": (
+            "Action", "Answer", "AskDialog", "Closed", "Deliver", "DialogEnded", "DialogReply", "GiveUp",
+            "Note", "Notify", "Signal", "Spawn", "StopAnswer", "StopEngine", "Write",
+        ),
+        "config": (
+            "DEADLINES", "DEFAULT_DIALOG_TIMEOUT", "DEFAULT_STALL_TIMEOUT", "HELD_DEADLINES", "RECENT_IDS",
+            "SIGNALS_PER_GENERATION", "BridgeConfig",
+        ),
+        "inputs": (
+            "Acked", "Activity", "AnswerDialog", "Answered", "Ask", "Close", "Compact", "Configure",
+            "Configured", "Decided", "DialogOpened", "EngineExited", "Input", "JournalFailed",
+            "NewConversation", "NobodyAnswers", "NotWritten", "Shutdown", "SignalSeen", "Spawned",
+            "SpawnFailed", "StartupChecked", "StdoutClosed", "Stop", "StopMissed", "Submit", "Tick",
+            "Unsealed", "WriteFailed",
+        ),
+        "machine": ("Lifecycle", "step"),
+        "state": ("DialogRec", "EngineRec", "LifeState", "PromptRec", "restore", "snapshot"),
+        "receipts": ("GiveUpWhy",),
+    }.items()
+    for name in names
+}  # fmt: skip
 
 __all__ = [
     "DEADLINES",
@@ -218,3 +251,20 @@ __all__ = [
     "snapshot",
     "step",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'bridge.core.lifecycle' has no attribute {name!r}")
+    from bridge.core import receipts
+    from bridge.core.lifecycle import actions, config, inputs, machine, state
+
+    modules = {"actions": actions, "config": config, "inputs": inputs, "machine": machine, "state": state}
+    modules["receipts"] = receipts
+    globals().update({n: getattr(modules[m], n) for n, m in _HOMES.items()})
+    return globals()[name]
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOMES])

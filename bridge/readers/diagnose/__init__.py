@@ -49,12 +49,12 @@ Where things are, each module stating its own rules:
   (one entry in words), :mod:`~bridge.readers.diagnose.timeline` (what the page draws);
 - :mod:`~bridge.readers.diagnose.text`, :mod:`~bridge.readers.diagnose.html` (with the template
   ``report.html``, package data) and :mod:`~bridge.readers.diagnose.command` -- the outputs and
-  the command line.
+  the command (its parser is :mod:`bridge.cli.diagnose`).
 """
 
 from __future__ import annotations
 
-from bridge.readers.diagnose.command import add_parser, diagnose, run, write_private
+from bridge.readers.diagnose.command import diagnose, run, write_private
 from bridge.readers.diagnose.diagnoser import Diagnoser
 from bridge.readers.diagnose.findings import AFTER, BEFORE, MAX_FINDINGS, Finding
 from bridge.readers.diagnose.html import html_page
@@ -70,7 +70,6 @@ __all__ = [
     "Diagnoser",
     "Finding",
     "Timeline",
-    "add_parser",
     "describe",
     "diagnose",
     "format_text",

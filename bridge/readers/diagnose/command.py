@@ -1,5 +1,5 @@
-"""``bridge diagnose FILE``: the command line, reading a file (with progress on a terminal) and
-writing the reports.
+"""``bridge diagnose FILE``: the command (its parser is :mod:`bridge.cli.diagnose`), reading a
+file (with progress on a terminal) and writing the reports.
 
 Rules: exit status 0 when the file was read, whatever it contains; 2 when it is not a readable
 transcript (``bridge diagnose: FILE:LINE: what is wrong`` on stderr, like ``replay``) or the page
@@ -75,26 +75,6 @@ def diagnose(path: str, *, timeline: bool = False, progress: IO[str] | None = No
         if bar is not None:
             bar.done()
     return diag
-
-
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``bridge diagnose``'s options, on the CLI's subcommands."""
-    p = sub.add_parser(
-        "diagnose",
-        help="explain every signal, gap and unknown receipt in a journal, in words",
-        description="Read a transcript or journal (lean or full) and explain each signal (O1-O6, "
-        "aborted-without-stop, gaps, non-started dispositions, seal diagnostics, failed seal checks, "
-        "engine exits and engine-down), each pending / delivery-unknown / outcome-unknown receipt, each "
-        "run the bridge stopped itself (failed: timeout, closing or stalled), each rejected/config receipt, each "
-        "extension dialog, and a journal that could not be written "
-        "or ends before the bridge closed: what happened, the observations around it, the slot's state, the "
-        "likely causes and what to check; then a summary. Exit 0 when the file was read, 2 when it is not a "
-        "readable transcript.",
-    )
-    p.add_argument("file", metavar="FILE")
-    p.add_argument("--json", action="store_true", help='print one JSON object {"findings": [...], "summary": {...}}')
-    p.add_argument("--html", metavar="OUT", help="also write a self-contained HTML page with a timeline to OUT")
-    p.set_defaults(func=run)
 
 
 def write_private(path: str, data: bytes) -> None:

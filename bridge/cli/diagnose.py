@@ -1,0 +1,33 @@
+"""``bridge diagnose``: its parser and what it does (the command itself is
+:mod:`bridge.readers.diagnose.command`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from bridge.cli.options import Subcommands
+
+
+def add_parser(sub: Subcommands) -> None:
+    p = sub.add_parser(
+        "diagnose",
+        help="explain every signal, gap and unknown receipt in a journal, in words",
+        description="Read a transcript or journal (lean or full) and explain each signal (O1-O6, "
+        "aborted-without-stop, gaps, non-started dispositions, seal diagnostics, failed seal checks, "
+        "engine exits and engine-down), each pending / delivery-unknown / outcome-unknown receipt, each "
+        "run the bridge stopped itself (failed: timeout, closing or stalled), each rejected/config receipt, each "
+        "extension dialog, and a journal that could not be written "
+        "or ends before the bridge closed: what happened, the observations around it, the slot's state, the "
+        "likely causes and what to check; then a summary. Exit 0 when the file was read, 2 when it is not a "
+        "readable transcript.",
+    )
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--json", action="store_true", help='print one JSON object {"findings": [...], "summary": {...}}')
+    p.add_argument("--html", metavar="OUT", help="also write a self-contained HTML page with a timeline to OUT")
+    p.set_defaults(func=_cmd_diagnose)
+
+
+def _cmd_diagnose(args: argparse.Namespace) -> int:
+    from bridge.readers.diagnose.command import run
+
+    return run(args)
