@@ -14,9 +14,11 @@ from __future__ import annotations
 import datetime
 import os
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
+from typing import cast
 
+import sniffio
 import trio
 
 from bridge import __version__
@@ -41,6 +43,11 @@ async def open_bridge(
 ) -> AsyncIterator[Bridge]:
     """Open a bridge on an engine profile; close it (every receipt settled) on exit.
 
+    The same under trio and asyncio: the running library is found (``sniffio``). Under asyncio
+    the bridge runs as trio's guest on the asyncio loop (:mod:`bridge.live.aio` says how and
+    why), and what the block gets is :class:`~bridge.live.aio.AsyncioBridge`, with the same
+    calls, whose handles, dialogs and channels are asyncio's.
+
     ``journal``: True for a new file in the default location, a path (refused if it exists), or
     False/None for none. The engine's private folders (its key) are removed however this ends.
     ``collect``: keep the tracker's outputs in ``bridge.session`` (``overlaps``, ``working``,
@@ -48,6 +55,30 @@ async def open_bridge(
     live bridge with replay use it).
     Raises :class:`~bridge.profiles.command.ProfileError` when the engine can't be prepared.
     """
+
+    def opener() -> AbstractAsyncContextManager[Bridge]:
+        return _open_on_trio(profile, journal=journal, config=config, drain_on_exit=drain_on_exit, collect=collect)
+
+    if sniffio.current_async_library() == "asyncio":
+        from bridge.live.aio import open_on_asyncio
+
+        async with open_on_asyncio(opener) as on_asyncio:
+            yield cast(Bridge, on_asyncio)  # the same calls: see AsyncioBridge
+    else:
+        async with opener() as bridge:
+            yield bridge
+
+
+@asynccontextmanager
+async def _open_on_trio(
+    profile: EngineProfile,
+    *,
+    journal: str | Path | bool | None,
+    config: BridgeConfig | None,
+    drain_on_exit: bool,
+    collect: bool,
+) -> AsyncIterator[Bridge]:
+    """:func:`open_bridge` under trio (and, as trio's guest, under asyncio)."""
     config = config or BridgeConfig()
     # The journal's path (None: a new name in the default location, made as it is opened).
     path: Path | None = None

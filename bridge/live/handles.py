@@ -4,7 +4,7 @@ the code that submitted it holds (:class:`PromptHandle`); and of one extension d
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -60,7 +60,7 @@ class PromptHandle:
     def receipt_nowait(self) -> Receipt | None:
         return self._prompt.receipt
 
-    async def text(self) -> AsyncIterator[str]:
+    async def text(self) -> AsyncGenerator[str, None]:
         """The reply text as it streams (``submit(..., stream=True)``). Ends at the receipt."""
         recv = self._prompt.text_recv
         if recv is None:
@@ -72,7 +72,7 @@ class PromptHandle:
             async for piece in recv:
                 yield piece
 
-    async def events(self) -> AsyncIterator[ProgressEvent]:
+    async def events(self) -> AsyncGenerator[ProgressEvent, None]:
         """What the engine does for this prompt, as it happens (``submit(..., events=True)``):
         :mod:`bridge.core.progress`'s records (``event.to_json()`` is the JSON ``bridge
         serve`` writes). Ends at the receipt."""

@@ -125,6 +125,7 @@ class Bridge(Steering):
         self.config = config
         self.journal = journal
         self._t0 = trio.current_time()
+        self._token = trio.lowlevel.current_trio_token()
         #: Who hears what the bridge says (:mod:`bridge.live.notifications`).
         self._heard = Notifications()
         #: The one object that decides (:mod:`bridge.core.supervision`).
@@ -308,11 +309,11 @@ class Bridge(Steering):
         wanted = Wanted(provider, model, thinking)
         if request is None:
             request = f"p{next(self._ids)}"
-            while self.knows(request):
+            while self.knows(request) or request in self._handles:
                 request = f"p{next(self._ids)}"
         elif not isinstance(request, str) or not request:
             raise ValueError(f"request id must be a non-empty str, got {request!r}")
-        elif self.knows(request):
+        elif self.knows(request) or request in self._handles:
             raise ValueError(f"request id {request!r} is already in use")
         p = Pending(request)
         if stream:
@@ -581,6 +582,14 @@ class Bridge(Steering):
         A door called while actions are carried out (a prompt that could not be written, a
         listener that stops a prompt) waits its turn: steps never nest, and their order is
         the order of the doors."""
+        if not trio.lowlevel.in_trio_task():
+            # Called from asyncio code (the bridge as trio's guest: bridge.live.aio): handed to
+            # trio, in order, and driven there.
+            self._token.run_sync_soon(self._drive_in_trio, door)
+            return
+        self._drive_in_trio(door)
+
+    def _drive_in_trio(self, door: Callable[[], list[Action]]) -> None:
         self._doors.append(door)
         if self._stepping:
             return

@@ -1,0 +1,242 @@
+"""The Python API under asyncio (SPEC §7: "the same under trio and asyncio"): ``asyncio.run``
+around ``open_bridge``, through the real pinned Pi and the scripted model server -- receipts,
+streaming, a stop, a cancelled ``prompt``, five bridges at once, the block's exceptions, Ctrl-C,
+a profile that cannot be prepared -- and after each, nothing left behind (no private folder,
+no engine). The bridge runs as trio's guest (``bridge/live/aio.py``); the trio path is the rest
+of the suite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge import ProfileError, State, open_bridge
+from bridge.demo.model_server import start_server
+from bridge.demo.model_server.server import models_json
+from bridge.live.aio import AsyncioBridge
+from bridge.profiles.pi import PiProfile, scripted_profile
+from bridge.readers.replay import replay
+from tests.helpers_live import ROOT
+
+STEPS = [{"text": "Hello from asyncio", "chunk": 3}, {"words": 400, "delay": 0.02}, {"text": "third"}]
+
+
+@pytest.fixture
+def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The temporary folder the profile makes its private folders in, under ``tmp_path``."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    return tmp
+
+
+@pytest.fixture
+def models(tmp_path: Path, pinned_pi: object) -> Iterator[Any]:
+    """``(models.json, server)``: the scripted server with :data:`STEPS` (then its default)."""
+    server = start_server(STEPS)
+    path = tmp_path / "models.json"
+    path.write_text(json.dumps(models_json(server.base_url)))
+    try:
+        yield str(path), server
+    finally:
+        server.close()
+
+
+def _nothing_left(tmp: Path) -> None:
+    left = [p.name for p in tmp.iterdir() if p.name.startswith(("pi-bridge-pi-", "pi-bridge-cwd-"))]
+    assert left == [], "a bridge's private folders (its key) are still on disk"
+
+
+def test_receipts_streaming_a_stop_and_prompt_under_asyncio(models: Any, private_tmp: Path, tmp_path: Path) -> None:
+    path, _ = models
+    journal = tmp_path / "j.jsonl"
+
+    async def main() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with open_bridge(scripted_profile(path), journal=journal) as bridge:
+            assert isinstance(bridge, AsyncioBridge)
+            h = await bridge.submit("hi", stream=True)
+            out["text"] = [t async for t in h.text()]
+            out["r1"] = await h.receipt()
+            h2 = await bridge.submit("write a lot", stream=True)
+            async for _ in h2.text():
+                out["stop"] = await h2.stop()
+                break
+            out["r2"] = await h2.receipt()
+            out["r3"] = await bridge.prompt("third")
+            out["status"] = bridge.status()  # a synchronous call, from asyncio
+            assert bridge.engine is not None and bridge.engine.alive
+            out["pid"] = bridge.engine.pid
+        return out
+
+    out = asyncio.run(main())
+    assert "".join(out["text"]) == "Hello from asyncio" and len(out["text"]) > 1
+    assert out["r1"].state is State.FINISHED and out["r1"].reply == "Hello from asyncio"
+    assert (out["r2"].state, out["r2"].reason) == ("failed", "interrupted") and out["r2"].stop == out["stop"]
+    assert out["r3"].state is State.FINISHED and out["r3"].reply == "third"
+    assert out["status"]["receipts"] == 3
+    with pytest.raises(ProcessLookupError):
+        os.kill(out["pid"], 0)  # the engine is reaped
+    _nothing_left(private_tmp)
+    replayed = {r.request: (r.state, r.reason) for r in replay(str(journal)).receipts}
+    assert replayed == {r.request: (r.state, r.reason) for r in (out["r1"], out["r2"], out["r3"])}
+
+
+def test_a_cancelled_prompt_is_stopped_and_still_gets_its_receipt(models: Any, private_tmp: Path) -> None:
+    path, _ = models
+
+    async def main() -> Any:
+        async with open_bridge(scripted_profile(path), journal=False) as bridge:
+            await bridge.prompt("warm up")
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.5):
+                    await bridge.prompt("write a lot", request="long")
+            await bridge.drain()
+            return bridge.get_receipt("long")
+
+    receipt = asyncio.run(main())
+    assert (receipt.state, receipt.reason) == ("failed", "interrupted"), receipt
+    _nothing_left(private_tmp)
+
+
+def test_five_bridges_at_once_under_asyncio_each_with_its_own_journal(
+    models: Any, private_tmp: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, _ = models
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+    async def one(n: int) -> tuple[str, Any]:
+        async with open_bridge(scripted_profile(path)) as bridge:
+            receipt = await bridge.prompt(f"hello {n}")
+            return str(bridge.journal.path), receipt
+
+    async def main() -> list[tuple[str, Any]]:
+        return await asyncio.gather(*(one(n) for n in range(5)))
+
+    results = asyncio.run(main())
+    assert len({j for j, _ in results}) == 5
+    assert all(r.state is State.FINISHED for _, r in results)
+    for journal, receipt in results:
+        assert [(r.request, r.state) for r in replay(journal).receipts] == [(receipt.request, receipt.state)]
+    _nothing_left(private_tmp)
+
+
+class Boom(Exception):
+    pass
+
+
+def test_the_blocks_own_exception_comes_out_as_raised_and_nothing_is_left(models: Any, private_tmp: Path) -> None:
+    path, _ = models
+
+    async def main() -> None:
+        async with open_bridge(scripted_profile(path), journal=False) as bridge:
+            h = await bridge.submit("write a lot", stream=True)
+            async for _ in h.text():
+                raise Boom("mine")
+
+    with pytest.raises(Boom, match="mine"):
+        asyncio.run(main())
+    _nothing_left(private_tmp)
+
+
+def test_a_profile_that_cannot_be_prepared_raises_profile_error_under_asyncio(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with open_bridge(PiProfile(pi_dir=str(tmp_path / "no-pi")), journal=False):
+            raise AssertionError("never opened")
+
+    with pytest.raises(ProfileError):
+        asyncio.run(main())
+
+
+def test_signals_and_steering_calls_under_asyncio(models: Any, private_tmp: Path) -> None:
+    path, _ = models
+
+    async def main() -> list[dict[str, Any]]:
+        seen: list[dict[str, Any]] = []
+        async with open_bridge(scripted_profile(path), journal=False) as bridge:
+
+            async def watch() -> None:
+                async for note in bridge.signals():
+                    seen.append(note)
+
+            watcher = asyncio.create_task(watch())
+            await asyncio.sleep(0)
+            bridge.configure(thinking="off")  # synchronous, from asyncio
+            with pytest.raises(ValueError, match="already in use"):
+                bridge.submit_nowait("a", request="x")
+                bridge.submit_nowait("b", request="x")  # its check sees the first at once
+            await bridge.drain()
+            bridge.shutdown()
+            await bridge.wait_closed()
+        await watcher  # the channel ends when the bridge has closed
+        return seen
+
+    seen = asyncio.run(main())
+    assert any(n.get("type") == "receipt" and n["id"] == "x" for n in seen), seen
+    assert any(n.get("type") == "engine" for n in seen), seen
+    _nothing_left(private_tmp)
+
+
+def test_ctrl_c_under_asyncio_settles_every_receipt_and_leaves_nothing(models: Any, tmp_path: Path) -> None:
+    """A program of a user's: ``asyncio.run`` with a prompt streaming, SIGINT. ``asyncio.run``
+    cancels the block; the bridge closes as it does under trio (the running prompt stopped,
+    its receipt given and journaled, the engine reaped, the folders removed)."""
+    path, _ = models
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    journal = tmp_path / "j.jsonl"
+    program = tmp_path / "user.py"
+    program.write_text(
+        textwrap.dedent(
+            f"""
+            import asyncio, sys
+            from bridge import open_bridge
+            from bridge.profiles.pi import scripted_profile
+
+            async def main():
+                async with open_bridge(scripted_profile({path!r}), journal={str(journal)!r}) as bridge:
+                    await bridge.prompt("warm up")
+                    h = await bridge.submit("write a lot", stream=True)
+                    async for _ in h.text():
+                        print("streaming", bridge.engine.pid, flush=True)
+                        await asyncio.sleep(30)
+
+            try:
+                asyncio.run(main())
+            except KeyboardInterrupt:
+                print("interrupted", flush=True)
+                sys.exit(130)
+            """
+        )
+    )
+    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT)}
+    with subprocess.Popen([sys.executable, str(program)], stdout=subprocess.PIPE, env=env, cwd=ROOT) as proc:
+        assert proc.stdout is not None
+        try:
+            line = proc.stdout.readline().decode()
+            assert line.startswith("streaming"), line
+            pid = int(line.split()[1])
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=30) == 130
+            assert proc.stdout.read().decode().strip() == "interrupted"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    _nothing_left(tmp)
+    receipts = {r.request: (r.state, r.reason) for r in replay(str(journal)).receipts}
+    assert receipts["p1"] == ("finished", None)
+    assert receipts["p2"][0] == "failed", receipts
