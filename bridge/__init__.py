@@ -2,7 +2,7 @@
 
 The Python API (see the README)::
 
-    from bridge import open_bridge, PiProfile, CommandProfile, BridgeConfig
+    from bridge import query, open_bridge, PiProfile, CommandProfile, BridgeConfig
 
 What it raises for a user to catch: :class:`ProfileError` (the engine cannot be prepared),
 :class:`JournalError` (the journal cannot be created or written at open), :class:`EngineQuestionError`
@@ -28,8 +28,10 @@ if TYPE_CHECKING:
     from bridge.core.words import Reason as Reason
     from bridge.core.words import State as State
     from bridge.live.api import open_bridge as open_bridge
+    from bridge.live.api import query as query
     from bridge.live.handles import Dialog as Dialog
     from bridge.live.handles import DialogError as DialogError
+    from bridge.live.handles import Message as Message
     from bridge.live.handles import PromptHandle as PromptHandle
     from bridge.live.journal import JournalError as JournalError
     from bridge.live.steering import EngineQuestionError as EngineQuestionError
@@ -58,6 +60,8 @@ _HOMES = {
     "Sandbox": "bridge.profiles.sandbox",
     "State": "bridge.core.words",
     "open_bridge": "bridge.live.api",
+    "query": "bridge.live.api",
+    "Message": "bridge.live.handles",
     "scripted_profile": "bridge.profiles.pi",
 }
 

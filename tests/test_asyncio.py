@@ -240,3 +240,50 @@ def test_ctrl_c_under_asyncio_settles_every_receipt_and_leaves_nothing(models: A
     receipts = {r.request: (r.state, r.reason) for r in replay(str(journal)).receipts}
     assert receipts["p1"] == ("finished", None)
     assert receipts["p2"][0] == "failed", receipts
+
+
+def _query_steps() -> list[dict[str, Any]]:
+    return [
+        {"tool_call": {"name": "bash", "arguments": {"command": "echo from-the-tool"}}},
+        {"text": "ran it", "chunk": 2},
+    ]
+
+
+def _check_messages(messages: list[Any]) -> None:
+    from bridge.core.progress import TextEvent, ToolEnd, ToolStart
+    from bridge.core.receipts import Receipt
+
+    kinds = [type(m).__name__ for m in messages]
+    assert isinstance(messages[-1], Receipt) and messages[-1].state is State.FINISHED, kinds
+    assert not any(isinstance(m, Receipt) for m in messages[:-1]), "the receipt comes once, last"
+    assert any(isinstance(m, ToolStart) and m.tool == "bash" for m in messages), kinds
+    assert any(isinstance(m, ToolEnd) and "from-the-tool" in (m.result or "") for m in messages), kinds
+    assert "".join(m.delta for m in messages if isinstance(m, TextEvent)) == "ran it"
+
+
+@pytest.fixture
+def tool_models(tmp_path: Path, pinned_pi: object) -> Iterator[str]:
+    server = start_server(_query_steps())
+    path = tmp_path / "models.json"
+    path.write_text(json.dumps(models_json(server.base_url)))
+    try:
+        yield str(path)
+    finally:
+        server.close()
+
+
+def test_query_is_one_typed_stream_under_asyncio(tool_models: str, private_tmp: Path) -> None:
+    from bridge import query
+
+    async def main() -> list[Any]:
+        return [m async for m in query("run a tool", engine=scripted_profile(tool_models), journal=False)]
+
+    _check_messages(asyncio.run(main()))
+    _nothing_left(private_tmp)
+
+
+async def test_query_is_one_typed_stream_under_trio(tool_models: str, private_tmp: Path) -> None:
+    from bridge import query
+
+    _check_messages([m async for m in query("run a tool", engine=scripted_profile(tool_models), journal=False)])
+    _nothing_left(private_tmp)

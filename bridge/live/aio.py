@@ -37,7 +37,7 @@ import trio
 
 from bridge.core.progress import ProgressEvent
 from bridge.core.receipts import Receipt
-from bridge.live.handles import Dialog, PromptHandle
+from bridge.live.handles import Dialog, Message, PromptHandle
 from bridge.live.supervisor import Bridge
 
 T = TypeVar("T")
@@ -128,6 +128,12 @@ class AsyncioPromptHandle:
                 yield event
         finally:
             await self._door.call(events.aclose)
+
+    async def messages(self) -> AsyncIterator[Message]:
+        """Its events as they happen, then its receipt (``events=True``). Ends after the receipt."""
+        async for event in self.events():
+            yield event
+        yield await self.receipt()
 
     async def stop(self) -> str | None:
         """Stop this prompt: returns at once with the stop's id, or None."""

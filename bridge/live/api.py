@@ -16,20 +16,20 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import sniffio
 import trio
 
 from bridge import __version__
 from bridge.core.lifecycle import BridgeConfig
-from bridge.live.handles import PromptHandle
+from bridge.live.handles import Message, PromptHandle
 from bridge.live.journal import Journal, default_journal_dir, private_dir
 from bridge.live.supervisor import Bridge
 from bridge.profiles.command import EngineProfile
 from bridge.profiles.pi import PiProfile
 
-__all__ = ["Bridge", "BridgeConfig", "PromptHandle", "open_bridge"]
+__all__ = ["Bridge", "BridgeConfig", "Message", "PromptHandle", "open_bridge", "query"]
 
 
 @asynccontextmanager
@@ -147,6 +147,43 @@ async def _open_on_trio(
         if jr is not None and not jr.closed:  # (the bridge's close closes it when it got that far)
             jr.on_failure = None
             jr.close()
+
+
+async def query(
+    prompt: str,
+    *,
+    engine: EngineProfile | None = None,
+    journal: str | Path | bool | None = True,
+    config: BridgeConfig | None = None,
+    timeout: float | None = None,
+    images: list[dict[str, Any]] | None = None,
+    provider: str | None = None,
+    model: str | None = None,
+    thinking: str | None = None,
+) -> AsyncIterator[Message]:
+    """One prompt, in one call: a bridge is opened on ``engine`` (default: the sealed, pinned
+    Pi, ``PiProfile()``), the prompt is sent, and what comes of it is yielded as it happens --
+    text and thinking deltas, tool calls, retries, turns (:mod:`bridge.core.progress`) -- and
+    its :class:`~bridge.core.receipts.Receipt` last; then the bridge closes (the engine reaped,
+    its private folders removed). Under trio and asyncio alike. Leaving the loop early stops
+    the prompt (its receipt is still journaled). ``journal``, ``config`` as
+    :func:`open_bridge`; ``timeout``, ``images``, ``provider``, ``model``, ``thinking`` as
+    :meth:`Bridge.submit <bridge.live.supervisor.Bridge.submit>`. Ends after the receipt.
+
+    ::
+
+        async for message in bridge.query("Explain this repo"):
+            if isinstance(message, TextEvent):
+                print(message.delta, end="")
+            elif isinstance(message, Receipt):
+                print(message)
+    """
+    async with open_bridge(engine if engine is not None else PiProfile(), journal=journal, config=config) as bridge:
+        handle = await bridge.submit(
+            prompt, events=True, timeout=timeout, images=images, provider=provider, model=model, thinking=thinking
+        )
+        async for message in handle.messages():
+            yield message
 
 
 def _hide_journals(profile: EngineProfile, folder: Path | None) -> EngineProfile:

@@ -37,6 +37,11 @@ class Pending:
             self.event_send.close()
 
 
+#: What a prompt's one stream (:meth:`PromptHandle.messages`, :func:`bridge.query`) yields: its
+#: events as they happen, then its receipt.
+Message = ProgressEvent | Receipt
+
+
 class PromptHandle:
     """A submitted prompt. Its receipt comes exactly once."""
 
@@ -85,6 +90,15 @@ class PromptHandle:
         async with recv:
             async for event in recv:
                 yield event
+
+    async def messages(self) -> AsyncGenerator[Message, None]:
+        """The prompt's one stream: what the engine does for it as it happens (its
+        :meth:`events`: text and thinking deltas, tool calls, retries, turns), then its
+        :class:`~bridge.core.receipts.Receipt`, last. Submit it with ``events=True``. Ends
+        after the receipt."""
+        async for event in self.events():
+            yield event
+        yield await self.receipt()
 
     async def stop(self) -> str | None:
         """Stop this prompt (:meth:`Bridge.stop`): returns at once with the stop's id, or None."""
