@@ -19,6 +19,7 @@ import trio
 
 import bridge.live.api
 import bridge.live.engines
+import bridge.live.supervisor
 from bridge.demo.model_server import start_server
 from bridge.live.api import Bridge, open_bridge
 from bridge.live.supervisor import BridgeConfig
@@ -257,8 +258,12 @@ async def test_the_key_is_removed_when_the_engine_cannot_be_started(
         raise RuntimeError("cannot start")
 
     monkeypatch.setattr(bridge.live.engines.Engine, "start", failing)
+    # A task of the bridge failed (a bug): its close waits out the backstop, 30 s, for a
+    # lifecycle that cannot close; here a second is as good a test.
+    monkeypatch.setattr(bridge.live.supervisor, "CLOSE_BACKSTOP", 1.0)
+    quick = BridgeConfig(close_grace=0.2, stdin_grace=0.2, term_grace=0.2)
     with trio.fail_after(60), pytest.raises(BaseExceptionGroup) as raised:
-        async with open_bridge(keyed, journal=False) as opened:
+        async with open_bridge(keyed, journal=False, config=quick) as opened:
             await opened.prompt("hi", timeout=30)
     assert raised.value.subgroup(RuntimeError) is not None, raised.value
     _nothing_left(private_tmp, made)

@@ -59,6 +59,7 @@ class _Door:
         scope = trio.CancelScope()
 
         async def task() -> None:
+            """The call, in trio. Ends when ``fn`` does (or the scope or the bridge's close cancels it)."""
             result: outcome.Outcome[T] = outcome.Error(asyncio.CancelledError())  # our scope's cancel
             try:
                 with scope:
@@ -179,7 +180,8 @@ class AsyncioBridge:
         return self.submit_nowait(message, **kw)
 
     async def prompt(self, message: str, **kw: Any) -> Receipt:
-        """Submit and wait for the receipt. Cancelled while it waits, it stops the prompt."""
+        """Submit and wait for the receipt. Ends when it comes (it always does); cancelled
+        while it waits, it stops the prompt."""
         return await self._door.call(self._bridge.prompt, message, **kw)
 
     async def stop(self, request: str) -> str | None:
@@ -209,7 +211,8 @@ class AsyncioBridge:
         await self._door.call(self._bridge.wait_closed)
 
     async def aclose(self, *, drain: bool = False) -> None:
-        """As :meth:`Bridge.aclose`: every accepted prompt gets its receipt, then the engine stops."""
+        """As :meth:`Bridge.aclose`: every accepted prompt gets its receipt, then the engine
+        stops. Ends when the bridge has closed (bounded as under trio)."""
         await self._door.call(self._bridge.aclose, drain=drain)
 
     async def signals(self, max_buffer: int = 1000) -> AsyncIterator[dict[str, Any]]:
@@ -238,6 +241,8 @@ class _Guest:
 
     def start(self) -> None:
         async def main() -> None:
+            """The guest run. Ends when its last bridge has left (``end`` is set) and every
+            bridge's task has ended."""
             async with trio.open_nursery() as bridges:
                 end = trio.Event()
                 self.ready.set_result((trio.lowlevel.current_trio_token(), bridges, end))
@@ -257,7 +262,8 @@ _guests: dict[asyncio.AbstractEventLoop, _Guest] = {}
 
 
 async def _join_guest(loop: asyncio.AbstractEventLoop) -> _Guest:
-    """The loop's guest, started if none runs (or one is ending: after it has ended)."""
+    """The loop's guest, started if none runs (or one is ending: after it has ended). Ends when
+    the guest is ready."""
     while True:
         guest = _guests.get(loop)
         if guest is None:
@@ -296,6 +302,8 @@ async def open_on_asyncio(opener: Callable[[], AbstractAsyncContextManager[Bridg
     aborted = [False]
 
     async def run() -> None:
+        """The bridge, open in trio. Ends when the asyncio block has ended (``release``) and the
+        bridge has closed."""
         try:
             async with opener() as bridge, trio.open_nursery() as calls:
                 release = trio.Event()
@@ -309,6 +317,7 @@ async def open_on_asyncio(opener: Callable[[], AbstractAsyncContextManager[Bridg
             pass
 
     async def task() -> None:
+        """:func:`run` as a task of the guest. Ends when it does."""
         # The bridge's own outcome is its opener's: never the guest's nursery's to raise.
         result = await outcome.acapture(run)
         if not opened.done():  # it never opened: the opener raised (ProfileError, JournalError, ...)
@@ -353,7 +362,7 @@ def _let_go(opened: asyncio.Future[tuple[Bridge, _Door, trio.Event]]) -> None:
 
 async def _shielded(future: asyncio.Future[T]) -> T:
     """Wait for ``future`` whatever cancels the waiter meanwhile; a cancellation that came is
-    raised once it is done."""
+    raised once it is done. Ends when ``future`` is done."""
     cancelled = False
     while True:
         try:

@@ -78,7 +78,8 @@ async def _open_on_trio(
     drain_on_exit: bool,
     collect: bool,
 ) -> AsyncIterator[Bridge]:
-    """:func:`open_bridge` under trio (and, as trio's guest, under asyncio)."""
+    """:func:`open_bridge` under trio (and, as trio's guest, under asyncio). Its exit ends when
+    the bridge has closed (bounded by the close's graces and the backstop)."""
     config = config or BridgeConfig()
     # The journal's path (None: a new name in the default location, made as it is opened).
     path: Path | None = None
