@@ -799,3 +799,25 @@ def test_the_controllers_stop_then_its_timeout_stays_interrupted(world: Any) -> 
     w.lines(*run_end("", stop="aborted", error="Request was aborted", aborted=True))
     assert w.word("p1") == ("failed", "interrupted")
     w.agrees_with_replay()
+
+
+def test_row2_replay_takes_a_decision_the_live_bridge_took_on_time(world: Any) -> None:
+    """A give-up (here the ack deadline) is decided by the lifecycle's clock, which a journal
+    does not replay: replay takes it from the receipt recorded at the release, as the live
+    bridge gave it."""
+    w = world(ack_timeout=1.0)
+    w.submit("p1")
+    w.advance(1.1)
+    assert w.word("p1") == ("delivery-unknown", "no-ack")
+    replayed = w.replayed()["p1"]
+    assert (replayed["state"], replayed["reason"]) == ("delivery-unknown", "no-ack")
+
+
+def test_row7_a_taint_give_up_with_no_taint_kept_is_still_outcome_unknown(world: Any) -> None:
+    """The lifecycle arms the taint grace only after a taint, so the supervision never asks
+    this; the session still answers it (never a guess that the run finished)."""
+    w = world()
+    w.submit("p1")
+    w.lines(ack("p1"), *run_start())
+    (event,) = w.sup.session.give_up("p1", "taint", t=w.now)
+    assert (event.receipt.state, event.receipt.reason) == ("outcome-unknown", "overlap")
