@@ -327,6 +327,9 @@ class Supervision:
         self._config_waiting: dict[str, dict[str, Any] | None] = {}
         self._config_for: tuple[int, str] | None = None
         self._asked: set[str] = set()
+        #: Steps of the lifecycle so far: a door that made none changed no deadline, no queue
+        #: and no count (the trio layer wakes its clock and its waiters only after one that did).
+        self.steps = 0
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -465,6 +468,7 @@ class Supervision:
     def _drain(self) -> None:
         inputs = self._inputs
         while inputs:
+            self.steps += 1
             for action in self.lifecycle.step(inputs.popleft(), self._now):
                 self._carry(action)
 

@@ -595,6 +595,7 @@ class Bridge(Steering):
             return
         self._stepping = True
         carriers = self._carriers
+        steps = self.supervision.steps
         try:
             while self._doors:
                 for action in self._doors.popleft()():
@@ -608,7 +609,10 @@ class Bridge(Steering):
             self._stepping = False
             if self._unjournaled:
                 self._resolve_unjournaled()  # never held past the steps that made them
-        self._poke()
+        if self.supervision.steps != steps:
+            # Only a step moves a deadline or the outstanding count: a read that stepped
+            # nothing (most of a stream's) wakes neither the clock nor a drain.
+            self._poke()
 
     def _on_journal_failure(self, why: str) -> None:
         if self._stepping:
