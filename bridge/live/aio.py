@@ -71,14 +71,24 @@ class _Door:
                 result = outcome.Error(e)
             done.set_result(result)
 
-        self.token.run_sync_soon(self.calls.start_soon, task)
+        try:
+            self.token.run_sync_soon(self.calls.start_soon, task)
+        except trio.RunFinishedError:
+            raise BridgeClosedError("the bridge has closed") from None
         try:
             got = await asyncio.shield(done)
         except asyncio.CancelledError:
-            self.token.run_sync_soon(scope.cancel)
+            self.soon(scope.cancel)
             await _shielded(done)
             raise
         return got.unwrap()
+
+    def soon(self, fn: Callable[[], object]) -> None:
+        """Have trio call ``fn`` soon, if its run has not ended (then there is nothing to do)."""
+        try:
+            self.token.run_sync_soon(fn)
+        except trio.RunFinishedError:
+            pass
 
     async def items(self, receive: Callable[[], Awaitable[T]]) -> AsyncIterator[T]:
         """What a trio channel's ``receive`` gives, one call each, until it ends."""
@@ -114,21 +124,23 @@ class AsyncioPromptHandle:
 
     async def text(self) -> AsyncIterator[str]:
         """The reply text as it streams (``stream=True``). Ends at the receipt."""
-        pieces = self._handle.text()
+        # The channel itself, not the trio handle's generator: a trio async generator made
+        # outside trio would be finalized by the wrong library's hooks.
+        recv = self._handle.text_channel()
         try:
-            async for piece in self._door.items(pieces.__anext__):
+            async for piece in self._door.items(recv.receive):
                 yield piece
         finally:
-            await self._door.call(pieces.aclose)
+            self._door.soon(recv.close)
 
     async def events(self) -> AsyncIterator[ProgressEvent]:
         """What the engine does for this prompt (``events=True``). Ends at the receipt."""
-        events = self._handle.events()
+        recv = self._handle.events_channel()
         try:
-            async for event in self._door.items(events.__anext__):
+            async for event in self._door.items(recv.receive):
                 yield event
         finally:
-            await self._door.call(events.aclose)
+            self._door.soon(recv.close)
 
     async def messages(self) -> AsyncIterator[Message]:
         """Its events as they happen, then its receipt (``events=True``). Ends after the receipt."""

@@ -67,13 +67,7 @@ class PromptHandle:
 
     async def text(self) -> AsyncGenerator[str, None]:
         """The reply text as it streams (``submit(..., stream=True)``). Ends at the receipt."""
-        recv = self._prompt.text_recv
-        if recv is None:
-            raise RuntimeError("submit the prompt with stream=True to read its text as it arrives")
-        if "text" in self._read:  # (trio would say only ClosedResourceError())
-            raise RuntimeError("a prompt's text is read once, and this one's was read already")
-        self._read.add("text")
-        async with recv:
+        async with self.text_channel() as recv:
             async for piece in recv:
                 yield piece
 
@@ -81,15 +75,29 @@ class PromptHandle:
         """What the engine does for this prompt, as it happens (``submit(..., events=True)``):
         :mod:`bridge.core.progress`'s records (``event.to_json()`` is the JSON ``bridge
         serve`` writes). Ends at the receipt."""
+        async with self.events_channel() as recv:
+            async for event in recv:
+                yield event
+
+    def text_channel(self) -> trio.MemoryReceiveChannel[str]:
+        """The channel :meth:`text` reads (it is read once): for a caller that reads it its own way."""
+        recv = self._prompt.text_recv
+        if recv is None:
+            raise RuntimeError("submit the prompt with stream=True to read its text as it arrives")
+        if "text" in self._read:  # (trio would say only ClosedResourceError())
+            raise RuntimeError("a prompt's text is read once, and this one's was read already")
+        self._read.add("text")
+        return recv
+
+    def events_channel(self) -> trio.MemoryReceiveChannel[ProgressEvent]:
+        """The channel :meth:`events` reads (it is read once)."""
         recv = self._prompt.event_recv
         if recv is None:
             raise RuntimeError("submit the prompt with events=True to read its events")
         if "events" in self._read:
             raise RuntimeError("a prompt's events are read once, and this one's were read already")
         self._read.add("events")
-        async with recv:
-            async for event in recv:
-                yield event
+        return recv
 
     async def messages(self) -> AsyncGenerator[Message, None]:
         """The prompt's one stream: what the engine does for it as it happens (its
