@@ -299,3 +299,17 @@ def test_the_readmes_examples_run_as_written(heading: str, tool_models: str, tmp
     done = subprocess.run([sys.executable, str(program)], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert ": finished [" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("library", ["asyncio", "trio"])
+def test_a_provider_without_a_model_is_a_profile_error_at_open(library: str, pinned_pi: object) -> None:
+    """Not five engine starts and a ``rejected``/``engine-down`` receipt at the first prompt:
+    one clear line at open, as the CLI refuses it."""
+    import trio
+
+    async def main() -> None:
+        async with open_bridge(PiProfile(provider="anthropic"), journal=False):
+            raise AssertionError("never opened")
+
+    with pytest.raises(ProfileError, match="needs a model too"):
+        asyncio.run(main()) if library == "asyncio" else trio.run(main)

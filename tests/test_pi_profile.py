@@ -426,8 +426,9 @@ def test_refusals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
     cases: list[tuple[dict[str, Any], str]] = [
         ({"api_key": "k"}, "needs --provider"),
-        ({"provider": "p", "api_key": "k", "api_key_env": "X"}, "not both"),
-        ({"provider": "p", "api_key_env": "NO_SUCH_KEY_VAR"}, "NO_SUCH_KEY_VAR is not set"),
+        ({"provider": "p", "model": "m", "api_key": "k", "api_key_env": "X"}, "not both"),
+        ({"provider": "p", "model": "m", "api_key_env": "NO_SUCH_KEY_VAR"}, "NO_SUCH_KEY_VAR is not set"),
+        ({"provider": "p"}, "needs a model too"),
         ({"settings": {"extensions": ["/x.ts"]}}, "would load resources"),
         ({"cwd": str(tmp_path / "missing")}, "does not exist"),
         ({"extensions": [str(tmp_path / "missing.ts")]}, "does not exist"),

@@ -377,6 +377,13 @@ class PiProfile:
         return attrs.evolve(self, sandbox=attrs.evolve(self.sandbox, hidden=(*self.sandbox.hidden, str(folder))))
 
     def _validate(self) -> None:
+        if self.provider and not self.model:
+            # Pi exits at its start ("--provider requires --model"): five engine starts burnt
+            # and every prompt rejected engine-down, where this is one line (as the CLI says it).
+            raise ProfileError(
+                f"provider {self.provider!r} needs a model too (Pi refuses a provider without a model id: "
+                "`bridge models` lists them)"
+            )
         if self.api_key is not None and self.api_key_env is not None:
             raise ProfileError("give either an API key or the name of a variable holding it, not both")
         if (self.api_key is not None or self.api_key_env is not None) and not self.provider:
