@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from bridge.core.receipts import Receipt as Receipt
     from bridge.core.words import Reason as Reason
     from bridge.core.words import State as State
+    from bridge.live.aio import BridgeClosedError as BridgeClosedError
     from bridge.live.api import open_bridge as open_bridge
     from bridge.live.api import query as query
     from bridge.live.handles import Dialog as Dialog
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 #: Where each public name lives.
 _HOMES = {
     "Bridge": "bridge.live.supervisor",
+    "BridgeClosedError": "bridge.live.aio",
     "BridgeConfig": "bridge.live.supervisor",
     "CommandProfile": "bridge.profiles.command",
     "Dialog": "bridge.live.handles",

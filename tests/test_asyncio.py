@@ -313,3 +313,42 @@ def test_a_provider_without_a_model_is_a_profile_error_at_open(library: str, pin
 
     with pytest.raises(ProfileError, match="needs a model too"):
         asyncio.run(main()) if library == "asyncio" else trio.run(main)
+
+
+def test_after_the_block_the_bridge_answers_as_a_closed_trio_bridge_does(models: Any, private_tmp: Path) -> None:
+    """Found by a new-user trial: after ``async with`` ended, a settled handle's ``receipt()``,
+    ``submit``, ``prompt``, a second ``aclose`` and ``stop`` raised trio's ``RunFinishedError`` or
+    ``BridgeClosedError`` under asyncio, where a closed trio bridge answers them."""
+    path, _ = models
+
+    async def main() -> list[Any]:
+        async with open_bridge(scripted_profile(path), journal=False) as bridge:
+            h = await bridge.submit("hi")
+            first = await h.receipt()
+        late = await bridge.submit("too late")
+        return [
+            first,
+            await h.receipt(),
+            await late.receipt(),
+            await bridge.prompt("later still"),
+            await bridge.aclose(),
+            await bridge.stop(h.request),
+            await h.stop(),
+        ]
+
+    first, again, late, later, closed, stopped, handle_stopped = asyncio.run(main())
+    assert first.state is State.FINISHED and again is first
+    assert (late.state, late.reason) == ("rejected", "closing")
+    assert (later.state, later.reason) == ("rejected", "closing")
+    assert closed is None and stopped is None and handle_stopped is None
+    _nothing_left(private_tmp)
+
+
+def test_open_bridge_outside_an_event_loop_says_where_it_runs(tmp_path: Path) -> None:
+    opened = open_bridge(PiProfile(pi_dir=str(tmp_path)), journal=False)
+
+    def enter() -> None:
+        opened.__aenter__().send(None)
+
+    with pytest.raises(RuntimeError, match=r"trio.run\(main\) or asyncio.run\(main\(\)\)"):
+        enter()

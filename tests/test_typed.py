@@ -74,6 +74,7 @@ EXCEPTIONS = {
     "JournalError": "bridge.live.journal",
     "EngineQuestionError": "bridge.live.steering",
     "DialogError": "bridge.live.handles",
+    "BridgeClosedError": "bridge.live.aio",
 }
 
 

@@ -38,6 +38,7 @@ import trio
 from bridge.core.progress import ProgressEvent
 from bridge.core.receipts import Receipt
 from bridge.live.handles import Dialog, Message, PromptHandle
+from bridge.live.steering import EngineQuestionError
 from bridge.live.supervisor import Bridge
 
 T = TypeVar("T")
@@ -120,6 +121,8 @@ class AsyncioPromptHandle:
 
     async def receipt(self) -> Receipt:
         """Wait for the receipt. Ends when the bridge settles it (it always does)."""
+        if self._handle.receipt_nowait is not None:  # settled (also after the bridge closed)
+            return self._handle.receipt_nowait
         return await self._door.call(self._handle.receipt)
 
     async def text(self) -> AsyncIterator[str]:
@@ -150,6 +153,8 @@ class AsyncioPromptHandle:
 
     async def stop(self) -> str | None:
         """Stop this prompt: returns at once with the stop's id, or None."""
+        if self._handle.receipt_nowait is not None:
+            return None  # settled: left alone, as under trio
         return await self._door.call(self._handle.stop)
 
 
@@ -183,6 +188,15 @@ class AsyncioBridge:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._bridge, name)
 
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *dir(self._bridge)})
+
+    @property
+    def _closed(self) -> bool:
+        """The bridge has closed (its guest task may have ended): calls answer as a closed trio
+        bridge does, here."""
+        return self._bridge._finished
+
     def submit_nowait(self, message: str, **kw: Any) -> AsyncioPromptHandle:
         """As :meth:`Bridge.submit_nowait`: accepted at once, its checks raise at once."""
         return AsyncioPromptHandle(self._bridge.submit_nowait(message, **kw), self._door)
@@ -194,14 +208,20 @@ class AsyncioBridge:
     async def prompt(self, message: str, **kw: Any) -> Receipt:
         """Submit and wait for the receipt. Ends when it comes (it always does); cancelled
         while it waits, it stops the prompt."""
+        if self._closed:  # rejected ``closing`` at once, as under trio
+            return await self.submit_nowait(message, **kw).receipt()
         return await self._door.call(self._bridge.prompt, message, **kw)
 
     async def stop(self, request: str) -> str | None:
         """As :meth:`Bridge.stop`: returns at once with the stop's id, or None."""
+        if self._closed:
+            return None
         return await self._door.call(self._bridge.stop, request)
 
     async def models(self) -> list[dict[str, Any]]:
         """As :meth:`Bridge.models`. Ends when the engine answers, or raises."""
+        if self._closed:
+            raise EngineQuestionError("the bridge has closed: there is no engine to ask")
         return await self._door.call(self._bridge.models)
 
     async def send_raw(self, cmd: dict[str, Any]) -> None:
@@ -216,16 +236,19 @@ class AsyncioBridge:
 
     async def drain(self) -> None:
         """Wait until every accepted prompt has its receipt (each bounded by its timeouts)."""
-        await self._door.call(self._bridge.drain)
+        if not self._closed:
+            await self._door.call(self._bridge.drain)
 
     async def wait_closed(self) -> None:
         """Wait until the bridge has closed (after shutdown's drain or close_now)."""
-        await self._door.call(self._bridge.wait_closed)
+        if not self._closed:
+            await self._door.call(self._bridge.wait_closed)
 
     async def aclose(self, *, drain: bool = False) -> None:
         """As :meth:`Bridge.aclose`: every accepted prompt gets its receipt, then the engine
-        stops. Ends when the bridge has closed (bounded as under trio)."""
-        await self._door.call(self._bridge.aclose, drain=drain)
+        stops. Ends when the bridge has closed (bounded as under trio); a second call changes nothing."""
+        if not self._closed:
+            await self._door.call(self._bridge.aclose, drain=drain)
 
     async def signals(self, max_buffer: int = 1000) -> AsyncIterator[dict[str, Any]]:
         """Every notification from now on; ends when the bridge has closed."""

@@ -59,7 +59,13 @@ async def open_bridge(
     def opener() -> AbstractAsyncContextManager[Bridge]:
         return _open_on_trio(profile, journal=journal, config=config, drain_on_exit=drain_on_exit, collect=collect)
 
-    if sniffio.current_async_library() == "asyncio":
+    try:
+        library = sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        raise RuntimeError(
+            "open_bridge (and query) run inside an async function under trio.run(main) or asyncio.run(main())"
+        ) from None
+    if library == "asyncio":
         from bridge.live.aio import open_on_asyncio
 
         async with open_on_asyncio(opener) as on_asyncio:

@@ -125,6 +125,7 @@ class Bridge(Steering):
         self.config = config
         self.journal = journal
         self._t0 = trio.current_time()
+        self._last_now = 0.0
         self._token = trio.lowlevel.current_trio_token()
         #: Who hears what the bridge says (:mod:`bridge.live.notifications`).
         self._heard = Notifications()
@@ -230,7 +231,13 @@ class Bridge(Steering):
     # -- clock ---------------------------------------------------------------------
 
     def now(self) -> float:
-        return trio.current_time() - self._t0
+        """Seconds since the bridge opened; after its trio run ended (asyncio, once the block
+        is over: :mod:`bridge.live.aio`), the last time it read."""
+        try:
+            self._last_now = trio.current_time() - self._t0
+        except RuntimeError:
+            pass
+        return self._last_now
 
     # -- controller API ----------------------------------------------------------------
 
@@ -584,9 +591,14 @@ class Bridge(Steering):
         the order of the doors."""
         if not trio.lowlevel.in_trio_task():
             # Called from asyncio code (the bridge as trio's guest: bridge.live.aio): handed to
-            # trio, in order, and driven there.
-            self._token.run_sync_soon(self._drive_in_trio, door)
-            return
+            # trio, in order, and driven there. Once the guest run has ended the bridge has
+            # closed and nothing waits on it: its closed lifecycle answers here and now (a
+            # prompt is rejected ``closing``, as under trio).
+            try:
+                self._token.run_sync_soon(self._drive_in_trio, door)
+                return
+            except trio.RunFinishedError:
+                pass
         self._drive_in_trio(door)
 
     def _drive_in_trio(self, door: Callable[[], list[Action]]) -> None:
