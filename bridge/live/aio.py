@@ -91,6 +91,16 @@ class _Door:
         except trio.RunFinishedError:
             pass
 
+    async def read_out(self, recv: trio.MemoryReceiveChannel[T]) -> AsyncIterator[T]:
+        """A handle's channel, read until it ends, then closed. The channel itself, not the trio
+        handle's generator: a trio async generator made outside trio would be finalized by the
+        wrong library's hooks."""
+        try:
+            async for item in self.items(recv.receive):
+                yield item
+        finally:
+            self.soon(recv.close)
+
     async def items(self, receive: Callable[[], Awaitable[T]]) -> AsyncIterator[T]:
         """What a trio channel's ``receive`` gives, one call each, until it ends."""
         while True:
@@ -127,23 +137,13 @@ class AsyncioPromptHandle:
 
     async def text(self) -> AsyncIterator[str]:
         """The reply text as it streams (``stream=True``). Ends at the receipt."""
-        # The channel itself, not the trio handle's generator: a trio async generator made
-        # outside trio would be finalized by the wrong library's hooks.
-        recv = self._handle.text_channel()
-        try:
-            async for piece in self._door.items(recv.receive):
-                yield piece
-        finally:
-            self._door.soon(recv.close)
+        async for piece in self._door.read_out(self._handle.text_channel()):
+            yield piece
 
     async def events(self) -> AsyncIterator[ProgressEvent]:
         """What the engine does for this prompt (``events=True``). Ends at the receipt."""
-        recv = self._handle.events_channel()
-        try:
-            async for event in self._door.items(recv.receive):
-                yield event
-        finally:
-            self._door.soon(recv.close)
+        async for event in self._door.read_out(self._handle.events_channel()):
+            yield event
 
     async def messages(self) -> AsyncIterator[Message]:
         """Its events as they happen, then its receipt (``events=True``). Ends after the receipt."""

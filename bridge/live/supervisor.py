@@ -88,7 +88,7 @@ from bridge.core.supervision import (
     Text,
 )
 from bridge.live.engine import Engine, EngineGone
-from bridge.live.engines import EngineSide
+from bridge.live.engines import Door, EngineSide
 from bridge.live.handles import Dialog, DialogError, Pending, PromptHandle
 from bridge.live.journal import Journal
 from bridge.live.notifications import Notifications
@@ -140,7 +140,7 @@ class Bridge(Steering):
         )
         self._handles: dict[str, Pending] = {}
         #: Doors waiting their turn while actions are carried out (:meth:`_drive`).
-        self._doors: collections.deque[Callable[[], list[Action]]] = collections.deque()
+        self._doors: collections.deque[Door] = collections.deque()
         self._stepping = False
         self._changed = trio.Event()
         self._closed = trio.Event()
@@ -584,7 +584,7 @@ class Bridge(Steering):
         """Give the supervision an input the lifecycle takes as it is (:meth:`_drive`)."""
         self._drive(lambda: self.supervision.feed(event, self.now()))
 
-    def _drive(self, door: Callable[[], list[Action]]) -> None:
+    def _drive(self, door: Door) -> None:
         """Call one of the supervision's doors and carry out the actions it returns, in order.
         A door called while actions are carried out (a prompt that could not be written, a
         listener that stops a prompt) waits its turn: steps never nest, and their order is
@@ -601,7 +601,7 @@ class Bridge(Steering):
                 pass
         self._drive_in_trio(door)
 
-    def _drive_in_trio(self, door: Callable[[], list[Action]]) -> None:
+    def _drive_in_trio(self, door: Door) -> None:
         self._doors.append(door)
         if self._stepping:
             return
