@@ -14,8 +14,17 @@ from tests.conftest import ROOT
 
 def test_the_docs_site_builds_strict(tmp_path: Path) -> None:
     p = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "docs" / "mkdocs.yml"),
-         "--site-dir", str(tmp_path / "site")],
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "-f",
+            str(ROOT / "docs" / "mkdocs.yml"),
+            "--site-dir",
+            str(tmp_path / "site"),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
