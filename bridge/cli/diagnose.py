@@ -16,8 +16,9 @@ def add_parser(sub: Subcommands) -> None:
         "aborted-without-stop, gaps, non-started dispositions, seal diagnostics, failed seal checks, "
         "engine exits and engine-down), each pending / delivery-unknown / outcome-unknown receipt, each "
         "run the bridge stopped itself (failed: timeout, closing or stalled), each rejected/config receipt, each "
-        "extension dialog, and a journal that could not be written "
-        "or ends before the bridge closed: what happened, the observations around it, the slot's state, the "
+        "extension dialog, a journal that could not be written "
+        "or ends before the bridge closed, and each place the journal contradicts itself (replay --check's "
+        "rules): what happened, the observations around it, the slot's state, the "
         "likely causes and what to check; then a summary. Exit 0 when the file was read, 2 when it is not a "
         "readable transcript.",
     )

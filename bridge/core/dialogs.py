@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from bridge.core.events import Diagnostic
+
 #: The methods that block the extension until answered.
 DIALOG_METHODS: Final = frozenset({"select", "confirm", "input", "editor"})
 #: The fire-and-forget methods (passed on as ``ui`` notifications).
@@ -133,3 +135,18 @@ def check_answer(
             more = f" and {len(options) - 10} more" if len(options) > 10 else ""
             return None, f"{value[:200]!r} is not one of the dialog's options ({shown}{more})"
     return {"value": value}, None
+
+
+def diagnostic_of(kind: str, value: dict[str, Any], idx: int) -> Diagnostic:
+    """The seal diagnostic of an ``extension_ui_request`` or ``extension_error`` at ``idx``: for a
+    dialog, the cancelling answer the bridge writes when no controller takes dialogs."""
+    if kind == "extension_ui_request":
+        method = value.get("method")
+        detail = {"method": method, "id": value.get("id")}
+        answer = None
+        if isinstance(method, str) and method in DIALOG_METHODS and value.get("id") is not None:
+            answer = {"type": "extension_ui_response", "id": value.get("id"), "cancelled": True}
+        fields = ui_fields(method, value) if isinstance(method, str) else {}
+        return Diagnostic("extension-ui", idx, detail, answer, fields)
+    error = value.get("error")
+    return Diagnostic("extension-error", idx, {"error": str(error)[:500] if error is not None else None})

@@ -67,7 +67,7 @@ from typing import Any, Final
 
 import orjson
 
-from bridge.core.dialogs import DIALOG_METHODS, ui_fields
+from bridge.core.dialogs import diagnostic_of
 from bridge.core.events import (
     NO_EVENTS,
     Acked,
@@ -97,7 +97,7 @@ from bridge.core.framing import (
 )
 from bridge.core.progress import EVENT_LINES, TextEvent, ThinkingEvent, delta_of, translate
 from bridge.core.prompts import PromptState, add_signal, message_text, run_deltas
-from bridge.core.receipts import Facts, GiveUpWhy, Receipt, Times, decide, exit_words
+from bridge.core.receipts import Facts, GiveUpWhy, Receipt, Times, Verdict, decide, exit_words
 from bridge.core.steering import EngineConfig
 from bridge.core.tracker import Overlap, Settled, Tracker, Working
 from bridge.core.words import Reason, RequestId, Signal, StopBy
@@ -495,13 +495,24 @@ class Session:
             prompt = PromptState(request)
         elif prompt.receipt is not None:
             return events
+        self._conclude(prompt, self._give_up_facts(prompt, why), t, events)
+        return events
+
+    def give_up_verdicts(self, request: RequestId) -> frozenset[Verdict]:
+        """Every ``(state, reason)`` a give-up of ``request`` could decide now, its evidence as
+        it stands: what a journal's recorded receipt may be when the evidence decided nothing
+        (``bridge replay --check``). Empty when the prompt is not open or already decided."""
+        prompt = self.open.get(request)
+        if prompt is None or prompt.receipt is not None:
+            return frozenset()
+        whys: tuple[GiveUpWhy, ...] = ("ack", "settle", "taint", "exited")
+        return frozenset(decide(self._give_up_facts(prompt, why)) for why in whys)
+
+    def _give_up_facts(self, prompt: PromptState, why: GiveUpWhy) -> Facts:
         taint = self.taint if prompt is self.held or prompt in self._displaced else None
         if why == "exited":
-            facts = Facts(exited=True, taint=taint, working=prompt.working_idx is not None)
-        else:
-            facts = Facts(gave_up=why, taint=taint, working=prompt.working_idx is not None)
-        self._conclude(prompt, facts, t, events)
-        return events
+            return Facts(exited=True, taint=taint, working=prompt.working_idx is not None)
+        return Facts(gave_up=why, taint=taint, working=prompt.working_idx is not None)
 
     def stderr(self, text: str) -> None:
         """A line the engine wrote to stderr (kept for ``engine-exited`` receipts)."""
@@ -778,17 +789,7 @@ class Session:
                 held.reply = text
 
     def _diagnostic(self, kind: str, value: dict[str, Any], idx: int) -> Diagnostic:
-        if kind == "extension_ui_request":
-            method = value.get("method")
-            detail = {"method": method, "id": value.get("id")}
-            answer = None
-            if isinstance(method, str) and method in DIALOG_METHODS and value.get("id") is not None:
-                answer = {"type": "extension_ui_response", "id": value.get("id"), "cancelled": True}
-            fields = ui_fields(method, value) if isinstance(method, str) else {}
-            diag = Diagnostic("extension-ui", idx, detail, answer, fields)
-        else:
-            error = value.get("error")
-            diag = Diagnostic("extension-error", idx, {"error": str(error)[:500] if error is not None else None})
+        diag = diagnostic_of(kind, value, idx)
         if self.held is not None and not (self.dialogs and kind == "extension_ui_request"):
             add_signal(self.held, diag.to_json())
         return diag

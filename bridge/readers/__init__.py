@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import sys
+from typing import Any
 
 
 def write_stdout(data: bytes) -> None:
@@ -22,3 +23,12 @@ def write_stdout(data: bytes) -> None:
         if not n:
             raise OSError(errno.EIO, "stdout took nothing of a write")
         view = view[n:]
+
+
+def hashable(value: Any) -> bool:
+    """Whether ``value`` can be a dict key (a journal may hold any JSON as an id)."""
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True

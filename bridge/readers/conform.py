@@ -56,11 +56,31 @@ def first_difference(want: Any, got: Any, path: str = "$") -> str | None:
         for i, (a, b) in enumerate(zip(want, got)):
             d = first_difference(a, b, f"{path}[{i}]")
             if d:
-                return d
+                about = _about(a) or _about(b)
+                return f"{d} ({about})" if about and "(" not in d else d
         if len(want) != len(got):
-            return f"{path}: expected {len(want)} items, got {len(got)}"
+            extra, which = (got[len(want)], "unexpected") if len(got) > len(want) else (want[len(got)], "missing")
+            about = _about(extra)
+            return f"{path}: expected {len(want)} items, got {len(got)}" + (
+                f"; first {which}: {about}" if about else ""
+            )
         return None
     return None if want == got else f"{path}: expected {_short(want)}, got {_short(got)}"
+
+
+def _about(item: Any) -> str:
+    """Which prompt and observation a replay item is about (a signal, a settlement, a receipt), in
+    words: ``O1 at #16 for p2``; empty for anything else."""
+    if not isinstance(item, dict):
+        return ""
+    what = item.get("signal") or item.get("state") or ""
+    idx = next((item[k] for k in ("idx", "settleIdx", "ackIdx") if isinstance(item.get(k), int)), None)
+    words = str(what)
+    if idx is not None:
+        words += f" at #{idx}"
+    if "request" in item:
+        words += f" for {item['request']}"
+    return words.strip()
 
 
 def _short(value: Any) -> str:

@@ -53,7 +53,7 @@ class TranscriptReader:
         try:
             head = loads(first)
         except (ValueError, UnicodeDecodeError) as e:
-            raise TranscriptError(path, 1, f"header is not JSON ({e})") from None
+            raise TranscriptError(path, 1, f"not a pi-bridge transcript: its first line is not JSON ({e})") from None
         if not isinstance(head, dict) or head.get("transcript") != MAGIC:
             raise TranscriptError(path, 1, 'not a pi-bridge transcript (header lacks "transcript": "pi-bridge")')
         version = head.get("version")

@@ -22,8 +22,10 @@ from bridge.core.receipts import Receipt
 from bridge.core.session import Session
 from bridge.core.tracker import Overlap, Tracker, Working
 from bridge.core.words import Cause, Signal
+from bridge.readers import hashable
+from bridge.readers.check import Checker, Contradiction
 from bridge.readers.diagnose import journal
-from bridge.readers.diagnose.facts import Facts, Tally, hashable
+from bridge.readers.diagnose.facts import Facts, Tally
 from bridge.readers.diagnose.findings import MAX_FINDINGS, Finding, Window, Words
 from bridge.readers.diagnose.receipts import BRIDGE_STOPS, ReceiptAt, explained, receipt_words
 from bridge.readers.diagnose.render import Item, describe, item_json, short
@@ -50,6 +52,8 @@ class Diagnoser:
         self.facts = Facts(header)
         self.tally = Tally()
         self.driver = Driver(Session(header.clearing, collect=False, dialogs=header.dialogs), bounded=True)
+        #: ``bridge replay --check``'s rules: where the journal contradicts itself.
+        self.checker = Checker(self.driver)
         self.findings: list[Finding] = []
         self.dropped_findings = 0
         self.timeline = Timeline() if timeline else None
@@ -103,7 +107,11 @@ class Diagnoser:
         displaced, displaced_snap = self._displacing(value) if is_prompt else (None, {})
         tracker_before = session.tracker
         current_before = tracker_before.current
+        contradictions = self.checker.before(entry)
         events = self.driver.feed(entry)
+        contradictions += self.checker.after(entry)
+        for c in contradictions:
+            self._contradiction(c, entry, item)
         if is_prompt:
             self.tally.prompts_sent += 1
             if self.timeline is not None:
@@ -479,6 +487,12 @@ class Diagnoser:
         kw = {**base, "title": words.title, "explanation": words.text, "detail": detail, "causes": words.causes}
         kw = {**kw, "related": words.related, "stderr": self.facts.stderr_json()}
         self.facts.journal_end = self._add(kw, None, after=False)
+
+    def _contradiction(self, c: Contradiction, entry: Entry, item: Item) -> None:
+        """A place where the journal's evidence and its recorded receipts disagree."""
+        self.tally.count("contradiction")
+        base = {**self._base(entry, "contradiction", kind="journal"), "idx": c.idx, "request": c.request}
+        self._add_words(base, journal.contradiction_words(c), item, detail=c.to_json())
 
     def _journal_signal(self, entry: Entry) -> None:
         """A signal the live bridge journalled: a better why for a gap, its seal-check action, or engine-down."""

@@ -18,6 +18,7 @@ from typing import Any, Final
 import attrs
 
 from bridge.core.receipts import Usage
+from bridge.readers import hashable
 from bridge.readers.diagnose.findings import Finding
 from bridge.readers.diagnose.render import CLOSING_WORDS, Item, fmt_t, short
 from bridge.transcript import Header
@@ -32,15 +33,6 @@ CLOSING_KEPT: Final = 4
 #: A prompt's ``configure`` / ``configured`` notes remembered by request, for a ``rejected``/``config``
 #: receipt (it follows them within its prompt's story, so the latest few are enough).
 CONFIGS_KEPT: Final = 256
-
-
-def hashable(value: Any) -> bool:
-    """Whether ``value`` can be a dict key (a journal may hold any JSON as an id)."""
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
 
 
 @attrs.define

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from bridge.readers.check import Contradiction
 from bridge.readers.diagnose import causes
 from bridge.readers.diagnose.facts import Facts
 from bridge.readers.diagnose.findings import Words
@@ -156,3 +157,25 @@ def dialog_words(opened: dict[str, Any] | None, end: dict[str, Any]) -> Words:
     if end.get("by") == "engine-exit":
         text = text.replace("Exactly one extension_ui_response went", "No extension_ui_response could go")
     return Words(f"dialog {dialog} ({method}): {said}", text)
+
+
+#: What a contradiction's kind means, in a finding's title.
+CONTRADICTION_TITLES: Final = {
+    "receipt-differs": "the journal contradicts itself: {request}'s recorded receipt is not what its evidence gives",
+    "answer-to-unsent": "the journal contradicts itself: a response answers a command it never sent",
+    "receipt-without-send": "the journal contradicts itself: {request} has a delivered receipt and no send",
+}
+
+
+def contradiction_words(c: Contradiction) -> Words:
+    """One of ``bridge replay --check``'s contradictions as a finding's words."""
+    text = (
+        f"{c.words}. A live bridge decides every receipt from the evidence it journals (or, after a "
+        "deadline, from no more than it), so a journal it wrote whole agrees with itself: this one was "
+        "edited, cut in the middle, merged from two, or written by a bridge with a bug."
+    )
+    cause = {
+        "cause": "entries removed or changed by hand or by a tool, or two journals joined",
+        "check": "bridge replay --check on the original file; the lines named here",
+    }
+    return Words(CONTRADICTION_TITLES[c.kind].format(request=c.request), text, [cause])

@@ -1,0 +1,188 @@
+"""``bridge replay --check``: does a journal agree with itself?
+
+A live bridge's journal holds two accounts of every prompt: the *evidence* (each command the
+bridge wrote, each line it read, each exit) and the *receipt* it recorded when it decided. Replay
+decides from the evidence, as the live bridge did, and takes a recorded receipt only where the
+evidence cannot decide (a give-up after a deadline: the time is not in the evidence). A journal
+whose two accounts disagree was edited, cut, or written by a bridge with a bug; this module names
+each place they disagree, by prompt and observation index:
+
+``receipt-differs``
+    The evidence decides prompt P (``state``, ``reason``) and the journal recorded another; or the
+    evidence decided nothing by P's release and the recorded receipt is none of the give-ups the
+    evidence allows (:meth:`bridge.core.session.Session.give_up_verdicts`).
+``answer-to-unsent``
+    A response at observation #N answers a command id the journal never sent.
+``receipt-without-send``
+    A recorded receipt says P reached the engine (a state other than ``rejected``, an ack or a
+    run) while the journal never sent P: the send is missing from the journal.
+
+A sent prompt with no recorded receipt is not one of them: a prompt written by hand
+(``send_raw``, unsealing on purpose) is journaled as any send and never gets a receipt.
+
+The rules use only the journal: the same file always gives the same findings.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+import attrs
+
+from bridge.core.receipts import Verdict
+from bridge.core.session import Session
+from bridge.core.wire import Wire, form
+from bridge.core.words import State
+from bridge.readers import hashable
+from bridge.readers.replay import Driver
+from bridge.transcript import Entry, open_transcript
+
+Kind = Literal["receipt-differs", "answer-to-unsent", "receipt-without-send"]
+KINDS: Final[tuple[Kind, ...]] = ("receipt-differs", "answer-to-unsent", "receipt-without-send")
+
+
+@form()
+@attrs.frozen
+class Contradiction(Wire):
+    """One place where a journal's evidence and its recorded receipts disagree."""
+
+    kind: Kind
+    #: The prompt it is about (None for an answer to a command that was neither a prompt nor a
+    #: stop the journal's ``stop`` notes tie to one).
+    request: Any
+    #: The observation index it is about (None when the journal has none to name).
+    idx: int | None
+    #: The journal's line number (1 is the header).
+    line: int
+    #: What is wrong, in words.
+    words: str
+
+
+def _verdict(state: Any, reason: Any) -> str:
+    return f"{state} ({reason})" if reason else str(state)
+
+
+def check(path: str) -> list[Contradiction]:
+    """Every contradiction in the journal at ``path``, in the order the journal shows them.
+    Raises :class:`~bridge.transcript.TranscriptError` for a file that is not a transcript."""
+    stream, reader = open_transcript(path)
+    with stream:
+        driver = Driver(Session(reader.header.clearing, dialogs=reader.header.dialogs), bounded=True)
+        checker = Checker(driver)
+        found: list[Contradiction] = []
+        for entry in reader.skipping_updates():
+            found += checker.before(entry)
+            driver.feed(entry)
+            found += checker.after(entry)
+        return found
+
+
+class Checker:
+    """The rules, entry by entry, beside a :class:`~bridge.readers.replay.Driver` that someone
+    else feeds (``replay --check`` here; ``bridge diagnose``, whose findings these become): call
+    :meth:`before` with each entry before the driver reads it and :meth:`after` once it has.
+    Memory: a set of the command ids sent, and the stops' prompts (bounded like the driver)."""
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+        self._commands: set[Any] = set()
+        #: A stop's id (and its clear_queue's) -> its prompt, from the journal's stop notes.
+        self._stops: dict[Any, Any] = {}
+
+    def before(self, entry: Entry) -> list[Contradiction]:
+        kind, value, driver = entry.kind, entry.value, self.driver
+        if not isinstance(value, (dict, str)):
+            return []
+        if kind == "send" and isinstance(value, dict) and hashable(value.get("id")):
+            self._commands.add(value.get("id"))
+        elif (
+            kind == "note" and isinstance(value, dict) and value.get("event") == "stop" and hashable(value.get("stop"))
+        ):
+            stop = value.get("stop")
+            self._stops[stop] = self._stops[f"{stop}:clear"] = value.get("request")
+        elif kind == "release" and hashable(value):
+            found = _at_release(driver.session, driver, value, entry.line)
+            return [found] if found is not None else []
+        elif kind == "receipt" and isinstance(value, dict) and _delivered_unsent(value, driver):
+            return [
+                Contradiction(
+                    "receipt-without-send",
+                    value.get("request"),
+                    value.get("ackIdx"),
+                    entry.line,
+                    f"the journal records {_verdict(value.get('state'), value.get('reason'))} for "
+                    f"{value.get('request')}, a prompt it never sent",
+                )
+            ]
+        return []
+
+    def after(self, entry: Entry) -> list[Contradiction]:
+        value = entry.value
+        if entry.kind != "recv" or not isinstance(value, dict) or value.get("type") != "response":
+            return []
+        rid = value.get("id")
+        if rid is None or not hashable(rid) or rid in self._commands:
+            return []
+        idx = self.driver.session.tracker.idx
+        return [
+            Contradiction(
+                "answer-to-unsent",
+                rid if rid in self.driver.sent_ids else self._stops.get(rid),
+                idx,
+                entry.line,
+                f"the {value.get('command')!s} response at #{idx} answers {rid!r}, a command the journal never sent",
+            )
+        ]
+
+
+def _delivered_unsent(recorded: dict[str, Any], driver: Driver) -> bool:
+    """A recorded receipt that says its prompt reached the engine, for a prompt never sent."""
+    request = recorded.get("request")
+    if not hashable(request) or request in driver.sent_ids:
+        return False
+    return recorded.get("state") != State.REJECTED or recorded.get("ackIdx") is not None or bool(recorded.get("run"))
+
+
+def _at_release(session: Session, driver: Driver, request: Any, line: int) -> Contradiction | None:
+    """Before ``request``'s release is fed: its evidence's receipt against the recorded one."""
+    recorded = driver.recorded.get(request)
+    prompt = session.open.get(request)
+    if recorded is None or prompt is None:
+        return None
+    said: Verdict = (recorded.get("state"), recorded.get("reason"))  # type: ignore[assignment]
+    if prompt.receipt is not None:
+        got = prompt.receipt
+        if (got.state, got.reason) == said:
+            return None
+        idx = got.settle_idx if got.settle_idx is not None else session.tracker.idx
+        return Contradiction(
+            "receipt-differs",
+            request,
+            idx,
+            line,
+            f"the journal records {_verdict(*said)} for {request}; its evidence gives "
+            f"{_verdict(got.state, got.reason)} at #{idx}",
+        )
+    allowed = session.give_up_verdicts(request)
+    if said in allowed:
+        return None
+    words = ", ".join(sorted(_verdict(*v) for v in allowed))
+    return Contradiction(
+        "receipt-differs",
+        request,
+        session.tracker.idx,
+        line,
+        f"the journal records {_verdict(*said)} for {request}; its evidence decides nothing by its "
+        f"release at #{session.tracker.idx}, and a give-up there gives only {words}",
+    )
+
+
+def format_check(path: str, found: list[Contradiction]) -> str:
+    """The check's account of one file, for people."""
+    if not found:
+        return f"{path}: intact (the evidence gives every recorded receipt)"
+    lines = [f"{path}: {len(found)} contradiction" + ("s" if len(found) != 1 else "")]
+    for c in found:
+        where = f"#{c.idx}" if c.idx is not None else "-"
+        lines.append(f"  {c.kind:<21} {c.request!s:<10} {where:<7} line {c.line}: {c.words}")
+    return "\n".join(lines)

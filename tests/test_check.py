@@ -1,0 +1,155 @@
+"""``bridge replay --check`` and diagnose's ``contradiction`` findings: a journal whose recorded
+receipts are not what its evidence gives, or whose responses answer commands it never sent, is
+named by prompt and observation; every journal the project recorded is intact.
+
+The edited journals are made the way the issue found them: the bridge's ``clear_queue``/``abort``
+for a stop deleted from a real Pi journal; a give-up receipt changed by hand in a journal the
+live bridge writes here (the fake engine never acks); a receipt added for a prompt never sent.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.readers.check import check
+from tests.conftest import FIXTURES, ROOT
+from tests.helpers_live import fake_engine_argv
+
+REAL = FIXTURES / "pi-1.6.0" / "stopped_mid_stream.jsonl"
+
+
+def bridge(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bridge", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+
+
+def lines_of(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def write(path: Path, entries: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    return path
+
+
+def without_the_stops_sends(tmp_path: Path) -> tuple[Path, dict[str, int]]:
+    """The real journal with the bridge's clear_queue and abort sends deleted; and the observation
+    index of each response that now answers nothing, by its id."""
+    entries = [e for e in lines_of(REAL) if not ("send" in e and e["send"].get("type") in ("clear_queue", "abort"))]
+    answers = {
+        e["recv"]["id"]: e["i"]
+        for e in entries
+        if "recv" in e and e["recv"].get("type") == "response" and str(e["recv"].get("id")).startswith("stop-")
+    }
+    return write(tmp_path / "edited.jsonl", entries), answers
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.rglob("*.jsonl")), ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_every_recorded_journal_and_fixture_is_intact(path: Path) -> None:
+    assert check(str(path)) == []
+
+
+def test_a_real_journal_with_its_stop_deleted_names_the_prompt_and_the_observations(tmp_path: Path) -> None:
+    edited, answers = without_the_stops_sends(tmp_path)
+    assert set(answers) == {"stop-1", "stop-1:clear"}
+    found = check(str(edited))
+    differs = [c for c in found if c.kind == "receipt-differs"]
+    assert [c.request for c in differs] == ["p1"]
+    assert "records failed (interrupted)" in differs[0].words and "gives outcome-unknown (overlap)" in differs[0].words
+    unsent = sorted((c.idx, c.request) for c in found if c.kind == "answer-to-unsent")
+    assert unsent == sorted((i, "p1") for i in answers.values())
+
+    done = bridge("replay", "--check", str(edited))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "p1" in done.stdout and f"#{answers['stop-1']}" in done.stdout
+
+    original = bridge("replay", "--check", str(REAL))
+    assert original.returncode == 0, original.stdout + original.stderr
+    assert "intact" in original.stdout
+
+
+def test_check_json_is_one_line_per_file_and_a_bad_file_exits_2(tmp_path: Path) -> None:
+    edited, _ = without_the_stops_sends(tmp_path)
+    models = tmp_path / "models.json"
+    models.write_text('{\n  "providers": {}\n}\n')
+    done = bridge("replay", "--check", "--json", str(REAL), str(edited), str(models))
+    assert done.returncode == 2
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [len(r.get("contradictions", ())) for r in rows[:2]] == [0, 3]
+    assert "not a pi-bridge transcript" in rows[2]["error"]
+
+
+def test_a_give_up_receipt_changed_by_hand_is_not_what_the_evidence_allows(tmp_path: Path) -> None:
+    """The live bridge gives up on an engine that never acks (delivery-unknown, no-ack): intact.
+    The same journal saying ``finished`` contradicts its evidence, which decided nothing."""
+    journal = tmp_path / "noack.jsonl"
+    engine = fake_engine_argv({"defaults": {"no_ack": True, "hang": True}})
+    done = bridge("run", "--journal", str(journal), "--ack-timeout", "0.5", "hello", "--", *engine)
+    assert done.returncode == 1, done.stderr
+    assert check(str(journal)) == []
+
+    entries = lines_of(journal)
+    for e in entries:
+        if "receipt" in e:
+            assert (e["receipt"]["state"], e["receipt"]["reason"]) == ("delivery-unknown", "no-ack")
+            e["receipt"].update(state="finished", reason=None)
+    found = check(str(write(tmp_path / "finished.jsonl", entries)))
+    assert [(c.kind, c.request) for c in found] == [("receipt-differs", "p1")]
+    assert "delivery-unknown (no-ack)" in found[0].words
+
+
+def test_a_delivered_receipt_for_a_prompt_never_sent(tmp_path: Path) -> None:
+    entries = lines_of(REAL)
+    at = next(n for n, e in enumerate(entries) if "receipt" in e)
+    ghost = {**entries[at]["receipt"], "request": "p9"}
+    entries.insert(at, {"receipt": ghost, "t": entries[at]["t"]})
+    found = check(str(write(tmp_path / "ghost.jsonl", entries)))
+    assert [(c.kind, c.request, c.line) for c in found] == [("receipt-without-send", "p9", at + 1)]
+
+
+def test_diagnose_raises_a_contradiction_finding_for_each(tmp_path: Path) -> None:
+    edited, answers = without_the_stops_sends(tmp_path)
+    done = bridge("diagnose", "--json", str(edited))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    found = [f for f in report["findings"] if f["signal"] == "contradiction"]
+    assert sorted((f["detail"]["kind"], f["request"]) for f in found) == [
+        ("answer-to-unsent", "p1"),
+        ("answer-to-unsent", "p1"),
+        ("receipt-differs", "p1"),
+    ]
+    assert sorted(f["idx"] for f in found if f["detail"]["kind"] == "answer-to-unsent") == sorted(answers.values())
+    assert report["summary"]["signals"]["contradiction"] == 3
+    original = json.loads(bridge("diagnose", "--json", str(REAL)).stdout)
+    assert not [f for f in original["findings"] if f["signal"] == "contradiction"]
+
+
+def test_conform_names_the_prompt_and_the_observation(tmp_path: Path) -> None:
+    edited, _ = without_the_stops_sends(tmp_path)
+    folder = tmp_path / "fixtures"
+    folder.mkdir()
+    (folder / "x.jsonl").write_bytes(edited.read_bytes())
+    (folder / "x.expected.json").write_text(REAL.with_name("stopped_mid_stream.expected.json").read_text())
+    done = bridge("conform", str(folder))
+    assert done.returncode == 1
+    assert "expected 0 items, got 2; first unexpected: O5 at #" in done.stdout and "for p1" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "content", ['{\n  "providers": {}\n}\n', "hello world\n", '{"a": 1}\n'], ids=["models.json", "text", "json"]
+)
+def test_a_file_that_is_not_a_journal_is_called_that_in_one_line(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "f"
+    path.write_text(content)
+    for command in ("diagnose", "replay"):
+        done = bridge(command, str(path))
+        assert done.returncode == 2
+        assert done.stdout == ""
+        assert done.stderr.count("\n") == 1 and "not a pi-bridge transcript" in done.stderr, done.stderr
