@@ -108,13 +108,7 @@ _SIGNAL_NAMES = {int(s): s.name for s in signal_module.Signals}
 
 
 class Bridge(Steering):
-    """Supervises one engine for one controller. Build it with :func:`bridge.live.api.open_bridge`.
-
-    Every accepted prompt gets exactly one receipt. Prompts wait in a bounded FIFO
-    (``BridgeConfig.queue_max``) and are written one at a time, while no other prompt holds
-    the engine; the awaited calls return at once unless their docstring says what they wait
-    for. The steering calls (:meth:`configure`, :meth:`new_conversation`, :meth:`compact`,
-    :meth:`models`) come from :class:`~bridge.live.steering.Steering`."""
+    """Supervises one engine for one controller. Build it with :func:`bridge.live.api.open_bridge`."""
 
     def __init__(
         self,
@@ -264,8 +258,7 @@ class Bridge(Steering):
         model: str | None = None,
         thinking: str | None = None,
     ) -> PromptHandle:
-        """Accept a prompt; returns at once with its handle (the parameters, and what it
-        raises, are :meth:`submit_nowait`'s)."""
+        """Accept a prompt; returns at once with its handle (:meth:`submit_nowait` says the rest)."""
         return self.submit_nowait(
             message,
             request=request,
@@ -293,40 +286,24 @@ class Bridge(Steering):
         model: str | None = None,
         thinking: str | None = None,
     ) -> PromptHandle:
-        """Accept a prompt; returns at once. It always gets a receipt (maybe at once: a rejection).
-
-        A full queue, a closing bridge or a down engine give the handle an immediate
-        ``rejected`` receipt (``queue-full``, ``closing``, ``engine-down``), not an exception.
+        """Accept a prompt; returns at once. It always gets a receipt (maybe at once: a rejection,
+        ``queue-full``, ``closing`` or ``engine-down``, not an exception).
 
         Args:
-            message: The prompt's text, sent intact whatever it holds (newlines, U+2028, NUL).
-            request: Its id (default: ``p1``, ``p2``, ...): a non-empty string not in use.
-            stream: Give its reply text on :meth:`PromptHandle.text
-                <bridge.live.handles.PromptHandle.text>` as it arrives.
-            timeout: Seconds from its write to its settle; past it the bridge stops the run
-                (``failed``/``timeout``). None: the config's ``settle_timeout``.
-            images: Images for the prompt, each ``{"type": "image", "data": BASE64,
-                "mimeType": "image/png"}``, checked before it is accepted.
-            events: Give what the engine does for it on :meth:`PromptHandle.events
-                <bridge.live.handles.PromptHandle.events>` (:mod:`bridge.core.progress`).
-            stall_timeout: Seconds the run may show nothing while it waits on the model;
-                past it the bridge stops it (``failed``/``stalled``). None: the config's;
-                0: none.
-            provider: The model's provider (with ``model``), over :meth:`configure`'s.
+            message: The prompt's text, sent intact whatever it holds.
+            request: Its id (default ``p1``, ``p2``, ...): a non-empty string not in use.
+            stream: Its reply text on :meth:`PromptHandle.text <bridge.live.handles.PromptHandle.text>`.
+            timeout: Seconds from its write to its settle, then the bridge stops it (``failed``/``timeout``).
+            images: Pi's ``{"type": "image", "data": BASE64, "mimeType": "image/png"}`` dicts.
+            events: What the engine does for it on :meth:`PromptHandle.events <bridge.live.handles.PromptHandle.events>`.
+            stall_timeout: Seconds its run may show nothing while it waits on the model (None: the bridge's; 0: none).
+            provider: With ``model``: the model it runs with, verified before it is written.
             model: The model id (with ``provider``), or ``"provider/id"`` alone.
-            thinking: The thinking level (``off``, ``minimal``, ``low``, ``medium``,
-                ``high``, ``xhigh``, ``max``). The model and level are applied and verified
-                before the prompt is written (``rejected``/``config`` when they cannot be).
-
-        Returns:
-            The prompt's handle.
+            thinking: The thinking level (``off``, ``minimal``, ``low``, ``medium``, ``high``, ``xhigh``, ``max``).
 
         Raises:
-            TypeError: ``message`` is not a str, ``stream`` or ``events`` not a bool,
-                ``images`` not a list (nothing is accepted).
-            ValueError: A used or empty ``request``, a bad ``timeout`` or
-                ``stall_timeout``, a bad image, a model without its provider, an unknown
-                thinking level (nothing is accepted)."""
+            TypeError: A message that is not text, a bad ``stream``/``events``/``images`` (nothing is accepted).
+            ValueError: A used or empty id, a bad timeout or image, a lone model, an unknown level (likewise)."""
         if not isinstance(message, str):
             raise TypeError(f"message must be a str, not {type(message).__name__}")
         for name, flag in (("stream", stream), ("events", events)):
@@ -384,10 +361,7 @@ class Bridge(Steering):
         first, as :meth:`stop` does: nobody holds its handle, so nobody else could, and a run
         left going would hold the slot from the prompts after it. The receipt still comes
         (to :meth:`signals` and the journal). To stop waiting but let a prompt run, use
-        :meth:`submit` and the handle.
-
-        Returns:
-            The prompt's receipt."""
+        :meth:`submit` and the handle."""
         handle = self.submit_nowait(
             message,
             request=request,
@@ -408,18 +382,9 @@ class Bridge(Steering):
 
     async def stop(self, request: str) -> str | None:
         """Stop a prompt; returns at once (the abort is queued for the engine's writer).
-
         A queued one is rejected (``cancelled``) without touching the engine; the held one
-        gets an ``abort`` (its receipt: ``failed``/``interrupted``, or ``outcome-unknown``/
-        ``settle-timeout`` when the engine does not obey within ``stop_grace``). A prompt that
-        already has its receipt, or an id the bridge does not know, is left alone.
-
-        Args:
-            request: The prompt's id.
-
-        Returns:
-            The id of the stop sent for it (the one already sent, if one was, whoever sent
-            it), or None when no abort was sent (queued, settled or unknown)."""
+        gets an ``abort``. Returns the abort's id (the stop already sent, if one was, whoever
+        sent it), or None: a settled or unknown prompt is left alone."""
         self._feed(Stop(request))
         return self._stop_answers.pop(request, None)
 
@@ -452,13 +417,11 @@ class Bridge(Steering):
 
     @property
     def receipts_issued(self) -> int:
-        """How many receipts this bridge has settled."""
         return self.lifecycle.state.receipts
 
     @property
     def down_reason(self) -> str | None:
-        """Why the engine is down (it will not be started again: every prompt is
-        ``rejected``/``engine-down``), or None."""
+        """Why the engine is down (every prompt ``rejected``/``engine-down``), or None."""
         return self.lifecycle.state.down
 
     @property
@@ -468,7 +431,6 @@ class Bridge(Steering):
 
     @property
     def generation(self) -> int:
-        """The current engine's generation: the Nth engine this bridge started (0: none yet)."""
         return self.lifecycle.state.engine.generation
 
     @property
@@ -477,11 +439,7 @@ class Bridge(Steering):
         return self.journal.failed if self.journal is not None else None
 
     def status(self) -> dict[str, Any]:
-        """What runs, as ``bridge serve`` answers ``status``: ``engine`` (``pid``,
-        ``generation``, ``alive``, ``sealed``, ``down``), ``held`` (the prompt holding the
-        engine, or None), ``queued`` (ids, in order), ``receipts`` (how many settled),
-        ``journal`` (its path, or None), ``shutdown`` (True after :meth:`shutdown`) and
-        ``closing`` (why the bridge closes, or None)."""
+        """What runs: what ``bridge serve`` answers a ``status`` with (``engine``, ``held``, ``queued``, ...)."""
         st = self.lifecycle.state
         engine = self.engine
         return {

@@ -339,21 +339,10 @@ def _escape_key(key: str) -> str:
 
 @attrs.define
 class PiProfile:
-    """The sealed, pinned Pi: the default engine (the seal's rules: :mod:`bridge.profiles.seal`;
-    the docs' "The seal and its sources").
-
-    An attrs record: give any field by keyword, ``PiProfile(provider="openai",
-    model="gpt-4o", api_key_env="OPENAI_API_KEY")``. ``pi_dir``: the Pi install (default:
-    ``$PI_BRIDGE_PI_DIR``, else the checkout's ``tools/pi``); ``allow_other_version``: run an
-    install whose version is not the pin; ``provider`` and ``model``: the model to run (the
-    start-up check verifies Pi offers it and runs it); ``env_allowlist``: the only inherited
-    environment names the engine gets (``--env-allow``); ``name``: the engine's name in the
-    journal. The other fields say what they are below.
-
-    Nothing is checked or made until the bridge opens (:meth:`prepare`), which raises
-    :class:`~bridge.profiles.command.ProfileError` for a profile that cannot run: a missing
-    install or another version, a provider without its model, a key without a provider, an
-    unset ``api_key_env``, a sandbox that cannot be set up."""
+    """The sealed, pinned Pi, the default engine (the rules: :mod:`bridge.profiles.seal`): give any
+    field by keyword. Nothing is checked until the bridge opens (:meth:`prepare`), which raises
+    :class:`~bridge.profiles.command.ProfileError` for a profile that cannot run (a missing or
+    other install, a provider without its model, a key without a provider)."""
 
     pi_dir: str | None = None
     allow_other_version: bool = False
@@ -789,17 +778,8 @@ class PiOptions(TypedDict, total=False):
 
 
 def scripted_profile(models_json: str, **kw: Unpack[PiOptions]) -> PiProfile:
-    """The sealed, pinned Pi against the project's scripted model server, for offline runs
-    (tests, the demo, CI): provider ``scripted``, model ``scripted-model``, and fast retries.
-
-    Args:
-        models_json: The ``models.json`` naming the server (``python tools/model_server.py
-            --write-models DIR`` starts it on 127.0.0.1 and writes ``DIR/models.json``).
-        **kw: Any other of :class:`PiProfile`'s fields (``settings`` replaces the fast
-            retries).
-
-    Returns:
-        The profile."""
+    """The sealed, pinned Pi against the scripted model server (``bridge.demo.model_server``), with
+    fast retries; ``kw``: any other of :class:`PiProfile`'s fields (``settings`` replaces the retries)."""
     opts: dict[str, Any] = {
         "provider": "scripted",
         "model": "scripted-model",
