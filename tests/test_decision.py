@@ -1,7 +1,8 @@
-"""The decision table: README "How a receipt is decided", row by row, against `decide`.
+"""The decision table: the docs' "How a receipt is decided" (docs/pages/design/receipts.md),
+row by row, against `decide`.
 
-The README's table is read here, so the table and the code cannot drift: every
-row has examples that must land on it (with the receipt the README gives), and
+The page's table is read here, so the table and the code cannot drift: every
+row has examples that must land on it (with the receipt the page gives), and
 examples where several rows match check that the earlier row wins.
 """
 
@@ -14,13 +15,13 @@ import pytest
 
 from bridge.core.receipts import REASONS, Facts, decide
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "pages" / "design" / "receipts.md"
 
 
-def readme_rows() -> dict[int, tuple[str, str]]:
-    """Row number -> (when, receipt) as the README writes them."""
-    text = README.read_text(encoding="utf-8")
-    section = text.split("### How a receipt is decided", 1)[1].split("\n## ", 1)[0]
+def table_rows() -> dict[int, tuple[str, str]]:
+    """Row number -> (when, receipt) as the page's table writes them."""
+    text = PAGE.read_text(encoding="utf-8")
+    section = text.split("\n## The table\n", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
         m = re.match(r"\|\s*(\d+)\s*\|(.*?)\|(.*?)\|(.*)\|\s*$", line)
@@ -30,7 +31,7 @@ def readme_rows() -> dict[int, tuple[str, str]]:
 
 
 #: (row, facts, expected receipt). The expected receipt is also checked against
-#: the README's receipt column (its words in backticks, in order).
+#: the page's receipt column (its words in backticks, in order).
 EXAMPLES: list[tuple[int, Facts, tuple[str, str | None]]] = [
     (1, Facts(unsent="queue-full"), ("rejected", "queue-full")),
     (1, Facts(unsent="closing", taint="overlap", exited=True), ("rejected", "closing")),
@@ -73,8 +74,8 @@ EXAMPLES: list[tuple[int, Facts, tuple[str, str | None]]] = [
 ]
 
 
-def test_the_readme_table_has_every_row_and_only_those() -> None:
-    assert sorted(readme_rows()) == list(range(1, 13))
+def test_the_table_has_every_row_and_only_those() -> None:
+    assert sorted(table_rows()) == list(range(1, 13))
     assert {row for row, _, _ in EXAMPLES} == set(range(1, 13))
 
 
@@ -85,9 +86,9 @@ def test_decide_follows_the_table_row_by_row(row: int, facts: Facts, expected: t
     assert decide(facts) == expected
     state, reason = expected
     assert reason in REASONS[state]
-    when, receipt = readme_rows()[row]
+    when, receipt = table_rows()[row]
     words = re.findall(r"`([^`]+)`", receipt)
-    # The README's receipt column names the state (or stands for it with a letter)
+    # The page's receipt column names the state (or stands for it with a letter)
     # and, where it is fixed, the reason.
     if words:
         assert words[0] == state

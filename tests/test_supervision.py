@@ -318,7 +318,7 @@ def world(tmp_path: Path) -> Any:
 
 
 # --------------------------------------------------------------------------
-# The decision table (README "How a receipt is decided"), row by row, through the supervision
+# The decision table (docs/pages/design/receipts.md), row by row, through the supervision
 
 
 def test_a_prompt_is_written_once_the_engine_runs_and_finishes_on_its_own_runs_settle(world: Any) -> None:

@@ -83,7 +83,8 @@ _USAGE_NAMES: Final = {"cache_read": "cacheRead", "cache_write": "cacheWrite", "
 
 @attrs.frozen
 class Times:
-    """Seconds since the bridge started, as the trio layer saw them."""
+    """A receipt's ``times``: seconds since the bridge started, as the trio layer saw them
+    (None: that moment did not come)."""
 
     submitted: float | None = None
     sent: float | None = None
@@ -106,8 +107,11 @@ class Usage(Wire):
 
     input: int = 0
     output: int = 0
+    #: Wire: ``cacheRead``.
     cache_read: int = 0
+    #: Wire: ``cacheWrite``.
     cache_write: int = 0
+    #: Wire: ``totalTokens``.
     total_tokens: int = 0
     cost: float = 0.0
     messages: int = 0
@@ -173,29 +177,44 @@ class Receipt(Wire):
     ``to_json()`` is the wire form, a dict ready for ``json.dumps`` (camelCase keys:
     ``native_error`` is ``nativeError``, ``ack_idx`` ``ackIdx``, ...)."""
 
-    #: None only in replay, for a journal's prompt that had no id.
+    #: The prompt's id (wire: ``request``). None only in replay, for a journal's prompt that
+    #: had no id.
     request: RequestId | None
+    #: What became of the prompt (wire: ``state``).
     state: State
+    #: Why (wire: ``reason``); None for ``finished`` and a plain ``failed``.
     reason: Reason | None = None
-    #: The id of the stop that aborted the run (the controller's, or the bridge's own
-    #: ``timeout-N`` / ``closing-N``).
+    #: The id of the first stop sent for the prompt while it was held (wire: ``stop``): the
+    #: controller's, or the bridge's own (``timeout-N``, ``closing-N``, ...); None if none was.
     stop: RequestId | None = None
+    #: The engine's own error text for a ``failed`` run, or the engine's exit and its last
+    #: stderr lines (wire: ``nativeError``).
     native_error: str | None = None
+    #: The tracker's id of the prompt's run, ``run-N`` (wire: ``run``).
     run: str | None = None
-    #: The final assistant reply text of the slot's own run, when there is one.
+    #: The final assistant reply text of the slot's own run, when there is one (wire: ``reply``).
     reply: str | None = None
+    #: The observation index of the prompt's ack (wire: ``ackIdx``).
     ack_idx: int | None = None
+    #: The observation index at which the model got the prompt (wire: ``workingIdx``).
     working_idx: int | None = None
+    #: The observation index of the settle that decided the receipt (wire: ``settleIdx``).
     settle_idx: int | None = None
+    #: The ack's ``data.disposition``: ``started`` under the seal (wire: ``disposition``).
     disposition: str | None = None
-    #: Overlap, gap and seal signals seen while the slot was held.
+    #: Overlap, gap and seal signals seen while the slot was held, as their JSON objects (at
+    #: most 100, then a ``more-signals-not-kept`` marker; wire: ``signals``).
     signals: tuple[dict[str, Any], ...] = ()
+    #: When it was submitted, sent, acked, working and settled (wire: ``times``).
     times: Times = Times()
+    #: The engine process's pid (wire: ``pid``).
     pid: int | None = None
+    #: The engine's generation: the Nth engine this bridge started (wire: ``generation``).
     generation: int | None = None
-    #: Tokens and cost of the run (None: the prompt had no run of its own).
+    #: Tokens and cost of the run (None: the prompt had no run of its own; wire: ``usage``).
     usage: Usage | None = None
-    #: The model and thinking level the engine was verified to run it with (None: not known).
+    #: The model and thinking level the engine was verified to run it with (None: not known;
+    #: wire: ``config``).
     config: EngineConfig | None = None
 
     def __attrs_post_init__(self) -> None:
@@ -218,13 +237,14 @@ class Receipt(Wire):
 # --------------------------------------------------------------------------
 # The decision table: the one place a receipt's state and reason are decided.
 #
-# The evidence half (bridge/core/session.py) and the lifecycle (bridge/core/lifecycle.py)
+# The evidence half (bridge/core/session.py) and the lifecycle (bridge/core/lifecycle/)
 # each know some of a prompt's story; whichever learns the *trigger* (the slot's
 # run settled, the engine refused or exited, a deadline passed, the prompt was
 # never written) gathers what is known into :class:`Facts` and asks
 # :func:`decide`. The rows are tried in order; the first that matches decides.
-# README "How a receipt is decided" is this table in words, row by row, with the
-# reasons for its order; tests/test_decision.py checks every row.
+# The docs' "How a receipt is decided" (docs/pages/design/receipts.md) is this table in
+# words, row by row, with the reasons for its order; tests/test_decision.py reads it from
+# there and checks every row.
 
 #: Who sent the stop linked to a prompt, and the reason its aborted run gets.
 STOP_REASONS: Final[dict[StopBy, Reason]] = {
@@ -272,8 +292,8 @@ class Facts:
 
 
 def decide(f: Facts) -> Verdict:
-    """The receipt's ``(state, reason)`` for what is known: README "How a receipt
-    is decided", row by row (the first row that matches decides). Raises
+    """The receipt's ``(state, reason)`` for what is known: the docs' "How a receipt
+    is decided" (docs/pages/design/receipts.md), row by row (the first row that matches decides). Raises
     ValueError when nothing in ``f`` is a trigger (a bug in the caller)."""
     if f.unsent is not None:  # row 1: never written
         return State.REJECTED, f.unsent

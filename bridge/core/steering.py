@@ -89,7 +89,7 @@ class EngineConfig(Wire):
     model: str | None
     thinking: str | None
     #: The thinking level asked for, when the model does not offer it and Pi clamped it
-    #: (``thinking`` is what it runs with); None otherwise.
+    #: (``thinking`` is what it runs with); None otherwise. Wire: ``thinkingAsked``.
     thinking_asked: str | None = None
 
     @classmethod

@@ -38,7 +38,10 @@ THINKING_LEVELS: Final = ("off", "minimal", "low", "medium", "high", "xhigh", "m
 
 
 class State(StrEnum):
-    """What became of a prompt (SPEC §5)."""
+    """What became of a prompt: a receipt's ``state``. A member is its word
+    (``State.FINISHED == "finished"``), and prints as it. Which reasons go with which state:
+    :data:`bridge.core.receipts.REASONS`; how one is decided: the docs' "How a receipt is
+    decided"."""
 
     FINISHED = "finished"
     FAILED = "failed"
@@ -50,7 +53,9 @@ class State(StrEnum):
 
 
 class Reason(StrEnum):
-    """Why a receipt has its state. The seed's words first, then the bridge's."""
+    """Why a receipt has its state: a receipt's ``reason`` (None for ``finished`` and a plain
+    ``failed``). A member is its word (``Reason.NO_ACK == "no-ack"``). The reference
+    tracker's words first, then the bridge's."""
 
     # failed
     INTERRUPTED = "interrupted"

@@ -48,12 +48,42 @@ async def open_bridge(
     why), and what the block gets is :class:`~bridge.live.aio.AsyncioBridge`, with the same
     calls, whose handles, dialogs and channels are asyncio's.
 
-    ``journal``: True for a new file in the default location, a path (refused if it exists), or
-    False/None for none. The engine's private folders (its key) are removed however this ends.
-    ``collect``: keep the tracker's outputs in ``bridge.session`` (``overlaps``, ``working``,
-    ``settled``), as replay does; memory then grows with the stream (tools that compare the
-    live bridge with replay use it).
-    Raises :class:`~bridge.profiles.command.ProfileError` when the engine can't be prepared.
+    Leaving the block closes the bridge however it is left (its end, an exception, a
+    cancellation, Ctrl-C): the running prompt is stopped (``failed``/``closing``), queued
+    ones are rejected (``closing``), the engine is stopped, every receipt is settled and
+    journaled, and the engine's private folders (its key) are removed. What the block raises
+    comes out of it as raised, not wrapped in the bridge's own exception group. The exit ends
+    when the bridge has closed (bounded by the close's graces and a backstop).
+
+    Args:
+        profile: The engine: :class:`~bridge.profiles.pi.PiProfile` (the sealed, pinned Pi),
+            :func:`~bridge.profiles.pi.scripted_profile` (it, against the scripted model
+            server) or :class:`~bridge.profiles.command.CommandProfile` (any argv speaking
+            the same JSONL).
+        journal: True (the default) for a new file in the default folder
+            (``$PI_BRIDGE_JOURNAL_DIR``, else ``$XDG_STATE_HOME/pi-bridge/journals``, else
+            ``~/.local/state/pi-bridge/journals``); a path, which must not exist yet; False or
+            None for no journal.
+        config: Limits and timeouts (:class:`~bridge.core.lifecycle.config.BridgeConfig`;
+            default: its defaults).
+        drain_on_exit: At the block's normal end, wait until every accepted prompt has its
+            receipt before closing (default: the running prompt is stopped).
+        collect: Keep the tracker's outputs in ``bridge.session`` (``overlaps``, ``working``,
+            ``settled``), as replay does; memory then grows with the stream (tools that
+            compare the live bridge with replay use it).
+
+    Yields:
+        The open bridge: a :class:`~bridge.live.supervisor.Bridge` under trio, an
+        :class:`~bridge.live.aio.AsyncioBridge` under asyncio.
+
+    Raises:
+        ProfileError: The engine cannot be prepared (a missing Pi install, a version other
+            than the pin, a ``PiProfile(provider=...)`` without its ``model``, a sandbox that
+            cannot be set up); the message says how to fix it.
+        JournalError: The journal cannot be created or its header written (a path that
+            exists is refused).
+        ValueError: ``journal`` is neither a boolean, None nor a non-empty path.
+        RuntimeError: Called outside ``trio.run`` or ``asyncio.run``.
     """
 
     def opener() -> AbstractAsyncContextManager[Bridge]:
@@ -168,22 +198,50 @@ async def query(
     model: str | None = None,
     thinking: str | None = None,
 ) -> AsyncIterator[Message]:
-    """One prompt, in one call: a bridge is opened on ``engine`` (default: the sealed, pinned
-    Pi, ``PiProfile()``), the prompt is sent, and what comes of it is yielded as it happens --
-    text and thinking deltas, tool calls, retries, turns (:mod:`bridge.core.progress`) -- and
-    its :class:`~bridge.core.receipts.Receipt` last; then the bridge closes (the engine reaped,
-    its private folders removed). Under trio and asyncio alike. Leaving the loop early stops
-    the prompt (its receipt is still journaled). ``journal``, ``config`` as
-    :func:`open_bridge`; ``timeout``, ``images``, ``provider``, ``model``, ``thinking`` as
-    :meth:`Bridge.submit <bridge.live.supervisor.Bridge.submit>`. Ends after the receipt.
+    """One prompt, in one call: open a bridge, send the prompt, yield what comes of it, close.
 
-    ::
+    A bridge is opened on ``engine``, the prompt is sent, and what comes of it is yielded as it
+    happens -- text and thinking deltas, tool calls, retries, turns
+    (:mod:`bridge.core.progress`) -- and its :class:`~bridge.core.receipts.Receipt` last;
+    then the bridge closes (the engine reaped, its private folders removed). Under trio and
+    asyncio alike. Leaving the loop early closes the bridge, which stops the prompt
+    (``failed``/``closing``, journaled); ``contextlib.aclosing(query(...))`` does it at once.
+    Ends after the receipt.
 
-        async for message in bridge.query("Explain this repo"):
+    Args:
+        prompt: The prompt's text.
+        engine: The engine profile (default: ``PiProfile()``, the sealed, pinned Pi).
+        journal: As :func:`open_bridge`'s (default: a new file in the default folder).
+        config: As :func:`open_bridge`'s.
+        timeout: Seconds from the prompt's write to its settle; past it the bridge stops the
+            run (``failed``/``timeout``). None: no limit.
+        images: Images for the prompt, each ``{"type": "image", "data": BASE64,
+            "mimeType": "image/png"}``.
+        provider: The provider of the model to run it with (with ``model``).
+        model: The model id (with ``provider``), or ``"provider/id"`` alone.
+        thinking: The thinking level (``off``, ``minimal``, ``low``, ``medium``, ``high``,
+            ``xhigh``, ``max``).
+
+    Yields:
+        Each :data:`~bridge.live.handles.Message`: the prompt's events as they happen, then
+        its receipt, last.
+
+    Raises:
+        ProfileError: As :func:`open_bridge`.
+        JournalError: As :func:`open_bridge`.
+        TypeError: A bad argument, as :meth:`Bridge.submit_nowait
+            <bridge.live.supervisor.Bridge.submit_nowait>` raises it.
+        ValueError: A bad argument, as :meth:`Bridge.submit_nowait
+            <bridge.live.supervisor.Bridge.submit_nowait>` raises it.
+
+    Example:
+        ```python
+        async for message in query("Explain this repo"):
             if isinstance(message, TextEvent):
                 print(message.delta, end="")
             elif isinstance(message, Receipt):
                 print(message)
+        ```
     """
     async with open_bridge(engine if engine is not None else PiProfile(), journal=journal, config=config) as bridge:
         handle = await bridge.submit(

@@ -66,7 +66,8 @@ class PromptHandle:
         return self._prompt.receipt
 
     async def text(self) -> AsyncGenerator[str, None]:
-        """The reply text as it streams (``submit(..., stream=True)``). Ends at the receipt."""
+        """The reply text as it streams (``submit(..., stream=True)``). Ends at the receipt.
+        Raises RuntimeError for a prompt submitted without ``stream``, or read a second time."""
         async with self.text_channel() as recv:
             async for piece in recv:
                 yield piece
@@ -74,7 +75,8 @@ class PromptHandle:
     async def events(self) -> AsyncGenerator[ProgressEvent, None]:
         """What the engine does for this prompt, as it happens (``submit(..., events=True)``):
         :mod:`bridge.core.progress`'s records (``event.to_json()`` is the JSON ``bridge
-        serve`` writes). Ends at the receipt."""
+        serve`` writes). Ends at the receipt. Raises RuntimeError for a prompt submitted
+        without ``events``, or read a second time."""
         async with self.events_channel() as recv:
             async for event in recv:
                 yield event

@@ -38,9 +38,15 @@ class Steering:
     def configure(self, *, provider: str | None = None, model: str | None = None, thinking: str | None = None) -> None:
         """The model (``provider`` and ``model`` together) and thinking level for the prompts
         submitted from now on; what is left None stays as it was. Applied to the engine, and
-        verified, before each such prompt is written. Raises ValueError as :meth:`submit`, and
-        RuntimeError once no prompt can follow (:attr:`no_prompt_follows`), as the other two
-        steering calls do: it would change nothing."""
+        verified, before each such prompt is written; a prompt's own ``provider``, ``model``
+        and ``thinking`` go over these. Returns at once.
+
+        Raises:
+            ValueError: A model without its provider, an unknown thinking level (as
+                :meth:`~bridge.live.supervisor.Bridge.submit_nowait`).
+            RuntimeError: No prompt can follow (after :meth:`~bridge.live.supervisor.Bridge.shutdown`,
+                or once the bridge closes: :attr:`no_prompt_follows`), as the other two
+                steering calls do: it would change nothing."""
         wanted = Wanted(provider, model, thinking)
         self._steerable("configure")
         self._feed(Configure(wanted))
@@ -67,7 +73,14 @@ class Steering:
         ``name``, ``reasoning``, ``contextWindow``, ``maxTokens``, ``input`` each. Asked
         through the lifecycle (an engine is started for it if none runs). Ends when the engine
         answers, or with :class:`EngineQuestionError` when it cannot (down, closing, no answer
-        within ``ack_timeout``, or a refusal)."""
+        within ``ack_timeout``, or a refusal).
+
+        Returns:
+            One dict per model the engine offers.
+
+        Raises:
+            EngineQuestionError: The engine is down, the bridge closes, no answer came within
+                ``ack_timeout``, or the engine refused the question."""
         token = f"ask-{next(self._ask_ids)}"
         done = self._asks[token] = trio.Event()
         self._feed(Ask(token, {"type": "get_available_models"}))
@@ -86,7 +99,10 @@ class Steering:
     def new_conversation(self) -> None:
         """Start a new conversation before the next prompt is written: Pi's ``new_session``
         (verified, with a ``get_state`` after it), or a fresh engine where Pi cancels it.
-        RuntimeError once no prompt can follow."""
+        Prompts already submitted keep the old conversation. Returns at once.
+
+        Raises:
+            RuntimeError: No prompt can follow (after shutdown, or while the bridge closes)."""
         self._steerable("new_conversation")
         self._feed(NewConversation())
 
@@ -95,7 +111,11 @@ class Steering:
         ``instructions`` if given) before the next prompt submitted is written. How it went is
         a ``compacted`` notice (:meth:`signals`); a refusal (Pi's "Nothing to compact") does not
         stop the prompt. A :meth:`new_conversation` asked for the same prompt makes it moot.
-        RuntimeError once no prompt can follow."""
+        Returns at once.
+
+        Raises:
+            TypeError: ``instructions`` is not a str.
+            RuntimeError: No prompt can follow (after shutdown, or while the bridge closes)."""
         if instructions is not None and not isinstance(instructions, str):
             raise TypeError(f"instructions must be a str, not {type(instructions).__name__}")
         self._steerable("compact")

@@ -258,7 +258,7 @@ class Bridge(Steering):
         model: str | None = None,
         thinking: str | None = None,
     ) -> PromptHandle:
-        """Accept a prompt; returns at once (:meth:`submit_nowait` says the rest)."""
+        """Accept a prompt; returns at once with its handle (:meth:`submit_nowait` says the rest)."""
         return self.submit_nowait(
             message,
             request=request,
@@ -286,15 +286,24 @@ class Bridge(Steering):
         model: str | None = None,
         thinking: str | None = None,
     ) -> PromptHandle:
-        """Accept a prompt; returns at once. It always gets a receipt (maybe at once: a rejection).
+        """Accept a prompt; returns at once. It always gets a receipt (maybe at once: a rejection,
+        ``queue-full``, ``closing`` or ``engine-down``, not an exception).
 
-        ``stream``: its reply text on :meth:`PromptHandle.text`; ``events``: what the engine
-        does for it on :meth:`PromptHandle.events`; ``timeout``: seconds to its settle;
-        ``stall_timeout``: seconds the run may stay quiet while it waits on the model (None:
-        the bridge's; 0: none); ``provider`` and ``model`` (together), ``thinking``: what it
-        runs with, applied and verified before it is written (over :meth:`configure`'s).
-        Raises TypeError / ValueError (and accepts nothing) for a message that is not text, a
-        used or empty id, a bad timeout, a model without its provider or an unknown level."""
+        Args:
+            message: The prompt's text, sent intact whatever it holds.
+            request: Its id (default ``p1``, ``p2``, ...): a non-empty string not in use.
+            stream: Its reply text on :meth:`PromptHandle.text <bridge.live.handles.PromptHandle.text>`.
+            timeout: Seconds from its write to its settle, then the bridge stops it (``failed``/``timeout``).
+            images: Pi's ``{"type": "image", "data": BASE64, "mimeType": "image/png"}`` dicts.
+            events: What the engine does for it on :meth:`PromptHandle.events <bridge.live.handles.PromptHandle.events>`.
+            stall_timeout: Seconds its run may show nothing while it waits on the model (None: the bridge's; 0: none).
+            provider: With ``model``: the model it runs with, verified before it is written.
+            model: The model id (with ``provider``), or ``"provider/id"`` alone.
+            thinking: The thinking level (``off``, ``minimal``, ``low``, ``medium``, ``high``, ``xhigh``, ``max``).
+
+        Raises:
+            TypeError: A message that is not text, a bad ``stream``/``events``/``images`` (nothing is accepted).
+            ValueError: A used or empty id, a bad timeout or image, a lone model, an unknown level (likewise)."""
         if not isinstance(message, str):
             raise TypeError(f"message must be a str, not {type(message).__name__}")
         for name, flag in (("stream", stream), ("events", events)):
@@ -345,8 +354,8 @@ class Bridge(Steering):
         model: str | None = None,
         thinking: str | None = None,
     ) -> Receipt:
-        """Submit (the parameters are :meth:`submit_nowait`'s) and wait for the receipt. Ends
-        when it comes (it always does).
+        """Submit (the parameters, and what it raises, are :meth:`submit_nowait`'s) and wait
+        for the receipt. Ends when it comes (it always does).
 
         Cancelled while it waits (``trio.move_on_after`` around it, say), it stops the prompt
         first, as :meth:`stop` does: nobody holds its handle, so nobody else could, and a run
@@ -373,10 +382,9 @@ class Bridge(Steering):
 
     async def stop(self, request: str) -> str | None:
         """Stop a prompt; returns at once (the abort is queued for the engine's writer).
-        A queued one is rejected (``cancelled``) without touching the engine; the
-        held one gets an ``abort`` whose id is returned (the stop already sent, if
-        one was, whoever sent it). A prompt that already has its receipt is left
-        alone (None)."""
+        A queued one is rejected (``cancelled``) without touching the engine; the held one
+        gets an ``abort``. Returns the abort's id (the stop already sent, if one was, whoever
+        sent it), or None: a settled or unknown prompt is left alone."""
         self._feed(Stop(request))
         return self._stop_answers.pop(request, None)
 
@@ -404,6 +412,7 @@ class Bridge(Steering):
         return self.lifecycle.knows(request)
 
     def get_receipt(self, request: str) -> Receipt | None:
+        """``request``'s receipt if it is among the last ``RECENT_IDS`` settled, else None."""
         return self.lifecycle.state.recent.get(request)
 
     @property
@@ -412,10 +421,12 @@ class Bridge(Steering):
 
     @property
     def down_reason(self) -> str | None:
+        """Why the engine is down (every prompt ``rejected``/``engine-down``), or None."""
         return self.lifecycle.state.down
 
     @property
     def closing(self) -> bool:
+        """True from the moment closing began (nothing unwritten is written any more)."""
         return self.lifecycle.state.closing is not None
 
     @property
@@ -428,6 +439,7 @@ class Bridge(Steering):
         return self.journal.failed if self.journal is not None else None
 
     def status(self) -> dict[str, Any]:
+        """What runs: what ``bridge serve`` answers a ``status`` with (``engine``, ``held``, ``queued``, ...)."""
         st = self.lifecycle.state
         engine = self.engine
         return {

@@ -339,7 +339,10 @@ def _escape_key(key: str) -> str:
 
 @attrs.define
 class PiProfile:
-    """The sealed, pinned Pi (the rules: :mod:`bridge.profiles.seal`)."""
+    """The sealed, pinned Pi, the default engine (the rules: :mod:`bridge.profiles.seal`): give any
+    field by keyword. Nothing is checked until the bridge opens (:meth:`prepare`), which raises
+    :class:`~bridge.profiles.command.ProfileError` for a profile that cannot run (a missing or
+    other install, a provider without its model, a key without a provider)."""
 
     pi_dir: str | None = None
     allow_other_version: bool = False
@@ -775,8 +778,8 @@ class PiOptions(TypedDict, total=False):
 
 
 def scripted_profile(models_json: str, **kw: Unpack[PiOptions]) -> PiProfile:
-    """A profile for offline runs against :mod:`bridge.demo.model_server` (fast retries, NOTES §4);
-    ``kw``: any other of :class:`PiProfile`'s fields (``settings`` replaces the fast retries)."""
+    """The sealed, pinned Pi against the scripted model server (``bridge.demo.model_server``), with
+    fast retries; ``kw``: any other of :class:`PiProfile`'s fields (``settings`` replaces the retries)."""
     opts: dict[str, Any] = {
         "provider": "scripted",
         "model": "scripted-model",
