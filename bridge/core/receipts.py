@@ -67,6 +67,7 @@ Verdict = tuple[State, Reason | None]
 Deadline = Literal["ack", "settle", "taint"]
 #: Why the lifecycle stops waiting for a held prompt's evidence: a deadline, or the engine's exit.
 GiveUpWhy = Literal[Deadline, "exited"]
+GIVE_UP_WHYS: Final[tuple[GiveUpWhy, ...]] = ("ack", "settle", "taint", "exited")
 
 
 #: The receipt's camelCase JSON keys (the engine's protocol's style).

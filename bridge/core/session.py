@@ -97,7 +97,7 @@ from bridge.core.framing import (
 )
 from bridge.core.progress import EVENT_LINES, TextEvent, ThinkingEvent, delta_of, translate
 from bridge.core.prompts import PromptState, add_signal, message_text, run_deltas
-from bridge.core.receipts import Facts, GiveUpWhy, Receipt, Times, Verdict, decide, exit_words
+from bridge.core.receipts import GIVE_UP_WHYS, Facts, GiveUpWhy, Receipt, Times, Verdict, decide, exit_words
 from bridge.core.steering import EngineConfig
 from bridge.core.tracker import Overlap, Settled, Tracker, Working
 from bridge.core.words import Reason, RequestId, Signal, StopBy
@@ -499,14 +499,12 @@ class Session:
         return events
 
     def give_up_verdicts(self, request: RequestId) -> frozenset[Verdict]:
-        """Every ``(state, reason)`` a give-up of ``request`` could decide now, its evidence as
-        it stands: what a journal's recorded receipt may be when the evidence decided nothing
-        (``bridge replay --check``). Empty when the prompt is not open or already decided."""
+        """The ``(state, reason)`` each give-up of ``request`` would decide now (``replay --check``:
+        what a recorded receipt may be when the evidence decided nothing); empty once decided."""
         prompt = self.open.get(request)
         if prompt is None or prompt.receipt is not None:
             return frozenset()
-        whys: tuple[GiveUpWhy, ...] = ("ack", "settle", "taint", "exited")
-        return frozenset(decide(self._give_up_facts(prompt, why)) for why in whys)
+        return frozenset(decide(self._give_up_facts(prompt, why)) for why in GIVE_UP_WHYS)
 
     def _give_up_facts(self, prompt: PromptState, why: GiveUpWhy) -> Facts:
         taint = self.taint if prompt is self.held or prompt in self._displaced else None
