@@ -106,17 +106,20 @@ class Step(TypedDict, total=False):
 
 @attrs.frozen
 class SeenRequest:
-    """One request the server saw, in the order it came."""
+    """One request the server saw, in the order it came.
 
-    #: ``POST`` or ``GET``.
+    Attributes:
+        method: ``POST`` or ``GET``.
+        path: ``/v1/chat/completions``, ``/v1/models``, ...
+        body: The parsed JSON body (None for none, or a body that is not JSON).
+        step: The index of the script step that answered it (None: the default step, or no step).
+        time: When it came (``time.time()``).
+    """
+
     method: str
-    #: ``/v1/chat/completions``, ``/v1/models``, ...
     path: str
-    #: The parsed JSON body (None for none, or a body that is not JSON).
     body: Any
-    #: The index of the script step that answered it (None: the default step, or no step).
     step: int | None
-    #: When it came (``time.time()``).
     time: float
 
     @property
@@ -165,6 +168,10 @@ class ScriptedModel:
         provider: The provider's name in ``models.json``.
         cost: The model's prices per million tokens (``input``, ``output``, ``cacheRead``,
             ``cacheWrite``; default 0), from which Pi computes a reply's cost.
+
+    Attributes:
+        model_id: The model's id.
+        provider: The provider's name.
 
     Raises:
         ValueError: A step is not a JSON object of the keys a :class:`Step` has (at once,
