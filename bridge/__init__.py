@@ -8,7 +8,8 @@ What it raises for a user to catch: :class:`ProfileError` (the engine cannot be 
 :class:`JournalError` (the journal cannot be created or written at open), :class:`EngineQuestionError`
 (``await bridge.models()`` got no answer), :class:`DialogError` (an extension dialog's answer was
 refused); a receipt's :class:`State` and :class:`Reason` are string enums. The package is typed
-(``py.typed``, PEP 561).
+(``py.typed``, PEP 561): what ``open_bridge`` gives is a :class:`BridgeAPI` under trio and
+asyncio alike (its handles :class:`PromptHandleAPI`, its dialogs :class:`DialogAPI`).
 
 The names below are loaded on first use (PEP 562), so ``import bridge.core`` stays pure: it
 pulls in neither trio nor the live layer (tests/test_layers.py).
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
     from bridge.live.handles import Message as Message
     from bridge.live.handles import PromptHandle as PromptHandle
     from bridge.live.journal import JournalError as JournalError
+    from bridge.live.protocols import BridgeAPI as BridgeAPI
+    from bridge.live.protocols import DialogAPI as DialogAPI
+    from bridge.live.protocols import PromptHandleAPI as PromptHandleAPI
     from bridge.live.steering import EngineQuestionError as EngineQuestionError
     from bridge.live.supervisor import Bridge as Bridge
     from bridge.live.supervisor import BridgeConfig as BridgeConfig
@@ -47,16 +51,19 @@ if TYPE_CHECKING:
 #: Where each public name lives.
 _HOMES = {
     "Bridge": "bridge.live.supervisor",
+    "BridgeAPI": "bridge.live.protocols",
     "BridgeClosedError": "bridge.live.aio",
     "BridgeConfig": "bridge.live.supervisor",
     "CommandProfile": "bridge.profiles.command",
     "Dialog": "bridge.live.handles",
+    "DialogAPI": "bridge.live.protocols",
     "DialogError": "bridge.live.handles",
     "EngineQuestionError": "bridge.live.steering",
     "JournalError": "bridge.live.journal",
     "PiProfile": "bridge.profiles.pi",
     "ProfileError": "bridge.profiles.command",
     "PromptHandle": "bridge.live.handles",
+    "PromptHandleAPI": "bridge.live.protocols",
     "Reason": "bridge.core.words",
     "Receipt": "bridge.core.receipts",
     "Sandbox": "bridge.profiles.sandbox",

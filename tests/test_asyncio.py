@@ -352,3 +352,35 @@ def test_open_bridge_outside_an_event_loop_says_where_it_runs(tmp_path: Path) ->
 
     with pytest.raises(RuntimeError, match=r"trio.run\(main\) or asyncio.run\(main\(\)\)"):
         enter()
+
+
+@pytest.mark.parametrize("library", ["asyncio", "trio"])
+def test_a_misspelt_keyword_is_a_type_error_naming_the_call_made(library: str) -> None:
+    """``await bridge.submit("hi", timout=3)`` names ``submit`` (under asyncio it named
+    ``submit_nowait``, which the door passed ``**kw`` to), and nothing is accepted."""
+    import trio
+
+    from bridge import CommandProfile
+
+    engine = CommandProfile([sys.executable, str(ROOT / "tools" / "fake_engine.py")])
+
+    async def main() -> dict[str, str]:
+        said: dict[str, str] = {}
+        async with open_bridge(engine, journal=False) as bridge:
+            for name, call in (("submit", bridge.submit), ("prompt", bridge.prompt)):
+                with pytest.raises(TypeError) as e:
+                    await call("hi", timout=3)  # type: ignore[call-arg]
+                said[name] = str(e.value)
+            with pytest.raises(TypeError) as e:
+                bridge.submit_nowait("hi", timout=3)  # type: ignore[call-arg]
+            said["submit_nowait"] = str(e.value)
+            with pytest.raises(TypeError) as e:
+                bridge.configure(modle="m")  # type: ignore[call-arg]
+            said["configure"] = str(e.value)
+            assert bridge.receipts_issued == 0 and bridge.engine is None and bridge.status()["queued"] == []
+        return said
+
+    said = asyncio.run(main()) if library == "asyncio" else trio.run(main)
+    for name, message in said.items():
+        keyword = "modle" if name == "configure" else "timout"
+        assert message.endswith(f".{name}() got an unexpected keyword argument '{keyword}'"), message

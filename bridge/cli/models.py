@@ -52,12 +52,12 @@ def _cmd_models(args: argparse.Namespace) -> int:
     async def ask() -> list[dict[str, Any]] | str:
         """The models, or why the engine could not say. Ends when the engine answers or cannot
         (bounded by ``--ack-timeout``), and the bridge has closed."""
-        from bridge.live.api import open_bridge
+        from bridge.live.api import open_trio_bridge
         from bridge.live.steering import EngineQuestionError
         from bridge.profiles.command import ProfileError
 
         # A journal only when one is asked for: a question leaves nothing worth keeping.
-        async with open_bridge(profile, journal=args.journal or None, config=bridge_config(args)) as bridge:
+        async with open_trio_bridge(profile, journal=args.journal or None, config=bridge_config(args)) as bridge:
             try:
                 return await bridge.models()
             except EngineQuestionError as e:

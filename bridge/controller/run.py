@@ -75,14 +75,14 @@ class Run:
         its receipt."""
         import trio
 
-        from bridge.live.api import open_bridge
+        from bridge.live.api import open_trio_bridge
 
         # The signals are ours until the bridge has closed and after (the receipts are printed
         # once trio.run returns): one while closing must not kill the process or lose them.
         with closing_signals() as signals:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.closer.watch, signals)
-                async with open_bridge(self.profile, journal=self.journal, config=self.config) as bridge:
+                async with open_trio_bridge(self.profile, journal=self.journal, config=self.config) as bridge:
                     self._opened(bridge)
                     await self._send_all(bridge)
                 self.closer.closed()

@@ -84,7 +84,7 @@ from bridge.controller.messages import (
 from bridge.controller.output import FLUSH_GRACE, Output
 from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
 from bridge.core.wire import converter
-from bridge.live.api import Bridge, BridgeConfig, open_bridge
+from bridge.live.api import Bridge, BridgeConfig, open_trio_bridge
 from bridge.live.handles import DialogError
 from bridge.live.signals import closing_signals
 from bridge.live.steering import EngineQuestionError
@@ -158,7 +158,7 @@ class _Server:
         """Open the bridge and serve the controller. Ends when the bridge has closed and every
         line, ``bye`` last, is written (or dropped: the controller is gone)."""
         try:
-            async with open_bridge(profile, journal=journal, config=config) as bridge:
+            async with open_trio_bridge(profile, journal=journal, config=config) as bridge:
                 self._opened(bridge)
                 await _serve_loop(bridge, self.out, stdin_fd, self.drain_timeout)
         finally:

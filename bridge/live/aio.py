@@ -23,6 +23,10 @@ The rules of the door:
   ``asyncio.run`` turns into a cancellation): the door's calls are cancelled, the bridge closes
   as under trio (every receipt given, the engine reaped, its folders removed), and only then
   does ``async with`` return; a second cancellation while it closes is held until it has.
+- **Every call is written out** (its parameters, its types: :mod:`bridge.live.protocols`, which
+  these classes and the trio ones both satisfy): no ``**kw`` passed on, no ``__getattr__``, so
+  a misspelt keyword is a TypeError naming the call made (``submit``), and a user's mypy sees
+  the same signatures under either library.
 """
 
 from __future__ import annotations
@@ -35,11 +39,16 @@ from typing import Any, TypeVar
 import outcome
 import trio
 
+from bridge.core.lifecycle import BridgeConfig
 from bridge.core.progress import ProgressEvent
 from bridge.core.receipts import Receipt
+from bridge.core.session import Session
+from bridge.live.engine import Engine
 from bridge.live.handles import Dialog, Message, PromptHandle
+from bridge.live.journal import Journal
 from bridge.live.steering import EngineQuestionError
 from bridge.live.supervisor import Bridge
+from bridge.profiles.command import EngineProfile
 
 T = TypeVar("T")
 
@@ -115,18 +124,24 @@ class BridgeClosedError(RuntimeError):
 
 
 class AsyncioPromptHandle:
-    """A submitted prompt, for asyncio code: :class:`~bridge.live.handles.PromptHandle`'s calls."""
+    """A submitted prompt, for asyncio code: :class:`~bridge.live.handles.PromptHandle`'s calls
+    (:class:`~bridge.live.protocols.PromptHandleAPI`)."""
 
     def __init__(self, handle: PromptHandle, door: _Door) -> None:
         self._handle = handle
         self._door = door
 
+    def __repr__(self) -> str:
+        return f"AsyncioPromptHandle({self._handle.request!r})"
+
     @property
     def request(self) -> str:
+        """The prompt's id."""
         return self._handle.request
 
     @property
     def receipt_nowait(self) -> Receipt | None:
+        """The receipt if it has come, else None."""
         return self._handle.receipt_nowait
 
     async def receipt(self) -> Receipt:
@@ -159,14 +174,50 @@ class AsyncioPromptHandle:
 
 
 class AsyncioDialog:
-    """An extension dialog, for asyncio code: :class:`~bridge.live.handles.Dialog`'s fields and calls."""
+    """An extension dialog, for asyncio code: :class:`~bridge.live.handles.Dialog`'s fields and
+    calls (:class:`~bridge.live.protocols.DialogAPI`)."""
 
     def __init__(self, dialog: Dialog, door: _Door) -> None:
         self._dialog = dialog
         self._door = door
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._dialog, name)
+    def __repr__(self) -> str:
+        return f"AsyncioDialog({self._dialog!r})"
+
+    @property
+    def dialog(self) -> str:
+        """The bridge's id for it (``dialog-N``)."""
+        return self._dialog.dialog
+
+    @property
+    def request(self) -> str | None:
+        """The prompt it belongs to, or None."""
+        return self._dialog.request
+
+    @property
+    def method(self) -> str:
+        """``select``, ``confirm``, ``input`` or ``editor``."""
+        return self._dialog.method
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        """Its fields as Pi sent them, bounded."""
+        return self._dialog.fields
+
+    @property
+    def timeout(self) -> float:
+        """Seconds the controller has to answer."""
+        return self._dialog.timeout
+
+    @property
+    def by(self) -> str | None:
+        """Who gave it its response, once ended."""
+        return self._dialog.by
+
+    @property
+    def response(self) -> dict[str, Any] | None:
+        """The response written to the engine, once ended."""
+        return self._dialog.response
 
     async def answer(self, value: str | None = None, *, confirmed: bool | None = None, cancelled: bool = False) -> None:
         """As :meth:`Dialog.answer <bridge.live.handles.Dialog.answer>`. Returns at once."""
@@ -178,18 +229,16 @@ class AsyncioDialog:
 
 
 class AsyncioBridge:
-    """The bridge, for asyncio code. Everything :class:`~bridge.live.supervisor.Bridge` has;
-    its awaitable calls, handles, dialogs and channels here are asyncio's."""
+    """The bridge, for asyncio code: :class:`~bridge.live.supervisor.Bridge`'s calls
+    (:class:`~bridge.live.protocols.BridgeAPI`), each with its parameters written out; its
+    awaitable calls, handles, dialogs and channels here are asyncio's."""
 
     def __init__(self, bridge: Bridge, door: _Door) -> None:
         self._bridge = bridge
         self._door = door
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._bridge, name)
-
-    def __dir__(self) -> list[str]:
-        return sorted({*super().__dir__(), *dir(self._bridge)})
+    def __repr__(self) -> str:
+        return f"AsyncioBridge({self._bridge!r})"
 
     @property
     def _closed(self) -> bool:
@@ -197,20 +246,198 @@ class AsyncioBridge:
         bridge does, here."""
         return self._bridge._finished
 
-    def submit_nowait(self, message: str, **kw: Any) -> AsyncioPromptHandle:
+    # -- what it runs with (read at once) ------------------------------------------------
+
+    @property
+    def profile(self) -> EngineProfile:
+        """The engine profile it was opened on."""
+        return self._bridge.profile
+
+    @property
+    def config(self) -> BridgeConfig:
+        """Its settings."""
+        return self._bridge.config
+
+    @property
+    def journal(self) -> Journal | None:
+        """Its journal, or None."""
+        return self._bridge.journal
+
+    @property
+    def session(self) -> Session:
+        """The evidence so far."""
+        return self._bridge.session
+
+    @property
+    def engine(self) -> Engine | None:
+        """The current engine process (None before the first prompt)."""
+        return self._bridge.engine
+
+    @property
+    def no_prompt_follows(self) -> str | None:
+        """Why no prompt can be submitted any more, or None while one can."""
+        return self._bridge.no_prompt_follows
+
+    @property
+    def receipts_issued(self) -> int:
+        """Receipts given so far."""
+        return self._bridge.receipts_issued
+
+    @property
+    def down_reason(self) -> str | None:
+        """Why the engine is down for good, or None."""
+        return self._bridge.down_reason
+
+    @property
+    def closing(self) -> bool:
+        """The bridge is closing."""
+        return self._bridge.closing
+
+    @property
+    def generation(self) -> int:
+        """How many engines it has started."""
+        return self._bridge.generation
+
+    @property
+    def journal_failed(self) -> str | None:
+        """Why the journal could not be written, or None."""
+        return self._bridge.journal_failed
+
+    def status(self) -> dict[str, Any]:
+        """As :meth:`Bridge.status`."""
+        return self._bridge.status()
+
+    def knows(self, request: str) -> bool:
+        """As :meth:`Bridge.knows`."""
+        return self._bridge.knows(request)
+
+    def get_receipt(self, request: str) -> Receipt | None:
+        """As :meth:`Bridge.get_receipt`."""
+        return self._bridge.get_receipt(request)
+
+    # -- synchronous calls: the bridge's own ----------------------------------------------
+
+    def submit_nowait(
+        self,
+        message: str,
+        *,
+        request: str | None = None,
+        stream: bool = False,
+        timeout: float | None = None,
+        images: list[dict[str, Any]] | None = None,
+        events: bool = False,
+        stall_timeout: float | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+        thinking: str | None = None,
+    ) -> AsyncioPromptHandle:
         """As :meth:`Bridge.submit_nowait`: accepted at once, its checks raise at once."""
-        return AsyncioPromptHandle(self._bridge.submit_nowait(message, **kw), self._door)
+        handle = self._bridge.submit_nowait(
+            message,
+            request=request,
+            stream=stream,
+            timeout=timeout,
+            images=images,
+            events=events,
+            stall_timeout=stall_timeout,
+            provider=provider,
+            model=model,
+            thinking=thinking,
+        )
+        return AsyncioPromptHandle(handle, self._door)
 
-    async def submit(self, message: str, **kw: Any) -> AsyncioPromptHandle:
+    def configure(self, *, provider: str | None = None, model: str | None = None, thinking: str | None = None) -> None:
+        """As :meth:`Bridge.configure`. Returns at once."""
+        self._bridge.configure(provider=provider, model=model, thinking=thinking)
+
+    def new_conversation(self) -> None:
+        """As :meth:`Bridge.new_conversation`. Returns at once."""
+        self._bridge.new_conversation()
+
+    def compact(self, instructions: str | None = None) -> None:
+        """As :meth:`Bridge.compact`. Returns at once."""
+        self._bridge.compact(instructions)
+
+    def shutdown(self, drain_timeout: float | None = None) -> None:
+        """As :meth:`Bridge.shutdown`. Returns at once."""
+        self._bridge.shutdown(drain_timeout)
+
+    def close_now(self, why: str = "close", detail: str | None = None) -> None:
+        """As :meth:`Bridge.close_now`. Returns at once."""
+        self._bridge.close_now(why, detail)
+
+    # -- awaitable calls: trio tasks ------------------------------------------------------
+
+    async def submit(
+        self,
+        message: str,
+        *,
+        request: str | None = None,
+        stream: bool = False,
+        timeout: float | None = None,
+        images: list[dict[str, Any]] | None = None,
+        events: bool = False,
+        stall_timeout: float | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+        thinking: str | None = None,
+    ) -> AsyncioPromptHandle:
         """As :meth:`Bridge.submit`: returns at once."""
-        return self.submit_nowait(message, **kw)
+        return self.submit_nowait(
+            message,
+            request=request,
+            stream=stream,
+            timeout=timeout,
+            images=images,
+            events=events,
+            stall_timeout=stall_timeout,
+            provider=provider,
+            model=model,
+            thinking=thinking,
+        )
 
-    async def prompt(self, message: str, **kw: Any) -> Receipt:
+    async def prompt(
+        self,
+        message: str,
+        *,
+        request: str | None = None,
+        stream: bool = False,
+        timeout: float | None = None,
+        images: list[dict[str, Any]] | None = None,
+        events: bool = False,
+        stall_timeout: float | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+        thinking: str | None = None,
+    ) -> Receipt:
         """Submit and wait for the receipt. Ends when it comes (it always does); cancelled
         while it waits, it stops the prompt."""
         if self._closed:  # rejected ``closing`` at once, as under trio
-            return await self.submit_nowait(message, **kw).receipt()
-        return await self._door.call(self._bridge.prompt, message, **kw)
+            return await self.submit_nowait(
+                message,
+                request=request,
+                stream=stream,
+                timeout=timeout,
+                images=images,
+                events=events,
+                stall_timeout=stall_timeout,
+                provider=provider,
+                model=model,
+                thinking=thinking,
+            ).receipt()
+        return await self._door.call(
+            self._bridge.prompt,
+            message,
+            request=request,
+            stream=stream,
+            timeout=timeout,
+            images=images,
+            events=events,
+            stall_timeout=stall_timeout,
+            provider=provider,
+            model=model,
+            thinking=thinking,
+        )
 
     async def stop(self, request: str) -> str | None:
         """As :meth:`Bridge.stop`: returns at once with the stop's id, or None."""

@@ -16,7 +16,7 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import sniffio
 import trio
@@ -25,11 +25,12 @@ from bridge import __version__
 from bridge.core.lifecycle import BridgeConfig
 from bridge.live.handles import Message, PromptHandle
 from bridge.live.journal import Journal, default_journal_dir, private_dir
+from bridge.live.protocols import BridgeAPI
 from bridge.live.supervisor import Bridge
 from bridge.profiles.command import EngineProfile
 from bridge.profiles.pi import PiProfile
 
-__all__ = ["Bridge", "BridgeConfig", "Message", "PromptHandle", "open_bridge", "query"]
+__all__ = ["Bridge", "BridgeAPI", "BridgeConfig", "Message", "PromptHandle", "open_bridge", "open_trio_bridge", "query"]
 
 
 @asynccontextmanager
@@ -40,13 +41,16 @@ async def open_bridge(
     config: BridgeConfig | None = None,
     drain_on_exit: bool = False,
     collect: bool = False,
-) -> AsyncIterator[Bridge]:
+) -> AsyncIterator[BridgeAPI]:
     """Open a bridge on an engine profile; close it (every receipt settled) on exit.
 
     The same under trio and asyncio: the running library is found (``sniffio``). Under asyncio
     the bridge runs as trio's guest on the asyncio loop (:mod:`bridge.live.aio` says how and
     why), and what the block gets is :class:`~bridge.live.aio.AsyncioBridge`, with the same
-    calls, whose handles, dialogs and channels are asyncio's.
+    calls, whose handles, dialogs and channels are asyncio's. Typed as what both have,
+    :class:`~bridge.live.protocols.BridgeAPI` (every call's parameters written out); trio code
+    that wants the trio class itself (its channels as trio's) opens it with
+    :func:`open_trio_bridge`.
 
     Leaving the block closes the bridge however it is left (its end, an exception, a
     cancellation, Ctrl-C): the running prompt is stopped (``failed``/``closing``), queued
@@ -99,10 +103,36 @@ async def open_bridge(
         from bridge.live.aio import open_on_asyncio
 
         async with open_on_asyncio(opener) as on_asyncio:
-            yield cast(Bridge, on_asyncio)  # the same calls: see AsyncioBridge
+            yield on_asyncio
     else:
         async with opener() as bridge:
             yield bridge
+
+
+@asynccontextmanager
+async def open_trio_bridge(
+    profile: EngineProfile,
+    *,
+    journal: str | Path | bool | None = True,
+    config: BridgeConfig | None = None,
+    drain_on_exit: bool = False,
+    collect: bool = False,
+) -> AsyncIterator[Bridge]:
+    """:func:`open_bridge` under trio, typed as the trio :class:`~bridge.live.supervisor.Bridge`
+    itself: for trio code that uses what only it has (its channels as trio's, the ``listeners``
+    and dialog answering the CLI's controllers use). The parameters, the opening and the close
+    are :func:`open_bridge`'s. Raises RuntimeError, before anything is opened, outside trio."""
+    try:
+        library = sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        library = None
+    if library != "trio":
+        raise RuntimeError("open_trio_bridge runs under trio.run(main); open_bridge runs under asyncio too")
+    async with open_bridge(
+        profile, journal=journal, config=config, drain_on_exit=drain_on_exit, collect=collect
+    ) as bridge:
+        assert isinstance(bridge, Bridge)  # under trio it is the trio bridge itself
+        yield bridge
 
 
 @asynccontextmanager

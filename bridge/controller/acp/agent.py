@@ -360,10 +360,10 @@ class AcpAgent:
 
     async def _bridge_task(self, sess: Session, path: str | None, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Hold the session's bridge open. Ends when it has closed (EOF's shutdown, a signal)."""
-        from bridge.live.api import open_bridge
+        from bridge.live.api import open_trio_bridge
 
         profile = _in_folder(self.profile, sess.cwd)
-        async with open_bridge(profile, journal=path if path is not None else False, config=self.config) as bridge:
+        async with open_trio_bridge(profile, journal=path if path is not None else False, config=self.config) as bridge:
             sess.bridge = bridge
             bridge.listeners.append(_stderr_line(sess.id))
             dialogs = sess.dialogs = bridge.dialogs()  # open before any prompt: a dialog is then asked, not cancelled

@@ -29,7 +29,7 @@ import attrs
 import trio
 
 from bridge.core.receipts import Receipt
-from bridge.live.api import Bridge, BridgeConfig, PromptHandle, open_bridge
+from bridge.live.api import Bridge, BridgeConfig, PromptHandle, open_trio_bridge
 from bridge.profiles.pi import PI_PIN, find_install, scripted_profile
 from bridge.readers.replay import replay
 from bridge.testing.pi_scenarios.expects import check_common
@@ -191,7 +191,7 @@ async def run(
                 # The bridge closes first, and with it its notification channel: then the pump ends.
                 async with (
                     trio.open_nursery() as nursery,
-                    open_bridge(profile, journal=journal, config=config, collect=True) as bridge,
+                    open_trio_bridge(profile, journal=journal, config=config, collect=True) as bridge,
                 ):
                     ctx = Ctx(bridge=bridge, server=server, notes=notes)
                     nursery.start_soon(ctx._pump, bridge.signals())
