@@ -246,12 +246,14 @@ class ScriptedModel:
         self.close()
 
     async def __aenter__(self) -> ScriptedModel:
+        """Start the server, as ``with`` does: it listens before this returns at once."""
         return self.start()
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        # The stop waits for the server's thread: off the event loop's thread, under either library.
+        """Stop the server and remove its folder; ends when the server's thread has ended (waited
+        for in a worker thread, off the event loop's, under trio or asyncio)."""
         import sniffio
 
         library = sniffio.current_async_library()
