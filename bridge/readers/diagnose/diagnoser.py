@@ -25,6 +25,7 @@ from bridge.core.words import Cause, Signal
 from bridge.readers import hashable
 from bridge.readers.check import Checker, Contradiction
 from bridge.readers.diagnose import journal
+from bridge.readers.diagnose.attribution import Attribution
 from bridge.readers.diagnose.facts import Facts, Tally
 from bridge.readers.diagnose.findings import MAX_FINDINGS, Finding, Window, Words
 from bridge.readers.diagnose.receipts import BRIDGE_STOPS, ReceiptAt, explained, receipt_words
@@ -54,6 +55,8 @@ class Diagnoser:
         self.driver = Driver(Session(header.clearing, collect=False, dialogs=header.dialogs), bounded=True)
         #: ``bridge replay --check``'s rules: where the journal contradicts itself.
         self.checker = Checker(self.driver)
+        #: Whose work a queued item or a run was, by the evidence's own words.
+        self.attribution = Attribution()
         self.findings: list[Finding] = []
         self.dropped_findings = 0
         self.timeline = Timeline() if timeline else None
@@ -67,6 +70,8 @@ class Diagnoser:
         self._n = 0
         #: Extension dialogs asked and not yet ended (their ``dialog`` notes), by id.
         self._dialogs: dict[Any, dict[str, Any]] = {}
+        #: O1 findings of runs whose start is being read (handed to the attribution at agent_start).
+        self._o1: dict[str, Finding] = {}
         #: Where the entry being read sits on the timeline (an observation index; .5 between two).
         self._pos = 0.0
 
@@ -118,8 +123,12 @@ class Diagnoser:
                 self.timeline.prompt_sent(value.get("id"), session.generation, self._pos, entry.t)
             if displaced is not None:
                 self._second_prompt(displaced, displaced_snap, entry, item)
+        if is_prompt:
+            self.attribution.sent(value.get("id"), value.get("message"), entry.line)
         for event in events:
             self._event(event, entry, item)
+        if kind == "recv" and isinstance(value, dict) and value.get("type") in ("agent_start", "message_start"):
+            self._attribute(value, entry.i or 0)
         if is_obs and self.timeline is not None:
             self._timeline_obs(entry, tracker_before, current_before)
         if releasing is not None and releasing.receipt is None:
@@ -262,8 +271,31 @@ class Diagnoser:
         gen = session.generation
         if f is not None and o.signal == "O1" and run is not None:
             self.facts.o1_by_run[f"{gen}:{run}"] = f.n
-        if f is not None and o.signal == Signal.O5 and o.detail.get("cause") == Cause.QUEUE_UPDATE:
-            self.facts.o5_items[gen] = f.n
+        if f is not None and o.signal == "O1" and run is not None:
+            self._o1[f"{gen}:{run}"] = f
+        if o.signal == Signal.O5 and o.detail.get("cause") == Cause.QUEUE_UPDATE:
+            if f is not None:
+                self.facts.o5_items[gen] = f.n
+            self.attribution.queued(f, value, o.idx)
+
+    def _attribute(self, value: dict[str, Any], idx: int) -> None:
+        """A run's start, or a user message in it: whose the run is, by its words."""
+        tracker, gen = self.driver.session.tracker, self.driver.session.generation
+        run = tracker.current
+        if run is None:
+            return
+        key = f"{gen}:{run}"
+        if value.get("type") == "agent_start":
+            slot = tracker.slot
+            request = slot.request if slot is not None and slot.run_id == run else None
+            self.attribution.run_started(key, self._o1.pop(key, None), request)
+            return
+        message = value.get("message")
+        if not isinstance(message, dict) or message.get("role") != "user":
+            return
+        owner = self.attribution.user_message(key, run, message, idx)
+        if owner is not None and self.timeline is not None:
+            self.timeline.run_owner(gen, run, *owner)
 
     def _second_prompt(self, held: PromptState, snap: dict[str, Any], entry: Entry, item: Item) -> None:
         """A prompt written while another still held the slot (only a deliberate send_raw does it)."""
@@ -350,6 +382,10 @@ class Diagnoser:
         kw = {**base, "title": words.title, "explanation": words.text, "causes": words.causes}
         more = {"request": r.request, "run": r.run, "detail": r.to_json(), "related": words.related}
         f = self._add({**kw, **more, "stderr": self.facts.stderr_json()}, item, after=entry is not None)
+        if f is not None:
+            settled = f" at #{r.settle_idx}" if r.settle_idx is not None else ""
+            self.attribution.receipt(f, r.request, f"{r.state}" + (f" ({r.reason})" if r.reason else "") + settled)
+            self.attribution.foreign_note(f, r.request, r.run)
         if f is not None and r.reason in BRIDGE_STOPS:
             self._show_stop_note(f, r.stop)
         if f is not None and r.state == "rejected":

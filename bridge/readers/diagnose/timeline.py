@@ -190,7 +190,15 @@ class Timeline:
             "end": None,
             "how": None,
             "request": request,
+            "owner": None,
         }
+
+    def run_owner(self, generation: int, run_id: str, owner: str, request: Any) -> None:
+        """Whose an open run is by its words (``own``, ``late``: the bridge's prompt ``request``,
+        delivered after its receipt; ``foreign``): what the page names and paints it."""
+        lane = self._open_runs.get(f"{generation}:{run_id}")
+        if lane is not None:
+            lane["owner"], lane["request"] = owner, request
 
     def run_ended(self, generation: int, run_id: str, x: float, how: str) -> None:
         lane = self._open_runs.pop(f"{generation}:{run_id}", None)

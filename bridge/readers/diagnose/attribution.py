@@ -1,0 +1,228 @@
+"""Whose work it was, by the evidence's own words: the bridge's own late prompts, and foreign runs.
+
+The tracker decides by order alone (which slot was held when a run started), and a receipt keeps
+that view (SPEC §4). A person reading a diagnosis needs more: when Pi was busy with a run the
+bridge did not start, the bridge's next prompt is acked ``queued``, sits in Pi's queue, and runs
+later, after the bridge has given it up. By order alone that looks like an outsider queueing an
+item (O5), an outsider's run (O1), and the busy run as the prompt's own. The journal holds the
+words to tell them apart, and this module reads them:
+
+- the bridge journals each prompt it sends with its text (``send``, ``message``);
+- Pi's ``queue_update`` lists each queued item by its text (``steering``, ``followUp``);
+- a run's first user message carries the text the run was started with.
+
+The rules:
+
+1. A queued item whose text is the text of exactly one prompt the bridge sent is that prompt,
+   queued by Pi. Two prompts with the same text: the words cannot decide, and the finding says so.
+2. A run whose first user message is the text of exactly one prompt the bridge sent is that
+   prompt's run; when that prompt's receipt came earlier, it was delivered late, and the run's O1
+   names it first. A run whose first user message is no text the bridge sent is foreign: the
+   receipt that called it the prompt's run says so, and the timeline paints it foreign.
+3. A run with no user message (a retry, an engine that sent none) is left as the tracker saw
+   it: nothing is guessed.
+
+Memory is bounded: the texts of the last :data:`PROMPTS_KEPT` prompts (as digests), and the
+findings of the runs still open.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from typing import Any, Final
+
+import attrs
+
+from bridge.core.prompts import message_text
+from bridge.readers.diagnose.findings import Finding
+from bridge.readers.diagnose.render import short
+
+#: Prompts whose text is remembered (the latest).
+PROMPTS_KEPT: Final = 256
+#: Runs whose first user message is remembered (the latest).
+RUNS_KEPT: Final = 64
+
+#: A text that more than one of the bridge's prompts had.
+AMBIGUOUS: Final = "ambiguous"
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+@attrs.define
+class Sent:
+    """One of the bridge's prompts, as its send journaled it."""
+
+    request: Any
+    text: str  # shortened, for words
+    line: int
+    queued_idx: int | None = None
+    queued_finding: int | None = None
+    receipt_finding: Finding | None = None
+    receipt_words: str | None = None
+    #: (run, its user message shortened, the message's index): a run the tracker gave this prompt
+    #: whose words were not the bridge's.
+    foreign: tuple[str, str, int] | None = None
+
+
+@attrs.define
+class Attribution:
+    """Fed by the diagnoser as the journal streams by; amends the findings it raised."""
+
+    _by_text: OrderedDict[bytes, Sent | str] = attrs.field(factory=OrderedDict)
+    #: run ("generation:run") -> (its O1 finding, if any; the prompt the tracker gave it, if any)
+    _runs: OrderedDict[str, tuple[Finding | None, Any]] = attrs.field(factory=OrderedDict)
+
+    # -- what the diagnoser tells it ---------------------------------------------------------
+
+    def sent(self, request: Any, message: Any, line: int) -> None:
+        """The bridge wrote prompt ``request`` with text ``message``."""
+        if not isinstance(message, str):
+            return
+        key = _digest(message)
+        earlier = self._by_text.pop(key, None)
+        self._by_text[key] = AMBIGUOUS if earlier is not None else Sent(request, short(message, 80), line)
+        while len(self._by_text) > PROMPTS_KEPT:
+            self._by_text.popitem(last=False)
+
+    def run_started(self, key: str, o1: Finding | None, request: Any) -> None:
+        """Run ``key`` started; ``o1`` is its O1 finding, ``request`` the slot the tracker gave it."""
+        self._runs[key] = (o1, request)
+        while len(self._runs) > RUNS_KEPT:
+            self._runs.popitem(last=False)
+
+    def queued(self, f: Finding | None, value: dict[str, Any], idx: int) -> None:
+        """A ``queue_update`` with items at ``idx`` (``f``: its O5 finding)."""
+        items = [t for k in ("steering", "followUp") for t in (value.get(k) or []) if isinstance(t, str)]
+        own, ambiguous = [], 0
+        for text in items:
+            match = self._by_text.get(_digest(text))
+            if isinstance(match, Sent):
+                own.append(match)
+                if match.queued_idx is None:
+                    match.queued_idx = idx
+                    match.queued_finding = f.n if f is not None else None
+            elif match == AMBIGUOUS:
+                ambiguous += 1
+        if f is not None and (own or ambiguous):
+            _own_queued_words(f, own, ambiguous, len(items))
+
+    def receipt(self, f: Finding, request: Any, words: str) -> None:
+        """Prompt ``request`` got its receipt, finding ``f`` (``words``: the receipt in words)."""
+        for sent in self._by_text.values():
+            if isinstance(sent, Sent) and sent.request == request and sent.receipt_finding is None:
+                sent.receipt_finding, sent.receipt_words = f, words
+
+    def user_message(self, key: str, run: str, message: dict[str, Any], idx: int) -> tuple[str, Any] | None:
+        """Run ``key``'s first user message, at ``idx``: whose the run is, for the timeline
+        (``("own"|"late"|"foreign", request)``), or None when the words cannot decide."""
+        opened = self._runs.pop(key, None)
+        if opened is None:
+            return None
+        o1, slot_request = opened
+        text = message_text(message)
+        match = self._by_text.get(_digest(text))
+        if match == AMBIGUOUS:
+            if o1 is not None:
+                o1.notes.append(
+                    f"{run}'s user message ({short(text, 60)!r}) is the text of more than one of the bridge's prompts: "
+                    "the words cannot tell whose it is."
+                )
+            return None
+        if isinstance(match, Sent):
+            if match.receipt_finding is not None and match.request != slot_request:
+                _late_words(o1, match, run, idx)
+                return "late", match.request
+            return "own", match.request
+        if slot_request is not None:
+            self._foreign_for(slot_request, run, text, idx)
+        return "foreign", None
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _foreign_for(self, request: Any, run: str, text: str, idx: int) -> None:
+        """Run ``run``, which the tracker gave ``request``, started with words not the bridge's."""
+        for sent in self._by_text.values():
+            if isinstance(sent, Sent) and sent.request == request:
+                sent.foreign = (run, short(text, 60), idx)
+
+    def foreign_note(self, f: Finding, request: Any, run: str | None) -> None:
+        """A receipt finding whose run the words say was not its prompt's: a note that says so."""
+        if run is None:
+            return
+        for sent in self._by_text.values():
+            if not isinstance(sent, Sent) or sent.request != request or sent.foreign is None:
+                continue
+            if sent.foreign[0] != run:
+                continue
+            _, text, idx = sent.foreign
+            queued = f"; {request}'s own words were queued by Pi at #{sent.queued_idx}" if sent.queued_idx else ""
+            f.notes.insert(
+                0,
+                f"{run} was not {request}'s own run: its user message at #{idx} is {text!r}, not {request}'s "
+                f"prompt ({sent.text!r}){queued}.",
+            )
+            f.detail["runOwner"] = {"run": run, "owner": "foreign", "userIdx": idx}
+
+
+def _own_queued_words(f: Finding, own: list[Sent], ambiguous: int, items: int) -> None:
+    names = ", ".join(f"{s.request} ({s.text!r}, sent at line {s.line})" for s in own)
+    if own and len(own) == items:
+        f.title = f"O5: {', '.join(str(s.request) for s in own)}'s own prompt, queued by Pi behind work already running"
+        f.explanation = (
+            f"the queue_update at observation {f.idx} lists {items} queued item(s), the bridge's own: {names}. "
+            "Pi queues a prompt it is sent while a run is going, so a run the bridge did not start was already "
+            "going when it was sent; nobody else queued these."
+        )
+    else:
+        if own:
+            f.explanation += f" Of its {items} item(s), {len(own)} are the bridge's own prompts: {names}."
+        if ambiguous:
+            f.explanation += (
+                f" {ambiguous} of its item(s) match the text of more than one of the bridge's prompts: the words "
+                "cannot tell whose they are."
+            )
+    if own:
+        f.causes.insert(
+            0,
+            {
+                "cause": f"the bridge's own prompt(s) ({', '.join(str(s.request) for s in own)}), queued by Pi because "
+                "a run the bridge did not start was already going",
+                "check": "the run going at the time (an extension's, typically right after the previous prompt "
+                "settled) and the prompt's ack (disposition 'queued')",
+            },
+        )
+    f.detail["own"] = [{"request": s.request, "line": s.line} for s in own]
+
+
+def _late_words(o1: Finding | None, sent: Sent, run: str, idx: int) -> None:
+    request = sent.request
+    queued = f"queued by Pi at #{sent.queued_idx}, " if sent.queued_idx is not None else ""
+    given_up = f" ({sent.receipt_words})" if sent.receipt_words else ""
+    if o1 is not None:
+        o1.title = f"O1: {request}'s own prompt, delivered late"
+        o1.explanation = (
+            f"{run} started at observation {o1.idx} while no prompt was held; its user message at #{idx} is "
+            f"{request}'s own prompt ({sent.text!r}, sent at line {sent.line}): {queued}delivered at #{o1.idx} "
+            f"after the bridge gave {request} up{given_up}. It is the bridge's own work, run late, not someone "
+            "else's."
+        )
+        o1.causes.insert(
+            0,
+            {
+                "cause": f"{request}'s own prompt, {queued}delivered after the bridge gave it up",
+                "check": "what kept Pi busy when it was sent (the run its ack was queued behind)",
+            },
+        )
+        o1.detail["lateOwn"] = {"request": request, "queuedIdx": sent.queued_idx, "userIdx": idx}
+        if sent.queued_finding is not None and sent.queued_finding not in o1.related:
+            o1.related.append(sent.queued_finding)
+        if sent.receipt_finding is not None and sent.receipt_finding.n not in o1.related:
+            o1.related.append(sent.receipt_finding.n)
+    if sent.receipt_finding is not None:
+        where = f" (finding {o1.n})" if o1 is not None else ""
+        sent.receipt_finding.notes.append(
+            f"{request}'s own prompt ran later, in {run}: its user message at #{idx}{where}, after this receipt."
+        )

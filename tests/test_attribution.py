@@ -1,0 +1,120 @@
+"""Diagnose names whose work it saw by the evidence's own words (bridge/readers/diagnose/attribution.py):
+the bridge's own prompt queued by Pi and delivered after its receipt, and the run the tracker gave
+that prompt which was someone else's, in text, JSON and the HTML timeline.
+
+The journals (``fixtures/fake/``) were made by ``bridge run first second`` against the fake engine
+with an extension-like run started by the engine right after p1 settles
+(``{"prompts": [{"self_start_after": true, "self_start_delay": 0.05}]}``): p2 is queued behind it,
+and Pi (the fake) runs p2's words after the bridge gave p2 up. ``same_text_prompts`` sends the
+same text twice, where the words cannot decide.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import FIXTURES, ROOT
+
+LATE = FIXTURES / "fake" / "late_own_prompt.jsonl"
+SAME = FIXTURES / "fake" / "same_text_prompts.jsonl"
+
+
+def diagnose(path: Path, *more: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge", "diagnose", *more, str(path)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def findings(path: Path) -> list[dict[str, Any]]:
+    return json.loads(diagnose(path, "--json").stdout)["findings"]
+
+
+def by_signal(fs: list[dict[str, Any]], signal: str) -> list[dict[str, Any]]:
+    return [f for f in fs if f["signal"] == signal]
+
+
+def observation(path: Path, predicate: Any) -> int:
+    """The observation index of the first journal entry whose recv value matches."""
+    for line in path.read_text().splitlines():
+        e = json.loads(line)
+        if "recv" in e and isinstance(e["recv"], dict) and predicate(e["recv"]):
+            return int(e["i"])
+    raise AssertionError("no such observation")
+
+
+def user_message(text: str) -> Any:
+    return lambda v: (
+        v.get("type") == "message_start"
+        and v["message"].get("role") == "user"
+        and (v["message"]["content"][0]["text"] == text)
+    )
+
+
+def test_the_queued_item_is_named_the_bridge_s_own_prompt() -> None:
+    fs = findings(LATE)
+    queued = observation(LATE, lambda v: v.get("type") == "queue_update" and v.get("followUp") == ["second"])
+    o5 = [f for f in by_signal(fs, "O5") if f["idx"] == queued]
+    assert len(o5) == 1
+    assert [o["request"] for o in o5[0]["detail"]["own"]] == ["p2"]
+    assert "p2's own prompt" in o5[0]["title"] and "someone else" not in o5[0]["title"]
+    assert "p2" in o5[0]["causes"][0]["cause"] and "own" in o5[0]["causes"][0]["cause"]
+
+
+def test_the_late_run_is_p2_s_own_prompt_delivered_after_its_receipt() -> None:
+    fs = findings(LATE)
+    (o1,) = by_signal(fs, "O1")
+    late = o1["detail"]["lateOwn"]
+    assert late["request"] == "p2"
+    assert late["queuedIdx"] == observation(LATE, lambda v: v.get("followUp") == ["second"])
+    assert late["userIdx"] == observation(LATE, user_message("second"))
+    assert "p2's own prompt" in o1["title"] and "delivered late" in o1["title"]
+    assert o1["causes"][0]["cause"].startswith("p2's own prompt")
+    (receipt,) = [f for f in fs if f["signal"] == "receipt" and f["request"] == "p2"]
+    (o5,) = [f for f in by_signal(fs, "O5") if f["detail"].get("own")]
+    assert {o5["n"], receipt["n"]} <= set(o1["related"])
+
+
+def test_the_run_the_tracker_gave_p2_is_named_foreign_by_its_words() -> None:
+    fs = findings(LATE)
+    (receipt,) = [f for f in fs if f["signal"] == "receipt" and f["request"] == "p2"]
+    assert receipt["run"] == "run-2"  # the tracker's view, kept
+    owner = receipt["detail"]["runOwner"]
+    assert owner == {
+        "run": "run-2",
+        "owner": "foreign",
+        "userIdx": observation(LATE, user_message("extension says hi")),
+    }
+    assert any("run-2 was not p2's own run" in n for n in receipt["notes"])
+    assert any("ran later, in run-3" in n for n in receipt["notes"])
+
+
+def test_the_text_report_says_it_and_the_timeline_paints_it(tmp_path: Path) -> None:
+    text = diagnose(LATE).stdout
+    assert "O1: p2's own prompt, delivered late" in text
+    assert "O5: p2's own prompt, queued by Pi" in text
+    assert "queued items someone else sent" not in text
+    page = tmp_path / "late.html"
+    diagnose(LATE, "--html", str(page))
+    runs = json.loads(re.search(r'"runs":(\[.*?\])', page.read_text()).group(1))
+    assert [(r["id"], r["request"], r["owner"]) for r in runs] == [
+        ("run-1", "p1", "own"),
+        ("run-2", None, "foreign"),
+        ("run-3", "p2", "late"),
+    ]
+
+
+def test_where_the_words_cannot_decide_it_says_so_and_names_no_one() -> None:
+    fs = findings(SAME)
+    assert not any(f["detail"].get("own") or "lateOwn" in f["detail"] for f in fs)
+    (o5,) = [f for f in by_signal(fs, "O5") if f["detail"].get("cause") == "queue-update"]
+    assert "cannot tell whose" in o5["explanation"]
+    (o1,) = by_signal(fs, "O1")
+    assert any("cannot tell whose" in n for n in o1["notes"])
+    assert "delivered late" not in o1["title"]
