@@ -211,9 +211,11 @@ def _anchors(page: Path) -> set[str]:
     return {slugify(re.sub(r"[`*]", "", h), "-") for h in re.findall(r"^#+ (.+)$", text, re.M)}
 
 
-def _code_files() -> list[Path]:
-    """Where the code sends a reader: its modules, docstrings, --help texts and tools."""
+def _code_files(*, tests: bool = False) -> list[Path]:
+    """Where the code sends a reader: its modules, docstrings, --help texts and tools (and,
+    with ``tests``, the tests' docstrings)."""
     files = [*sorted((ROOT / "bridge").rglob("*.py")), *sorted((ROOT / "tools").glob("*.py"))]
+    files += sorted((ROOT / "tests").glob("test_*.py")) if tests else []
     files += sorted((ROOT / "tools" / "acp").glob("*.py"))
     files += sorted((ROOT / "tools" / "pi" / "extensions").glob("*.ts"))
     names = ("setup", "setup_bubblewrap", "setup_pi", "setup_acp", "setup_chromium", "demo", "test", "record")
@@ -230,7 +232,7 @@ def test_every_docs_page_and_section_the_code_names_is_there():
     "Editors: `bridge acp`".)"""
     refs = re.compile(r"docs:\s+([\w./-]+\.md)(?:#([\w-]+))?")
     wrong, seen = [], 0
-    for path in _code_files():
+    for path in _code_files(tests=True):
         for n, line in enumerate(path.read_text().splitlines(), start=1):
             if re.search(r"\bdocs:\s*$", line):
                 wrong.append(f"{path.relative_to(ROOT)}:{n}: 'docs:' with its page on the next line")
