@@ -76,7 +76,7 @@ def test_no_page_points_outside_the_repository_for_the_contract():
 
 
 def test_the_readme_example_runs_from_any_folder(tmp_path, pinned_pi):
-    """README "The Python API in ten lines": from a folder outside the checkout, with nothing
+    """README "The Python API, in one example": from a folder outside the checkout, with nothing
     there, it streams the scripted model's reply and prints a finished receipt."""
     code = next(code for page, _, code, _ in python_blocks() if page == "README.md")
     done = run_block(code, tmp_path)
