@@ -1,6 +1,6 @@
 """pi-bridge: supervise an agent engine over JSONL and settle one receipt per prompt.
 
-The Python API (see the README)::
+The Python API (docs: guide/python-api.md, reference/api.md)::
 
     from bridge import query, open_bridge, PiProfile, CommandProfile, BridgeConfig
 

@@ -1,4 +1,4 @@
-"""``bridge acp`` (README "`bridge acp`: for editors"): the sealed Pi as an Agent Client Protocol agent.
+"""``bridge acp`` (docs: guide/acp.md): the sealed Pi as an Agent Client Protocol agent.
 
 Driven by ACP clients nobody here wrote -- the official TypeScript SDK
 (``@agentclientprotocol/sdk`` 2.4.0, ``tools/acp/``, installed by ``tools/setup_acp``) and the

@@ -97,7 +97,7 @@ def test_bad_usage_is_named_and_exits_2(args, says):
     ],
 )
 def test_a_usage_error_is_one_line_naming_the_command_and_exits_2(args: list[str], line: str) -> None:
-    """README "Exit codes": one line on stderr naming the mistake and the fix -- argparse's own
+    """docs: guide/exit-codes.md: one line on stderr naming the mistake and the fix -- argparse's own
     error was two (its usage line, then ``bridge serve: error: …``); nothing on stdout."""
     p = bridge(*args)
     assert (p.returncode, p.stderr, p.stdout) == (2, line + "\n", ""), p.stderr
@@ -105,7 +105,7 @@ def test_a_usage_error_is_one_line_naming_the_command_and_exits_2(args: list[str
 
 def test_acp_help_says_where_each_answer_carries_its_receipt():
     """``bridge acp --help`` said "every answer carries the receipt under _meta": an error answer
-    carries it in its ``data`` (README "bridge acp"), and a cancelled prompt is a result, not an
+    carries it in its ``data`` (docs: guide/acp.md), and a cancelled prompt is a result, not an
     error (found by a new-user trial)."""
     text = " ".join(bridge("acp", "--help").stdout.split())
     assert "every answer carries the receipt under _meta" not in text
@@ -418,7 +418,7 @@ def test_run_and_serve_setup_mistakes_are_one_line_and_exit_2(args: list[str], s
     ],
 )
 def test_serve_that_cannot_be_set_up_writes_nothing_on_stdout(tmp_path, args: list[str], says: str) -> None:
-    """README "bridge serve": a setup failure is one line on stderr and exit 2, stdout empty
+    """docs: guide/serve.md: a setup failure is one line on stderr and exit 2, stdout empty
     (some wrote a lone ``{"type":"bye","receipts":0}`` without ``ready``, others nothing); the
     prompt waiting on stdin was never read, so no receipt is owed."""
     (tmp_path / "ext.json").write_text('{"extensions": ["x"]}')
@@ -547,7 +547,7 @@ def test_a_bug_is_the_only_traceback_and_exits_70():
 def test_ctrl_c_while_the_command_line_is_read_is_exit_130_without_a_traceback(stage: str) -> None:
     """Ctrl-C in the first moments (the parser is built while the subcommands' modules are
     imported, a few hundred ms) was Python's KeyboardInterrupt traceback and death by SIGINT,
-    not README "Exit codes"' 130. The SIGINT is sent by the process to itself, at that stage."""
+    not the 130 of docs: guide/exit-codes.md. The SIGINT is sent by the process to itself, at that stage."""
     code = (
         "import os, signal, sys, bridge.cli, bridge.cli.entry\n"
         f"real = bridge.cli.entry.{stage}\n"

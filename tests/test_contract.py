@@ -486,7 +486,7 @@ async def test_after_shutdown_serve_still_answers(tmp_path: Path) -> None:
 
 
 async def test_after_shutdown_steering_is_an_error_and_models_is_answered(tmp_path: Path) -> None:
-    """README "bridge serve": configure, new_conversation and compact steer the prompts submitted
+    """docs: guide/serve.md: configure, new_conversation and compact steer the prompts submitted
     after them, and after shutdown none can be: each is an error line (configure used to answer
     ``configured`` with a model no prompt would ever use); models is still answered, and the
     prompt queued before the shutdown runs as it was submitted."""
@@ -644,7 +644,7 @@ async def test_timeout_is_not_the_controllers_stop_serve(tmp_path: Path) -> None
 async def test_engine_dying_at_start_says_why_serve(tmp_path: Path) -> None:
     """Each prompt meets a fresh engine that dies at once; after the crash limit (5) the
     bridge is down. Every receipt quotes the engine's own last words, and serve exits 1 with
-    one stderr line saying the engine went down (README "Exit codes"; it exited 0, as after a
+    one stderr line saying the engine went down (docs: guide/exit-codes.md; it exited 0, as after a
     drain that went well)."""
     journal = tmp_path / "j.jsonl"
     sp = await start_serve(tmp_path, serve_argv("--journal", str(journal), engine=DIES_AT_ONCE))
@@ -699,7 +699,7 @@ def test_pi_dying_at_start_says_why(pinned_pi: Any, tmp_path: Path, engine_args:
     """Pi 1.6.0 prints its complaint on stderr and exits 1 about 1 s after start, before it
     answers the seal check: the receipt must quote Pi, not the unanswered check. A complaint
     about the model or provider asked for is Pi refusing the launch (a restart repeats it):
-    one Pi, down at once, exit 2 with the one line (README "Exit codes")."""
+    one Pi, down at once, exit 2 with the one line (docs: guide/exit-codes.md)."""
     journal = tmp_path / "j.jsonl"
     out = run_cli("run", "hi", "--json", "--journal", str(journal), *engine_args, timeout=90)
     assert out.returncode == 2, out.stderr
@@ -775,8 +775,8 @@ class RefusingCheck(CommandProfile):
 async def test_a_startup_check_the_engine_answered_with_a_refusal_is_not_retried(tmp_path: Path) -> None:
     """The engine answered its check and the answers fail it: a fresh engine would answer the
     same, so the bridge goes down after that one engine (no crash counted, no backoff), every
-    prompt rejected engine-down with the problem, as a set-up failure (README "Timeouts,
-    limits, crashes"); replay of the journal agrees."""
+    prompt rejected engine-down with the problem, as a set-up failure
+    (docs: guide/timeouts.md); replay of the journal agrees."""
     argv = fake_engine_argv({"state": {"messageCount": 3}})
     journal = tmp_path / "j.jsonl"
     with trio.fail_after(30):
@@ -839,7 +839,7 @@ def check_failed_journal_stderr(stderr: str, journal: Path) -> None:
 
 def check_told_before_unjournaled(sp: ServeProc, journal: Path) -> None:
     """No receipt reaches the controller before ``journal-failed`` unless the journal holds it:
-    README, "What is durable when the controller gets a receipt"."""
+    docs: guide/journals.md#what-is-durable-when-the-controller-gets-a-receipt."""
     held = {e["receipt"]["request"] for e in read_journal(journal) if "receipt" in e}
     for line in sp.lines:
         if line["type"] == "signal" and line["signal"] == "journal-failed":

@@ -1,4 +1,4 @@
-"""``bridge diagnose`` on a ``rejected``/``config`` receipt (README "Reading journals", "Steering"):
+"""``bridge diagnose`` on a ``rejected``/``config`` receipt (docs: guide/reading-journals.md, guide/steering.md):
 the prompt asked for a model or a thinking level that Pi refused or ``get_state`` did not confirm,
 so it was never written. The finding says what was asked (the ``configure`` note), Pi's words (its
 refusing answer, the ``get_state`` after it) and the ``configured`` note -- first on a journal the

@@ -1,4 +1,4 @@
-"""Extension dialogs to the controller (README "Extension dialogs"; :mod:`bridge.core.dialogs`):
+"""Extension dialogs to the controller (docs: guide/extension-dialogs.md; :mod:`bridge.core.dialogs`):
 an allowlisted extension asks ``confirm`` before the model's ``bash`` call, against the real
 pinned Pi and the scripted model server, read and answered exactly as a controller does it
 (``bridge serve``'s stdin and stdout, or the API's ``Bridge.dialogs()``).

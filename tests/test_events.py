@@ -1,4 +1,4 @@
-"""What the controller sees of the engine's work (README "Events, usage and stalls"): a prompt's
+"""What the controller sees of the engine's work (docs: guide/events.md): a prompt's
 events, the usage and cost on its receipt, and the stall timeout -- against the real pinned Pi
 and the scripted model server, read exactly as a controller reads them (``bridge serve``'s stdout,
 or the API's ``PromptHandle.events()``).

@@ -1,4 +1,4 @@
-"""The layers stay layers: what each folder of ``bridge/`` may import (README "Where things are").
+"""The layers stay layers: what each folder of ``bridge/`` may import (docs: guide/developing.md#where-things-are).
 
 - ``bridge.core`` is sans-IO (the style of h11 and seed 004): pure objects fed events and returning
   results. It imports only pure standard-library modules, attrs/cattrs/orjson/simdjson and itself: never

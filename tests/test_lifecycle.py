@@ -1698,7 +1698,7 @@ def started(actions: list[Any]) -> list[dict[str, Any]]:
 
 
 def test_a_compaction_the_engine_never_answers_is_compacted_not_ok_before_the_receipt() -> None:
-    """README "Steering": the compaction is bounded by the prompt's stall timeout; past it the
+    """docs: guide/steering.md: the compaction is bounded by the prompt's stall timeout; past it the
     prompt is rejected/config and the engine replaced -- and the controller gets ``compacted``
     ``ok: false`` saying so, before the receipt (it used to get none, while the conversation
     it asked to compact was lost with the engine)."""

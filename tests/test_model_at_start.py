@@ -1,4 +1,4 @@
-"""The model asked for at start (seal rule 9, README "The seal"): against the real pinned Pi and
+"""The model asked for at start (seal rule 9, docs: guide/seal.md): against the real pinned Pi and
 the scripted model server. Pi 1.6.0 starts with an id its provider does not have (a custom model
 id, a warning on stderr) and picks a loose match for a part of an id; the start-up check refuses
 both, naming what was asked and what Pi offers or picked, so no prompt is ever written to such an
@@ -118,7 +118,7 @@ def _refused_before_any_model_call(
 
 def test_bridge_run_with_an_unknown_model_ends_with_one_line_naming_it(pinned_pi: Any, tmp_path: Path) -> None:
     run = _refused_before_any_model_call(tmp_path, "run", "--provider", "scripted", "--model", "nope", "hi")
-    # An engine that cannot be set up: exit 2 (README "Exit codes"), after one engine start --
+    # An engine that cannot be set up: exit 2 (docs: guide/exit-codes.md), after one engine start --
     # the refusal is not retried (a fresh Pi answers the same), so no crash-limit backoff.
     assert run.returncode == 2 and run.stdout.strip() == ""
     assert "Traceback" not in run.stderr
@@ -191,7 +191,7 @@ def test_a_model_pi_does_not_know_without_a_provider_is_a_set_up_failure_not_ret
 ) -> None:
     """``--model nope`` with no ``--provider``: Pi exits 1 before it reads a command, saying
     ``Model "nope" not found`` -- its own check of the model, which a restart repeats. So it
-    is a refusal, as when the bridge's check refuses (README "Exit codes": 2, one line), not
+    is a refusal, as when the bridge's check refuses (docs: guide/exit-codes.md: 2, one line), not
     a crash retried up to the crash limit; the same for ``serve`` and ``models``."""
     server = start_server([])
     flags = ["--no-journal", "--models-json", scripted_models(server, tmp_path), "--model", "nope"]

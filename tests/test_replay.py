@@ -192,7 +192,7 @@ def test_a_file_with_no_line_end_is_refused_in_one_line_not_read_whole(command: 
 
 def test_a_path_with_a_line_break_keeps_each_error_on_one_line(tmp_path: Path):
     """A file name holding a newline is quoted in the message (``"a\\nb.jsonl"``), so the error
-    stays the one line the README promises; before, it was split in two."""
+    stays the one line the docs promise (docs: guide/troubleshooting.md); before, it was split in two."""
     odd = str(tmp_path / "two\nlines.jsonl")
     quoted = json.dumps(odd)
     for args, says in (

@@ -538,7 +538,7 @@ async def test_sigint_exits_130(serve_factory: Any) -> None:
 
 async def test_controller_that_goes_away(tmp_path: Path) -> None:
     """The controller stops reading stdout: nobody reads receipts any more, so the bridge
-    closes as for a signal (README "Exit codes": 141), and every accepted prompt's receipt
+    closes as for a signal (docs: guide/exit-codes.md: 141), and every accepted prompt's receipt
     still reaches the journal."""
     sp = await ServeProc.start(
         tmp_path, fake_engine_argv({"defaults": {"delta_delay": 0.02}}), "--journal", str(tmp_path / "j.jsonl")
@@ -580,7 +580,7 @@ def journal_receipts(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]
 
 @pytest.mark.parametrize("when", ["running", "after-eof"])
 async def test_a_signal_ends_serve_whose_controller_does_not_read_stdout(tmp_path: Path, when: str) -> None:
-    """SPEC §8 (no controller fault hangs the bridge), README "Exit codes" (128+N): with far
+    """SPEC §8 (no controller fault hangs the bridge), docs: guide/exit-codes.md (128+N): with far
     more than a pipe's worth of lines unread, a signal -- while a streamed prompt runs, or after
     stdin EOF has drained and the bridge closed -- still ends serve: the last lines wait at most
     ``FLUSH_GRACE`` for the controller, then one stderr line names the journal, which holds

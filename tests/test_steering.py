@@ -1,4 +1,4 @@
-"""Steering (README "Steering"): a prompt's model and thinking level, applied through the
+"""Steering (docs: guide/steering.md): a prompt's model and thinking level, applied through the
 lifecycle while no slot is held and verified before the prompt is written -- against the real
 pinned Pi and the scripted model server, and the lifecycle's rules without a clock."""
 
@@ -173,7 +173,7 @@ async def test_serve_takes_a_model_id_that_begins_with_its_provider(pinned_pi: A
 
 
 async def test_serve_says_how_a_refused_model_named_alone_was_read(pinned_pi: Any, tmp_path: Path) -> None:
-    """README "Steering": for ``"model":"scripted/special"`` alone Pi's refusal comes with how
+    """docs: guide/steering.md: for ``"model":"scripted/special"`` alone Pi's refusal comes with how
     the name was read (provider ``scripted``, id ``special``) and to give ``provider`` for an id
     holding a ``/`` -- through ``bridge serve``, in a prompt and through configure. serve passed
     the split name on as provider and id, so the refusal was Pi's bare words (a README trial)."""

@@ -9,7 +9,7 @@ shapes as ``fixtures/pi-1.6.0/``). Every test then replays the journal the actio
 replay gives the same receipts: the live bridge and replay decide alike.
 
 Where a process test checks the same rule, it stays only for what a process adds (pipes,
-signals, the real Pi): README "Tests".
+signals, the real Pi): docs: guide/developing.md#tests.
 """
 
 from __future__ import annotations
@@ -318,7 +318,7 @@ def world(tmp_path: Path) -> Any:
 
 
 # --------------------------------------------------------------------------
-# The decision table (docs/pages/design/receipts.md), row by row, through the supervision
+# The decision table (docs: design/receipts.md), row by row, through the supervision
 
 
 def test_a_prompt_is_written_once_the_engine_runs_and_finishes_on_its_own_runs_settle(world: Any) -> None:

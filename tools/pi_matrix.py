@@ -94,12 +94,12 @@ def _npm_json(args: Sequence[str], cwd: Path) -> Any:
 def make_lock(version: str, log: Log = print) -> Path:
     """Write ``tools/pi-matrix/VERSION/package.json`` (siblings pinned by ``overrides``) and its lock.
 
-    Not for the pin: its lock is ``tools/pi/package-lock.json`` (README "Moving the pin").
+    Not for the pin: its lock is ``tools/pi/package-lock.json`` (docs: guide/moving-the-pin.md).
     """
     from bridge.profiles.pi import PI_PIN
 
     if version == PI_PIN:
-        log(f"pi {version}: the pin's lock is tools/pi/package-lock.json (README: moving the pin)")
+        log(f"pi {version}: the pin's lock is tools/pi/package-lock.json (docs: guide/moving-the-pin.md)")
         return ROOT / "tools" / "pi"
     folder = MATRIX_DIR / version
     folder.mkdir(parents=True, exist_ok=True)

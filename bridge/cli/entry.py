@@ -1,7 +1,7 @@
 """The ``bridge`` command: :func:`main`, the top-level parser (every subcommand's, in the
 order ``--help`` lists them) and how a command's ending becomes its exit status.
 
-Exit status, the same for every subcommand (README "Exit codes"): 0 success;
+Exit status, the same for every subcommand (docs: guide/exit-codes.md): 0 success;
 1 a prompt did not finish (``run``), a check failed (``conform``, ``demo``) or
 the journal could not be written (``serve``, ``acp``, ``run``); 2 bad usage, an
 unreadable file, or a journal or engine that cannot be set up (one line naming
@@ -38,7 +38,7 @@ def _split_engine(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
 
 class _Parser(argparse.ArgumentParser):
     """A parser whose usage error is one line on stderr, naming the command, the mistake and
-    where the fix is (README "Exit codes"), then exit 2: argparse's own is the usage line and
+    where the fix is (docs: guide/exit-codes.md), then exit 2: argparse's own is the usage line and
     then the error. The subcommands' parsers are of this class too (``add_subparsers`` makes
     them so)."""
 
@@ -91,7 +91,7 @@ def _stderr_to_devnull() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``bridge`` command. Ctrl-C before a command has taken the signals over (while the
     parser is built: the subcommands' modules are imported then) is exit 130 with nothing
-    said, as after it (README "Exit codes"), not Python's traceback."""
+    said, as after it (docs: guide/exit-codes.md), not Python's traceback."""
     try:
         return _main(argv)
     except KeyboardInterrupt:

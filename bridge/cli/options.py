@@ -297,7 +297,7 @@ def _pi_profile(args: argparse.Namespace) -> EngineProfile:
     if args.provider and not args.model:
         _refuse(
             f"bridge {args.command}: --provider {args.provider} needs --model too (Pi refuses a provider "
-            'without a model id: `bridge models` lists them; custom providers: README "Your own OpenAI-compatible server")'
+            "without a model id: `bridge models` lists them; custom providers: docs: guide/own-server.md)"
         )
     from bridge.profiles.pi import PiProfile
     from bridge.profiles.sandbox import Sandbox

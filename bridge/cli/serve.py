@@ -16,7 +16,7 @@ def add_parser(sub: Subcommands) -> None:
         description="Read controller commands (prompt, stop, status, shutdown, configure, new_conversation, "
         "compact, models, answer) as JSON lines on stdin; write "
         "receipts, signals, streamed text, events, extension dialogs (ask) and engine lifecycle as JSON lines "
-        "on stdout (see the README). "
+        "on stdout (the docs: guide/serve.md, reference/serve-protocol.md). "
         "stdin EOF or shutdown: every outstanding prompt gets its receipt, the engine is stopped, exit 0 (2 when "
         "the engine cannot be set up: not launched, or its start-up check refused it; 1 when it went down for the "
         "crash limit); "

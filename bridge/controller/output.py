@@ -5,7 +5,7 @@ Rules:
 - Nothing that produces a line waits for the controller: :meth:`Output.put` (the live bridge's
   notifications) and :meth:`Output.write` (serve's own replies) queue it and return. A
   controller that reads slowly never stalls the engine's stream; it costs memory instead
-  (README "Timeouts, limits, crashes").
+  (docs: guide/timeouts.md).
 - A line put while nothing is queued or being written is written at once, without waiting
   for the writer task's turn (a receipt reaches the controller in the step that settled it;
   issue 18): a non-blocking write the pipe takes whole, else what is left is queued.

@@ -1,6 +1,6 @@
 """``bridge run``: a one-shot controller. It opens the bridge, sends its prompts one after
 another (streaming each reply), prints each receipt, and decides the exit status by the
-README's "Exit codes" table (:meth:`Run.exit_status`). A signal closes the bridge (the
+exit-code table (docs: guide/exit-codes.md; :meth:`Run.exit_status`). A signal closes the bridge (the
 running prompt stopped, ``failed``/``closing``; the rest rejected); a closed stdout (``| head``)
 does too, quietly.
 """
@@ -41,7 +41,7 @@ def _has_surrogates(text: str) -> bool:
 @attrs.define
 class Run:
     """One ``bridge run``: the bridge it opens, and what it saw there that decides the
-    exit status (README "Exit codes")."""
+    exit status (docs: guide/exit-codes.md)."""
 
     prompts: list[str]
     profile: EngineProfile
@@ -240,7 +240,7 @@ class Run:
             self.say(f"bridge run: the engine cannot be set up: {self.setup_failed}")
 
     def exit_status(self, receipts: list[Receipt]) -> int:
-        """README "Exit codes", first match wins: a journal that failed, 1 (or 128+N after a
+        """docs: guide/exit-codes.md, first match wins: a journal that failed, 1 (or 128+N after a
         signal); an engine that cannot be set up (not launched, or its start-up check refused
         it), 2; a signal N, 128+N; stdout closed
         early, 141; 0 when every prompt finished, else 1."""

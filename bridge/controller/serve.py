@@ -162,7 +162,7 @@ class _Server:
                 self._opened(bridge)
                 await _serve_loop(bridge, self.out, stdin_fd, self.drain_timeout)
         finally:
-            if self.bridge is not None:  # else it could not open: stdout stays empty (README "Exit codes")
+            if self.bridge is not None:  # else it could not open: stdout stays empty (docs: guide/exit-codes.md)
                 self.out.write(Bye(self.bridge.receipts_issued))
             self.out.close()
         with trio.CancelScope(shield=True):
@@ -202,7 +202,7 @@ class _Server:
         return f"every receipt is in the journal {journal.path}"
 
     def exit_status(self) -> int:
-        """The exit status (README "Exit codes"); a journal failure, an engine that cannot be set
+        """The exit status (docs: guide/exit-codes.md); a journal failure, an engine that cannot be set
         up (2), or a stdout that could not be written (not a controller that went away), also
         gets its line on stderr."""
         if self.gave_up:
@@ -322,7 +322,7 @@ async def _act(bridge: Bridge, cmd: Command, lineno: int, drain_timeout: float |
                 **cmd.wanted.asked(),  # a "model" given alone as provider/id stays so: a refusal says how it was read
             )
         case Configure() | NewConversation() | CompactConversation() if when := bridge.no_prompt_follows:
-            # They steer the prompts submitted after them (README "Steering"), and none can be:
+            # They steer the prompts submitted after them (docs: guide/steering.md), and none can be:
             # taken, they would change nothing while ``configured`` named a model never used.
             return LineError(
                 f"{cmd.TYPE} {when} changes nothing: it steers the prompts submitted after it, and none can be "

@@ -243,9 +243,8 @@ class Receipt(Wire):
 # run settled, the engine refused or exited, a deadline passed, the prompt was
 # never written) gathers what is known into :class:`Facts` and asks
 # :func:`decide`. The rows are tried in order; the first that matches decides.
-# The docs' "How a receipt is decided" (docs/pages/design/receipts.md) is this table in
-# words, row by row, with the reasons for its order; tests/test_decision.py reads it from
-# there and checks every row.
+# docs: design/receipts.md is this table in words, row by row, with the
+# reasons for its order; tests/test_decision.py checks every row.
 
 #: Who sent the stop linked to a prompt, and the reason its aborted run gets.
 STOP_REASONS: Final[dict[StopBy, Reason]] = {
@@ -293,8 +292,8 @@ class Facts:
 
 
 def decide(f: Facts) -> Verdict:
-    """The receipt's ``(state, reason)`` for what is known: the docs' "How a receipt
-    is decided" (docs/pages/design/receipts.md), row by row (the first row that matches decides). Raises
+    """The receipt's ``(state, reason)`` for what is known
+    (docs: design/receipts.md), row by row (the first row that matches decides). Raises
     ValueError when nothing in ``f`` is a trigger (a bug in the caller)."""
     if f.unsent is not None:  # row 1: never written
         return State.REJECTED, f.unsent

@@ -1,5 +1,5 @@
 """Steering the engine: which model and thinking level a prompt runs with, checked rather than
-believed (README "Steering").
+believed (docs: guide/steering.md).
 
 Pi's answers are not proof: hosts have seen ``set_thinking_level`` answer ``success: true``
 while ``get_state`` kept the old level, and levels clamped silently per model. So a prompt

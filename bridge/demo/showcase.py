@@ -89,7 +89,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "--no-sandbox",
         action="store_true",
-        help='run the sealed Pi unconfined (by default it runs in a bubblewrap sandbox: README "Confinement")',
+        help="run the sealed Pi unconfined (by default it runs in a bubblewrap sandbox: docs: guide/confinement.md)",
     )
     p.set_defaults(func=run)
 

@@ -1,7 +1,7 @@
 """The signals that close a controller's bridge, and the rule that keeps them from killing it.
 
-``bridge run``, ``serve``, ``acp`` and ``demo`` close on SIGINT, SIGTERM and SIGHUP (README "Exit
-codes": 128+N, every receipt given). A signal is theirs from before the bridge opens until
+``bridge run``, ``serve``, ``acp`` and ``demo`` close on SIGINT, SIGTERM and SIGHUP
+(docs: guide/exit-codes.md: 128+N, every receipt given). A signal is theirs from before the bridge opens until
 after it has closed and every receipt is out: :func:`closing_signals` is the trio receiver for
 that whole span, and before it the signals are set to be ignored, since the receiver restores
 what was there before it. So a signal that comes while the bridge is already closing (or after

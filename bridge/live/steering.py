@@ -1,4 +1,4 @@
-"""The steering calls of a bridge (README "Steering"): the model and thinking level of the
+"""The steering calls of a bridge (docs: guide/steering.md): the model and thinking level of the
 prompts that follow, a new conversation, a compaction, and the question of what models the
 engine offers. Each is an input for the supervision; none changes a prompt already accepted,
 and none is taken once no prompt can follow.

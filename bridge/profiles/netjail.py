@@ -10,7 +10,7 @@ How (rule 7 of :mod:`bridge.profiles.sandbox`):
   ``localhost``: a vLLM, Ollama or llama.cpp server, the scripted model server). A provider
   on another host is refused: its TLS name would have to be kept (Pi cannot be pointed at a
   relay without breaking the certificate check, and Node only honours a proxy from the
-  environment on request), and that is not built. The README says so.
+  environment on request), and that is not built (docs: guide/confinement.md says so).
 - Inside the namespace, :data:`RELAY_JS` (run by Pi's own Node, a child of the sandbox's
   init) listens on the provider's host and port and joins each connection to a unix socket
   in the engine's private config folder. Outside, :class:`ProviderLink` (a thread of the
@@ -63,7 +63,7 @@ def provider_address(provider: str | None, models_json: bytes | None) -> tuple[s
     Raises :class:`ProfileError` when ``--no-network`` cannot keep the provider reachable."""
     refuse = (
         "--no-network keeps only a provider on this machine reachable: give --models-json with a provider "
-        "whose baseUrl is on 127.0.0.1, ::1 or localhost (README: Confinement)"
+        "whose baseUrl is on 127.0.0.1, ::1 or localhost (docs: guide/confinement.md)"
     )
     if models_json is None or provider is None:
         raise ProfileError(f"{refuse}; no --models-json and --provider were given")

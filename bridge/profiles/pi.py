@@ -113,7 +113,7 @@ def _setup_hint(force: bool = False) -> str:
     """How to install the pinned Pi, in words that fit where the package runs from."""
     if default_pi_dir() is not None:
         return "run tools/setup_pi --force" if force else "run tools/setup_pi (or tools/setup)"
-    return 'install the pinned Pi there (README "Installing pi-bridge": a checkout\'s tools/setup_pi does)'
+    return "install the pinned Pi there (docs: guide/install.md; a checkout's tools/setup_pi does)"
 
 
 def find_install(
@@ -221,7 +221,7 @@ def _pi_root(pi_dir: str | None) -> tuple[Path, str]:
                 f"no Pi to run: this pi-bridge is installed, not run from a checkout, so there is no tools/pi to "
                 f"fall back on: give --pi-dir DIR (in the Python API: PiProfile(pi_dir=DIR)) or set "
                 f"PI_BRIDGE_PI_DIR=DIR, DIR being the folder whose "
-                f'node_modules holds the pinned Pi {PI_PIN} (README "Installing pi-bridge")'
+                f"node_modules holds the pinned Pi {PI_PIN} (docs: guide/install.md)"
             )
         root, origin = checkout_pi, "the checkout's tools/pi"
     return root.expanduser().resolve(), origin

@@ -68,7 +68,7 @@ is enforced:
    ``--model`` the start-up check also asks ``get_available_models`` (:data:`MODELS_STARTUP`),
    and ``get_state``'s model must be *the one asked for* (the id, or ``provider/id``; a
    trailing ``:LEVEL`` is Pi's thinking suffix) and one Pi *offers*. Pi 1.6.0 is lenient at
-   start, where its ``set_model`` is not (README "Steering": ``Model not found``), and both
+   start, where its ``set_model`` is not (docs: guide/steering.md: ``Model not found``), and both
    were seen here (``model-resolver.js`` ``resolveCliModel``): ``--model`` is matched
    loosely (``--model script`` started ``scripted/scripted-model``: a part of an id, a name,
    any case), and an id its provider does not have starts anyway as a *custom model id*,

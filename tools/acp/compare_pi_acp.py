@@ -1,6 +1,6 @@
 """Drive ``bridge acp`` and Pi's other ACP adapter, ``pi-acp`` 0.0.34, with the same client
 (the official TypeScript SDK, ``tools/acp/ts_client.mjs``), the same pinned Pi 1.6.0 and the same
-scripted model server, and print what each answered (README "`bridge acp`: for editors", the table).
+scripted model server, and print what each answered (docs: guide/acp.md#what-it-does-that-pi-acp-does-not, the table).
 
 Usage: .venv/bin/python tools/acp/compare_pi_acp.py [--json]
 

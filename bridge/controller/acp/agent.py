@@ -220,7 +220,7 @@ class AcpAgent:
                 sess.bridge.close_now("controller-gone", "the client closed its end of stdout")
 
     def exit_status(self) -> int:
-        """README "Exit codes"; a journal or a stdout that failed also gets its line on stderr."""
+        """docs: guide/exit-codes.md; a journal or a stdout that failed also gets its line on stderr."""
         if self.gave_up:
             print(
                 f"bridge acp: the client did not read stdout within {FLUSH_GRACE:g} s of the signal, so the last "

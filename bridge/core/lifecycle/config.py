@@ -52,7 +52,7 @@ DEADLINES: Final = (
 )
 HELD_DEADLINES: Final = ("config", "ack", "settle", "stall", "stop", "taint", "close")
 
-#: The default stall timeout, seconds (README "Stalls" says why this long).
+#: The default stall timeout, seconds (docs: guide/events.md#stalls says why this long).
 DEFAULT_STALL_TIMEOUT: Final = 300.0
 #: The default time a controller has to answer an extension dialog, seconds.
 DEFAULT_DIALOG_TIMEOUT: Final = 120.0

@@ -4,7 +4,7 @@ Rules (SPEC section 5): a receipt gets a finding when a controller cannot act on
 (:data:`UNCERTAIN`: ``pending``, ``delivery-unknown``, ``outcome-unknown``) or when it is
 ``failed`` with a reason of :data:`BRIDGE_STOPS` (the bridge, not the controller, stopped the run:
 ``timeout``, ``closing`` or ``stalled``), and when it is ``rejected``/``config`` (the model or thinking
-level the prompt asked for was refused or not confirmed: README "Steering"; nothing else says why a
+level the prompt asked for was refused or not confirmed: docs: guide/steering.md; nothing else says why a
 prompt was never written). A pending receipt says why the transcript does not finish the prompt's
 story; a bridge stop says which stop, why (its ``stop`` note) and what made the bridge close (its
 ``closing`` note); a configuration says what was asked (its ``configure`` note), Pi's words (the
