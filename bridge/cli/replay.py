@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from bridge.cli.options import Subcommands
 
@@ -30,52 +32,46 @@ def add_parser(sub: Subcommands) -> None:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    if args.check:
-        return _cmd_check(args)
     from bridge.readers import write_stdout
-    from bridge.readers.replay import format_table, replay
     from bridge.transcript import TranscriptError, dumps
 
+    read = _checked if args.check else _replayed
     status = 0
-    out = sys.stdout.buffer
     for path in args.files:
         try:
-            result = replay(path)
+            bad, as_json, as_text = read(path)
         except TranscriptError as e:
             print(f"bridge replay: {e}", file=sys.stderr)
             status = 2
             if args.json and len(args.files) > 1:
                 # Still one line per file, in order: which file failed, and why.
                 write_stdout(dumps({"file": path, "error": str(e)}) + b"\n")
-                out.flush()
+                sys.stdout.buffer.flush()
             continue
-        if args.json:
-            write_stdout(dumps(result.to_json()) + b"\n")
-        else:
-            write_stdout(format_table(result).encode("utf-8", "surrogateescape") + b"\n")
-        out.flush()
-    return status
-
-
-def _cmd_check(args: argparse.Namespace) -> int:
-    from bridge.readers import write_stdout
-    from bridge.readers.check import check, format_check
-    from bridge.transcript import TranscriptError, dumps
-
-    status = 0
-    for path in args.files:
-        try:
-            found = check(path)
-        except TranscriptError as e:
-            print(f"bridge replay: {e}", file=sys.stderr)
-            status = 2
-            if args.json:
-                write_stdout(dumps({"file": path, "error": str(e)}) + b"\n")
-            continue
-        if found and status == 0:
+        if bad and status == 0:
             status = 1
-        if args.json:
-            write_stdout(dumps({"file": path, "contradictions": [c.to_json() for c in found]}) + b"\n")
-        else:
-            write_stdout(format_check(path, found).encode("utf-8", "surrogateescape") + b"\n")
+        write_stdout((dumps(as_json()) if args.json else as_text().encode("utf-8", "surrogateescape")) + b"\n")
+        sys.stdout.buffer.flush()
     return status
+
+
+#: What reading one file gives: whether it fails the command (exit 1), its JSON line, its text.
+Read = tuple[bool, Callable[[], Any], Callable[[], str]]
+
+
+def _replayed(path: str) -> Read:
+    from bridge.readers.replay import format_table, replay
+
+    result = replay(path)
+    return False, result.to_json, lambda: format_table(result)
+
+
+def _checked(path: str) -> Read:
+    from bridge.readers.check import check, format_check
+
+    found = check(path)
+    return (
+        bool(found),
+        lambda: {"file": path, "contradictions": [c.to_json() for c in found]},
+        lambda: format_check(path, found),
+    )
