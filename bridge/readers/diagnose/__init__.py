@@ -25,9 +25,11 @@ Each finding says what happened in plain words (specific to the signal and its
 ``why`` / ``cause``), shows the evidence -- the observations around it (3 before,
 2 after) with the bridge's own entries between them -- and the slot's state at
 that moment, and lists the likely causes with what to check (the journal
-header's pin and seal, the seal-check note, gaps, stderr, exits). A summary ends
-the report. ``--json`` prints the same as one object ``{"findings", "summary"}``;
-``--html OUT`` writes a self-contained page with a timeline.
+header's pin and seal, the seal-check note, gaps, stderr, exits). The summary comes
+first, then one block per prompt (its receipt and its findings), advice already given
+referred to rather than repeated; ``--request ID`` keeps one prompt's block, ``--brief``
+one line per finding. ``--json`` prints the same as one object ``{"findings", "summary"}``;
+``--html OUT`` writes a self-contained page with a timeline and a card per finding.
 
 Memory is bounded: the file is streamed, only a sliding window of recent entries
 is kept for the evidence, and nothing per prompt outlives its story (the driver
@@ -35,7 +37,8 @@ runs ``bounded``). Findings keep their evidence; past :data:`MAX_FINDINGS` they
 are only counted.
 
 Exit status: 0 when the file was read, whatever it contains; 2 when it is not a
-readable transcript (``FILE:LINE: what is wrong`` on stderr, like ``replay``).
+readable transcript (``FILE:LINE: what is wrong`` on stderr, like ``replay``) or
+``--request`` names a prompt it does not have.
 
 Where things are, each module stating its own rules:
 
@@ -46,7 +49,8 @@ Where things are, each module stating its own rules:
 - :mod:`~bridge.readers.diagnose.findings` (a finding and its evidence window),
   :mod:`~bridge.readers.diagnose.facts` (what the words cite, and the tally),
   :mod:`~bridge.readers.diagnose.slot` (the slot at a finding), :mod:`~bridge.readers.diagnose.render`
-  (one entry in words), :mod:`~bridge.readers.diagnose.timeline` (what the page draws);
+  (one entry in words), :mod:`~bridge.readers.diagnose.timeline` (what the page draws),
+  :mod:`~bridge.readers.diagnose.blocks` (the findings by prompt, and advice said once);
 - :mod:`~bridge.readers.diagnose.text`, :mod:`~bridge.readers.diagnose.html` (with the template
   ``report.html``, package data) and :mod:`~bridge.readers.diagnose.command` -- the outputs and
   the command (its parser is :mod:`bridge.cli.diagnose`).

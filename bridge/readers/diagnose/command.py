@@ -2,9 +2,12 @@
 file (with progress on a terminal) and writing the reports.
 
 Rules: exit status 0 when the file was read, whatever it contains; 2 when it is not a readable
-transcript (``bridge diagnose: FILE:LINE: what is wrong`` on stderr, like ``replay``) or the page
-cannot be written. The report on stdout is text, or one JSON object with ``--json``; ``--html OUT``
-also writes the page, as private as the journal it comes from (:func:`write_private`).
+transcript (``bridge diagnose: FILE:LINE: what is wrong`` on stderr, like ``replay``), when
+``--request`` names a prompt the journal does not have (one line naming the first few it has), or
+when the page cannot be written. The report on stdout is text, or one JSON object with ``--json``
+(its keys whatever the options: ``--request`` keeps the findings about that prompt, ``--brief``
+keeps each finding's :data:`BRIEF_KEYS`); ``--html OUT`` also writes the page of the whole
+journal, as private as the journal it comes from (:func:`write_private`).
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ import stat
 import sys
 import tempfile
 import time
-from typing import IO, Final
+from typing import IO, Any, Final
 
 from bridge.readers import write_stdout
+from bridge.readers.diagnose.blocks import known, request_name, some_ids
 from bridge.readers.diagnose.diagnoser import Diagnoser
 from bridge.readers.diagnose.html import html_page
 from bridge.readers.diagnose.text import format_text
@@ -26,6 +30,8 @@ from bridge.transcript import TranscriptError, dumps, open_transcript, shown_pat
 
 #: Seconds between progress updates on a terminal.
 PROGRESS_EVERY: Final = 0.25
+#: What ``--brief --json`` keeps of each finding (the same keys as ``--json``, fewer of them).
+BRIEF_KEYS: Final = ("n", "kind", "signal", "title", "idx", "t", "line", "request", "run")
 
 
 class Progress:
@@ -54,11 +60,14 @@ class Progress:
             self.out.flush()
 
 
-def diagnose(path: str, *, timeline: bool = False, progress: IO[str] | None = None) -> Diagnoser:
-    """Read one transcript and explain it. Raises :class:`~bridge.transcript.TranscriptError`."""
+def diagnose(
+    path: str, *, timeline: bool = False, progress: IO[str] | None = None, request: str | None = None
+) -> Diagnoser:
+    """Read one transcript and explain it (``request``: the prompt whose block is asked for, kept
+    whatever the journal's size). Raises :class:`~bridge.transcript.TranscriptError`."""
     stream, reader = open_transcript(path)
     with stream:
-        diag = Diagnoser(path, reader.header, timeline=timeline)
+        diag = Diagnoser(path, reader.header, timeline=timeline, request=request)
         bar = None
         if progress is not None:
             try:
@@ -112,6 +121,19 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
+def report_json(diag: Diagnoser, *, request: str | None = None, brief: bool = False) -> dict[str, Any]:
+    """``--json``: ``{"findings", "summary"}``, the findings about ``request`` only, each cut to
+    :data:`BRIEF_KEYS` with ``brief``."""
+    data = diag.to_json()
+    if request is not None:
+        data["findings"] = [
+            f for f in data["findings"] if f["request"] is not None and request_name(f["request"]) == request
+        ]
+    if brief:
+        data["findings"] = [{k: f[k] for k in BRIEF_KEYS} for f in data["findings"]]
+    return data
+
+
 def run(args: argparse.Namespace) -> int:
     """``bridge diagnose``: the report on stdout, the page to ``--html``; the exit status."""
     progress = sys.stderr if sys.stderr.isatty() else None
@@ -121,15 +143,24 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    request: str | None = getattr(args, "request", None)
+    brief = bool(getattr(args, "brief", False))
     try:
-        diag = diagnose(args.file, timeline=bool(getattr(args, "html", None)), progress=progress)
+        diag = diagnose(args.file, timeline=bool(getattr(args, "html", None)), progress=progress, request=request)
     except TranscriptError as e:
         print(f"bridge diagnose: {e}", file=sys.stderr)
         return 2
+    if request is not None and not known(diag, request):
+        print(
+            f"bridge diagnose: {shown_path(args.file)} has no prompt {request!r}; {some_ids(diag)}",
+            file=sys.stderr,
+        )
+        return 2
     if args.json:
-        write_stdout(dumps(diag.to_json()) + b"\n")
+        write_stdout(dumps(report_json(diag, request=request, brief=brief)) + b"\n")
     else:
-        write_stdout(format_text(diag).encode("utf-8", "surrogateescape") + b"\n")
+        text = format_text(diag, request=request, brief=brief)
+        write_stdout(text.encode("utf-8", "surrogateescape") + b"\n")
     sys.stdout.buffer.flush()
     if getattr(args, "html", None):
         try:

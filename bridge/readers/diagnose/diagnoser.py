@@ -26,6 +26,7 @@ from bridge.readers import hashable
 from bridge.readers.check import Checker, Contradiction
 from bridge.readers.diagnose import journal
 from bridge.readers.diagnose.attribution import Attribution
+from bridge.readers.diagnose.blocks import Prompts
 from bridge.readers.diagnose.facts import Facts, Tally
 from bridge.readers.diagnose.findings import MAX_FINDINGS, Finding, Window, Words
 from bridge.readers.diagnose.receipts import BRIDGE_STOPS, ReceiptAt, explained, receipt_words
@@ -47,7 +48,7 @@ from bridge.transcript import Entry, Header
 class Diagnoser:
     """Feed it a transcript's entries in order; it keeps findings and a summary."""
 
-    def __init__(self, path: str, header: Header, *, timeline: bool = False) -> None:
+    def __init__(self, path: str, header: Header, *, timeline: bool = False, request: str | None = None) -> None:
         self.path = path
         self.header = header
         self.facts = Facts(header)
@@ -59,6 +60,8 @@ class Diagnoser:
         self.attribution = Attribution()
         self.findings: list[Finding] = []
         self.dropped_findings = 0
+        #: Each prompt's id, send line and receipts, for the reports' blocks (``request``: kept always).
+        self.prompts = Prompts(wanted=request)
         self.timeline = Timeline() if timeline else None
         self.closed = False
         self._window = Window()
@@ -125,6 +128,7 @@ class Diagnoser:
                 self._second_prompt(displaced, displaced_snap, entry, item)
         if is_prompt:
             self.attribution.sent(value.get("id"), value.get("message"), entry.line)
+            self.prompts.sent(value.get("id"), entry.line)
         for event in events:
             self._event(event, entry, item)
         if kind == "recv" and isinstance(value, dict) and value.get("type") in ("agent_start", "message_start"):
@@ -362,6 +366,7 @@ class Diagnoser:
         at_end: bool = False,
     ) -> None:
         """Every receipt is counted; an uncertain one, or one the bridge stopped itself, is a finding."""
+        self.prompts.receipt(r)
         by = self.tally.receipts.setdefault(r.state, {})
         reason = r.reason or "-"
         by[reason] = by.get(reason, 0) + 1

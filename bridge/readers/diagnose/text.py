@@ -1,9 +1,14 @@
-"""``bridge diagnose``'s text report: a header, each finding in turn, then a summary.
+"""``bridge diagnose``'s text report: a header and the summary, then one block per prompt.
 
-Rules: each finding reads top to bottom as what happened, the slot right after it, the evidence
-(journal line, observation index, time; ``>>`` marks its focus), the last stderr lines where they
-bear on it (gaps, exits, receipts, engine-down), the likely causes with what to check, what came of
-it, and the findings it relates to. Lines wrap at 110 columns; everything comes from
+Rules: the summary comes first (prompts, receipts by state, signals, the journal's end); then each
+prompt's block (:mod:`~bridge.readers.diagnose.blocks`: its receipt, then its findings in order),
+and the findings about no prompt in a block of their own, last. Each finding reads top to bottom as
+what happened, the slot right after it, the evidence (journal line, observation index, time; ``>>``
+marks its focus), the last stderr lines where they bear on it (gaps, exits, receipts,
+engine-down), the likely causes with what to check (a cause and check the report already showed
+is a one-line reference to the finding that showed it), what came of it, and the findings it
+relates to. ``request`` keeps one prompt's block; ``brief`` prints one line per finding instead of
+the blocks. Lines wrap at 110 columns; everything comes from
 :meth:`~bridge.readers.diagnose.diagnoser.Diagnoser.summary` and the findings, nothing is recomputed.
 """
 
@@ -12,24 +17,50 @@ from __future__ import annotations
 from typing import Any
 
 from bridge.core.receipts import Usage, usage_words
+from bridge.readers.diagnose.blocks import Advice, blocks, clip, request_name
 from bridge.readers.diagnose.diagnoser import Diagnoser
 from bridge.readers.diagnose.findings import MAX_FINDINGS, Finding
 from bridge.readers.diagnose.render import fmt_t, short
 from bridge.readers.diagnose.slot import slot_words
 
 
-def format_text(diag: Diagnoser) -> str:
-    """The whole report, without a final newline."""
+def format_text(diag: Diagnoser, *, request: str | None = None, brief: bool = False) -> str:
+    """The whole report, without a final newline (``request``: only that prompt's block;
+    ``brief``: one line per finding)."""
     s = diag.summary()
     out: list[str] = [f"bridge diagnose: {diag.path}"]
     out += _head(s)
-    for f in diag.findings:
-        out += _finding(f)
+    out += _summary(s)
+    if brief:
+        out.append("")
+        shown = [f for f in diag.findings if request is None or _about(f, request)]
+        out.append(f"Findings ({len(shown)})" + (f" about {short(request, 60)}" if request is not None else ""))
+        out += [_brief(f) for f in shown]
+    else:
+        advice = Advice()
+        for block in blocks(diag, request):
+            out.append("")
+            out.append("== " + block.heading())
+            for f in block.findings:
+                out += _finding(f, advice)
     if diag.dropped_findings:
         out.append("")
         out.append(f"({diag.dropped_findings} more finding(s) not shown: only the first {MAX_FINDINGS} are kept)")
-    out += _summary(s)
     return "\n".join(out)
+
+
+def _about(f: Finding, request: str) -> bool:
+    return f.request is not None and request_name(f.request) == request
+
+
+def _where(f: Finding) -> str:
+    return f"observation {f.idx}" if f.idx is not None else (f"journal line {f.line}" if f.line else "the end")
+
+
+def _brief(f: Finding) -> str:
+    """``[1] O5: ...   (observation 17, p2)``: number, title, observation, prompt."""
+    who = f", {short(request_name(f.request), 40)}" if f.request is not None else ""
+    return f"[{f.n}] {f.title}   ({_where(f)}{who})"
 
 
 def _head(s: dict[str, Any]) -> list[str]:
@@ -71,11 +102,10 @@ def sandbox_words(sandbox: Any) -> str | None:
     )
 
 
-def _finding(f: Finding) -> list[str]:
+def _finding(f: Finding, advice: Advice) -> list[str]:
     """One finding: what happened, the slot, the evidence, stderr, causes, notes, related findings."""
     out = [""]
-    where = f"observation {f.idx}" if f.idx is not None else (f"journal line {f.line}" if f.line else "the end")
-    out.append(f"[{f.n}] {f.title}   ({where}, {fmt_t(f.t)})")
+    out.append(f"[{f.n}] {f.title}   ({_where(f)}, {fmt_t(f.t)})")
     out.extend(_wrap("What happened: " + f.explanation, "    "))
     out.extend(_wrap(slot_words(f.slot).replace("slot:", "Slot right after it:", 1), "    "))
     out.append("    Evidence (journal line, observation, t):")
@@ -91,8 +121,17 @@ def _finding(f: Finding) -> list[str]:
     if f.causes:
         out.append("    Likely causes, and what to check:")
         for c in f.causes:
-            out.extend(_wrap("- " + c["cause"], "      "))
-            out.extend(_wrap("check: " + c["check"], "          "))
+            said = advice.say(f.n, c)
+            if said.same is not None:
+                now = f" (now {said.now})" if said.now else ""
+                out.extend(_wrap(f"- same as [{said.same}]{now}: {clip(said.cause)}", "      "))
+                continue
+            out.extend(_wrap("- " + said.cause, "      "))
+            if said.check_in is not None:
+                now = f" (now {said.now})" if said.now else ""
+                out.extend(_wrap(f"check: as in [{said.check_in}]{now}: {clip(said.check)}", "          "))
+            else:
+                out.extend(_wrap("check: " + said.check, "          "))
     for note in f.notes:
         out.extend(_wrap("Then: " + note, "    "))
     if f.related:
@@ -137,7 +176,11 @@ def _summary(s: dict[str, Any]) -> list[str]:
     journal = s["journal"]
     if journal["live"] or journal["failed"]:
         how = "the bridge closed cleanly" if journal["closed"] else "ends before the bridge closed"
-        out.append(f"  journal: {how}" + (f"; could not be written: {journal['failed']}" if journal["failed"] else ""))
+    else:
+        how = "a transcript (no engine-start note): no bridge close to expect"
+    how += f"; could not be written: {journal['failed']}" if journal["failed"] else ""
+    how += "; the last line was cut off" if s["truncated"] else ""
+    out.append(f"  journal: {how} ({s['entries']} entries)")
     return out
 
 
