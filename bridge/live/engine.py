@@ -66,7 +66,7 @@ STDERR_RING = 200
 STDERR_LINE_MAX = 8192
 
 
-#: The reaper an engine runs under (run by its path: no package import, ~15 ms).
+#: The reaper an engine runs under (run by its path: no package import; ~30 ms a start).
 REAPER = str(Path(__file__).with_name("reaper.py"))
 #: The ladder's rung that asks the reaper to SIGKILL the engine and what it left, and how long
 #: it is given before the group is SIGKILLed.

@@ -1,8 +1,8 @@
 """The reaper: a tiny parent an engine runs under, so that nothing it starts outlives it.
 
 Run as ``python -I -S reaper.py STATUS_FD -- ARGV...`` (by its path, standard library only:
-no package import, ~15 ms). It is the process the bridge spawns; the engine is its only
-child, started with ``posix_spawnp`` in the reaper's process group, with the stdin, stdout and
+no package import; ~30 ms with ``ctypes``). It is the process the bridge spawns; the engine is
+its only child, started with ``posix_spawnp`` in the reaper's process group, with the stdin, stdout and
 stderr the bridge gave it (the reaper keeps no copy of them: the engine's pipes are direct,
 and a closed stdout means what it meant without the reaper).
 

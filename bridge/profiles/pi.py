@@ -491,7 +491,6 @@ class PiProfile:
             dialogs=bool(extensions),
             refusal=startup_refusal,
             pass_fds=(folders.watch[0],) if folders.watch is not None else (),
-            contained=confined is not None,
         )
 
     def _config_base(self) -> str | None:
