@@ -93,6 +93,8 @@ included); every key is optional::
       "on_start": {
         "lines": [LINE, …],           # written at start, before stdin is read
         "stderr": ["text", …],        # extra stderr lines at start
+        "stderr_flood": {"lines": N, "size": B},  # then N stderr lines of B characters each
+                                      # ("flood K: xxx…", K from 1), then "flood done"
         "delay": 0.0,                 # seconds to wait before the lines
         "exit": CODE,                 # exit with CODE right after the lines
         "run": {BEHAVIOUR} | true,    # an unsolicited run at start (user text
@@ -1136,12 +1138,28 @@ class Engine:
 
     # -- main loop
 
+    def stderr_flood(self, lines: int, size: int) -> None:
+        """``on_start.stderr_flood``: ``lines`` lines of ``size`` characters, then ``flood done``."""
+        pad = "x" * size
+        chunk: list[str] = []
+        for k in range(1, lines + 1):
+            head = f"flood {k}: "
+            chunk.append(head + pad[len(head) :] + "\n")
+            if len(chunk) == 1000:
+                sys.stderr.write("".join(chunk))
+                chunk = []
+        sys.stderr.write("".join(chunk) + "flood done\n")
+        sys.stderr.flush()
+
     def serve(self) -> None:
         on_start = dict(self.scenario.get("on_start") or {})
         if on_start.get("ignore_sigterm"):
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for text in on_start.get("stderr") or []:
             log(str(text))
+        flood = on_start.get("stderr_flood")
+        if flood:
+            self.stderr_flood(int(flood.get("lines", 0)), int(flood.get("size", 100)))
         if on_start.get("delay"):
             time.sleep(float(on_start["delay"]))
         for line in list(self.scenario.get("startup") or []) + list(on_start.get("lines") or []):

@@ -193,6 +193,15 @@ def add_bridge_options(p: argparse.ArgumentParser, *, journal_by_default: bool =
         action="store_true",
         help="keep message_update / tool_execution_update payloads (default: elided)",
     )
+    for unit, name, default in (("DAYS", "days", 30), ("MB", "mb", 1024)):
+        g.add_argument(
+            f"--journal-keep-{name}",
+            type=float,
+            metavar=unit,
+            help=f"in the default journal folder, remove journals past this many {unit.lower()} "
+            f"(oldest first, never one open) when a new one is made (default ${'PI_BRIDGE_JOURNAL_KEEP_' + unit}, "
+            f"else {default}; 0: no bound)",
+        )
     g.add_argument(
         "--queue-max", type=positive(int), default=64, metavar="N", help="prompts waiting for the slot (default 64)"
     )
@@ -388,6 +397,8 @@ def bridge_config(args: argparse.Namespace) -> Any:
         taint_grace=args.taint_grace,
         seal_check=args.seal_check,
         journal_full=args.journal_full,
+        journal_keep_days=args.journal_keep_days,
+        journal_keep_mb=args.journal_keep_mb,
     )
 
 

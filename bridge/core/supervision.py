@@ -118,6 +118,7 @@ from bridge.core.notices import JournalFailedSignal
 from bridge.core.progress import DELTA_TYPES, PROGRESS_TYPES, ProgressEvent, join_deltas
 from bridge.core.receipts import Receipt
 from bridge.core.session import Session
+from bridge.core.stderr import StderrBudget
 from bridge.core.steering import from_state
 from bridge.core.tracker import Overlap
 
@@ -309,6 +310,8 @@ class Supervision:
         self.session = Session(tuple(clearing), collect=collect, skip_updates=not config.journal_full, dialogs=dialogs)
         self.listening = listening
         self._journal = journal
+        #: Each engine generation's stderr budget in the journal, until its exit.
+        self._stderr: dict[int, StderrBudget] = {}
         self._lean = journal and not config.journal_full
         self._journal_broken = False
         self._inputs: collections.deque[Input] = collections.deque()
@@ -384,11 +387,16 @@ class Supervision:
         return self._run(now, None, lambda: self._observe(lines, now))
 
     def stderr(self, generation: int, text: str, now: float) -> list[Action]:
-        """A line engine ``generation`` wrote to stderr: journaled, and kept for its receipts."""
-        out: list[Action] = [RecordStderr(text, now)] if self._journal else []
+        """A line engine ``generation`` wrote to stderr: kept for its receipts, and journaled
+        within the generation's budget (:mod:`bridge.core.stderr`)."""
         if generation == self._current:
             self.session.stderr(text)
-        return out
+        if not self._journal:
+            return []
+        budget = self._stderr.get(generation)
+        if budget is None:
+            budget = self._stderr[generation] = StderrBudget(self.config.stderr_journal_max)
+        return [RecordStderr(text, now)] if budget.take(text, now) else []
 
     def write_failed(
         self,
@@ -706,6 +714,10 @@ class Supervision:
         # took the notes before the exit (else replay settles delivery-unknown where we said
         # rejected: found by tools/soak).
         if self._journal:
+            budget = self._stderr.pop(generation, None)
+            note, held = budget.flush(generation) if budget is not None else (None, [])
+            self._out += [RecordNote(note, t)] if note is not None else []
+            self._out += [RecordStderr(text, t) for text in held]
             self._out.append(RecordExit(code, signal, t))
         current = generation == self._current
         if current:

@@ -26,6 +26,7 @@ from bridge.core.lifecycle import BridgeConfig
 from bridge.live.handles import Message, PromptHandle
 from bridge.live.journal import Journal, default_journal_dir, private_dir
 from bridge.live.protocols import BridgeAPI
+from bridge.live.retention import keep_from
 from bridge.live.supervisor import Bridge
 from bridge.profiles.command import EngineProfile
 from bridge.profiles.pi import PiProfile
@@ -174,6 +175,7 @@ async def _open_on_trio(
                 path,
                 clearing=launch.clearing,
                 full=config.journal_full,
+                keep=keep_from(config.journal_keep_days, config.journal_keep_mb),
                 bridge=__version__,
                 created=_utc_now(),
                 lean=not config.journal_full,

@@ -20,6 +20,13 @@ Ctrl-C at the terminal reaches the bridge, which then stops the engine in
 order, rather than killing the engine under a running prompt; if the bridge
 itself is killed, the engine's stdin reaches EOF and Pi exits on its own.
 
+Nothing the engine starts escapes: unless its launch is contained already (the confined Pi's
+PID namespace: :attr:`~bridge.profiles.command.Launch.contained`), the engine runs under
+:mod:`bridge.live.reaper`, a child subreaper that at the engine's exit SIGKILLs and reaps
+whatever is left below it, wherever it went (``setsid``, double forks, ``nohup``), and exits
+with the engine's status. The ladder's last rung then asks the reaper first (SIGUSR1: it
+SIGKILLs the engine and the rest), then SIGKILLs the group.
+
 Writes are serialised by a lock (a trio stream allows one sender at a time).
 A write to an engine that has stopped reading blocks when the pipe fills: the
 caller bounds every write with a timeout. A write counts the bytes the pipe took
@@ -35,7 +42,9 @@ import errno
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import trio
@@ -55,6 +64,20 @@ STDOUT_DRAIN_GRACE = 2.0
 STDERR_RING = 200
 #: A single stderr line is cut to this many characters.
 STDERR_LINE_MAX = 8192
+
+
+#: The reaper an engine runs under (run by its path: no package import; ~30 ms a start).
+REAPER = str(Path(__file__).with_name("reaper.py"))
+#: The ladder's rung that asks the reaper to SIGKILL the engine and what it left, and how long
+#: it is given before the group is SIGKILLed.
+REAPER_KILL = signal.SIGUSR1
+REAPER_GRACE = 2.0
+
+
+def under_reaper(launch: Launch) -> bool:
+    """Whether the engine runs under :mod:`bridge.live.reaper`: not when its launch is contained
+    already (a PID namespace), nor off Linux (no child subreaper there)."""
+    return not launch.contained and sys.platform.startswith("linux")
 
 
 #: Linux's fcntl to resize a pipe (F_SETPIPE_SZ). How much engine output may
@@ -139,6 +162,8 @@ class Engine:
         #: True once the bridge asked this engine to stop (not a crash).
         self.retiring = False
         self._send_lock = trio.Lock()
+        #: Runs under :mod:`bridge.live.reaper` (the process is the reaper; the engine its child).
+        self.reaper = under_reaper(launch)
         #: Bytes of the data being written that the pipe has taken so far (None: no write
         #: under way). Read at the engine's exit: 0 means none of it can ever be read.
         self.writing: int | None = None
@@ -162,16 +187,32 @@ class Engine:
     ) -> Engine:
         """Spawn the engine and start its tasks. Raises OSError if it can't be spawned."""
         engine = cls(launch, generation, sink, max_line)
-        engine.process = await trio.lowlevel.open_process(
-            launch.argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=launch.env,
-            cwd=launch.cwd,
-            start_new_session=True,
-            pass_fds=launch.pass_fds,
-        )
+        argv, pass_fds = list(launch.argv), launch.pass_fds
+        status: tuple[int, int] | None = None
+        if engine.reaper:
+            status = os.pipe()
+            argv = [sys.executable, "-I", "-S", REAPER, str(status[1]), "--", *argv]
+            pass_fds = (*pass_fds, status[1])
+        try:
+            engine.process = await trio.lowlevel.open_process(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=launch.env,
+                cwd=launch.cwd,
+                start_new_session=True,
+                pass_fds=pass_fds,
+            )
+        except BaseException:
+            if status is not None:
+                os.close(status[0])
+            raise
+        finally:
+            if status is not None:
+                os.close(status[1])
+        if status is not None:
+            await engine._launched(status[0])
         engine.pid = engine.process.pid
         _live_engines.add(engine)
         _resize_pipes()
@@ -179,6 +220,23 @@ class Engine:
         nursery.start_soon(engine._drain_stderr)
         nursery.start_soon(engine._wait)
         return engine
+
+    async def _launched(self, status: int) -> None:
+        """Read the reaper's status pipe (closed once the engine is spawned; an errno if it could
+        not be). Ends at the pipe's EOF: the engine started or the reaper exited. Raises the
+        OSError the spawn failed with, the reaper reaped."""
+        assert self.process is not None
+        told = b""
+        async with trio.lowlevel.FdStream(status) as pipe:
+            while chunk := await pipe.receive_some(64):
+                told += chunk
+        if told:
+            for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+                if stream is not None:
+                    await stream.aclose()
+            await self.process.wait()  # the reaper exits at once (127)
+            code = int(told) if told.isdigit() else 0
+            raise OSError(code, os.strerror(code) if code else "the reaper could not start it", self.launch.argv[0])
 
     @property
     def alive(self) -> bool:
@@ -351,10 +409,16 @@ class Engine:
             # what the engine left in its process group while the engine's pid is still its own.
             with trio.move_on_after(stdin_grace):
                 await self.reaped.wait()
-            for sig, grace in ((signal.SIGTERM, term_grace), (signal.SIGKILL, 5.0)):
+            rungs = [(signal.SIGTERM, term_grace), (signal.SIGKILL, 5.0)]
+            if self.reaper:
+                rungs.insert(1, (REAPER_KILL, REAPER_GRACE))
+            for sig, grace in rungs:
                 if self.reaped.is_set():
                     break
-                self._signal_group(sig)
+                if sig == REAPER_KILL:
+                    proc.send_signal(sig)  # the reaper alone (unreaped: its pid is its own)
+                else:
+                    self._signal_group(sig)
                 with trio.move_on_after(grace):
                     await self.reaped.wait()
             # The waiter task reports the exit; give it the stdout drain grace.

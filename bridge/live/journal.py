@@ -32,7 +32,8 @@ Default location: ``$PI_BRIDGE_JOURNAL_DIR``, else
 one file per bridge session, named for its start time, pid and this process's count of
 journals (``YYYYmmdd-HHMMSS-PID-N.jsonl``: :func:`default_journal_path`), so any number of
 bridges a process opens in one second get a file each; a name another process took already
-is passed over for the next (:data:`FRESH_ATTEMPTS` of them at most).
+is passed over for the next (:data:`FRESH_ATTEMPTS` of them at most). Opening one there
+removes the old ones past the retention bounds (:mod:`bridge.live.retention`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from typing import Any, BinaryIO
 
 from bridge.core.framing import AGENT_END, MESSAGE_UPDATE, RAW_LINE_NOTE, RawLine, raw_text, text_tells
 from bridge.core.receipts import Receipt
+from bridge.live.retention import Keep, hold, keep_from, sweep
 from bridge.transcript import VERSION, TranscriptWriter, dumps
 
 #: Buffered bytes between flushes (each receipt flushes and fsyncs anyway).
@@ -145,12 +147,20 @@ class Journal:
     """A journal at ``path``, refused if it exists; ``path=None``: a new file in the default
     location (:func:`open_fresh`), its name in :attr:`path`."""
 
-    def __init__(self, path: Path | None, *, clearing: tuple[str, ...], full: bool = False, **meta: Any) -> None:
+    def __init__(
+        self, path: Path | None, *, clearing: tuple[str, ...], full: bool = False, keep: Keep | None = None, **meta: Any
+    ) -> None:
+        fresh = path is None
         if path is None:
             path, self._stream = open_fresh()
         else:
             self._stream = open_private(path)
         self.path = path
+        # Held until the file is closed: retention passes over a journal a bridge has open.
+        hold(self._stream.fileno())
+        if fresh:
+            # A new journal in the default folder: the old ones past ``keep`` go (retention.py).
+            sweep(path.parent, keep or keep_from(), spare=path)
         self.full = full
         # The last entry time written and its text: a read's lines share one clock read.
         self._t: float | None = None

@@ -52,6 +52,10 @@ class Launch:
     #: Descriptors the engine process inherits besides its stdio (the sandbox's watch on
     #: the bridge: :data:`bridge.profiles.sandbox.WATCH`); ``cleanup`` closes them.
     pass_fds: tuple[int, ...] = ()
+    #: Whatever the engine starts ends with it by the launch's own means (the confined Pi's PID
+    #: namespace): it does not run under :mod:`bridge.live.reaper`. By default, whether the
+    #: launch is confined (has a :attr:`confinement`).
+    contained: bool = attrs.field(default=attrs.Factory(lambda self: self.confinement is not None, takes_self=True))
 
     def run_cleanup(self) -> None:
         if self.cleanup is not None:

@@ -54,6 +54,7 @@ from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
 from bridge.core.lifecycle.config import BridgeConfig
 from bridge.core.progress import TurnEnd
 from bridge.core.receipts import exit_status
+from bridge.live.retention import keep_from, sweep
 from bridge.live.signals import closing_signals
 from bridge.profiles.command import CommandProfile, EngineProfile, ProfileError
 
@@ -324,6 +325,9 @@ class AcpAgent:
         self._ids += 1
         sess = Session(f"s{self._ids}", new.cwd, acp.ToolCalls(new.cwd))
         path = journal_for(self.journal, sess.id)
+        if self.journal is True and path is not None:  # a new journal in the default folder: retention
+            keep = keep_from(self.config.journal_keep_days, self.config.journal_keep_mb)
+            sweep(Path(path).parent, keep)
         try:
             await self.work.start(self._bridge_task, sess, path)
         except ProfileError as e:

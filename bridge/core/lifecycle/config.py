@@ -11,6 +11,7 @@ from typing import Any, Final
 import attrs
 
 from bridge.core.framing import DEFAULT_MAX_LINE
+from bridge.core.stderr import STDERR_JOURNAL_MAX
 
 #: Settled prompt ids remembered for duplicate detection and ``get_receipt``.
 RECENT_IDS: Final = 65536
@@ -118,3 +119,18 @@ class BridgeConfig:
     #: the engine's own).
     thinking: str | None = None
     journal_full: bool = False
+    #: Characters of one engine generation's stderr the journal holds (the first ones, and
+    #: the last lines at its exit, with a ``stderr-dropped`` note; :mod:`bridge.core.stderr`).
+    #: None: all of it.
+    stderr_journal_max: int | None = attrs.field(default=STDERR_JOURNAL_MAX)
+    #: Retention in the default journal folder (:mod:`bridge.live.retention`): journals older
+    #: than this many days, and the oldest past this many MiB together, are removed when a
+    #: bridge opens a new one there. None: ``$PI_BRIDGE_JOURNAL_KEEP_DAYS`` / ``_MB``, else
+    #: 30 days and 1024 MiB; 0: no bound.
+    journal_keep_days: float | None = None
+    journal_keep_mb: float | None = None
+
+    @stderr_journal_max.validator
+    def _stderr_positive(self, attribute: Any, value: int | None) -> None:
+        if value is not None:
+            _positive(self, attribute, value)

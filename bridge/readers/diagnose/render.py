@@ -134,6 +134,12 @@ def _note_summary(value: dict[str, Any]) -> str:
         return f"note: the journal could not be written: {short(value.get('error'), 80)}"
     if event == "bridge-closed":
         return f"note: the bridge closed ({short(value.get('receipts'))} receipt(s))"
+    if event == "stderr-dropped":
+        return (
+            f"note: {short(value.get('lines'))} stderr line(s) of generation {short(value.get('generation'))} "
+            f"not journaled ({short(value.get('chars'))} characters past the cap); the last "
+            f"{short(value.get('kept'))} follow"
+        )
     return f"note {value.get('event', '')}: {short(value, 90)}"
 
 
