@@ -40,6 +40,7 @@ async def open_bridge(
     config: BridgeConfig | None = None,
     drain_on_exit: bool = False,
     collect: bool = False,
+    start_engine: bool = True,
 ) -> AsyncIterator[Bridge]:
     """Open a bridge on an engine profile; close it (every receipt settled) on exit.
 
@@ -53,11 +54,30 @@ async def open_bridge(
     ``collect``: keep the tracker's outputs in ``bridge.session`` (``overlaps``, ``working``,
     ``settled``), as replay does; memory then grows with the stream (tools that compare the
     live bridge with replay use it).
-    Raises :class:`~bridge.profiles.command.ProfileError` when the engine can't be prepared.
+    ``start_engine``: the engine is started now and its start-up check awaited, so the block
+    begins with an engine that runs the prompts (the first prompt then waits for no start: the
+    user pays one engine start, at open rather than at that prompt); False: the first prompt
+    (or :meth:`~bridge.live.supervisor.Bridge.models`) starts it, as ``bridge run``, ``serve``
+    and ``acp`` do.
+
+    Raises :class:`~bridge.profiles.command.ProfileError`, one line, for what the CLI refuses,
+    after everything is cleaned up (the engine reaped, its folders removed): a profile that
+    can't be prepared (no Pi, a provider without a model, ...), and -- ``start_engine`` --
+    an engine that cannot be launched or whose start-up check refused the launch (a model Pi
+    does not offer: ``the engine cannot be set up: seal check failed: Pi does not offer
+    --model ...``, the words ``bridge run`` prints). An engine that crashed at start is no
+    such error: the block begins, and the next prompt starts the next engine, as after any crash.
     """
 
     def opener() -> AbstractAsyncContextManager[Bridge]:
-        return _open_on_trio(profile, journal=journal, config=config, drain_on_exit=drain_on_exit, collect=collect)
+        return _open_on_trio(
+            profile,
+            journal=journal,
+            config=config,
+            drain_on_exit=drain_on_exit,
+            collect=collect,
+            start_engine=start_engine,
+        )
 
     try:
         library = sniffio.current_async_library()
@@ -83,6 +103,7 @@ async def _open_on_trio(
     config: BridgeConfig | None,
     drain_on_exit: bool,
     collect: bool,
+    start_engine: bool,
 ) -> AsyncIterator[Bridge]:
     """:func:`open_bridge` under trio (and, as trio's guest, under asyncio). Its exit ends when
     the bridge has closed (bounded by the close's graces and the backstop)."""
@@ -126,6 +147,8 @@ async def _open_on_trio(
                 nursery.start_soon(bridge._clock)
                 nursery.start_soon(bridge._fsync_journal)
                 try:
+                    if start_engine:
+                        await bridge.start_engine()  # a refusal raises, and the bridge closes
                     yield bridge
                     if drain_on_exit:
                         await bridge.drain()
