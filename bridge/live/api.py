@@ -193,7 +193,7 @@ async def query(
 ) -> AsyncIterator[Message]:
     """One prompt, in one call: a bridge is opened on ``engine`` (default: the sealed, pinned
     Pi, ``PiProfile()``), the prompt is sent, and what comes of it is yielded as it happens --
-    text and thinking deltas, tool calls, retries, turns (:mod:`bridge.core.progress`) -- and
+    text and thinking deltas, tool calls, retries, turns, usage (:mod:`bridge.core.progress`) -- and
     its :class:`~bridge.core.receipts.Receipt` last; then the bridge closes (the engine reaped,
     its private folders removed). Under trio and asyncio alike. Leaving the loop early stops
     the prompt (its receipt is still journaled). ``journal``, ``config`` as
