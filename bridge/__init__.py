@@ -4,7 +4,8 @@ The Python API (docs: guide/python-api.md, reference/api.md)::
 
     from bridge import query, open_bridge, PiProfile, CommandProfile, BridgeConfig
 
-What it raises for a user to catch: :class:`ProfileError` (the engine cannot be prepared),
+What it raises for a user to catch: :class:`ProfileError` (the engine cannot be prepared, or
+``open_bridge``'s start of it was refused: a model Pi does not offer, ...),
 :class:`JournalError` (the journal cannot be created or written at open), :class:`EngineQuestionError`
 (``await bridge.models()`` got no answer), :class:`DialogError` (an extension dialog's answer was
 refused); a receipt's :class:`State` and :class:`Reason` are string enums. The package is typed

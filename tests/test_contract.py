@@ -284,7 +284,7 @@ async def test_closing_during_startup_check_sends_nothing_api_fake(tmp_path: Pat
     profile = SlowCheck(fake_engine_argv({"on_start": {"delay": 2}}))
     starts = EngineStarts()
     with trio.fail_after(30):
-        async with open_bridge(profile, journal=journal, config=BridgeConfig(**FAST)) as bridge:
+        async with open_bridge(profile, journal=journal, config=BridgeConfig(**FAST), start_engine=False) as bridge:
             bridge.listeners.append(starts)
             handle = await bridge.submit("must not be sent")
             await starts.first.wait()
@@ -354,7 +354,10 @@ async def test_closing_during_startup_check_sends_nothing_api_pi(
         starts = EngineStarts()
         with trio.fail_after(40):
             async with open_bridge(
-                scripted_profile(model_server.models), journal=journal, config=BridgeConfig(**FAST)
+                scripted_profile(model_server.models),
+                journal=journal,
+                config=BridgeConfig(**FAST),
+                start_engine=False,
             ) as bridge:
                 bridge.listeners.append(starts)
                 handle = await bridge.submit("must not be sent")
@@ -738,7 +741,7 @@ async def test_startup_death_counts_once_toward_the_crash_limit(tmp_path: Path, 
     journal = tmp_path / "j.jsonl"
     config = BridgeConfig(**{**FAST, "crash_limit": limit, "crash_window": 60.0, "startup_timeout": 0.5})
     with trio.fail_after(40):
-        async with open_bridge(SlowCheck(argv), journal=journal, config=config) as bridge:
+        async with open_bridge(SlowCheck(argv), journal=journal, config=config, start_engine=False) as bridge:
             seen: list[dict[str, Any]] = []
             bridge.listeners.append(seen.append)
             r = await bridge.prompt("hi")
@@ -780,7 +783,9 @@ async def test_a_startup_check_the_engine_answered_with_a_refusal_is_not_retried
     argv = fake_engine_argv({"state": {"messageCount": 3}})
     journal = tmp_path / "j.jsonl"
     with trio.fail_after(30):
-        async with open_bridge(RefusingCheck(argv), journal=journal, config=BridgeConfig(**FAST)) as bridge:
+        async with open_bridge(
+            RefusingCheck(argv), journal=journal, config=BridgeConfig(**FAST), start_engine=False
+        ) as bridge:
             first = await bridge.submit("hi")
             second = await bridge.submit("again")
             r1, r2 = await first.receipt(), await second.receipt()
@@ -804,7 +809,7 @@ async def test_startup_failure_signals_name_the_engine_they_are_about(tmp_path: 
     config = BridgeConfig(**{**FAST, "crash_limit": 3, "restart_backoff": (0.0,)})
     seen: list[dict[str, Any]] = []
     with trio.fail_after(30):
-        async with open_bridge(SlowCheck(DIES_IN_CHECK), journal=journal, config=config) as bridge:
+        async with open_bridge(SlowCheck(DIES_IN_CHECK), journal=journal, config=config, start_engine=False) as bridge:
             bridge.listeners.append(seen.append)
             r = await bridge.prompt("hi")
     assert (r.state, r.reason) == ("rejected", "engine-down"), r

@@ -102,22 +102,26 @@ async def test_a_tool_calling_run_with_thinking_as_a_controller_reads_it(pinned_
     assert collapsed == [
         "turn-start",
         "thinking",
+        "usage",
         "turn-end",
         "tool-start",
         "tool-update",
         "tool-end",
         "turn-start",
         "text",
+        "usage",
         "turn-end",
     ] or collapsed == [
         "turn-start",
         "thinking",
+        "usage",
         "tool-start",
         "tool-update",
         "tool-end",
         "turn-end",
         "turn-start",
         "text",
+        "usage",
         "turn-end",
     ], collapsed
     assert "".join(e["delta"] for e in events_of(sp, "thinking")) == steps[0]["reasoning"]
@@ -147,6 +151,18 @@ async def test_a_tool_calling_run_with_thinking_as_a_controller_reads_it(pinned_
     cost = (2000 * PRICES["input"] + 80 * PRICES["output"] + 200 * PRICES["cacheRead"]) / 1e6
     assert u["cost"] == pytest.approx(cost, rel=1e-9)
     assert (u["provider"], u["model"]) == ("scripted", "scripted-model")
+    # Usage as the run goes: one ``usage`` event per assistant message, as Pi ended it; they
+    # sum to the receipt's, and the last one's running total is the receipt's.
+    usages = events_of(sp, "usage")
+    assert [(e["stopReason"], e["usage"]["input"], e["usage"]["output"]) for e in usages] == [
+        ("toolUse", 800, 50),
+        ("stop", 1200, 30),
+    ]
+    summed = Usage()
+    for e in usages:
+        summed = summed.plus(Usage.from_json(e["usage"]))
+        assert Usage.from_json(e["total"]) == summed
+    assert summed == Usage.from_json(u)
     # Nothing else streams: no ``text`` notifications without "stream", and no events for a
     # prompt that did not ask (the journal replays to the same usage).
     assert not [x for x in sp.lines if x["type"] == "text"]

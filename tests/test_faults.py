@@ -225,7 +225,7 @@ async def test_overlap_recycles_engine(tmp_path: Path) -> None:
     notes: list[dict[str, Any]] = []
     journal = tmp_path / "j.jsonl"
     with trio.fail_after(30):
-        async with open_bridge(profile, journal=journal, config=fast_config()) as bridge:
+        async with open_bridge(profile, journal=journal, config=fast_config(), start_engine=False) as bridge:
             bridge.listeners.append(notes.append)
             r1 = await bridge.prompt("one", request="r1")
             assert r1.state == "finished" and r1.generation == 1
@@ -264,7 +264,9 @@ async def test_repeated_crashes_take_the_bridge_down(tmp_path: Path) -> None:
     journal = tmp_path / "j.jsonl"
     config = fast_config(crash_limit=3, crash_window=60.0)
     with trio.fail_after(30):
-        async with open_bridge(CommandProfile(fake_engine_argv(scenario)), journal=journal, config=config) as bridge:
+        async with open_bridge(
+            CommandProfile(fake_engine_argv(scenario)), journal=journal, config=config, start_engine=False
+        ) as bridge:
             bridge.listeners.append(notes.append)
             early = [await bridge.prompt("x", request=f"c{n}") for n in range(3)]
             for r in early:

@@ -72,6 +72,7 @@ from bridge.core.lifecycle import (
     Note,
     Notify,
     NotWritten,
+    Open,
     Shutdown,
     Signal,
     SignalSeen,
@@ -746,6 +747,11 @@ class LifecycleMachine(RuleBasedStateMachine):
         assert closed or self.lc.state.wanted.thinking == thinking
 
     @rule()
+    def open_the_bridge(self) -> None:
+        """``open_bridge`` asks for the engine now (normally once, first; any time here)."""
+        self.h.feed(Open())
+
+    @rule()
     def ask_the_engine(self) -> None:
         self.unknown += 1
         token = f"ask-{self.unknown}"
@@ -993,6 +999,16 @@ class LifecycleMachine(RuleBasedStateMachine):
     def count_the_rules(self) -> None:
         """Not a check: invariants run after every rule, so this counts them (see patience)."""
         self.rules_run += 1
+
+    @invariant()
+    def an_open_waits_only_for_a_start_up_check_under_way(self) -> None:
+        """``opening`` is cleared as soon as its engine's check has ended (or none will run):
+        an open never waits on a ready engine, a down or closing bridge, or nothing."""
+        s, e = self.lc.state, self.lc.state.engine
+        if s.opening is not None:
+            assert s.closing is None and s.down is None, (s.closing, s.down)
+            # (stopping: an engine on its way out, the one waited for starts after its exit)
+            assert e.phase in ("spawning", "checking", "backoff") or e.in_startup or e.generation < s.opening, e.phase
 
     @invariant()
     def nothing_broke_while_carrying_out(self) -> None:
@@ -1409,6 +1425,73 @@ def test_an_engine_exiting_in_its_check_with_a_refusal_goes_down_at_once_not_ret
     assert [a for a in h.log if type(a) is Spawn] == [Spawn(1)]
     assert h.violations == []
     h.drive_to_completion()
+
+
+def test_open_starts_the_engine_and_ends_when_its_check_passes_then_the_prompt_uses_it() -> None:
+    """``open_bridge`` (:class:`Open`): one engine started before any prompt; the open ends at
+    its clean check, and the first prompt is written to that engine, not to a second one."""
+    h = Harness()
+    assert of(h.feed(Open()), Spawn) == [Spawn(1)] and h.lc.state.opening == 1
+    h.spawned(1, startup=True)
+    assert h.lc.state.opening == 1
+    h.feed(StartupChecked(1, []))
+    assert h.lc.state.opening is None and not h.lc.state.setup_failed
+    out = h.submit("p1")
+    assert not of(out, Spawn) and [w.request for w in of(out, Write)] == ["p1"]
+    assert [a for a in h.log if type(a) is Spawn] == [Spawn(1)]
+    assert h.violations == []
+    h.drive_to_completion()
+
+
+@pytest.mark.parametrize("how", ["refused-check", "refusal-exit", "spawn-failed"])
+def test_open_ends_at_a_refusal_with_the_words_and_starts_nothing_more(how: str) -> None:
+    """A refused launch ends the open with ``setup_failed`` and ``down`` (what ``open_bridge``
+    raises): a check answered with problems, an exit its launch reads as a refusal, an engine
+    that cannot be launched. No second engine."""
+    h = Harness()
+    h.feed(Open())
+    if how == "spawn-failed":
+        h.spawn_failed(1)
+    else:
+        h.spawned(1, startup=True)
+        if how == "refused-check":
+            h.feed(StartupChecked(1, ["Pi does not offer --model nope"]))
+            assert h.lc.state.opening is None  # at the answers, not at the stopped engine's exit
+            h.exited(1, 0)
+        else:
+            h.feed(StdoutClosed(1))  # Pi closes its stdout first: the exit tells whether it refused
+            assert h.lc.state.opening == 1
+            h.exited(1, 1, None, ['Error: Model "nope" not found.'], 'Pi refused: Model "nope" not found.')
+    s = h.lc.state
+    assert s.opening is None and s.setup_failed and s.down is not None and s.crashes == []
+    h.advance(60.0)
+    assert [a for a in h.log if type(a) is Spawn] == [Spawn(1)]
+    assert h.violations == []
+    h.drive_to_completion()
+
+
+def test_open_ends_at_a_crash_without_a_second_start_and_the_prompt_restarts_it() -> None:
+    """An engine that died in its check at open is a crash, as at a prompt: the open ends
+    (not refused), no engine is restarted for the open alone, and the first prompt starts the
+    next one as the crash rules say."""
+    h = Harness()
+    h.feed(Open())
+    h.spawned(1, startup=True)
+    h.exited(1, 1, None, [LICENCE])
+    s = h.lc.state
+    assert s.opening is None and not s.setup_failed and s.down is None and len(s.crashes) == 1
+    h.advance(60.0)
+    assert [a for a in h.log if type(a) is Spawn] == [Spawn(1)]
+    assert of(h.submit("p1"), Spawn) == [Spawn(2)]
+    assert h.violations == []
+    h.drive_to_completion()
+
+
+def test_open_on_a_closing_or_down_bridge_waits_for_nothing() -> None:
+    h = Harness()
+    h.feed(Close())
+    h.feed(Open())
+    assert h.lc.state.opening is None and not [a for a in h.log if type(a) is Spawn]
 
 
 def test_a_startup_check_answered_sealed_after_crashes_sends_the_prompt() -> None:

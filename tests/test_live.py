@@ -68,12 +68,19 @@ class Run:
 
 
 async def session(
-    tmp_path: Path, profile: CommandProfile, body: Any, *, bound: float = 30, **config: Any
+    tmp_path: Path,
+    profile: CommandProfile,
+    body: Any,
+    *,
+    bound: float = 30,
+    start_engine: bool = True,
+    **config: Any,
 ) -> tuple[Run, list[Receipt]]:
     run = Run(tmp_path)
     receipts: list[Receipt] = []
+    cfg = BridgeConfig(**{**FAST, **config})
     with trio.fail_after(bound):
-        async with open_bridge(profile, journal=run.journal, config=BridgeConfig(**{**FAST, **config})) as bridge:
+        async with open_bridge(profile, journal=run.journal, config=cfg, start_engine=start_engine) as bridge:
             bridge.listeners.append(run.notes.append)
             receipts = await body(bridge)
     assert_no_zombies()
@@ -290,7 +297,9 @@ async def test_engine_down_when_it_cannot_be_started(tmp_path: Path):
     async def body(bridge: Bridge) -> list[Receipt]:
         return [await bridge.prompt("a"), await bridge.prompt("b")]
 
-    run, rs = await session(tmp_path, CommandProfile(["/nonexistent/engine-binary"]), body)
+    # Started by the first prompt, as under bridge run (at open it is a ProfileError:
+    # tests/test_open_check.py).
+    run, rs = await session(tmp_path, CommandProfile(["/nonexistent/engine-binary"]), body, start_engine=False)
     assert [(r.state, r.reason) for r in rs] == [("rejected", "engine-down")] * 2
     assert "/nonexistent/engine-binary" in (rs[0].native_error or "")
     assert "engine-down" in signals(run)
@@ -705,7 +714,10 @@ async def test_cancelling_the_bridge_mid_prompt_stops_and_reaps_the_engine(tmp_p
     handle = None
     with trio.move_on_after(1.0):
         async with open_bridge(
-            fake({"prompts": [{"hang": "forever"}]}), journal=tmp_path / "j.jsonl", config=BridgeConfig(**FAST)
+            fake({"prompts": [{"hang": "forever"}]}),
+            journal=tmp_path / "j.jsonl",
+            config=BridgeConfig(**FAST),
+            start_engine=False,  # the engine's start is heard by the listener
         ) as bridge:
             bridge.listeners.append(notes.append)
             handle = await bridge.submit("never settles")

@@ -41,13 +41,18 @@ def entries(journal: Path, kind: str) -> list[Any]:
 
 async def prompt_with(tmp_path: Path, **profile: Any) -> tuple[Any, Path, list[Any]]:
     """One prompt through a bridge on the scripted profile with ``profile``'s fields: its
-    receipt, the journal, and the requests the model server got."""
+    receipt, the journal, and the requests the model server got. The engine starts at the
+    prompt, as under ``bridge run`` (``start_engine=False``; at open, a refusal is a
+    ``ProfileError``: tests/test_open_check.py)."""
     server = start_server([{"text": "should never be asked"}])
     journal = tmp_path / "j.jsonl"
     try:
         with trio.fail_after(90):
             async with open_bridge(
-                scripted_profile(scripted_models(server, tmp_path), **profile), journal=journal, config=ONCE
+                scripted_profile(scripted_models(server, tmp_path), **profile),
+                journal=journal,
+                config=ONCE,
+                start_engine=False,
             ) as bridge:
                 receipt = await bridge.prompt("hi")
         return receipt, journal, server.requests

@@ -141,6 +141,25 @@ def test_streaming_text_assembles(start: Any) -> None:
     assert usage["choices"] == [] and usage["usage"]["total_tokens"] > 0
 
 
+def test_running_usage_puts_the_usage_so_far_in_every_chunk(start: Any) -> None:
+    """``running_usage`` (vLLM's continuous usage): every chunk has the prompt's tokens and the
+    completion's so far, growing to the whole at the finish; the usage chunk still ends it.
+    Without it only that last chunk has usage (a stream cut short reported none)."""
+    steps = [{"text": "x" * 40, "chunk": 8, "running_usage": True, "usage": {"completion_tokens": 10}}, {"text": "y"}]
+    srv = start(steps)
+    chunks = [c for c in sse_events(srv.post(chat())) if c != "[DONE]"]
+    *streamed, last = chunks
+    assert last["choices"] == [] and last["usage"]["completion_tokens"] == 10
+    done = [c["usage"]["completion_tokens"] for c in streamed]
+    assert done == sorted(done) and done[0] == 0 and done[-1] == 10 and 0 < done[2] < 10, done
+    assert len({c["usage"]["prompt_tokens"] for c in streamed}) == 1
+    assert all(
+        c["usage"]["total_tokens"] == c["usage"]["prompt_tokens"] + c["usage"]["completion_tokens"] for c in streamed
+    )
+    plain = [c for c in sse_events(srv.post(chat())) if c != "[DONE]"]
+    assert [c for c in plain if "usage" in c] == [plain[-1]]
+
+
 def test_words_and_finish_reason_override(start: Any) -> None:
     srv = start([{"words": 12, "finish_reason": "length"}])
     evs = sse_events(srv.post(chat(usage=False)))

@@ -260,7 +260,10 @@ async def test_a_journal_that_fails_at_once_closes_cleanly(tmp_path: Path) -> No
     notes: list[dict[str, Any]] = []
     with trio.fail_after(20), failing_journal(0):
         async with open_bridge(
-            CommandProfile(fake_engine_argv({})), journal=tmp_path / "j.jsonl", config=fast_config()
+            CommandProfile(fake_engine_argv({})),
+            journal=tmp_path / "j.jsonl",
+            config=fast_config(),
+            start_engine=False,  # the prompt is queued before any engine, whose note would fail first
         ) as bridge:
             bridge.listeners.append(notes.append)
             h = await bridge.submit("hello", request="a")

@@ -57,7 +57,9 @@ def _cmd_models(args: argparse.Namespace) -> int:
         from bridge.profiles.command import ProfileError
 
         # A journal only when one is asked for: a question leaves nothing worth keeping.
-        async with open_trio_bridge(profile, journal=args.journal or None, config=bridge_config(args)) as bridge:
+        async with open_trio_bridge(
+            profile, journal=args.journal or None, config=bridge_config(args), start_engine=False
+        ) as bridge:
             try:
                 return await bridge.models()
             except EngineQuestionError as e:

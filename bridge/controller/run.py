@@ -82,7 +82,9 @@ class Run:
         with closing_signals() as signals:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.closer.watch, signals)
-                async with open_trio_bridge(self.profile, journal=self.journal, config=self.config) as bridge:
+                async with open_trio_bridge(
+                    self.profile, journal=self.journal, config=self.config, start_engine=False
+                ) as bridge:
                     self._opened(bridge)
                     await self._send_all(bridge)
                 self.closer.closed()

@@ -158,7 +158,7 @@ class _Server:
         """Open the bridge and serve the controller. Ends when the bridge has closed and every
         line, ``bye`` last, is written (or dropped: the controller is gone)."""
         try:
-            async with open_trio_bridge(profile, journal=journal, config=config) as bridge:
+            async with open_trio_bridge(profile, journal=journal, config=config, start_engine=False) as bridge:
                 self._opened(bridge)
                 await _serve_loop(bridge, self.out, stdin_fd, self.drain_timeout)
         finally:

@@ -25,7 +25,19 @@ start``
                    ``error``
 ``turn-start``     (none)                                      ``turn_start``
 ``turn-end``       ``stopReason``, ``toolResults`` (a count)   ``turn_end``
+``usage``          ``usage`` (this message's), ``total``       an assistant ``message_end``
+                   (the run's so far), ``stopReason``
 =================  ==========================================  ===================================
+
+``usage`` comes once per assistant message of the run, when Pi ends it (its ``message_end``;
+an aborted or failed message too): ``usage`` is what Pi reported for that message (a
+:class:`~bridge.core.receipts.Usage` of one message), ``total`` the run's sum so far -- what the
+receipt's ``usage`` says if nothing more comes, and exactly the receipt's after the last one.
+What Pi reports for a message cut short is what its provider had streamed by then: OpenAI's
+chat completions send the usage only at the end of the stream (``include_usage``), so such a
+message has 0 tokens; providers that report usage as they go (Anthropic's input tokens at the
+start; vLLM's continuous usage) give what was spent. The session makes it, not
+:func:`translate`: ``total`` is the session's sum.
 
 Deltas read together are joined: consecutive ``text`` (or ``thinking``) deltas of one read of
 the engine's stdout are one event, ``i`` the first line's index and ``lines`` how many it joins
@@ -55,6 +67,7 @@ from typing import Any, Final
 
 import attrs
 
+from bridge.core.receipts import Usage
 from bridge.core.wire import Wire, form
 from bridge.core.words import RequestId
 
@@ -206,6 +219,19 @@ class TurnEnd(Wire):
     tool_results: int
 
 
+@_event("usage", stop_reason="stopReason")
+@attrs.frozen
+class UsageEvent(Wire):
+    request: RequestId | None
+    idx: int
+    #: What Pi reported for this assistant message (``messages`` is 1).
+    usage: Usage
+    #: The run's usage so far, this message's included.
+    total: Usage
+    #: The message's ``stopReason`` (``stop``, ``toolUse``, ``aborted``, ``error``, ...).
+    stop_reason: str | None = None
+
+
 ProgressEvent = (
     TextEvent
     | ThinkingEvent
@@ -218,6 +244,7 @@ ProgressEvent = (
     | CompactionEnd
     | TurnStart
     | TurnEnd
+    | UsageEvent
 )
 #: Every event class, for ``type(event) in PROGRESS_TYPES``.
 PROGRESS_TYPES: Final[frozenset[type]] = frozenset(ProgressEvent.__args__)

@@ -95,9 +95,9 @@ from bridge.core.framing import (
     parse_line,
     sized_update_runs,
 )
-from bridge.core.progress import EVENT_LINES, TextEvent, ThinkingEvent, delta_of, translate
+from bridge.core.progress import EVENT_LINES, TextEvent, ThinkingEvent, UsageEvent, delta_of, translate
 from bridge.core.prompts import PromptState, add_signal, message_text, run_deltas
-from bridge.core.receipts import GIVE_UP_WHYS, Facts, GiveUpWhy, Receipt, Times, Verdict, decide, exit_words
+from bridge.core.receipts import GIVE_UP_WHYS, Facts, GiveUpWhy, Receipt, Times, Usage, Verdict, decide, exit_words
 from bridge.core.steering import EngineConfig
 from bridge.core.tracker import Overlap, Settled, Tracker, Working
 from bridge.core.words import Reason, RequestId, Signal, StopBy
@@ -440,20 +440,13 @@ class Session:
                     events.append(event)
             self._track_run(held, kind, value)
         if kind == "message_end":
-            self._capture_reply(value)
+            self._capture_reply(value, idx, events)
         elif kind == "extension_ui_request" or kind == "extension_error":
             events.append(self._diagnostic(kind, value, idx))
         elif kind == "auto_retry_start" and self.held is not None and self.held.receipt is None:
-            error = value.get("errorMessage")
-            events.append(
-                Retrying(
-                    self.held.request,
-                    value.get("attempt"),
-                    value.get("maxAttempts"),
-                    value.get("delayMs"),
-                    error[:500] if isinstance(error, str) else None,
-                )
-            )
+            error, attempts = value.get("errorMessage"), (value.get("attempt"), value.get("maxAttempts"))
+            error = error[:500] if isinstance(error, str) else None
+            events.append(Retrying(self.held.request, *attempts, value.get("delayMs"), error))
 
     def release(
         self, request: RequestId | None, *, t: float | None = None, recorded: dict[str, Any] | None = None
@@ -773,15 +766,19 @@ class Session:
             self.receipts.append(receipt)
         events.append(ReceiptReady(receipt))
 
-    def _capture_reply(self, value: dict[str, Any]) -> None:
+    def _capture_reply(self, value: dict[str, Any], idx: int, events: list[Event]) -> None:
         """An assistant ``message_end`` of the held prompt's own run: its reply text (the last
-        one wins) and its usage (summed)."""
+        one wins) and its usage (summed; a ``usage`` event for a prompt that wants events)."""
         held = self.held
         if held is None or held.receipt is not None or not self._in_slots_run():
             return
         message = value.get("message")
         if isinstance(message, dict) and message.get("role") == "assistant":
             held.usage = held.usage.add(message)
+            if held.events and self.taint is None:
+                stop = message.get("stopReason")
+                stop = stop if isinstance(stop, str) else None
+                events.append(UsageEvent(held.request, idx, Usage().add(message), held.usage, stop))
             text = message_text(message)
             if text:
                 held.reply = text

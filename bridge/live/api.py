@@ -42,6 +42,7 @@ async def open_bridge(
     config: BridgeConfig | None = None,
     drain_on_exit: bool = False,
     collect: bool = False,
+    start_engine: bool = True,
 ) -> AsyncIterator[BridgeAPI]:
     """Open a bridge on an engine profile; close it (every receipt settled) on exit.
 
@@ -76,15 +77,27 @@ async def open_bridge(
         collect: Keep the tracker's outputs in ``bridge.session`` (``overlaps``, ``working``,
             ``settled``), as replay does; memory then grows with the stream (tools that
             compare the live bridge with replay use it).
+        start_engine: True (the default): the engine is started now and its start-up check
+            awaited, so the block begins with an engine that runs the prompts (the user pays
+            one engine start, at open rather than at the first prompt). False: the first
+            prompt (or :meth:`~bridge.live.supervisor.Bridge.models`) starts it, as
+            ``bridge run``, ``serve`` and ``acp`` do; a refused launch is then that prompt's
+            ``rejected``/``engine-down`` receipt.
 
     Yields:
         The open bridge: a :class:`~bridge.live.supervisor.Bridge` under trio, an
         :class:`~bridge.live.aio.AsyncioBridge` under asyncio.
 
     Raises:
-        ProfileError: The engine cannot be prepared (a missing Pi install, a version other
-            than the pin, a ``PiProfile(provider=...)`` without its ``model``, a sandbox that
-            cannot be set up); the message says how to fix it.
+        ProfileError: One line, for what the CLI refuses, after everything is cleaned up
+            (the engine reaped, its folders removed): the engine cannot be prepared (a missing
+            Pi install, a version other than the pin, a ``PiProfile(provider=...)`` without
+            its ``model``, a sandbox that cannot be set up); with ``start_engine``, an engine
+            that cannot be launched or whose start-up check refused the launch (a model Pi
+            does not offer: ``the engine cannot be set up: seal check failed: Pi does not
+            offer --model ...``, the words ``bridge run`` prints). An engine that crashed at
+            start is no such error: the block begins, and the next prompt starts the next
+            engine, as after any crash.
         JournalError: The journal cannot be created or its header written (a path that
             exists is refused).
         ValueError: ``journal`` is neither a boolean, None nor a non-empty path.
@@ -92,7 +105,14 @@ async def open_bridge(
     """
 
     def opener() -> AbstractAsyncContextManager[Bridge]:
-        return _open_on_trio(profile, journal=journal, config=config, drain_on_exit=drain_on_exit, collect=collect)
+        return _open_on_trio(
+            profile,
+            journal=journal,
+            config=config,
+            drain_on_exit=drain_on_exit,
+            collect=collect,
+            start_engine=start_engine,
+        )
 
     try:
         library = sniffio.current_async_library()
@@ -118,6 +138,7 @@ async def open_trio_bridge(
     config: BridgeConfig | None = None,
     drain_on_exit: bool = False,
     collect: bool = False,
+    start_engine: bool = True,
 ) -> AsyncIterator[Bridge]:
     """:func:`open_bridge` under trio, typed as the trio :class:`~bridge.live.supervisor.Bridge`
     itself: for trio code that uses what only it has (its channels as trio's, the ``listeners``
@@ -130,7 +151,12 @@ async def open_trio_bridge(
     if library != "trio":
         raise RuntimeError("open_trio_bridge runs under trio.run(main); open_bridge runs under asyncio too")
     async with open_bridge(
-        profile, journal=journal, config=config, drain_on_exit=drain_on_exit, collect=collect
+        profile,
+        journal=journal,
+        config=config,
+        drain_on_exit=drain_on_exit,
+        collect=collect,
+        start_engine=start_engine,
     ) as bridge:
         assert isinstance(bridge, Bridge)  # under trio it is the trio bridge itself
         yield bridge
@@ -144,6 +170,7 @@ async def _open_on_trio(
     config: BridgeConfig | None,
     drain_on_exit: bool,
     collect: bool,
+    start_engine: bool,
 ) -> AsyncIterator[Bridge]:
     """:func:`open_bridge` under trio (and, as trio's guest, under asyncio). Its exit ends when
     the bridge has closed (bounded by the close's graces and the backstop)."""
@@ -188,6 +215,8 @@ async def _open_on_trio(
                 nursery.start_soon(bridge._clock)
                 nursery.start_soon(bridge._fsync_journal)
                 try:
+                    if start_engine:
+                        await bridge.start_engine()  # a refusal raises, and the bridge closes
                     yield bridge
                     if drain_on_exit:
                         await bridge.drain()
@@ -233,7 +262,7 @@ async def query(
     """One prompt, in one call: open a bridge, send the prompt, yield what comes of it, close.
 
     A bridge is opened on ``engine``, the prompt is sent, and what comes of it is yielded as it
-    happens -- text and thinking deltas, tool calls, retries, turns
+    happens -- text and thinking deltas, tool calls, retries, turns, usage
     (:mod:`bridge.core.progress`) -- and its :class:`~bridge.core.receipts.Receipt` last;
     then the bridge closes (the engine reaped, its private folders removed). Under trio and
     asyncio alike. Leaving the loop early closes the bridge, which stops the prompt

@@ -103,9 +103,9 @@ class PromptHandle:
 
     async def messages(self) -> AsyncGenerator[Message, None]:
         """The prompt's one stream: what the engine does for it as it happens (its
-        :meth:`events`: text and thinking deltas, tool calls, retries, turns), then its
-        :class:`~bridge.core.receipts.Receipt`, last. Submit it with ``events=True``. Ends
-        after the receipt."""
+        :meth:`events`: text and thinking deltas, tool calls, retries, turns, each assistant
+        message's usage), then its :class:`~bridge.core.receipts.Receipt`, last. Submit it with
+        ``events=True``. Ends after the receipt."""
         async for event in self.events():
             yield event
         yield await self.receipt()

@@ -367,7 +367,9 @@ class AcpAgent:
         from bridge.live.api import open_trio_bridge
 
         profile = _in_folder(self.profile, sess.cwd)
-        async with open_trio_bridge(profile, journal=path if path is not None else False, config=self.config) as bridge:
+        async with open_trio_bridge(
+            profile, journal=path if path is not None else False, config=self.config, start_engine=False
+        ) as bridge:
             sess.bridge = bridge
             bridge.listeners.append(_stderr_line(sess.id))
             dialogs = sess.dialogs = bridge.dialogs()  # open before any prompt: a dialog is then asked, not cancelled

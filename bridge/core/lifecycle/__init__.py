@@ -22,7 +22,7 @@ exit). This machine owns the rest of SPEC §5 and §7:
 - **queue and slot**: a bounded FIFO of accepted prompts, at most one held
   (written to the engine, no receipt yet); a prompt is written only while no
   slot is held, on a ready, sealed engine, and never once closing has begun;
-- **the engine's life**: spawn when a prompt waits, the start-up (seal) check
+- **the engine's life**: spawn when a prompt waits (or at :class:`Open`), the start-up (seal) check
   with its deadline, recycling an unsealed or stuck engine, crash counting
   (one count per unrequested exit or unanswered check, never two), backoff and
   ``engine-down``;
@@ -36,7 +36,7 @@ exit). This machine owns the rest of SPEC §5 and §7:
   launch's ``refusal`` reads as one (:class:`EngineExited` ``refusal``: Pi's
   ``Model "x" not found`` for a ``--model`` with no ``--provider``) -- is a function of the launch (flags, config
   folder, models, keys, extensions, host) that a fresh engine repeats, so it is not
-  retried: down at once (``setup_failed``; ``run`` and ``serve`` exit 2), the
+  retried: down at once (``setup_failed``; ``run`` and ``serve`` exit 2, ``open_bridge`` raises), the
   problems in the ``engine-down`` signal and in every rejected prompt's
   ``nativeError``. No confirmation retry: nothing in a fully answered check depends on
   timing a restart could change (the one racy problem, an extension running on its
@@ -75,7 +75,7 @@ machine asks it for prompts it never wrote; for a written prompt whose
 deadline passed it emits :class:`GiveUp`, and the evidence half answers with
 the receipt (fed back as :class:`Decided`).
 
-Inputs come from the controller (:class:`Submit`, :class:`Stop`,
+Inputs come from the controller (:class:`Open`, :class:`Submit`, :class:`Stop`,
 :class:`Shutdown`, :class:`Close`), from the engine's process and lines
 (:class:`Spawned`, :class:`SpawnFailed`, :class:`StartupChecked`,
 :class:`Acked`, :class:`Decided`, :class:`Unsealed`, :class:`SignalSeen`,
@@ -134,6 +134,7 @@ if TYPE_CHECKING:
         NewConversation,
         NobodyAnswers,
         NotWritten,
+        Open,
         Shutdown,
         SignalSeen,
         Spawned,
@@ -178,7 +179,7 @@ _HOMES: dict[str, str] = {
         "inputs": (
             "Acked", "Activity", "AnswerDialog", "Answered", "Ask", "Close", "Compact", "Configure",
             "Configured", "Decided", "DialogOpened", "EngineExited", "Input", "JournalFailed",
-            "NewConversation", "NobodyAnswers", "NotWritten", "Shutdown", "SignalSeen", "Spawned",
+            "NewConversation", "NobodyAnswers", "NotWritten", "Open", "Shutdown", "SignalSeen", "Spawned",
             "SpawnFailed", "StartupChecked", "StdoutClosed", "Stop", "StopMissed", "Submit", "Tick",
             "Unsealed", "WriteFailed",
         ),
@@ -229,6 +230,7 @@ __all__ = [
     "NotWritten",
     "Note",
     "Notify",
+    "Open",
     "PromptRec",
     "Shutdown",
     "Signal",

@@ -105,6 +105,13 @@ class Compact:
 
 
 @attrs.frozen
+class Open:
+    """The controller opened the bridge: start an engine now (if none runs) and keep
+    :attr:`~bridge.core.lifecycle.LifeState.opening` set until its start-up check has ended
+    (:mod:`bridge.core.lifecycle.questions` says how it ends)."""
+
+
+@attrs.frozen
 class Ask:
     """A question for the engine that changes nothing (``get_available_models``): written to
     the engine once one is ready (one is started for it), answered with
@@ -274,6 +281,7 @@ Input = (
     | Configure
     | NewConversation
     | Compact
+    | Open
     | Ask
     | Answered
     | DialogOpened

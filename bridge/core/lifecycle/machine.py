@@ -49,6 +49,7 @@ from bridge.core.lifecycle.inputs import (
     NewConversation,
     NobodyAnswers,
     NotWritten,
+    Open,
     Shutdown,
     SignalSeen,
     Spawned,
@@ -63,10 +64,7 @@ from bridge.core.lifecycle.inputs import (
     WriteFailed,
 )
 from bridge.core.lifecycle.questions import EngineQuestions
-from bridge.core.lifecycle.state import (
-    LifeState,
-    PromptRec,
-)
+from bridge.core.lifecycle.state import LifeState, PromptRec
 from bridge.core.notices import (
     EngineDownNotice,
     EngineDownSignal,
@@ -104,6 +102,7 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions):
             Configured: self._configured,
             NewConversation: self._new_conversation,
             Compact: self._compact,
+            Open: self._open,
             Ask: self._ask,
             Answered: self._answered,
             DialogOpened: self._dialog_opened,
@@ -536,6 +535,7 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions):
 
     def _pump(self) -> None:
         s, e = self.state, self.state.engine
+        self._open_ended()
         if s.closing is not None or s.down is not None:
             why = Reason.CLOSING if s.closing is not None else Reason.ENGINE_DOWN
             while s.queue:
@@ -562,6 +562,7 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions):
             self._begin_closing("close", "shutdown: every prompt has its receipt")
             if e.phase in ("checking", "ready") and s.held is None:
                 self._stop_engine(requested=True)
+        self._open_ended()  # (again: the steps above may have gone down or begun closing)
         if s.closing is not None and not s.prompts and e.phase == "none" and not s.closed:
             s.closed = True
             s.deadlines.clear()
@@ -569,7 +570,7 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions):
 
     def _wants_engine(self) -> bool:
         s = self.state
-        return bool(s.queue or s.asks) and s.closing is None and s.down is None
+        return bool(s.queue or s.asks or s.opening is not None) and s.closing is None and s.down is None
 
     def _spawn_or_wait(self) -> None:
         s, cfg = self.state, self.config

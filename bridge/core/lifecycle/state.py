@@ -154,6 +154,10 @@ class LifeState:
     #: Extension dialogs waiting for the controller's answer, by the bridge's id.
     dialogs: dict[str, DialogRec] = attrs.field(factory=dict)
     dialog_serial: int = 0
+    #: An :class:`~bridge.core.lifecycle.inputs.Open` waits for the start-up check of engine
+    #: generation N (None: no open waits). When it is cleared, ``setup_failed`` says whether
+    #: the launch was refused (``down`` has the words).
+    opening: int | None = None
 
 
 def snapshot(state: LifeState) -> dict[str, Any]:

@@ -226,7 +226,7 @@ class Handler(BaseHTTPRequestHandler):
         """The reply as Server-Sent Events, shaped by the step's ``chunk``, ``delay``,
         ``hang_after`` and ``cut_after``; ``data: [DONE]`` and the last chunk end it."""
         include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
-        events = chunks(reply, max(1, int(step.get("chunk", 8))), include_usage)
+        events = chunks(reply, max(1, int(step.get("chunk", 8))), include_usage, bool(step.get("running_usage")))
         delay = float(step.get("delay", 0.0))
         self._start_event_stream(step.get("headers") or {})
         for sent, event in enumerate(events):

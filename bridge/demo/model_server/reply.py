@@ -11,7 +11,9 @@ token usage. It has two wire forms, both OpenAI's chat completions API as Pi's
   deltas with its arguments in pieces, a final chunk with an empty delta and
   ``finish_reason``, then (if ``stream_options.include_usage``) a chunk with
   ``choices: []`` and ``usage``. The HTTP handler sends them as Server-Sent Events and ends
-  with ``data: [DONE]``.
+  with ``data: [DONE]``. A step's ``running_usage`` puts the usage so far in every chunk too
+  (``completion_tokens`` counting what was streamed), as vLLM's
+  ``stream_options.continuous_usage_stats`` does: a stream cut short then has reported some.
 
 Pure: no I/O; the clock is read once, for ``created``.
 """
@@ -111,8 +113,9 @@ def completion(reply: Reply) -> dict[str, Any]:
     }
 
 
-def chunks(reply: Reply, size: int, include_usage: bool) -> list[dict[str, Any]]:
-    """The ``chat.completion.chunk`` objects of a streamed reply, text and arguments in ``size``-character pieces."""
+def chunks(reply: Reply, size: int, include_usage: bool, running_usage: bool = False) -> list[dict[str, Any]]:
+    """The ``chat.completion.chunk`` objects of a streamed reply, text and arguments in ``size``-character
+    pieces; ``running_usage``: each with the usage so far (:func:`_running`)."""
     events = [_chunk(reply, {"role": "assistant", "content": ""})]
     events += [_chunk(reply, {"reasoning_content": piece}) for piece in _pieces(reply.reasoning, size)]
     events += [_chunk(reply, {"content": piece}) for piece in _pieces(reply.text, size)]
@@ -124,9 +127,31 @@ def chunks(reply: Reply, size: int, include_usage: bool) -> list[dict[str, Any]]
             for piece in _pieces(c["arguments"], size)
         ]
     events.append(_chunk(reply, {}, reply.finish))
+    if running_usage:
+        _running(events, reply.usage)
     if include_usage:
         events.append({**_chunk_head(reply), "choices": [], "usage": reply.usage})
     return events
+
+
+def _running(events: list[dict[str, Any]], usage: dict[str, Any]) -> None:
+    """Each chunk gets the usage so far: all of the prompt's tokens, and of the completion's
+    its share of the characters streamed up to and with that chunk (the last: all of them)."""
+    sizes = [sum(len(str(v)) for v in _streamed(e)) for e in events]
+    total, sent = max(1, sum(sizes)), 0
+    for event, n in zip(events, sizes, strict=True):
+        sent += n
+        done = usage["completion_tokens"] * sent // total if event is not events[-1] else usage["completion_tokens"]
+        event["usage"] = {**usage, "completion_tokens": done, "total_tokens": usage["prompt_tokens"] + done}
+
+
+def _streamed(event: dict[str, Any]) -> list[Any]:
+    """What a chunk streams: its delta's text, thinking and tool-call arguments."""
+    delta = event["choices"][0]["delta"]
+    calls = delta.get("tool_calls") or []
+    return [delta.get("content") or "", delta.get("reasoning_content") or ""] + [
+        c.get("function", {}).get("arguments") or "" for c in calls
+    ]
 
 
 def _pieces(text: str, size: int) -> list[str]:

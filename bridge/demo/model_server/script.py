@@ -28,6 +28,17 @@ Streaming shape:
   ``usage``: {...}         override ``prompt_tokens`` / ``completion_tokens``;
                            ``cached_tokens`` (sent as
                            ``prompt_tokens_details.cached_tokens``: cache reads).
+                           The usage is sent once, in a last chunk after the
+                           ``finish_reason`` one, when the request asks for it
+                           (``stream_options.include_usage``, as Pi does): a
+                           stream stopped before its end reported none, so Pi's
+                           aborted message shows 0 tokens.
+  ``running_usage``: true  also put the usage so far in every chunk (vLLM's
+                           ``continuous_usage_stats``; Anthropic's stream says
+                           its input tokens at the start): ``prompt_tokens``
+                           whole from the first chunk, ``completion_tokens``
+                           counting what was streamed. A stream stopped midway
+                           then has usage to report (Pi keeps the last chunk's).
 Failures:
   ``status``: int          answer with this HTTP status (e.g. 500, 429, 529)
                            and an OpenAI-style error body; no step content.
@@ -78,6 +89,7 @@ STEP_KEYS = frozenset(
         "latency",
         "finish_reason",
         "usage",
+        "running_usage",
         "status",
         "body",
         "headers",

@@ -191,7 +191,10 @@ async def run(
                 # The bridge closes first, and with it its notification channel: then the pump ends.
                 async with (
                     trio.open_nursery() as nursery,
-                    open_trio_bridge(profile, journal=journal, config=config, collect=True) as bridge,
+                    # (the engine starts at the first prompt, once the notes are heard)
+                    open_trio_bridge(
+                        profile, journal=journal, config=config, collect=True, start_engine=False
+                    ) as bridge,
                 ):
                     ctx = Ctx(bridge=bridge, server=server, notes=notes)
                     nursery.start_soon(ctx._pump, bridge.signals())
