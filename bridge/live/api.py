@@ -78,11 +78,9 @@ async def open_bridge(
             ``settled``), as replay does; memory then grows with the stream (tools that
             compare the live bridge with replay use it).
         start_engine: True (the default): the engine is started now and its start-up check
-            awaited, so the block begins with an engine that runs the prompts (the user pays
-            one engine start, at open rather than at the first prompt). False: the first
-            prompt (or :meth:`~bridge.live.supervisor.Bridge.models`) starts it, as
-            ``bridge run``, ``serve`` and ``acp`` do; a refused launch is then that prompt's
-            ``rejected``/``engine-down`` receipt.
+            awaited (one engine start, at open rather than at the first prompt). False: the
+            first prompt (or ``models()``) starts it, as ``bridge run``, ``serve`` and ``acp``
+            do; a refused launch is then that prompt's ``rejected``/``engine-down`` receipt.
 
     Yields:
         The open bridge: a :class:`~bridge.live.supervisor.Bridge` under trio, an
@@ -95,9 +93,8 @@ async def open_bridge(
             its ``model``, a sandbox that cannot be set up); with ``start_engine``, an engine
             that cannot be launched or whose start-up check refused the launch (a model Pi
             does not offer: ``the engine cannot be set up: seal check failed: Pi does not
-            offer --model ...``, the words ``bridge run`` prints). An engine that crashed at
-            start is no such error: the block begins, and the next prompt starts the next
-            engine, as after any crash.
+            offer --model ...``, the words ``bridge run`` prints). A crash at start is not
+            one: the block begins, and the next prompt starts the next engine.
         JournalError: The journal cannot be created or its header written (a path that
             exists is refused).
         ValueError: ``journal`` is neither a boolean, None nor a non-empty path.

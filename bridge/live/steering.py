@@ -1,7 +1,8 @@
 """The steering calls of a bridge (docs: guide/steering.md): the model and thinking level of the
-prompts that follow, a new conversation, a compaction, and the question of what models the
-engine offers. Each is an input for the supervision; none changes a prompt already accepted,
-and none is taken once no prompt can follow.
+prompts that follow, a new conversation, a compaction, the question of what models the engine
+offers, and starting the engine at open (:meth:`Steering.start_engine`). Each is an input for
+the supervision; none changes a prompt already accepted, and none is taken once no prompt can
+follow.
 
 :class:`~bridge.live.supervisor.Bridge` has them (a mixin of its own, for the size of one module).
 """
@@ -13,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from bridge.core.lifecycle import Answer, Ask, Compact, Configure, Input, Lifecycle, NewConversation
+from bridge.core.lifecycle import Answer, Ask, Compact, Configure, Input, Lifecycle, NewConversation, Open
 from bridge.core.steering import Wanted, model_summary
+from bridge.profiles.command import ProfileError
 
 
 class EngineQuestionError(Exception):
@@ -34,6 +36,12 @@ class Steering:
         @property
         def lifecycle(self) -> Lifecycle: ...
         def _feed(self, event: Input) -> None: ...
+
+        async def _wait_change(self) -> None:
+            """Ends at the bridge's next change (see Bridge)."""
+
+        @property
+        def down_reason(self) -> str | None: ...
 
     def configure(self, *, provider: str | None = None, model: str | None = None, thinking: str | None = None) -> None:
         """The model (``provider`` and ``model`` together) and thinking level for the prompts
@@ -67,6 +75,18 @@ class Steering:
                 f"{what} {when} changes nothing: it steers the prompts submitted after it, and none can be "
                 "(the prompts already accepted run as they were submitted)"
             )
+
+    async def start_engine(self) -> None:
+        """Start the engine now, not at the first prompt, and wait for its start-up check
+        (:class:`~bridge.core.lifecycle.Open`). Ends when the check has ended (bounded by
+        ``startup_timeout``) or closing began. Raises :class:`ProfileError` -- the line ``bridge
+        run`` prints -- when the launch was refused (the bridge is down: close it); a crash is
+        retried at the next prompt, as any crash is."""
+        self._feed(Open())
+        while self.lifecycle.state.opening is not None:
+            await self._wait_change()
+        if self.lifecycle.state.setup_failed:
+            raise ProfileError(f"the engine cannot be set up: {self.down_reason}")
 
     async def models(self) -> list[dict[str, Any]]:
         """What the engine offers (Pi's ``get_available_models``): ``provider``, ``id``,

@@ -57,7 +57,6 @@ from bridge.core.lifecycle import (
     NobodyAnswers,
     Notify,
     NotWritten,
-    Open,
     Shutdown,
     Spawn,
     Stop,
@@ -94,7 +93,7 @@ from bridge.live.handles import Dialog, DialogError, Pending, PromptHandle
 from bridge.live.journal import Journal
 from bridge.live.notifications import Notifications
 from bridge.live.steering import EngineQuestionError, Steering
-from bridge.profiles.command import EngineProfile, Launch, ProfileError
+from bridge.profiles.command import EngineProfile, Launch
 from bridge.transcript import dumps
 
 __all__ = ["RECENT_IDS", "SIGNALS_PER_GENERATION", "Bridge", "BridgeConfig", "EngineQuestionError"]
@@ -228,18 +227,6 @@ class Bridge(Steering):
     def engine(self) -> Engine | None:
         """The current engine process (None until one is started: at open, or else by the first prompt)."""
         return self.engines.current
-
-    async def start_engine(self) -> None:
-        """Start the engine now, not at the first prompt, and wait for its start-up check
-        (:class:`~bridge.core.lifecycle.Open`). Ends when the check has ended (bounded by
-        ``startup_timeout``) or closing began. Raises :class:`ProfileError` -- the line ``bridge
-        run`` prints -- when the launch was refused (the bridge is down: close it); a crash is
-        retried at the next prompt, as any crash is."""
-        self._feed(Open())
-        while self.lifecycle.state.opening is not None:
-            await self._wait_change()
-        if self.lifecycle.state.setup_failed:
-            raise ProfileError(f"the engine cannot be set up: {self.down_reason}")
 
     # -- clock ---------------------------------------------------------------------
 

@@ -88,6 +88,9 @@ class Step(TypedDict, total=False):
     finish_reason: str
     #: The token counts to report.
     usage: Usage
+    #: Send the usage so far in every chunk, not only the last (a stream stopped midway has
+    #: usage to report, as vLLM's continuous usage stats do).
+    running_usage: bool
     #: Answer with this HTTP status (300 or more) and an OpenAI-style error body, no content.
     status: int
     #: The error's body: an object (sent as JSON) or a string (sent as it is).
