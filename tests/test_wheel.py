@@ -30,10 +30,6 @@ import pytest
 
 from tests.conftest import FIXTURES, ROOT
 
-#: One worker runs the whole file (``tools/test``'s ``--dist loadgroup``): the wheel is built and
-#: installed once, by the module fixture, not once per worker.
-pytestmark = pytest.mark.xdist_group("wheel")
-
 PI_DIR = ROOT / "tools" / "pi"
 #: Inherited variables that could point the installed bridge (or its Python) at the checkout.
 SCRUB = ("PI_BRIDGE_PI_DIR", "PI_BRIDGE_NODE", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV")
