@@ -49,3 +49,60 @@ def pinned_pi() -> object:
             f"these tests need the pinned Pi {PI_PIN}: {e}. Run tools/setup (tools/test runs it before the suite).",
             pytrace=False,
         )
+
+
+#: The suite's longest tests, longest first (``--durations=0`` on this 2-core machine), run at
+#: the start of each worker's share: ``tools/test``'s ``--dist worksteal`` gives each of its two
+#: workers a contiguous half of the collection and lets an idle one take the end of the other's
+#: queue, so a long test late in file order ran alone at the end (the fast path's run property
+#: once did, for its last 8 minutes). An entry is a test (all its parameters) or a whole file,
+#: whose tests stay together, in file order, in one half: test_wheel.py's module fixture builds
+#: and installs the wheel once per worker, and test_pi_matrix.py's end-to-end run comes after
+#: the live runs of the oldest Pi that warm its compile cache (as in file order).
+STARTED_FIRST = (
+    "tests/test_soak.py::test_soak_ci",
+    "tests/test_pi_matrix.py",
+    "tests/test_wheel.py",
+    "tests/test_fuzz.py::test_runs_left_in_the_read_observe_exactly_what_line_by_line_does",
+    "tests/test_fuzz.py::test_the_fast_path_decides_what_a_full_parse_decides",
+    "tests/test_fuzz.py::test_the_fast_path_observes_exactly_what_line_by_line_does",
+    "tests/test_bench.py::test_quick_bench_prints_the_table_and_the_targets",
+    "tests/test_bounds.py::test_a_live_session_forgets_settled_runs_and_keeps_flat_memory",
+    "tests/test_confinement.py::test_another_pi_versions_flag_probe_runs_confined",
+    "tests/test_diagnose.py::test_a_200_mb_journal_streams_in_bounded_memory",
+    "tests/test_fuzz.py::test_the_session_takes_any_engine_lines",
+    "tests/test_confinement.py::test_the_passwd_home_is_hidden_whatever_home_says",
+    "tests/test_confinement.py::test_a_writable_folder_inside_what_pi_runs_from_is_refused",
+    "tests/test_static.py::test_mypy_strict_is_clean",
+    "tests/test_soak.py::test_soak_json_and_only_seed",
+    "tests/test_diagnose.py::test_html_renders_in_headless_chromium",
+    "tests/test_lifecycle.py::TestLifecycleMachine",
+    "tests/test_fuzz.py::test_controller_lines_get_a_command_or_a_named_error",
+)
+
+
+def _rank(nodeid: str) -> int:
+    """Where a test goes: its entry's place in :data:`STARTED_FIRST`, or after them all."""
+    for n, entry in enumerate(STARTED_FIRST):
+        if nodeid == entry or nodeid.startswith((entry + "[", entry + "::")):
+            return n
+    return len(STARTED_FIRST)
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The entries of :data:`STARTED_FIRST` in turn at the head of the first and the second half
+    (the rest in file order after them): the same order in every xdist worker, as it must be."""
+    last = len(STARTED_FIRST)
+    ranks = {item.nodeid: _rank(item.nodeid) for item in items}
+    heads: tuple[list[pytest.Item], list[pytest.Item]] = ([], [])
+    for n in range(last):
+        heads[n % 2].extend(item for item in items if ranks[item.nodeid] == n)
+    rest = [item for item in items if ranks[item.nodeid] == last]
+    cut = max(0, len(items) // 2 - len(heads[0]))
+    items[:] = [*heads[0], *rest[:cut], *heads[1], *rest[cut:]]
+    if not (config.args == [str(ROOT / "tests")] or config.args == ["tests"]) or config.option.keyword:
+        return
+    # The whole suite: an entry that names no test is out of date.
+    stale = [entry for n, entry in enumerate(STARTED_FIRST) if n not in ranks.values()]
+    if stale:
+        raise pytest.UsageError(f"tests/conftest.py STARTED_FIRST names no test: {stale}")

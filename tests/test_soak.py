@@ -447,14 +447,25 @@ def test_a_prompt_never_written_before_the_exit_replays_as_it_settled(tmp_path: 
     note; the journal had the ``exit`` entry before that note, so replay settled the prompt at
     the exit, delivery-unknown; and the soak's check called any written prompt's rejection
     wrong, the note notwithstanding. The schedule's timing makes it show about one run in
-    three: three runs of both."""
-    for k in range(3):
-        proc = subprocess.run(
+    three: three runs of both, side by side (each in a folder of its own)."""
+    procs = [
+        subprocess.Popen(
             [sys.executable, str(SOAK), "--only-seed", "328691679316", "--only-seed", "393567013775"]
             + ["--dir", str(tmp_path / str(k))],
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
             text=True,
-            timeout=120,
             cwd=str(ROOT),
         )
-        assert proc.returncode == 0 and "FAIL" not in proc.stdout, proc.stdout[-3000:]
+        for k in range(3)
+    ]
+    try:
+        outputs = [proc.communicate(timeout=180)[0] for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for proc, out in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0 and "FAIL" not in out, out[-3000:]
