@@ -153,3 +153,27 @@ def test_a_file_that_is_not_a_journal_is_called_that_in_one_line(tmp_path: Path,
         assert done.returncode == 2
         assert done.stdout == ""
         assert done.stderr.count("\n") == 1 and "not a pi-bridge transcript" in done.stderr, done.stderr
+
+
+def test_a_deleted_receipt_is_a_release_without_one_and_the_differing_receipt_s_own_line_is_named(
+    tmp_path: Path,
+) -> None:
+    """Found by a new-user trial: deleting p1's recorded receipt said ``intact``; a differing receipt
+    named its release's line, not its own; an answer to no prompt printed ``None``."""
+    entries = lines_of(REAL)
+    at = next(n for n, e in enumerate(entries) if "receipt" in e)
+    found = check(str(write(tmp_path / "norec.jsonl", entries[:at] + entries[at + 1 :])))
+    assert [(c.kind, c.request) for c in found] == [("release-without-receipt", "p1")]
+
+    edited, _ = without_the_stops_sends(tmp_path)
+    receipt_line = next(n for n, e in enumerate(lines_of(edited), 1) if "receipt" in e)
+    (differs,) = [c for c in check(str(edited)) if c.kind == "receipt-differs"]
+    assert differs.line == receipt_line
+
+    entries = lines_of(REAL)
+    entries.insert(at, {"recv": {"type": "response", "id": "x-9", "command": "get_state", "success": True}})
+    for e in entries[at + 1 :]:
+        if "i" in e:
+            e["i"] += 1
+    text = bridge("replay", "--check", str(write(tmp_path / "stray.jsonl", entries))).stdout
+    assert "answer-to-unsent" in text and "None" not in text

@@ -285,3 +285,15 @@ def test_a_users_mypy_strict_sees_one_api_under_both_libraries(tmp_path: Path) -
         got = [e for e in errors if e.startswith(f"mistakes.py:{n}: error: ")]
         assert [message in e for e in got] == ([] if message is None else [True]), (code, message, p.stdout)
     assert p.returncode == 1 and len(errors) == sum(m is not None for _, m in PROTOCOL_MISTAKES), p.stdout + p.stderr
+
+
+def test_a_users_mypy_outside_the_checkout_finds_the_checkout_s_package(tmp_path: Path) -> None:
+    """With the checkout's venv and nothing set (no ``MYPYPATH``), a user's ``mypy --strict``
+    sees ``bridge`` (found by a new-user trial: setuptools' default editable install is an
+    import hook mypy cannot follow, so every import was ``import-not-found``; tools/setup
+    installs with ``editable_mode=compat``, a ``.pth`` line)."""
+    (tmp_path / "both.py").write_text(BOTH_LIBRARIES)
+    env = {k: v for k, v in os.environ.items() if k not in ("MYPYPATH", "PYTHONPATH")}
+    argv = [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "cache"), "both.py"]
+    p = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert "import-not-found" not in p.stdout and p.returncode == 0, p.stdout + p.stderr

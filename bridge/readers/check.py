@@ -16,6 +16,10 @@ each place they disagree, by prompt and observation index:
 ``receipt-without-send``
     A recorded receipt says P reached the engine (a state other than ``rejected``, an ack or a
     run) while the journal never sent P: the send is missing from the journal.
+``release-without-receipt``
+    A live bridge's journal (its header names the ``bridge``) releases P, a prompt it sent, with
+    no receipt recorded for it: a live bridge journals every receipt before its release, so the
+    receipt is missing. (A hand-written transcript may release without one.)
 
 A sent prompt with no recorded receipt is not one of them: a prompt written by hand
 (``send_raw``, unsealing on purpose) is journaled as any send and never gets a receipt.
@@ -37,8 +41,13 @@ from bridge.readers import hashable
 from bridge.readers.replay import Driver
 from bridge.transcript import Entry, open_transcript
 
-Kind = Literal["receipt-differs", "answer-to-unsent", "receipt-without-send"]
-KINDS: Final[tuple[Kind, ...]] = ("receipt-differs", "answer-to-unsent", "receipt-without-send")
+Kind = Literal["receipt-differs", "answer-to-unsent", "receipt-without-send", "release-without-receipt"]
+KINDS: Final[tuple[Kind, ...]] = (
+    "receipt-differs",
+    "answer-to-unsent",
+    "receipt-without-send",
+    "release-without-receipt",
+)
 
 
 @form()
@@ -52,7 +61,8 @@ class Contradiction(Wire):
     request: Any
     #: The observation index it is about (None when the journal has none to name).
     idx: int | None
-    #: The journal's line number (1 is the header).
+    #: The journal's line number (1 is the header): the recorded receipt's for a receipt, the
+    #: response's for an answer, the release's for a missing receipt.
     line: int
     #: What is wrong, in words.
     words: str
@@ -68,7 +78,7 @@ def check(path: str) -> list[Contradiction]:
     stream, reader = open_transcript(path)
     with stream:
         driver = Driver(Session(reader.header.clearing, dialogs=reader.header.dialogs), bounded=True)
-        checker = Checker(driver)
+        checker = Checker(driver, live="bridge" in reader.header.meta)
         found: list[Contradiction] = []
         for entry in reader.skipping_updates():
             found += checker.before(entry)
@@ -83,9 +93,13 @@ class Checker:
     :meth:`before` with each entry before the driver reads it and :meth:`after` once it has.
     Memory: a set of the command ids sent, and the stops' prompts (bounded like the driver)."""
 
-    def __init__(self, driver: Driver) -> None:
+    def __init__(self, driver: Driver, *, live: bool) -> None:
         self.driver = driver
+        #: The journal is a live bridge's (every receipt is recorded before its release).
+        self.live = live
         self._commands: set[Any] = set()
+        #: The journal line of each sent prompt's recorded receipt, until its release.
+        self._receipt_lines: dict[Any, int] = {}
         #: A stop's id (and its clear_queue's) -> its prompt, from the journal's stop notes.
         self._stops: dict[Any, Any] = {}
 
@@ -101,9 +115,26 @@ class Checker:
             stop = value.get("stop")
             self._stops[stop] = self._stops[f"{stop}:clear"] = value.get("request")
         elif kind == "release" and hashable(value):
-            found = _at_release(driver.session, driver, value, entry.line)
+            line = self._receipt_lines.pop(value, None)
+            if line is None and self.live and value in driver.session.open:
+                return [
+                    Contradiction(
+                        "release-without-receipt",
+                        value,
+                        driver.session.tracker.idx,
+                        entry.line,
+                        f"the journal releases {value} with no receipt recorded for it (a live bridge "
+                        "records each before its release)",
+                    )
+                ]
+            found = _at_release(driver.session, driver, value, line if line is not None else entry.line)
             return [found] if found is not None else []
-        elif kind == "receipt" and isinstance(value, dict) and _delivered_unsent(value, driver):
+        elif kind == "receipt" and isinstance(value, dict) and hashable(value.get("request")):
+            if value.get("request") in driver.sent_ids:
+                self._receipt_lines[value.get("request")] = entry.line
+                return []
+            if not _delivered_unsent(value, driver):
+                return []
             return [
                 Contradiction(
                     "receipt-without-send",
@@ -184,5 +215,6 @@ def format_check(path: str, found: list[Contradiction]) -> str:
     lines = [f"{path}: {len(found)} contradiction" + ("s" if len(found) != 1 else "")]
     for c in found:
         where = f"#{c.idx}" if c.idx is not None else "-"
-        lines.append(f"  {c.kind:<21} {c.request!s:<10} {where:<7} line {c.line}: {c.words}")
+        request = "-" if c.request is None else str(c.request)
+        lines.append(f"  {c.kind:<23} {request:<10} {where:<7} line {c.line}: {c.words}")
     return "\n".join(lines)

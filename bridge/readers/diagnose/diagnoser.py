@@ -55,7 +55,7 @@ class Diagnoser:
         self.tally = Tally()
         self.driver = Driver(Session(header.clearing, collect=False, dialogs=header.dialogs), bounded=True)
         #: ``bridge replay --check``'s rules: where the journal contradicts itself.
-        self.checker = Checker(self.driver)
+        self.checker = Checker(self.driver, live="bridge" in header.meta)
         #: Whose work a queued item or a run was, by the evidence's own words.
         self.attribution = Attribution()
         self.findings: list[Finding] = []

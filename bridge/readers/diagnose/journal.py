@@ -164,6 +164,7 @@ CONTRADICTION_TITLES: Final = {
     "receipt-differs": "the journal contradicts itself: {request}'s recorded receipt is not what its evidence gives",
     "answer-to-unsent": "the journal contradicts itself: a response answers a command it never sent",
     "receipt-without-send": "the journal contradicts itself: {request} has a delivered receipt and no send",
+    "release-without-receipt": "the journal contradicts itself: {request} was released with no receipt recorded",
 }
 
 
