@@ -450,6 +450,9 @@ def test_top_scalars_are_what_json_parse_gives_or_none(pad: int) -> None:
         b'{"kind":"agent_end",' + body + b"}": None,
         b'[{"type":"agent_end"}]': None,
         b'{"type":"agent_end",' + body + b',"n":1e999}': None,  # JavaScript reads it: don't know
+        # simdjson looks a key up cut at its NUL: the wrong member's value, or none at all
+        b'{"type":"agent_end",' + body + b',"a\\u0000b":1,"a":2}': None,
+        b'{"type":"agent_end",' + body + b',"\\u0000":1}': None,
     }
     for line, kind in cases.items():
         got = check.top_scalars(line)
@@ -458,3 +461,47 @@ def test_top_scalars_are_what_json_parse_gives_or_none(pad: int) -> None:
             full = orjson.loads(line)
             assert got == {k: v for k, v in full.items() if not isinstance(v, (dict, list))}
     assert check.line(_VALID_UPDATE)
+
+
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**20), 10**20)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(st.sampled_from('ab,[]{}":\\\u00e9\U0001f600 '), max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=5)
+        | st.dictionaries(st.text(st.sampled_from('ab,[]{}"\\'), max_size=3), inner, max_size=5)
+    ),
+    max_leaves=30,
+)
+
+
+@given(
+    st.dictionaries(st.text(st.sampled_from('tab,[]"\\\x00'), max_size=3), _JSON_VALUES, max_size=6),
+    st.sampled_from([(",", ":"), (", ", ": "), (" ,\n", ":\t")]),
+    st.lists(
+        st.tuples(st.integers(0, 10**6), st.sampled_from([b"", *(bytes([c]) for c in b',[]{}":\\ 1\xff')])), max_size=2
+    ),
+    st.sampled_from([1, 3, 8, 32]),
+)
+@settings(max_examples=1500, deadline=None)
+def test_a_line_checked_in_pieces_is_decided_as_checked_whole(value, separators, edits, piece) -> None:
+    """A line too dense for one simdjson document is checked in pieces cut at commas
+    (``framing._pieces``): its answers, yes or no, and its top-level scalars are those of the
+    whole line checked at once (a key with a NUL, as the pieces' made-up key has, is a "don't
+    know" either way), for JSON texts and for what an edit (a byte dropped, replaced or
+    added where it breaks the most: commas, brackets, quotes, escapes) makes of them."""
+    import json
+    from unittest import mock
+
+    from bridge.core import framing
+
+    line = json.dumps({"type": "some_event", **value}, separators=separators, ensure_ascii=False).encode()
+    for at, byte in edits:
+        at %= len(line) + 1
+        line = line[:at] + byte + line[at + (1 if byte == b"" or at % 2 else 0) :]
+    check = framing.JsonCheck()
+    with mock.patch.object(framing, "PIECE", piece), mock.patch.object(framing, "WHOLE_MAX", 0):
+        assert (check._big(line, scalars=False) is not None) == check.line(line), line
+        assert check._big(line, scalars=True) == check.top_scalars(line), line

@@ -407,9 +407,10 @@ _JS_ONLY_UPDATES = [
     b'{"type":"message_update","n":1e999}',
     b'{"type":"message_update","n":123456789012345678901234567890}',
 ]
-# agent_end and turn_end, which the lean path checks instead of building (framing.TYPE_ONLY):
-# well formed, not JSON, with a second ``type`` key (a full parse keeps the last one, and so
-# must the lean path), what only JavaScript reads, odd ends.
+# Lines of which only the type and the top-level scalars are read, which the lean path checks
+# instead of building (framing.CONTENTS_READ: agent_end, turn_end, the tools', types unknown to
+# the bridge, ...): well formed, not JSON, with a second ``type`` key (a full parse keeps the
+# last one, and so must the lean path), what only JavaScript reads, odd ends.
 _TYPE_ONLY_LINES = [
     b'{"type":"agent_end","messages":[{"role":"user","content":"x"}],"willRetry":false}',
     b'{"type":"turn_end","message":{"role":"assistant","content":[],"stopReason":"stop"},"toolResults":[]}',
@@ -423,6 +424,13 @@ _TYPE_ONLY_LINES = [
     b'{"type":"agent_end","d":"\\ud83d"}',
     b'{"type":"turn_end","n":1e999}',
     b'{"type":"turn_end","a":1}  ',
+    b'{"type":"some_event","x":[{},{"a":[]}],"n":1}',
+    b'{"type":"some_event","x":[{}],"type":"agent_settled","aborted":true}',
+    b'{"type":"agent_settled","x":[{}],"aborted":true}',
+    b'{"type":"tool_execution_start","toolCallId":"c","args":{"a":[1]}}',
+    b'{"type":"tool_execution_end","toolCallId":"c","result":{"content":[]},"isError":false}',
+    b'{"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":5,"errorMessage":"e","x":{}}',
+    b'{"type":"some_event","x":[{},]}',
 ]
 
 
@@ -447,15 +455,26 @@ _TYPE_ONLY_LINES = [
     ),
     st.lists(st.sampled_from(["none", "stream", "events"]), min_size=1, max_size=10),
     st.sampled_from([1, 2, 5, 128]),
+    st.sampled_from([0, 8192]),
 )
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_the_fast_path_decides_what_a_full_parse_decides(batches, wants, bulk_min):
+def test_the_fast_path_decides_what_a_full_parse_decides(batches, wants, bulk_min, lean_min):
     """A session that skips message_update lines (the default) and one that parses every line
     (a full journal) must see the same gaps and settle the same receipts: a line that starts
     and ends like an update but is not one JSON object opens a gap either way. The same for
     the agent_end and turn_end lines the default session checks instead of building. The
     splitter's bulk run of short lines is taken from fewer lines than in use (``bulk_min``) so
-    that short batches meet it too."""
+    that short batches meet it too, and so is the length from which lines of other types nothing
+    reads deeply are checked (``lean_min``: 0, so that short lines are)."""
+    from unittest import mock
+
+    from bridge.core import framing
+
+    with mock.patch.object(framing, "LEAN_MIN", lean_min):
+        _fast_and_full(batches, wants, bulk_min)
+
+
+def _fast_and_full(batches: Any, wants: Any, bulk_min: int) -> None:
     from unittest import mock
 
     from bridge.core import framing

@@ -35,6 +35,18 @@ same classifier finds the journal's ``recv`` lines of ``message_update`` for
 replay (:data:`JOURNAL_UPDATE`). Long lines (the older engines' whole partials) are not
 even cut out of the read: :meth:`LineSplitter.feed_runs` hands a run of them on as one
 :class:`UpdateRun`, the read and the lines' offsets in it, checked there in place.
+
+The same holds for every line whose contents nothing reads (:data:`CONTENTS_READ` lists the
+types read deeper than their top-level scalars: ``response``, ``message_update``,
+``message_start``, ``message_end``, ``queue_update``, ``extension_ui_request``,
+``extension_error``; and the event lines, :data:`bridge.core.progress.EVENT_LINES`, while the
+held prompt asked for its events): ``agent_start``, ``agent_end``, ``agent_settled``,
+``turn_start``/``turn_end``, ``tool_execution_*``, ``auto_retry_*``, ``compaction_*`` and types
+the bridge does not know are checked and stand as their top-level scalars
+(:meth:`JsonCheck.top_scalars`), never built (from :data:`LEAN_MIN` bytes, below which orjson
+builds faster than simdjson checks). At any size under the limit: a line simdjson's DOM
+would cost too much for (:data:`WHOLE_MAX`) is checked in pieces (:func:`_pieces`), so a 60 MB
+line of ``{}`` objects costs ~90 MB of peak RSS, not orjson's 1.8 GB.
 """
 
 from __future__ import annotations
@@ -422,13 +434,50 @@ def text_tells(raw: RawLine) -> bool:
 MESSAGE_UPDATE: Final = b'{"type":"message_update",'
 #: A journal ``recv`` entry of a ``message_update`` (lean or full), as journals write it.
 JOURNAL_UPDATE: Final = b'{"recv":' + MESSAGE_UPDATE
-#: Engine lines that may be bulky and of which nothing but their ``type`` (and the top-level
-#: scalars, ``willRetry``) is read, unless the prompt asked for its events (``turn_end`` is
-#: one): ``agent_end`` holds the run's whole message list, ``turn_end`` the turn's message and
-#: its tool results. The lean path checks them (:meth:`JsonCheck.top_scalars`) instead of
-#: building them (``Session._receive_line``).
 AGENT_END: Final = b'{"type":"agent_end",'
-TYPE_ONLY: Final = {AGENT_END: "agent_end", b'{"type":"turn_end",': "turn_end"}
+#: The engine lines something reads deeper than their top-level scalars: responses (their
+#: ``data``), updates (streamed text, events; :data:`MESSAGE_UPDATE` has its own path),
+#: ``message_start`` (the role), ``message_end`` (the reply, the usage, the stop reason),
+#: ``queue_update`` (its queues) and the extensions' ``extension_ui_request`` (a dialog's
+#: fields) and ``extension_error``. Of every other line nothing but the type and the top-level
+#: scalars is read (the tracker: ``agent_start``, ``agent_end``, ``agent_settled``'s
+#: ``aborted``; the run: ``tool_execution_*``'s ``toolCallId``, ``auto_retry_start``'s
+#: ``delayMs``; the lean journal: ``tool_execution_update``'s ids), types unknown to the bridge
+#: included, unless the held prompt asked for its events and the line can be one
+#: (:data:`bridge.core.progress.EVENT_LINES`: ``turn_end``, the tools', the retries' and the
+#: compactions' lines): such a line (from :data:`LEAN_MIN` bytes) is checked
+#: (:meth:`JsonCheck.top_scalars`), not built, and stands as its top-level scalars
+#: (``Session._receive_line``). :func:`lean_kind` says which.
+CONTENTS_READ: Final = frozenset(
+    {
+        "response",
+        "message_update",
+        "message_start",
+        "message_end",
+        "queue_update",
+        "extension_ui_request",
+        "extension_error",
+    }
+)
+_KIND: Final = re.compile(rb'\{"type":"([A-Za-z0-9_]+)",')
+#: From this length on such a line is checked rather than built: below it orjson builds a line
+#: faster than simdjson checks it and hands its scalars over (the two meet at ~8 KB, a tool's
+#: line). ``agent_end`` and ``turn_end`` are checked at any length (on the settle's path).
+LEAN_MIN: Final = 8192
+_LEAN_ALWAYS: Final = (AGENT_END, b'{"type":"turn_end",')
+
+
+def lean_kind(line: bytes) -> str | None:
+    """The type a line's first bytes give (Pi writes ``type`` first) when the line is one to
+    check rather than build: not of :data:`CONTENTS_READ`, and :data:`LEAN_MIN` long or an
+    ``agent_end`` or ``turn_end``; else None."""
+    if len(line) < LEAN_MIN and not line.startswith(_LEAN_ALWAYS):
+        return None
+    found = _KIND.match(line)
+    if found is None:
+        return None
+    kind = found.group(1).decode()
+    return None if kind in CONTENTS_READ else kind
 
 
 def update_runs(
@@ -503,6 +552,8 @@ class JsonCheck:
         self._parse = simdjson.Parser(max_capacity=CHECK_MAX).parse
 
     def line(self, line: bytes | memoryview) -> bool:
+        if len(line) > CHECK_MAX:
+            return self._big(bytes(line), scalars=False) is not None
         try:
             self._parse(line)
         except (ValueError, RuntimeError):  # UnicodeDecodeError is a ValueError
@@ -518,28 +569,52 @@ class JsonCheck:
         the same.
 
         A line longer than :data:`CHECK_MAX` (a long run's ``agent_end``: every tool output
-        again) gets a parser of its own, dropped with it, so the shared parser's memory stays
-        bounded: 0.7 ms for a 2 MB ``agent_end`` where orjson builds it in 4.8 ms."""
-        parse = self._parse if len(line) <= CHECK_MAX else simdjson.Parser(max_capacity=len(line)).parse
+        again) is checked by :meth:`_big`, so the shared parser's memory stays bounded: 0.7 ms
+        for a 2 MB ``agent_end`` where orjson builds it in 4.8 ms."""
+        if len(line) > CHECK_MAX:
+            return self._big(line, scalars=True)
+        return self._whole(line, self._parse, True)
+
+    def _big(self, line: bytes, *, scalars: bool) -> dict[str, Any] | None:
+        """:meth:`top_scalars` (or, ``scalars`` off, any JSON text: ``{}`` for yes) of a line
+        longer than :data:`CHECK_MAX`. simdjson's DOM costs ~13 bytes a structural character
+        (its index and its tape), so a line whose estimate (:data:`WHOLE_MAX`) allows it gets a
+        parser of its own, dropped with it; a denser one is checked in pieces
+        (:meth:`_in_pieces`), each with the shared parser, whatever the line's size."""
+        if len(line) * 17 > WHOLE_MAX and len(line) + 16 * _structurals(line) > WHOLE_MAX:
+            return self._in_pieces(line, scalars)
+        return self._whole(line, simdjson.Parser(max_capacity=len(line)).parse, scalars)
+
+    @staticmethod
+    def _whole(
+        line: bytes, parse: Any, scalars: bool, skip_first: bool = False, keys: set[str] | None = None
+    ) -> dict[str, Any] | None:
         try:
             doc = parse(line)
-        except (ValueError, RuntimeError):
+        except (ValueError, RuntimeError):  # UnicodeDecodeError is a ValueError
             return None
         try:
+            if not scalars:
+                return {}
             if type(doc) is not simdjson.Object:
                 return None
-            keys = list(doc.keys())
-            if len(set(keys)) != len(keys):
-                return None
             out: dict[str, Any] = {}
-            for key in keys:
-                value = doc[key]
-                if type(value) not in _CONTAINERS:
-                    out[key] = value
-                del value
-            return out
+            return out if _scalars_of(doc, skip_first, out, set() if keys is None else keys) else None
         finally:
             del doc  # (simdjson's parser is reused only once its documents are gone)
+
+    def _in_pieces(self, line: bytes, scalars: bool) -> dict[str, Any] | None:
+        """:func:`_pieces`, each checked; the top-level scalars are those of all pieces (a
+        piece that starts deeper than the top opens with a made-up member, not the line's)."""
+        out: dict[str, Any] = {}
+        keys: set[str] = set()
+        for before, text in _pieces(line):
+            parse = self._parse if len(text) <= CHECK_MAX else simdjson.Parser(max_capacity=len(text)).parse
+            found = self._whole(text, parse, scalars, len(before) > 1, keys)
+            if found is None:
+                return None
+            out.update(found)
+        return out
 
     def lines(self, lines: Sequence[bytes] | Sequence[memoryview]) -> bool:
         """:meth:`line` for every line of a batch: one C-level map, the documents dropped."""
@@ -559,3 +634,134 @@ class JsonCheck:
             return self.lines([view[a:b] for a, b in zip(run.starts, run.ends)])
         finally:
             view.release()
+
+
+def _scalars_of(doc: Any, skip_first: bool, out: dict[str, Any], keys: set[str]) -> bool:
+    """Put a simdjson object's members whose values are no objects or arrays in ``out`` and its
+    keys in ``keys`` (but the first member, ``skip_first``: a piece's made-up one); False: a key
+    given twice, or one with a NUL (simdjson looks a key up as a C string, cut at its NUL; the
+    made-up key is one). By key: ``items()`` would build the values."""
+    names = list(doc.keys())
+    if skip_first:
+        del names[0]
+    before = len(keys)
+    keys.update(names)
+    if len(keys) - before != len(names) or any("\x00" in key for key in names):
+        return False
+    for key in names:
+        value = doc[key]
+        if type(value) not in _CONTAINERS:
+            out[key] = value
+        del value
+    return True
+
+
+#: Up to this estimate of simdjson's memory for a line (:func:`_structurals`), a line longer
+#: than :data:`CHECK_MAX` is parsed whole by a parser of its own; past it, in pieces.
+WHOLE_MAX: Final = 64 * 1024 * 1024
+#: How much of a line a piece takes (:func:`_pieces`), before its made-up context: the piece
+#: and that context fit the shared parser's :data:`CHECK_MAX`.
+PIECE: Final = CHECK_MAX // 2
+
+
+def _structurals(line: bytes) -> int:
+    """About how many tape entries and structural indexes simdjson makes of ``line``."""
+    return line.count(b",") + line.count(b":") + 2 * (line.count(b"{") + line.count(b"["))
+
+
+#: A string once all but its quotes and brackets are gone (:func:`_open_after`).
+_QUOTED: Final = re.compile(rb'"[^"]*"')
+_NOT_QUOTES_OR_BRACKETS: Final = bytes(sorted(set(range(256)) - set(b'"[]{}')))
+_CLOSES_OPENS: Final = re.compile(rb"([\]}]*)([\[{]*)")
+_CLOSER: Final = bytes.maketrans(b"{[", b"}]")
+_WS: Final = b" \t\n\r"
+#: A piece that cannot be one (:func:`_pieces`) is handed on as this, which no parser takes.
+_NOT_JSON: Final = b"]"
+
+
+def _pieces(line: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """``line`` cut at commas into pieces of about :data:`PIECE` bytes, each made one JSON text
+    of its own by the containers open where it starts (``{"\\u0000":`` or ``[`` for each but the
+    innermost, ``{`` or ``[``) and the closers of those open where it ends: ``(open before,
+    text)`` for each. When every text is one JSON text, the line is one (and the top-level
+    members of the texts, but the made-up first one of a text that starts deeper than the
+    top, are the line's): a text parses only when its piece takes the parser from "after a
+    comma" inside what was open before (a piece never starts with a closer, nor is empty) to
+    "after a value" inside what is open after (it never ends with an opener), and so, from
+    one comma outside strings to the next, does the line.
+
+    What is open at a cut is a guess (strings removed, brackets paired), made on the premise
+    that the cut is outside strings; a wrong guess makes a text fail to parse (a "don't know"),
+    never a wrong yes. A cut is the last comma in the reach from the previous cut that an even
+    number of unescaped quotes precede (:func:`_cut`); the reach doubles until one is found or
+    the line ends.
+    The pieces are yielded as they are made (the first failure stops the caller)."""
+    size, start, opened = len(line), 0, b""
+    while True:
+        cut, reach = -1, PIECE
+        while start + reach < size:
+            cut = _cut(line, start, start + reach)
+            if cut > start:
+                break
+            reach *= 2
+        piece = line[start:] if cut < 0 else line[start:cut]
+        head, tail = piece.lstrip(_WS)[:1], piece.rstrip(_WS)[-1:]
+        if start and head in (b"", b"]", b"}"):
+            yield opened, _NOT_JSON
+            return
+        if cut < 0:
+            yield opened, _opener(opened) + piece
+            return
+        after = _open_after(opened, piece)
+        if not after or tail in (b"", b"[", b"{"):
+            yield opened, _NOT_JSON
+            return
+        yield opened, _opener(opened) + piece + after[::-1].translate(_CLOSER)
+        start, opened = cut + 1, after
+
+
+def _cut(line: bytes, start: int, end: int) -> int:
+    """The last comma of ``line[start:end]`` outside strings as the quotes before it tell
+    (``start`` being outside strings), or -1 (a few tries, then none)."""
+    cut = line.rfind(b",", start, end)
+    for _ in range(8):
+        if cut <= start:
+            return -1
+        if line.find(b"\\", start, cut) < 0:
+            quotes = line.count(b'"', start, cut)
+        else:
+            quotes = line[start:cut].replace(b"\\\\", b"").replace(b'\\"', b"").count(b'"')
+        if quotes % 2 == 0:
+            return cut
+        quote = line.rfind(b'"', start, cut)  # (inside a string: the comma before it opened)
+        cut = line.rfind(b",", start, quote) if quote > start else -1
+    return -1
+
+
+def _opener(opened: bytes) -> bytes:
+    return opened[:-1].replace(b"{", b'{"\\u0000":') + opened[-1:]
+
+
+def _open_after(opened: bytes, piece: bytes) -> bytes:
+    """What is open after ``piece`` (which starts outside strings) when ``opened`` was before
+    it; empty when that cannot be (a closer that does not match)."""
+    # Escaped backslashes, then escaped quotes, go; then all but quotes and brackets; then the
+    # strings, the empty ones first (two quotes side by side: an empty string, or one string's
+    # end and the next one's start, which leaves the same bytes inside strings).
+    if b"\\" in piece:
+        piece = piece.replace(b"\\\\", b"").replace(b'\\"', b"")
+    brackets = piece.translate(None, _NOT_QUOTES_OR_BRACKETS)
+    if b'"' in brackets:
+        brackets = _QUOTED.sub(b"", brackets.replace(b'""', b""))
+    while True:
+        paired = brackets.replace(b"[]", b"").replace(b"{}", b"")
+        if len(paired) == len(brackets):
+            break
+        brackets = paired
+    found = _CLOSES_OPENS.fullmatch(brackets)
+    if found is None:
+        return b""
+    closes, opens = found.groups()
+    if len(closes) > len(opened) or opened[len(opened) - len(closes) :][::-1].translate(_CLOSER) != closes:
+        return b""
+    return opened[: len(opened) - len(closes)] + opens

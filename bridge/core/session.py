@@ -87,11 +87,11 @@ from bridge.core.events import (
 )
 from bridge.core.framing import (
     MESSAGE_UPDATE,
-    TYPE_ONLY,
     JsonCheck,
     Oversize,
     RawLine,
     UpdateRun,
+    lean_kind,
     parse_line,
     sized_update_runs,
 )
@@ -309,17 +309,15 @@ class Session:
         ):
             self.observations += 1
             return Observed(self.tracker.read(), line, None, NO_EVENTS)
-        if self.skip_updates and type(line) is bytes and line.startswith(_TYPE_ONLY_PREFIXES):
-            # agent_end / turn_end: only the type is read (unless a held prompt wants its
-            # events, of which turn_end is one), so the line is checked, not built, and stands
-            # as its top-level scalars: on the settle's path, agent_end is the run's whole
-            # message list (framing.TYPE_ONLY).
-            kind = TYPE_ONLY[line[: line.index(b",") + 1]]
-            if kind == "agent_end" or not self._events_wanted():
-                lean = self._json.top_scalars(line)
-                if lean is not None and lean.get("type") == kind:
-                    idx, events = self.observe(lean, t=t)
-                    return Observed(idx, line, lean, events)
+        kind = lean_kind(line) if self.skip_updates and type(line) is bytes else None
+        if kind is not None and not (kind in EVENT_LINES and self._events_wanted()):
+            # A line of which only the type and the top-level scalars are read (on the settle's
+            # path, agent_end is the run's whole message list): checked, not built, it stands
+            # as its top-level scalars (framing.CONTENTS_READ).
+            lean = self._json.top_scalars(line)  # type: ignore[arg-type]  # bytes
+            if lean is not None and lean.get("type") == kind:
+                idx, events = self.observe(lean, t=t)
+                return Observed(idx, line, lean, events)
         value = parse_line(line)
         if type(value) is dict and value.get("type") != "message_update" and line.startswith(MESSAGE_UPDATE):  # type: ignore[union-attr]  # bytes: an Oversize parses to a RawLine
             # A second "type" key (JSON.stringify never writes one; the parser keeps the last):
@@ -788,6 +786,3 @@ class Session:
         if self.held is not None and not (self.dialogs and kind == "extension_ui_request"):
             add_signal(self.held, diag.to_json())
         return diag
-
-
-_TYPE_ONLY_PREFIXES: Final = tuple(TYPE_ONLY)
