@@ -35,6 +35,16 @@ def bridge_argv() -> list[str]:
     return [sys.executable, "-m", "bridge"]
 
 
+@pytest.fixture
+def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The temporary folder the profile makes its private folders in, under ``tmp_path``: a
+    test lists it afterwards to see that nothing was left behind."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    return tmp
+
+
 @pytest.fixture(scope="module")
 def pinned_pi() -> object:
     """The pinned Pi's install (tools/pi, set up by tools/setup); a test that needs it fails --

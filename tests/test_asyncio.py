@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,15 +30,6 @@ from bridge.readers.replay import replay
 from tests.helpers_live import ROOT
 
 STEPS = [{"text": "Hello from asyncio", "chunk": 3}, {"words": 400, "delay": 0.02}, {"text": "third"}]
-
-
-@pytest.fixture
-def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The temporary folder the profile makes its private folders in, under ``tmp_path``."""
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
-    return tmp
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import asyncio
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,15 +37,6 @@ NOT_OFFERED = (
 
 def run(library: str, main: Any) -> Any:
     return asyncio.run(main()) if library == "asyncio" else trio.run(main)
-
-
-@pytest.fixture
-def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The temporary folder the profile makes its private folders in, under ``tmp_path``."""
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
-    return tmp
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import contextlib
 import os
 import signal
 import sys
-import tempfile
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -121,15 +120,6 @@ class Boom(Exception):
 
 def _private(tmp: Path) -> list[str]:
     return sorted(p.name for p in tmp.iterdir() if p.name.startswith(("pi-bridge-pi-", "pi-bridge-cwd-")))
-
-
-@pytest.fixture
-def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The temporary folder the profile makes its private folders in, under ``tmp_path``."""
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
-    return tmp
 
 
 @pytest.fixture

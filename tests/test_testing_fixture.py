@@ -16,7 +16,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import textwrap
 import urllib.error
 import urllib.request
@@ -144,14 +143,6 @@ def test_without_the_plugin_there_is_no_fixture(users_folder: tuple[Path, Path])
 
 
 # -- ScriptedModel in the test's own process ------------------------------------------------
-
-
-@pytest.fixture
-def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
-    return tmp
 
 
 def _models(url: str) -> str:
