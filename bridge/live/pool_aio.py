@@ -203,7 +203,8 @@ class AsyncioPool:
         model: str | None = None,
         thinking: str | None = None,
     ) -> Receipt:
-        """Submit and wait for the receipt; cancelled while it waits, it stops the prompt."""
+        """Submit and wait for the receipt. Ends when it comes (it always does); cancelled while it
+        waits, it stops the prompt."""
         handle = self.submit_nowait(
             message,
             conversation=conversation,
@@ -225,7 +226,7 @@ class AsyncioPool:
             raise
 
     async def stop(self, request: str) -> str | None:
-        """As :meth:`Pool.stop <bridge.live.pool.Pool.stop>`."""
+        """As :meth:`Pool.stop <bridge.live.pool.Pool.stop>`: returns at once."""
         if self._closed:
             return None
         return await self._door.call(self._pool.stop, request)
@@ -253,7 +254,7 @@ class AsyncioPool:
             await self._door.call(self._pool.wait_closed)
 
     async def aclose(self, *, drain: bool = False) -> None:
-        """As :meth:`Pool.aclose <bridge.live.pool.Pool.aclose>`."""
+        """As :meth:`Pool.aclose <bridge.live.pool.Pool.aclose>`. Ends when the pool has closed."""
         if not self._closed:
             await self._door.call(self._pool.aclose, drain=drain)
 

@@ -83,7 +83,7 @@ class PoolHandle:
 
     async def _channel(self, which: str) -> trio.MemoryReceiveChannel[Any] | None:
         """The engine's channel of ``which`` (``text``/``events``) once it is placed, or None
-        (rejected by the pool: nothing to read). Read once."""
+        (rejected by the pool: nothing to read). Read once. Ends when it is placed or settled."""
         wanted = self.options.get("stream" if which == "text" else "events")
         if not wanted:
             flag = "stream=True" if which == "text" else "events=True"
@@ -102,7 +102,8 @@ class PoolHandle:
         return await self._channel("text")
 
     async def events_channel(self) -> trio.MemoryReceiveChannel[ProgressEvent] | None:
-        """What :meth:`events` reads, once an engine has it (None: the pool rejected it)."""
+        """What :meth:`events` reads, once an engine has it (None: the pool rejected it). Ends
+        when it is placed."""
         return await self._channel("events")
 
     async def text(self) -> AsyncGenerator[str, None]:
