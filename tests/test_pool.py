@@ -22,7 +22,7 @@ from bridge.live.pool_aio import AsyncioPool
 from bridge.profiles.command import Launch
 from bridge.profiles.pi import scripted_profile
 from bridge.readers.replay import replay
-from tests.helpers_live import fake_engine_argv, fast_config, leftovers, read_journal
+from tests.helpers_live import ServeProc, fake_engine_argv, fast_config, leftovers, read_journal
 
 HANG = CommandProfile(fake_engine_argv({"defaults": {"hang": True}}))
 QUICK = CommandProfile(fake_engine_argv({}))
@@ -235,3 +235,46 @@ def test_four_prompts_over_two_real_pinned_pis_get_four_finished_receipts(pinned
         for r in replay(str(path)).receipts:
             replayed[r.request] = r.state
     assert replayed == {f"p{k}": State.FINISHED for k in range(1, 5)}, "each journal holds its engine's receipts"
+
+
+def test_serve_with_engines_routes_conversations_and_names_each_line_s_engine(tmp_path: Path) -> None:
+    async def main() -> tuple[list[dict[str, Any]], int | None, list[dict[str, Any]]]:
+        sp = await ServeProc.start(tmp_path, fake_engine_argv({}), "--engines", "2", "--no-journal")
+        for line in [
+            {"type": "prompt", "id": "a1", "message": "one", "conversation": "a"},
+            {"type": "prompt", "id": "x1", "message": "two"},
+            {"type": "prompt", "id": "a2", "message": "three", "conversation": "a"},
+            {"type": "configure", "thinking": "low"},
+            {"type": "status"},
+        ]:
+            await sp.send(line)
+        await sp.close_stdin()
+        while await sp.next(timeout=30) is not None:
+            pass
+        with trio.fail_after(30):
+            await sp.proc.wait()
+        single = await ServeProc.start(tmp_path, fake_engine_argv({}), "--no-journal")
+        await single.send({"type": "prompt", "id": "c1", "message": "hi", "conversation": "a"})
+        await single.close_stdin()
+        while await single.next(timeout=30) is not None:
+            pass
+        with trio.fail_after(30):
+            await single.proc.wait()
+        return sp.lines, sp.proc.returncode, single.lines
+
+    lines, status, single = trio.run(main)
+    assert status == 0 and lines[0]["type"] == "ready" and lines[-1] == {"type": "bye", "receipts": 3}
+    receipts = {line["id"]: line for line in lines if line["type"] == "receipt"}
+    assert sorted(receipts) == ["a1", "a2", "x1"]
+    assert all(line["receipt"]["state"] == "finished" for line in receipts.values())
+    assert receipts["a1"]["engine"] == receipts["a2"]["engine"] in (1, 2)
+    assert receipts["a1"]["receipt"]["pid"] == receipts["a2"]["receipt"]["pid"]
+    errors = [line for line in lines if line["type"] == "error"]
+    assert len(errors) == 1 and errors[0]["line"] == 4 and "--engines" in errors[0]["error"]
+    assert [line["type"] for line in lines if line["type"] == "status"] == ["status"]
+    assert [line["event"] for line in lines if line["type"] == "pool"] == ["engine-stopped"] * 2, (
+        "(started before ready)"
+    )
+    refused = [line for line in single if line["type"] == "error"]
+    assert len(refused) == 1 and "--engines" in refused[0]["error"]
+    assert not [line for line in single if line["type"] == "receipt"], "not accepted: no receipt owed"

@@ -248,7 +248,9 @@ class PoolRules:
             return self._step(now)
         actions: list[PoolAction] = [Notice({"type": "pool", "event": "engine-stopped", "engine": engine})]
         if e.conversation is not None:
-            actions += self._lose(e, "its engine ended")
+            lost = self._lose(e, "its engine ended")
+            if not self.closing:  # (closing ends every conversation: nothing to tell)
+                actions += lost
         return actions + self._step(now)
 
     def stop(self, request: str, now: float) -> list[PoolAction]:
