@@ -31,7 +31,9 @@ from bridge.core.lifecycle import BridgeConfig  # noqa: E402
 
 def profile(deltas: int, delay: float) -> CommandProfile:
     scenario = {"defaults": {"deltas": deltas, "delta_delay": delay}}
-    return CommandProfile([sys.executable, str(ROOT / "tools" / "fake_engine.py"), "--scenario-json", json.dumps(scenario)])
+    return CommandProfile(
+        [sys.executable, str(ROOT / "tools" / "fake_engine.py"), "--scenario-json", json.dumps(scenario)]
+    )
 
 
 async def through_pool(a: argparse.Namespace, journals: Path) -> list[str]:
