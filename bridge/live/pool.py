@@ -568,7 +568,7 @@ def _check(
 async def open_pool(
     engine: EngineProfile,
     *,
-    engines: int = 2,
+    engines: int,
     spares: int | None = None,
     idle_timeout: float | None = None,
     queue_max: int = 1024,
