@@ -167,6 +167,39 @@ def test_a_drain_runs_every_accepted_prompt_before_the_pool_closes() -> None:
     assert [r.state for r in trio.run(main)] == [State.FINISHED] * 5
 
 
+def test_an_engine_down_for_its_crash_limit_leaves_the_pool_and_then_the_pool_rejects() -> None:
+    crashing = CommandProfile(fake_engine_argv({"defaults": {"crash_at": 1}}))
+
+    async def main() -> tuple[list[Receipt], Receipt, list[dict[str, Any]], list[int]]:
+        async with open_pool(crashing, engines=2, journal=False, config=fast_config(crash_limit=1)) as pool:
+            heard = pool.signals()
+            engine_pids = pids(pool)
+            receipts = [await pool.prompt(f"t{k}") for k in range(4)]
+            assert pool.rules.down is not None
+            last = await pool.prompt("none left")
+            notes = []
+            while True:
+                try:
+                    notes.append(heard.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            return receipts, last, notes, engine_pids
+
+    receipts, last, notes, engine_pids = trio.run(main)
+    # Each engine: its first prompt crashes it; its bridge finds itself down at the next one.
+    assert sorted((r.state, r.reason) for r in receipts) == [
+        (State.DELIVERY_UNKNOWN, Reason.ENGINE_EXITED),
+        (State.DELIVERY_UNKNOWN, Reason.ENGINE_EXITED),
+        (State.REJECTED, Reason.ENGINE_DOWN),
+        (State.REJECTED, Reason.ENGINE_DOWN),
+    ]
+    assert (last.state, last.reason, last.pid) == (State.REJECTED, Reason.ENGINE_DOWN, None), "the pool's own"
+    assert "went down" in (last.native_error or "")
+    downs = sorted(n["engine"] for n in notes if n.get("type") == "pool" and n.get("event") == "engine-down")
+    assert downs == [1, 2]
+    assert all(leftovers(pid) == [] for pid in engine_pids)
+
+
 class Refused:
     """A profile whose engines cannot be prepared."""
 

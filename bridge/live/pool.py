@@ -420,7 +420,7 @@ class Pool:
             self._settle(handle, self._rejected(handle, Reason.CONFIG, str(e)))
             return
         handle._attach(inner, action.engine)
-        self._nursery.start_soon(self._relay, handle, inner.receipt, action.engine)
+        self._nursery.start_soon(self._relay, handle, inner.receipt)
 
     def _reject(self, action: Reject) -> None:
         handle = self._handles.get(action.request)
@@ -457,16 +457,12 @@ class Pool:
 
     # -- tasks --------------------------------------------------------------------------------
 
-    async def _relay(self, handle: PoolHandle, receipt: Callable[[], Any], number: int) -> None:
+    async def _relay(self, handle: PoolHandle, receipt: Callable[[], Any]) -> None:
         """Wait for a given prompt's receipt (its bridge always settles it), then tell the rules.
         Ends when the receipt has come."""
         got: Receipt = await receipt()
         self._settle(handle, got)
         self._drive(lambda: self.rules.settled(handle.request, self.now()))
-        bridge = self._engines[number].bridge if number in self._engines else None
-        if bridge is not None and bridge.down_reason is not None and not bridge.closing:
-            why = f"engine {number} went down: {bridge.down_reason}"
-            self._drive(lambda: self.rules.failed(number, why, self.now()))
 
     async def _run_engine(self, number: int) -> None:
         """Engine ``number``: open its bridge, tell the rules, hold it open until it closes (the
@@ -503,7 +499,12 @@ class Pool:
             self._drive(lambda: self.rules.gone(number, self.now()))
 
     def _heard_from(self, number: int, note: dict[str, Any]) -> None:
+        """What engine ``number``'s bridge tells, told on with its number; its ``engine``/``down``
+        (the crash limit, a refused set-up) is that engine's end for the rules (R9)."""
         self._heard.notify({**note, "engine": number})
+        if note.get("type") == "engine" and note.get("event") == "down":
+            why = f"engine {number} went down: {note.get('why')}"
+            self._drive(lambda: self.rules.failed(number, why, self.now()))
 
     def _journal_for(self, number: int) -> Path | None:
         if self._folder is None:
