@@ -48,7 +48,7 @@ def add_parser(sub: Subcommands) -> None:
         default=None,
         metavar="N",
         help='run a pool of up to N engines, one prompt each at a time; a prompt\'s "conversation" key keeps '
-        "its engine (default: one bridge, one engine)",
+        "its engine; --journal then names the folder of the engines' journals (default: one bridge, one engine)",
     )
     g.add_argument(
         "--spares",
