@@ -17,7 +17,9 @@ import trio
 from bridge.core.framing import Oversize, UpdateRun
 from bridge.core.lifecycle import BridgeConfig, SpawnFailed, StdoutClosed
 from bridge.core.supervision import Action, Supervision
+from bridge.core.receipts import Receipt
 from bridge.live.engine import Engine, EngineGone
+from bridge.live.journal import Journal
 from bridge.profiles.command import EngineProfile, Launch, ProfileError
 
 #: A writer queue's item: the bytes, the request they are for, the Write's kind.
@@ -106,6 +108,16 @@ class EngineSide:
         prepared, self._prepared = self._prepared, []
         for launch in prepared:
             launch.run_cleanup()
+
+    def settled(self, receipt: Receipt, journal: Journal | None, t: float) -> None:
+        """A receipt is delivered: its engine's launch hears it (a named conversation takes its
+        session back, :mod:`bridge.profiles.conversation`) while that engine is current."""
+        engine = self.current
+        if engine is None or engine.generation != receipt.generation or engine.launch.settled is None:
+            return
+        note = engine.launch.settled(receipt)
+        if note is not None and journal is not None:
+            journal.note(note, t)
 
     async def _writer(self, engine: Engine, recv: trio.MemoryReceiveChannel[_Item]) -> None:
         """Write queued commands to ``engine`` in order, each bounded by ``write_timeout``.

@@ -693,6 +693,7 @@ class Bridge(Steering):
 
     def _deliver(self, action: Deliver) -> None:
         receipt = action.receipt
+        self.engines.settled(receipt, self.journal, self.now())
         if self._journal_failure is not None:
             # The journal failed in these actions (at this receipt's own line, maybe): the
             # controller hears ``journal-failed`` first, then this receipt, which the journal

@@ -1,0 +1,229 @@
+"""Named conversations (issue 31): a conversation outlives its engine and its bridge. Through
+the real pinned Pi and the scripted model server: what the model was sent is what the server
+recorded (its request's ``messages``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from bridge import State, open_bridge
+from bridge.core.conversation import FORMAT_VERSION, own_part
+from bridge.core.receipts import Receipt
+from bridge.core.words import Reason
+from bridge.demo.model_server import start_server
+from bridge.demo.model_server.server import models_json
+from bridge.live.supervisor import Bridge
+from bridge.profiles.command import ProfileError
+from bridge.profiles.conversation import Conversation, EngineConversation, list_conversations, remove_conversation
+from bridge.profiles.pi import scripted_profile
+
+
+@pytest.fixture
+def conversations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "conversations"
+    monkeypatch.setenv("PI_BRIDGE_CONVERSATION_DIR", str(root))
+    return root
+
+
+def models(tmp_path: Path, steps: list[dict[str, Any]]) -> tuple[str, Any]:
+    server = start_server(steps)
+    path = tmp_path / "models.json"
+    path.write_text(json.dumps(models_json(server.base_url)))
+    return str(path), server
+
+
+def sent(request: dict[str, Any]) -> list[tuple[str, str]]:
+    """The conversation a model request carried: (role, text) of each user/assistant message."""
+    out = []
+    for m in request["body"]["messages"]:
+        if m["role"] not in ("user", "assistant"):
+            continue
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
+        out.append((m["role"], content or ""))
+    return out
+
+
+async def ask(bridge: Any, text: str) -> Any:
+    handle = await bridge.submit(text)
+    return await handle.receipt()
+
+
+async def test_a_conversation_outlives_a_killed_engine_and_its_bridge(
+    pinned_pi: object, tmp_path: Path, conversations: Path
+) -> None:
+    """The second prompt after the engine was SIGKILLed, and the third from a new bridge on
+    the same name, each send the model the first exchange; ``started`` says
+    ``newConversation: false``; the journals name the conversation; the files are private."""
+    path, server = models(tmp_path, [{"text": "first reply"}, {"text": "second reply"}, {"text": "third reply"}])
+    profile = scripted_profile(path)
+    try:
+        async with open_bridge(profile, journal=tmp_path / "one.jsonl", conversation="work") as bridge:
+            assert isinstance(bridge, Bridge)
+            notes: list[dict[str, Any]] = []
+            bridge.listeners.append(notes.append)
+            assert (await ask(bridge, "hello one")).state is State.FINISHED
+            engine = bridge.engine
+            assert engine is not None and engine.pid is not None
+            os.kill(engine.pid, signal.SIGKILL)
+            with trio.fail_after(30):
+                while bridge.engine is not None and bridge.engine.alive:
+                    await trio.sleep(0.05)
+            second = await ask(bridge, "hello two")
+            assert second.state is State.FINISHED, second
+            started = [n for n in notes if n.get("type") == "engine" and n.get("event") == "started"]
+            assert [(n["generation"], n["newConversation"]) for n in started] == [(2, False)]
+        async with open_bridge(profile, journal=tmp_path / "two.jsonl", conversation="work") as bridge:
+            assert (await ask(bridge, "hello three")).state is State.FINISHED
+    finally:
+        server.close()
+    requests = [r for r in server.requests if r["path"].endswith("/chat/completions")]
+    assert sent(requests[1]) == [("user", "hello one"), ("assistant", "first reply"), ("user", "hello two")]
+    assert sent(requests[2]) == [
+        ("user", "hello one"),
+        ("assistant", "first reply"),
+        ("user", "hello two"),
+        ("assistant", "second reply"),
+        ("user", "hello three"),
+    ]
+    folder = conversations / "work"
+    assert oct(folder.stat().st_mode & 0o777) == "0o700"
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in folder.iterdir()} == {
+        "session.jsonl": "0o600",
+        "conversation.json": "0o600",
+        "lock": "0o600",
+    }
+    record = json.loads((folder / "conversation.json").read_text())
+    assert record["prompts"] == 3 and record["version"] == FORMAT_VERSION
+    _, cursor = own_part((folder / "session.jsonl").read_bytes().split(b"\n"), "work")
+    assert record["cursor"] == cursor
+    for journal in ("one.jsonl", "two.jsonl"):
+        header = json.loads((tmp_path / journal).read_bytes().split(b"\n")[0])
+        assert header["conversation"] == "work"
+
+
+async def test_two_live_bridges_on_one_name_are_refused_and_bad_names_too(conversations: Path) -> None:
+    """The lock: a second opening of a name that is open is refused (not interleaved); it is
+    free again once closed. A name with ``/`` (or ``..``) is refused before anything is made."""
+    first = Conversation.open("shared")
+    try:
+        with pytest.raises(ProfileError, match="open in another bridge"):
+            Conversation.open("shared")
+    finally:
+        first.close()
+    Conversation.open("shared").close()
+    for bad in ("a/b", "..", "", ".hidden", "x" * 65):
+        with pytest.raises(ProfileError, match="conversation's name"):
+            Conversation.open(bad)
+    assert sorted(p.name for p in conversations.iterdir()) == ["shared"]
+
+
+HEADER = {"type": "session", "version": 3, "id": "s-1", "timestamp": "2026-12-02T00:00:00Z", "cwd": "/old"}
+
+
+def entry(n: int, role: str, stop: str | None = None) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": role, "content": [{"type": "text", "text": f"m{n}"}]}
+    if stop is not None:
+        message["stopReason"] = stop
+    return {"type": "message", "id": f"e{n}", "parentId": f"e{n - 1}" if n > 1 else None, "message": message}
+
+
+def session_bytes(*objs: dict[str, Any]) -> bytes:
+    return b"".join(json.dumps(o).encode() + b"\n" for o in objs)
+
+
+def recorded(root: Path, name: str, session: bytes, record: dict[str, Any]) -> Path:
+    folder = root / name
+    folder.mkdir(parents=True)
+    (folder / "session.jsonl").write_bytes(session)
+    (folder / "conversation.json").write_text(json.dumps({"name": name, "version": 1, **record}))
+    return folder
+
+
+def test_the_bridges_part_ends_at_the_last_assistant_message_that_ends_a_run() -> None:
+    """Rule 2: what follows the run's end (a foreign run's user message) is cut; a ``toolUse``
+    message does not end a run."""
+    lines = session_bytes(
+        HEADER, entry(1, "user"), entry(2, "assistant", "stop"), entry(3, "user"), entry(4, "assistant", "toolUse")
+    ).split(b"\n")
+    kept, cursor = own_part(lines, "c")
+    assert cursor == "e2" and [json.loads(k).get("id") for k in kept] == [HEADER["id"], "e1", "e2"]
+    assert own_part([json.dumps(HEADER).encode()], "c") == ([json.dumps(HEADER).encode()], None)
+
+
+def test_a_conversation_from_a_newer_bridge_or_pi_is_refused_politely(conversations: Path) -> None:
+    ok = session_bytes(HEADER, entry(1, "user"), entry(2, "assistant", "stop"))
+    recorded(conversations, "newer-bridge", ok, {"version": FORMAT_VERSION + 1, "cursor": "e2"})
+    with pytest.raises(ProfileError, match="written by a newer pi-bridge .* upgrade pi-bridge"):
+        Conversation.open("newer-bridge")
+    recorded(conversations, "newer-pi", session_bytes({**HEADER, "version": 4}), {})
+    with pytest.raises(ProfileError, match="written by a newer Pi \\(session format 4"):
+        Conversation.open("newer-pi")
+
+
+def test_a_damaged_conversation_is_refused_with_one_line_and_can_be_removed(conversations: Path) -> None:
+    ok = session_bytes(HEADER, entry(1, "user"), entry(2, "assistant", "stop"))
+    recorded(conversations, "torn", ok + b'{"type":"mess', {"cursor": "e2"})
+    recorded(conversations, "behind", ok, {"cursor": "e9"})
+    recorded(conversations, "no-header", session_bytes(entry(1, "user")), {})
+    (conversations / "garbled").mkdir()
+    (conversations / "garbled" / "conversation.json").write_text("{nope")
+    recorded(conversations, "good", ok, {"cursor": "e2", "prompts": 1})
+    cases = {
+        "torn": "line 4 of its session file is not a JSON object",
+        "behind": "ends at entry 'e2', its record at 'e9'",
+        "no-header": "has no Pi session header",
+        "garbled": "its record is not JSON",
+    }
+    for name, words in cases.items():
+        with pytest.raises(ProfileError, match=words) as refused:
+            Conversation.open(name)
+        assert "\n" not in str(refused.value) and f"conversation {name!r} is damaged" in str(refused.value)
+    listed = list_conversations()
+    assert [x.name for x in listed if not isinstance(x, str)] == ["good"]
+    assert sorted(x.split("'")[1] for x in listed if isinstance(x, str)) == sorted(cases)
+    remove_conversation("torn")  # a damaged one can be removed
+    held = Conversation.open("good")
+    try:
+        with pytest.raises(ProfileError, match="open in another bridge"):
+            remove_conversation("good")
+    finally:
+        held.close()
+    remove_conversation("good")
+    with pytest.raises(ProfileError, match="there is no conversation 'good'"):
+        remove_conversation("good")
+    assert sorted(p.name for p in conversations.iterdir()) == ["behind", "garbled", "no-header"]
+
+
+def test_a_full_disk_while_recording_keeps_the_last_recorded_copy_whole(conversations: Path, tmp_path: Path) -> None:
+    """The write that fails is a real ENOSPC (the temporary is ``/dev/full``): the journal note
+    says so in one line, and what was recorded before is still there, whole, and resumable."""
+    ok = session_bytes(HEADER, entry(1, "user"), entry(2, "assistant", "stop"))
+    folder = recorded(conversations, "full", ok, {"cursor": "e2", "prompts": 1})
+    conv = Conversation.open("full")
+    try:
+        engine = EngineConversation.place(conv, tmp_path / "config", str(tmp_path), "1.6.0")
+        assert json.loads(engine.file.read_bytes().split(b"\n")[0])["cwd"] == str(tmp_path)
+        with engine.file.open("ab") as f:
+            f.write(session_bytes(entry(3, "user"), entry(4, "assistant", "stop")))
+        (folder / "session.jsonl.tmp").symlink_to("/dev/full")
+        note = engine.settled(Receipt("p2", State.FINISHED))
+        assert note is not None and note["event"] == "conversation-not-recorded", note
+        assert "No space left on device" in note["why"] and "\n" not in note["why"]
+        assert (folder / "session.jsonl").read_bytes() == ok and not (folder / "session.jsonl.tmp").exists()
+        assert engine.settled(Receipt("p3", State.OUTCOME_UNKNOWN, Reason.OVERLAP)) is None  # rule 3: not taken
+        note = engine.settled(Receipt("p4", State.FINISHED))  # the disk has room again
+        assert note is not None and (note["event"], note["cursor"]) == ("conversation-recorded", "e4")
+    finally:
+        conv.close()
+    reopened = Conversation.open("full")
+    reopened.close()
+    assert reopened.record.cursor == "e4"
