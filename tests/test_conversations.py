@@ -227,3 +227,67 @@ def test_a_full_disk_while_recording_keeps_the_last_recorded_copy_whole(conversa
     reopened = Conversation.open("full")
     reopened.close()
     assert reopened.record.cursor == "e4"
+
+
+SLOW = {"words": 25, "delay": 0.025, "chunk": 8}
+
+
+async def test_after_a_taint_the_next_engine_resumes_the_last_exchange_the_bridge_vouched_for(
+    pinned_pi: object, tmp_path: Path, conversations: Path
+) -> None:
+    """Rule 3: a steer written past the bridge during the second prompt (O5/O6) taints it; the
+    engine is recycled, and the third prompt's engine resumes the conversation as it was after
+    the first prompt: neither the tainted exchange nor the foreign steer is carried forward."""
+    steps = [{"text": "first reply"}, SLOW, {"text": "reply to the steer"}, {"text": "third reply"}]
+    path, server = models(tmp_path, steps)
+    journal = tmp_path / "j.jsonl"
+    try:
+        async with open_bridge(scripted_profile(path), journal=journal, conversation="tainted") as bridge:
+            first = await ask(bridge, "hello one")
+            assert first.state is State.FINISHED
+            handle = await bridge.submit("hello two", stream=True)
+            steered = False
+            async for _ in handle.text():
+                if not steered:
+                    steered = True
+                    await bridge.send_raw({"type": "steer", "message": "steered in by someone else"})
+            second = await handle.receipt()
+            assert (second.state, second.reason) == (State.OUTCOME_UNKNOWN, "overlap"), second
+            third = await ask(bridge, "hello three")
+            assert third.state is State.FINISHED and third.generation == 2, third
+    finally:
+        server.close()
+    requests = [r for r in server.requests if r["path"].endswith("/chat/completions")]
+    assert ("user", "steered in by someone else") in sent(requests[2]), "the steer reached the model"
+    assert sent(requests[-1]) == [("user", "hello one"), ("assistant", "first reply"), ("user", "hello three")]
+    notes = [json.loads(line)["note"] for line in journal.read_bytes().splitlines() if b'"note"' in line[:8]]
+    recorded_for = [n["request"] for n in notes if n.get("event") == "conversation-recorded"]
+    assert recorded_for == [r.request for r in (first, third)], notes
+
+
+async def test_a_foreign_run_right_after_a_vouched_one_is_not_carried_forward(
+    pinned_pi: object, tmp_path: Path, conversations: Path
+) -> None:
+    """``autorun.ts`` sends a user message of its own as soon as the first prompt's run settles
+    (O1), and its run goes on in the tainted engine: the next engine resumes without it. (The
+    copy is taken as the first run's ``agent_settled`` is read, before the extension's message
+    is written, as far as seen here; rule 2's cut, for when it is not, is tested on its own
+    above.) It fails if the bridge took the engine's file at any later point."""
+    autorun = str(Path(__file__).parents[1] / "tools" / "pi" / "extensions" / "autorun.ts")
+    steps = [{"text": "first reply"}, {"text": "reply to the extension"}, {"text": "second reply"}]
+    path, server = models(tmp_path, steps)
+    profile = scripted_profile(path, unsealed_extensions=[autorun])
+    try:
+        async with open_bridge(profile, journal=tmp_path / "j.jsonl", conversation="autorun") as bridge:
+            notes: list[dict[str, Any]] = []
+            bridge.listeners.append(notes.append)
+            assert (await ask(bridge, "hello one")).state is State.FINISHED
+            with trio.fail_after(30):
+                while not any(n.get("signal") == "O1" for n in notes):
+                    await trio.sleep(0.05)
+            second = await ask(bridge, "hello two")
+            assert second.state is State.FINISHED and second.generation == 2, second
+    finally:
+        server.close()
+    requests = [r for r in server.requests if r["path"].endswith("/chat/completions")]
+    assert sent(requests[-1]) == [("user", "hello one"), ("assistant", "first reply"), ("user", "hello two")]
