@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -291,3 +292,50 @@ async def test_a_foreign_run_right_after_a_vouched_one_is_not_carried_forward(
         server.close()
     requests = [r for r in server.requests if r["path"].endswith("/chat/completions")]
     assert sent(requests[-1]) == [("user", "hello one"), ("assistant", "first reply"), ("user", "hello two")]
+
+
+def test_bridge_run_continues_a_conversation_and_bridge_conversations_shows_and_removes_it(
+    pinned_pi: object, tmp_path: Path, conversations: Path, bridge_argv: list[str]
+) -> None:
+    """Two ``bridge run --conversation talk`` processes: the second's prompt reaches the model
+    with the first's exchange. ``bridge conversations`` lists it, ``show`` gives its history,
+    ``rm`` removes it; a run on a name another bridge holds is refused in one line, exit 2."""
+    env = {**os.environ, "PI_BRIDGE_CONVERSATION_DIR": str(conversations)}
+
+    def bridge(*args: str, engine: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+        argv = [*bridge_argv, *args, *(engine or [])]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+
+    with start_server([{"text": "first reply"}, {"text": "second reply"}]) as server:
+        models = server.write_models(str(tmp_path))
+        pi = ["--no-journal", "--models-json", models, "--provider", "scripted", "--model", "scripted-model"]
+        for text in ("hello one", "hello two"):
+            p = bridge("run", "--conversation", "talk", "--json", text, *pi)
+            assert p.returncode == 0 and json.loads(p.stdout)["state"] == "finished", p.stderr
+        requests = [r for r in server.requests if r["path"].endswith("/chat/completions")]
+    assert sent(requests[1]) == [("user", "hello one"), ("assistant", "first reply"), ("user", "hello two")]
+    listed = bridge("conversations", "--json", "list")
+    assert [json.loads(line)["name"] for line in listed.stdout.splitlines()] == ["talk"], listed.stderr
+    shown = json.loads(bridge("conversations", "--json", "show", "talk").stdout)
+    assert shown["prompts"] == 2 and [h["text"] for h in shown["history"]] == [
+        "hello one",
+        "first reply",
+        "hello two",
+        "second reply",
+    ]
+    held = Conversation.open("talk", conversations)
+    try:
+        for p in (bridge("run", "--conversation", "talk", "x", *pi), bridge("conversations", "rm", "talk")):
+            assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+            assert "conversation 'talk' is open in another bridge" in p.stderr
+    finally:
+        held.close()
+    p = bridge("run", "--conversation", "talk", "x", "--no-journal", engine=["--", "/no/such/engine"])
+    assert (p.returncode, p.stderr) == (
+        2,
+        "bridge run: a named conversation needs the Pi engine (its session file is Pi's), not another engine\n",
+    )
+    assert bridge("conversations", "rm", "talk").returncode == 0
+    assert list(conversations.iterdir()) == []
+    bad = bridge("run", "--conversation", "../x", "hi")
+    assert bad.returncode == 2 and "no '/'" in bad.stderr, bad.stderr

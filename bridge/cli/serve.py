@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import argparse
 
-from bridge.cli.options import Subcommands, add_bridge_options, add_engine_options, positive, run_controller
+from bridge.cli.options import (
+    Subcommands,
+    add_bridge_options,
+    add_conversation_option,
+    add_engine_options,
+    positive,
+    run_controller,
+)
 
 
 def add_parser(sub: Subcommands) -> None:
@@ -24,6 +31,7 @@ def add_parser(sub: Subcommands) -> None:
     )
     add_engine_options(p)
     add_bridge_options(p)
+    add_conversation_option(p)
     p.add_argument(
         "--drain-timeout",
         type=positive(float),

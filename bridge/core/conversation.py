@@ -190,3 +190,32 @@ def entries_problems(state: Mapping[str, Any], entries: Mapping[str, Any] | None
     elif any(isinstance(e, Mapping) and e.get("type") == "message" for e in listed):
         problems.append("Pi's session holds messages after the last one the bridge recorded for this conversation")
     return problems
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, Mapping) and p.get("type") == "text")
+    return ""
+
+
+def history(lines: Sequence[bytes], name: str) -> list[tuple[str, str]]:
+    """The conversation as a person (or an ACP client, at ``session/load``) reads it: each user
+    and assistant message's text, in order (tool calls and results, system messages and
+    Pi's own entries left out). The active branch is the file's order here: the bridge's
+    copy is one line of exchanges (it never forks)."""
+    out: list[tuple[str, str]] = []
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        entry = _parse(line, n, name)
+        message = entry.get("message")
+        if entry.get("type") != "message" or not isinstance(message, Mapping):
+            continue
+        role = message.get("role")
+        if role in ("user", "assistant"):
+            text = _text(message.get("content"))
+            if text:
+                out.append((str(role), text))
+    return out

@@ -29,7 +29,7 @@ from bridge.live.journal import Journal, default_journal_dir, private_dir
 from bridge.live.protocols import BridgeAPI
 from bridge.live.retention import keep_from
 from bridge.live.supervisor import Bridge
-from bridge.profiles.command import EngineProfile
+from bridge.profiles.command import EngineProfile, ProfileError
 from bridge.profiles.conversation import Conversation, default_conversation_dir
 from bridge.profiles.pi import PiProfile
 
@@ -88,7 +88,8 @@ async def open_bridge(
             guide/conversations.md): its Pi session file is kept in the bridge's private state
             (``$PI_BRIDGE_CONVERSATION_DIR``, else ``$XDG_STATE_HOME/pi-bridge/conversations``,
             else ``~/.local/state/pi-bridge/conversations``), every engine of this bridge
-            resumes it, and the bridge holds its lock until it closes.
+            resumes it, and the bridge holds its lock until it closes. Default: ``config``'s
+            ``conversation`` (``--conversation``).
 
     Yields:
         The open bridge: a :class:`~bridge.live.supervisor.Bridge` under trio, an
@@ -106,10 +107,9 @@ async def open_bridge(
         JournalError: The journal cannot be created or its header written (a path that
             exists is refused).
         ProfileError: A ``conversation`` whose name is not a folder's name (a ``/``), that
-            another live bridge has open, or that is damaged or was written by a newer Pi or
-            pi-bridge.
-        ValueError: ``journal`` is neither a boolean, None nor a non-empty path; a
-            ``conversation`` with an engine other than Pi.
+            another live bridge has open, that is damaged or was written by a newer Pi or
+            pi-bridge, or with an engine other than Pi.
+        ValueError: ``journal`` is neither a boolean, None nor a non-empty path.
         RuntimeError: Called outside ``trio.run`` or ``asyncio.run``.
     """
 
@@ -189,9 +189,12 @@ async def _open_on_trio(
     the bridge has closed (bounded by the close's graces and the backstop)."""
     config = config or BridgeConfig()
     conv: Conversation | None = None
+    conversation = conversation if conversation is not None else config.conversation
     if conversation is not None:
         if not isinstance(profile, PiProfile):
-            raise ValueError("a named conversation needs the Pi engine (a PiProfile): its session file is Pi's")
+            raise ProfileError(
+                "a named conversation needs the Pi engine (its session file is Pi's), not another engine"
+            )
         conv = Conversation.open(conversation)  # the lock, held until the bridge has closed
         profile = attrs.evolve(profile, conversation=conv)
         config = attrs.evolve(config, conversation=conversation)

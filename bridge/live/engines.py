@@ -16,8 +16,8 @@ import trio
 
 from bridge.core.framing import Oversize, UpdateRun
 from bridge.core.lifecycle import BridgeConfig, SpawnFailed, StdoutClosed
-from bridge.core.supervision import Action, Supervision
 from bridge.core.receipts import Receipt
+from bridge.core.supervision import Action, Supervision
 from bridge.live.engine import Engine, EngineGone
 from bridge.live.journal import Journal
 from bridge.profiles.command import EngineProfile, Launch, ProfileError

@@ -192,6 +192,17 @@ def _read(folder: Path, name: str) -> Record:
     return record
 
 
+def read_conversation(name: str, root: Path | None = None) -> tuple[Record, list[bytes]]:
+    """``name``'s record and its session file's lines, read without the lock (for ``show`` and
+    ACP's ``session/load``, whose bridge then takes it). ProfileError: damaged, newer."""
+    folder = (root or default_conversation_dir()) / name
+    record = _read(folder, name)
+    try:
+        return record, _lines(folder / "session.jsonl") if record.cursor is not None else []
+    except OSError as e:
+        raise ProfileError(f"conversation {name!r} cannot be read: {e}") from None
+
+
 def list_conversations(root: Path | None = None) -> list[Record | str]:
     """Every conversation under ``root``: its record, or a one-line problem for one that is not
     usable. Read without taking the lock (a record is replaced whole, never half-written)."""

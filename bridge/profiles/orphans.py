@@ -8,7 +8,6 @@ import re
 import shutil
 import tempfile
 
-
 #: The private folders a bridge makes, named for its pid: ``pi-bridge-pi-PID-…``
 #: (Pi's config, maybe a key) and ``pi-bridge-cwd-PID-…`` (Pi's working folder).
 _PRIVATE_DIR = re.compile(r"pi-bridge-(?:pi|cwd)-(\d+)-")

@@ -32,8 +32,8 @@ import attrs
 
 from bridge.profiles.command import PI_CLEARING, Launch, ProfileError, filtered_env
 from bridge.profiles.conversation import Conversation, EngineConversation
-from bridge.profiles.orphans import remove_orphans, remove_orphans_once
 from bridge.profiles.netjail import ProviderLink, provider_address, relay_lines
+from bridge.profiles.orphans import remove_orphans, remove_orphans_once
 from bridge.profiles.pi_versions import FEATURES, OPTIONAL_FLAGS, features_of, needs_message, probe_flags
 from bridge.profiles.sandbox import (
     Bwrap,
