@@ -78,6 +78,10 @@ class Record:
     entries: int = 0
     #: Exchanges recorded (prompts vouched for).
     prompts: int = 0
+    #: The engine's working folder when one was given (an ACP session's ``cwd``), else None.
+    cwd: str | None = None
+    #: The first prompt's text, shortened: what ``session/list`` and ``bridge conversations`` show.
+    title: str | None = None
     version: int = FORMAT_VERSION
     bridge: str | None = None
     engine_version: str | None = None
@@ -190,6 +194,19 @@ def entries_problems(state: Mapping[str, Any], entries: Mapping[str, Any] | None
     elif any(isinstance(e, Mapping) and e.get("type") == "message" for e in listed):
         problems.append("Pi's session holds messages after the last one the bridge recorded for this conversation")
     return problems
+
+
+#: A title's length at most (``session/list``: a line in an editor's history).
+TITLE_MAX: Final = 80
+
+
+def title_of(said: Sequence[tuple[str, str]]) -> str | None:
+    """The first user message, on one line, at most :data:`TITLE_MAX` characters."""
+    for role, text in said:
+        if role == "user":
+            line = " ".join(text.split())
+            return line if len(line) <= TITLE_MAX else line[: TITLE_MAX - 1] + "…"
+    return None
 
 
 def _text(content: Any) -> str:

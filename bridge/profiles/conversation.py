@@ -35,9 +35,11 @@ from bridge.core.conversation import (
     ConversationError,
     Record,
     entries_problems,
+    history,
     name_problem,
     own_part,
     read_record,
+    title_of,
     vouches,
     with_cwd,
 )
@@ -136,13 +138,16 @@ class Conversation:
             _write_atomic(target, b"\n".join(lines) + b"\n")
         return target
 
-    def vouch(self, engine_file: Path, engine_version: str | None) -> Record:
-        """Take back the engine's session file up to the run's end (rule 2) and record it.
-        Raises OSError (a full disk: the last recorded copy stays whole) or ConversationError."""
+    def vouch(self, engine_file: Path, engine_version: str | None, cwd: str | None = None) -> Record:
+        """Take back the engine's session file up to the run's end (rule 2) and record it (``cwd``:
+        the engine's working folder, if one was given). Raises OSError (a full disk: the last
+        recorded copy stays whole) or ConversationError."""
         lines, cursor = own_part(_lines(engine_file), self.name)
         record = attrs.evolve(
             self.record,
             cursor=cursor,
+            cwd=cwd or self.record.cwd,
+            title=self.record.title or title_of(history(lines, self.name)),
             entries=len(lines) - 1,
             prompts=self.record.prompts + 1,
             bridge=__version__,
@@ -249,11 +254,16 @@ class EngineConversation:
     engine_version: str | None
     #: The cursor this engine was given (its start-up check expects Pi to resume at it).
     cursor: str | None
+    #: The engine's working folder when it was given (recorded), else None (a private one).
+    cwd: str | None = None
 
     @classmethod
-    def place(cls, conversation: Conversation, config_dir: Path, cwd: str, engine_version: str) -> EngineConversation:
+    def place(
+        cls, conversation: Conversation, config_dir: Path, cwd: str, engine_version: str, *, given: bool = False
+    ) -> EngineConversation:
+        """Copy the conversation into an engine's config folder; ``given``: ``cwd`` is the user's."""
         file = conversation.place(config_dir, cwd)
-        return cls(conversation, file, engine_version, conversation.record.cursor)
+        return cls(conversation, file, engine_version, conversation.record.cursor, cwd if given else None)
 
     @property
     def argv(self) -> list[str]:
@@ -279,7 +289,7 @@ class EngineConversation:
             return None
         name = self.conversation.name
         try:
-            record = self.conversation.vouch(self.file, self.engine_version)
+            record = self.conversation.vouch(self.file, self.engine_version, self.cwd)
         except (OSError, ConversationError) as e:
             return {
                 "event": "conversation-not-recorded",

@@ -462,7 +462,8 @@ class PiProfile:
         cwd = self._working_folder(folders)
         conv = None
         if self.conversation is not None:
-            conv = EngineConversation.place(self.conversation, folders.config, cwd, install.version)
+            given = folders.own_cwd is None
+            conv = EngineConversation.place(self.conversation, folders.config, cwd, install.version, given=given)
         argv = self._argv(install, folders.config, ext_args, conv)
         env, removed = self._env(folders.config)
         confined: Confined | None = None
