@@ -49,7 +49,7 @@ import trio
 
 from bridge import __version__
 from bridge.controller.acp import protocol as acp
-from bridge.controller.acp import sessions
+from bridge.controller.acp import sessions as kept
 from bridge.controller.output import FLUSH_GRACE, Output
 from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
 from bridge.core.lifecycle.config import BridgeConfig
@@ -309,12 +309,12 @@ class AcpAgent:
         elif req.method == "session/load":
             if self.ended.is_set():
                 raise acp.AcpError(acp.INTERNAL_ERROR, "bridge acp is closing: no session can be loaded")
-            self.work.start_soon(self._load_session, req, sessions.parse_load(req.params))
+            self.work.start_soon(self._load_session, req, kept.parse_load(req.params))
         elif req.method == "session/list":
             from bridge.profiles.conversation import list_conversations
 
             records = [r for r in list_conversations() if not isinstance(r, str)]
-            self.out.put(acp.result(req.id, sessions.list_result(records, req.params.get("cwd"))))
+            self.out.put(acp.result(req.id, kept.list_result(records, req.params.get("cwd"))))
         elif req.method == "session/prompt":
             # Submitted here, in the order the prompts came (each in its own task, they reached
             # Pi in any order), and outstanding at once (a cancel right behind it stops it).
@@ -345,11 +345,11 @@ class AcpAgent:
             self.out.put(acp.error(req.id, acp.INVALID_PARAMS, f"cwd {new.cwd} is not a folder"))
             return
         self._ids += 1
-        name = sessions.new_name() if self.keep_sessions else None
+        name = kept.new_name() if self.keep_sessions else None
         sess = Session(name or f"s{self._ids}", new.cwd, acp.ToolCalls(new.cwd), conversation=name)
         await self._open_session(req, sess)
 
-    async def _load_session(self, req: acp.Request, load: sessions.LoadSession) -> None:
+    async def _load_session(self, req: acp.Request, load: kept.LoadSession) -> None:
         """``session/load``: open the conversation's bridge, replay what it holds, answer
         (:mod:`bridge.controller.acp.sessions`). Ends when answered."""
         from bridge.profiles.conversation import default_conversation_dir
@@ -422,7 +422,7 @@ class AcpAgent:
         assert sess.conversation is not None
         try:
             _, lines = read_conversation(sess.conversation)
-            return sessions.replay_updates(history(lines, sess.conversation))
+            return kept.replay_updates(history(lines, sess.conversation))
         except (ProfileError, ConversationError) as e:  # (checked as the bridge opened: not seen)
             print(f"bridge acp: session {sess.id}: {e}", file=sys.stderr)
             return []
