@@ -799,7 +799,7 @@ async def _python_scenario(
 
     init = await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities())
     assert init.protocol_version == 1 and init.agent_capabilities.prompt_capabilities.image is True
-    assert init.agent_capabilities.load_session is False
+    assert init.agent_capabilities.load_session is True  # named conversations (issue 31)
     session = await conn.new_session(cwd=str(tmp_path / "proj"), mcp_servers=[])
     sid = session.session_id
     assert {o.id for o in session.config_options} == {"model", "thought_level"}
@@ -936,7 +936,7 @@ def test_every_receipt_state_reaches_the_client_as_its_own_error_and_bad_message
                 ask({"jsonrpc": "2.0", "id": rid, "method": "session/prompt", "params": prompt})
                 answer(rid)
             ask(b"{not json\n")
-            ask({"jsonrpc": "2.0", "id": 6, "method": "session/load", "params": {}})
+            ask({"jsonrpc": "2.0", "id": 6, "method": "session/set_mode", "params": {}})
             ask({"jsonrpc": "2.0", "id": 7, "method": "session/prompt", "params": {**prompt, "sessionId": "s9"}})
             ask({"jsonrpc": "2.0", "id": 8, "method": "session/prompt", "params": {**prompt, "prompt": []}})
             for rid in (6, 7, 8):

@@ -291,7 +291,10 @@ async def test_a_foreign_run_right_after_a_vouched_one_is_not_carried_forward(
     finally:
         server.close()
     requests = [r for r in server.requests if r["path"].endswith("/chat/completions")]
-    assert sent(requests[-1]) == [("user", "hello one"), ("assistant", "first reply"), ("user", "hello two")]
+    # (The second engine's autorun may ask the model again after "hello two": the request for
+    # "hello two" is the one that ends with it.)
+    (second_request,) = [r for r in requests if sent(r)[-1] == ("user", "hello two")]
+    assert sent(second_request) == [("user", "hello one"), ("assistant", "first reply"), ("user", "hello two")]
 
 
 def test_bridge_run_continues_a_conversation_and_bridge_conversations_shows_and_removes_it(
@@ -300,7 +303,8 @@ def test_bridge_run_continues_a_conversation_and_bridge_conversations_shows_and_
     """Two ``bridge run --conversation talk`` processes: the second's prompt reaches the model
     with the first's exchange. ``bridge conversations`` lists it, ``show`` gives its history,
     ``rm`` removes it; a run on a name another bridge holds is refused in one line, exit 2."""
-    env = {**os.environ, "PI_BRIDGE_CONVERSATION_DIR": str(conversations)}
+    journals = tmp_path / "journals"
+    env = {**os.environ, "PI_BRIDGE_CONVERSATION_DIR": str(conversations), "PI_BRIDGE_JOURNAL_DIR": str(journals)}
 
     def bridge(*args: str, engine: list[str] | None = None) -> subprocess.CompletedProcess[str]:
         argv = [*bridge_argv, *args, *(engine or [])]
@@ -308,7 +312,7 @@ def test_bridge_run_continues_a_conversation_and_bridge_conversations_shows_and_
 
     with start_server([{"text": "first reply"}, {"text": "second reply"}]) as server:
         models = server.write_models(str(tmp_path))
-        pi = ["--no-journal", "--models-json", models, "--provider", "scripted", "--model", "scripted-model"]
+        pi = ["--models-json", models, "--provider", "scripted", "--model", "scripted-model"]
         for text in ("hello one", "hello two"):
             p = bridge("run", "--conversation", "talk", "--json", text, *pi)
             assert p.returncode == 0 and json.loads(p.stdout)["state"] == "finished", p.stderr
@@ -323,6 +327,9 @@ def test_bridge_run_continues_a_conversation_and_bridge_conversations_shows_and_
         "hello two",
         "second reply",
     ]
+    assert len(shown["journals"]) == 2 and {Path(j).parent for j in shown["journals"]} == {journals}
+    told = bridge("diagnose", shown["journals"][0])
+    assert "conversation talk (`bridge conversations show talk` lists its journals)" in told.stdout, told.stdout
     held = Conversation.open("talk", conversations)
     try:
         for p in (bridge("run", "--conversation", "talk", "x", *pi), bridge("conversations", "rm", "talk")):
@@ -339,3 +346,33 @@ def test_bridge_run_continues_a_conversation_and_bridge_conversations_shows_and_
     assert list(conversations.iterdir()) == []
     bad = bridge("run", "--conversation", "../x", "hi")
     assert bad.returncode == 2 and "no '/'" in bad.stderr, bad.stderr
+
+
+async def test_a_new_conversation_asked_for_restarts_the_named_one_and_a_restart_keeps_that(
+    pinned_pi: object, tmp_path: Path, conversations: Path
+) -> None:
+    """``new_conversation()`` under a name: Pi's ``new_session`` moves it to a new file (beside
+    the one it was given); the bridge records that one, so after the engine is SIGKILLed the
+    third prompt carries the second exchange and not the first."""
+    path, server = models(tmp_path, [{"text": "first reply"}, {"text": "second reply"}, {"text": "third reply"}])
+    try:
+        async with open_bridge(scripted_profile(path), journal=False, conversation="fresh") as bridge:
+            assert isinstance(bridge, Bridge)
+            assert (await ask(bridge, "hello one")).state is State.FINISHED
+            bridge.new_conversation()
+            assert (await ask(bridge, "hello two")).state is State.FINISHED
+            engine = bridge.engine
+            assert engine is not None and engine.pid is not None
+            os.kill(engine.pid, signal.SIGKILL)
+            with trio.fail_after(30):
+                while engine.alive:
+                    await trio.sleep(0.05)
+            third = await ask(bridge, "hello three")
+            assert third.state is State.FINISHED and third.generation == 2, third
+    finally:
+        server.close()
+    requests = [r for r in server.requests if r["path"].endswith("/chat/completions")]
+    assert sent(requests[1]) == [("user", "hello two")]
+    assert sent(requests[2]) == [("user", "hello two"), ("assistant", "second reply"), ("user", "hello three")]
+    record = json.loads((conversations / "fresh" / "conversation.json").read_text())
+    assert record["title"] == "hello two"

@@ -74,10 +74,35 @@ def _show(name: str, as_json: bool) -> int:
         said = history(lines, name)
     except ConversationError as e:
         raise ProfileError(str(e)) from None
+    journals = journals_of(name)
     if as_json:
-        print(json.dumps({**record.to_json(), "history": [{"role": r, "text": t} for r, t in said]}))
+        history_json = [{"role": r, "text": t} for r, t in said]
+        print(json.dumps({**record.to_json(), "history": history_json, "journals": journals}))
         return 0
     print(f"{record.name}: {record.prompts} prompt(s), saved {record.saved or 'never'}, cursor {record.cursor}")
     for role, text in said:
         print(f"{role}: {text}")
+    for journal in journals:
+        print(f"journal: {journal}  (bridge diagnose {journal})")
     return 0
+
+
+def journals_of(name: str) -> list[str]:
+    """The journals in the default folder whose header names conversation ``name``, oldest
+    first: the conversation's story across bridges (each one read as far as its header)."""
+    from bridge.live.journal import default_journal_dir
+
+    found: list[tuple[float, str]] = []
+    try:
+        paths = list(default_journal_dir().glob("*.jsonl"))
+    except OSError:
+        return []
+    for path in paths:
+        try:
+            with path.open("rb") as f:
+                header = json.loads(f.readline(1 << 20))
+            if isinstance(header, dict) and header.get("conversation") == name:
+                found.append((path.stat().st_mtime, str(path)))
+        except (OSError, ValueError):
+            continue
+    return [p for _, p in sorted(found)]

@@ -80,6 +80,8 @@ class Record:
     prompts: int = 0
     #: The engine's working folder when one was given (an ACP session's ``cwd``), else None.
     cwd: str | None = None
+    #: The Pi session's id (its header's): a new conversation (``new_session``) changes it.
+    session_id: str | None = None
     #: The first prompt's text, shortened: what ``session/list`` and ``bridge conversations`` show.
     title: str | None = None
     version: int = FORMAT_VERSION

@@ -143,11 +143,14 @@ class Conversation:
         the engine's working folder, if one was given). Raises OSError (a full disk: the last
         recorded copy stays whole) or ConversationError."""
         lines, cursor = own_part(_lines(engine_file), self.name)
+        session_id = orjson.loads(lines[0]).get("id")
+        fresh = session_id != self.record.session_id  # the first save, or a new conversation
         record = attrs.evolve(
             self.record,
             cursor=cursor,
+            session_id=session_id,
             cwd=cwd or self.record.cwd,
-            title=self.record.title or title_of(history(lines, self.name)),
+            title=title_of(history(lines, self.name)) if fresh or not self.record.title else self.record.title,
             entries=len(lines) - 1,
             prompts=self.record.prompts + 1,
             bridge=__version__,
@@ -282,6 +285,16 @@ class EngineConversation:
         data = answer.get("data") if answer.get("success") else None
         return entries_problems(state, data if isinstance(data, Mapping) else None, str(self.file))
 
+    def current_file(self) -> Path:
+        """The session file Pi writes now: the one it was given, unless a new conversation
+        (Pi's ``new_session``) made it switch to a new file, which Pi 1.6.0 makes beside it
+        (``sessions/DATE_ID.jsonl``; seen here): the newest there."""
+        try:
+            files = [p for p in self.file.parent.glob("*.jsonl") if p.is_file()]
+            return max(files, key=lambda p: p.stat().st_mtime_ns) if files else self.file
+        except OSError:
+            return self.file
+
     def settled(self, receipt: Receipt) -> dict[str, Any] | None:
         """A receipt of this engine's: take the session back if the bridge vouches for it
         (rule 1). The journal note of what happened, or None (nothing to record)."""
@@ -289,7 +302,7 @@ class EngineConversation:
             return None
         name = self.conversation.name
         try:
-            record = self.conversation.vouch(self.file, self.engine_version, self.cwd)
+            record = self.conversation.vouch(self.current_file(), self.engine_version, self.cwd)
         except (OSError, ConversationError) as e:
             return {
                 "event": "conversation-not-recorded",
