@@ -1,5 +1,5 @@
-"""``bridge conversations``: list, show and remove named conversations (docs:
-guide/conversations.md; the files: :mod:`bridge.profiles.conversation`)."""
+"""``bridge conversations``: list, show and remove named conversations
+(docs: guide/conversations.md; the files: :mod:`bridge.profiles.conversation`)."""
 
 from __future__ import annotations
 

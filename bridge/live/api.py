@@ -84,8 +84,8 @@ async def open_bridge(
             awaited (one engine start, at open rather than at the first prompt). False: the
             first prompt (or ``models()``) starts it, as ``bridge run``, ``serve`` and ``acp``
             do; a refused launch is then that prompt's ``rejected``/``engine-down`` receipt.
-        conversation: A named conversation to resume, or to begin (a Pi profile only; docs:
-            guide/conversations.md): its Pi session file is kept in the bridge's private state
+        conversation: A named conversation to resume, or to begin (a Pi profile only;
+            docs: guide/conversations.md): its Pi session file is kept in the bridge's private state
             (``$PI_BRIDGE_CONVERSATION_DIR``, else ``$XDG_STATE_HOME/pi-bridge/conversations``,
             else ``~/.local/state/pi-bridge/conversations``), every engine of this bridge
             resumes it, and the bridge holds its lock until it closes. Default: ``config``'s

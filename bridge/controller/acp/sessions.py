@@ -1,5 +1,5 @@
-"""ACP's ``session/load`` and ``session/list`` over named conversations (issue 31; docs:
-guide/conversations.md). Sans-IO: what is parsed and what is said; the loop is
+"""ACP's ``session/load`` and ``session/list`` over named conversations (issue 31;
+docs: guide/conversations.md). Sans-IO: what is parsed and what is said; the loop is
 :mod:`bridge.controller.acp.agent`.
 
 Rules:
