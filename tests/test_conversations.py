@@ -20,6 +20,7 @@ from bridge.core.receipts import Receipt
 from bridge.core.words import Reason
 from bridge.demo.model_server import start_server
 from bridge.demo.model_server.server import models_json
+from bridge.live.api import _hide_journals
 from bridge.live.supervisor import Bridge
 from bridge.profiles.command import ProfileError
 from bridge.profiles.conversation import Conversation, EngineConversation, list_conversations, remove_conversation
@@ -125,6 +126,9 @@ async def test_two_live_bridges_on_one_name_are_refused_and_bad_names_too(conver
         with pytest.raises(ProfileError, match="conversation's name"):
             Conversation.open(bad)
     assert sorted(p.name for p in conversations.iterdir()) == ["shared"]
+    # Out of the confined engine's sight, as the journals are (the sandbox mounts it over when
+    # it would be visible: outside the private /tmp and the hidden home).
+    assert str(conversations) in _hide_journals(scripted_profile("models.json"), None).sandbox.hidden
 
 
 HEADER = {"type": "session", "version": 3, "id": "s-1", "timestamp": "2026-12-02T00:00:00Z", "cwd": "/old"}
@@ -310,24 +314,41 @@ def test_bridge_run_continues_a_conversation_and_bridge_conversations_shows_and_
         argv = [*bridge_argv, *args, *(engine or [])]
         return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
 
-    with start_server([{"text": "first reply"}, {"text": "second reply"}]) as server:
+    with start_server([{"text": "first reply"}, {"text": "second reply"}, {"text": "third reply"}]) as server:
         models = server.write_models(str(tmp_path))
         pi = ["--models-json", models, "--provider", "scripted", "--model", "scripted-model"]
         for text in ("hello one", "hello two"):
             p = bridge("run", "--conversation", "talk", "--json", text, *pi)
             assert p.returncode == 0 and json.loads(p.stdout)["state"] == "finished", p.stderr
+        # bridge serve --conversation: the third prompt, from a controller
+        line = json.dumps({"type": "prompt", "id": "q3", "message": "hello three"}) + "\n"
+        served = subprocess.run(
+            [*bridge_argv, "serve", "--conversation", "talk", *pi],
+            input=line,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
         requests = [r for r in server.requests if r["path"].endswith("/chat/completions")]
+    assert served.returncode == 0, served.stderr
+    out = [json.loads(x) for x in served.stdout.splitlines()]
+    assert [o["receipt"]["state"] for o in out if o["type"] == "receipt"] == ["finished"]
+    assert [o["newConversation"] for o in out if o.get("event") == "started"] == [False]
     assert sent(requests[1]) == [("user", "hello one"), ("assistant", "first reply"), ("user", "hello two")]
+    assert sent(requests[2])[:4] == sent(requests[1]) + [("assistant", "second reply")]
     listed = bridge("conversations", "--json", "list")
     assert [json.loads(line)["name"] for line in listed.stdout.splitlines()] == ["talk"], listed.stderr
     shown = json.loads(bridge("conversations", "--json", "show", "talk").stdout)
-    assert shown["prompts"] == 2 and [h["text"] for h in shown["history"]] == [
+    assert shown["prompts"] == 3 and [h["text"] for h in shown["history"]] == [
         "hello one",
         "first reply",
         "hello two",
         "second reply",
+        "hello three",
+        "third reply",
     ]
-    assert len(shown["journals"]) == 2 and {Path(j).parent for j in shown["journals"]} == {journals}
+    assert len(shown["journals"]) == 3 and {Path(j).parent for j in shown["journals"]} == {journals}
     told = bridge("diagnose", shown["journals"][0])
     assert "conversation talk (`bridge conversations show talk` lists its journals)" in told.stdout, told.stdout
     held = Conversation.open("talk", conversations)
