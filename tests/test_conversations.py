@@ -23,8 +23,15 @@ from bridge.demo.model_server.server import models_json
 from bridge.live.api import _hide_journals
 from bridge.live.supervisor import Bridge
 from bridge.profiles.command import ProfileError
-from bridge.profiles.conversation import Conversation, EngineConversation, list_conversations, remove_conversation
+from bridge.profiles.conversation import (
+    ENTRIES_ID,
+    Conversation,
+    EngineConversation,
+    list_conversations,
+    remove_conversation,
+)
 from bridge.profiles.pi import scripted_profile
+from bridge.profiles.seal import STATE_ID
 
 
 @pytest.fixture
@@ -397,3 +404,37 @@ async def test_a_new_conversation_asked_for_restarts_the_named_one_and_a_restart
     assert sent(requests[2]) == [("user", "hello two"), ("assistant", "second reply"), ("user", "hello three")]
     record = json.loads((conversations / "fresh" / "conversation.json").read_text())
     assert record["title"] == "hello two"
+
+
+def test_the_start_up_check_refuses_a_session_that_is_not_the_bridges_or_not_where_it_left_it(
+    conversations: Path, tmp_path: Path
+) -> None:
+    """Rule 4 on the start-up answers: ``get_state``'s session file must be the bridge's copy,
+    and ``get_entries`` since the recorded cursor must hold no message (Pi refusing the cursor
+    means its session does not hold it)."""
+    ok = session_bytes(HEADER, entry(1, "user"), entry(2, "assistant", "stop"))
+    recorded(conversations, "checked", ok, {"cursor": "e2"})
+    conv = Conversation.open("checked")
+    try:
+        engine = EngineConversation.place(conv, tmp_path / "config", str(tmp_path), "1.6.0")
+        assert engine.startup == {"type": "get_entries", "id": ENTRIES_ID, "since": "e2"}
+        state = {"id": STATE_ID, "success": True, "data": {"sessionFile": str(engine.file), "messageCount": 2}}
+
+        def entries(*listed: dict[str, Any], success: bool = True) -> dict[str, Any]:
+            return {"id": ENTRIES_ID, "success": success, "data": {"entries": list(listed)}}
+
+        assert engine.problems({STATE_ID: state, ENTRIES_ID: entries()}) == []
+        assert engine.problems({STATE_ID: state, ENTRIES_ID: entries({"type": "model_change", "id": "m"})}) == []
+        moved = engine.problems({STATE_ID: state, ENTRIES_ID: entries(entry(3, "user"))})
+        assert moved == ["Pi's session holds messages after the last one the bridge recorded for this conversation"]
+        lost = engine.problems({STATE_ID: state, ENTRIES_ID: entries(success=False)})
+        assert lost == ["Pi's session does not hold the entry the bridge last recorded for this conversation"]
+        other = {**state, "data": {"sessionFile": "/elsewhere.jsonl"}}
+        assert engine.problems({STATE_ID: other, ENTRIES_ID: entries()}) == [
+            f"Pi resumed the session file '/elsewhere.jsonl', not the conversation's own {engine.file}"
+        ]
+    finally:
+        conv.close()
+    recorded(conversations, "stray", ok, {})  # a session file the record does not know
+    with pytest.raises(ProfileError, match="damaged: its session file ends at entry 'e2', its record at None"):
+        Conversation.open("stray")
