@@ -227,13 +227,17 @@ def test_a_full_disk_while_recording_keeps_the_last_recorded_copy_whole(conversa
         with engine.file.open("ab") as f:
             f.write(session_bytes(entry(3, "user"), entry(4, "assistant", "stop")))
         (folder / "session.jsonl.tmp").symlink_to("/dev/full")
-        note = engine.settled(Receipt("p2", State.FINISHED))
-        assert note is not None and note["event"] == "conversation-not-recorded", note
+        work = engine.settled(Receipt("p2", State.FINISHED))
+        assert work is not None
+        note = work()
+        assert note["event"] == "conversation-not-recorded", note
         assert "No space left on device" in note["why"] and "\n" not in note["why"]
         assert (folder / "session.jsonl").read_bytes() == ok and not (folder / "session.jsonl.tmp").exists()
         assert engine.settled(Receipt("p3", State.OUTCOME_UNKNOWN, Reason.OVERLAP)) is None  # rule 3: not taken
-        note = engine.settled(Receipt("p4", State.FINISHED))  # the disk has room again
-        assert note is not None and (note["event"], note["cursor"]) == ("conversation-recorded", "e4")
+        work = engine.settled(Receipt("p4", State.FINISHED))  # the disk has room again
+        assert work is not None
+        note = work()
+        assert (note["event"], note["cursor"]) == ("conversation-recorded", "e4")
     finally:
         conv.close()
     reopened = Conversation.open("full")

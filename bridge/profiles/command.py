@@ -55,9 +55,10 @@ class Launch:
     #: the bridge: :data:`bridge.profiles.sandbox.WATCH`); ``cleanup`` closes them.
     pass_fds: tuple[int, ...] = ()
     #: ``settled(receipt)`` for each receipt of this launch's engine, as it is delivered: a
-    #: named conversation takes its session back (:mod:`bridge.profiles.conversation`); the
-    #: journal note of what it did, or None.
-    settled: Callable[[Receipt], dict[str, Any] | None] | None = None
+    #: named conversation takes its session back (:mod:`bridge.profiles.conversation`). It
+    #: returns the blocking rest of that work (for a worker thread; it returns the journal
+    #: note), or None.
+    settled: Callable[[Receipt], Callable[[], dict[str, Any]] | None] | None = None
     #: Whatever the engine starts ends with it by the launch's own means (the confined Pi's PID
     #: namespace): it does not run under :mod:`bridge.live.reaper`. By default, whether the
     #: launch is confined (has a :attr:`confinement`).

@@ -14,7 +14,9 @@ folder, hidden from the confined engine as the journals are):
 Each engine gets a copy (:meth:`Conversation.place`) in its own private config folder, the only
 place a confined Pi writes besides its working folder; the bridge copies it back
 (:meth:`Conversation.vouch`) by write-to-temporary, fsync, rename, so a full disk or a crash
-mid-copy leaves the last recorded copy whole.
+mid-copy leaves the last recorded copy whole. The engine's file is read as the receipt is
+delivered (:meth:`EngineConversation.settled`); the writes are left to a worker thread
+(:meth:`bridge.live.engines.EngineSide.settled`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import datetime
 import fcntl
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +144,11 @@ class Conversation:
         """Take back the engine's session file up to the run's end (rule 2) and record it (``cwd``:
         the engine's working folder, if one was given). Raises OSError (a full disk: the last
         recorded copy stays whole) or ConversationError."""
-        lines, cursor = own_part(_lines(engine_file), self.name)
+        return self.record_lines(_lines(engine_file), engine_version, cwd)
+
+    def record_lines(self, engine_lines: list[bytes], engine_version: str | None, cwd: str | None = None) -> Record:
+        """:meth:`vouch` on the engine file's lines, read already (blocking: the writes, fsynced)."""
+        lines, cursor = own_part(engine_lines, self.name)
         session_id = orjson.loads(lines[0]).get("id")
         fresh = session_id != self.record.session_id  # the first save, or a new conversation
         record = attrs.evolve(
@@ -295,14 +301,25 @@ class EngineConversation:
         except OSError:
             return self.file
 
-    def settled(self, receipt: Receipt) -> dict[str, Any] | None:
-        """A receipt of this engine's: take the session back if the bridge vouches for it
-        (rule 1). The journal note of what happened, or None (nothing to record)."""
+    def settled(self, receipt: Receipt) -> Callable[[], dict[str, Any]] | None:
+        """A receipt of this engine's: if the bridge vouches for it (rule 1), the engine's file is
+        read now (as the run's ``agent_settled`` is read: rule 2), and what is returned records
+        it -- blocking work (writes, fsyncs) for a worker thread, which returns the journal note.
+        None: nothing to record."""
         if not vouches(receipt):
             return None
+        try:
+            lines: list[bytes] | OSError = _lines(self.current_file())
+        except OSError as e:
+            lines = e
+        return lambda: self._record(receipt, lines)
+
+    def _record(self, receipt: Receipt, lines: list[bytes] | OSError) -> dict[str, Any]:
         name = self.conversation.name
         try:
-            record = self.conversation.vouch(self.current_file(), self.engine_version, self.cwd)
+            if isinstance(lines, OSError):
+                raise lines
+            record = self.conversation.record_lines(lines, self.engine_version, self.cwd)
         except (OSError, ConversationError) as e:
             return {
                 "event": "conversation-not-recorded",
