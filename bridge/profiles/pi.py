@@ -747,6 +747,7 @@ class PiOptions(TypedDict, total=False):
     api_key_env: str | None
     settings: dict[str, Any] | None
     session: bool
+    conversation: Conversation | None
     cwd: str | None
     env_allowlist: Sequence[str] | None
     extensions: Sequence[str]
