@@ -442,3 +442,30 @@ def test_the_start_up_check_refuses_a_session_that_is_not_the_bridges_or_not_whe
     recorded(conversations, "stray", ok, {})  # a session file the record does not know
     with pytest.raises(ProfileError, match="damaged: its session file ends at entry 'e2', its record at None"):
         Conversation.open("stray")
+
+
+def test_acp_lists_the_conversations_with_a_folder_and_loads_only_a_conversations_name() -> None:
+    """ACP's rules (sans-IO, bridge.controller.acp.sessions): ``session/list`` shows those that
+    recorded a working folder, filtered by ``cwd``; ``session/load`` takes a conversation's name
+    and ``session/new``'s ``cwd`` and MCP rules; the replay is one chunk per message, in order."""
+    from bridge.controller.acp import protocol as acp
+    from bridge.controller.acp.sessions import list_result, new_name, parse_load, replay_updates
+    from bridge.core.conversation import Record
+
+    records = [Record("a", cwd="/w/one", title="hi", saved="t1"), Record("b"), Record("c", cwd="/w/two")]
+    assert [s["sessionId"] for s in list_result(records, None)["sessions"]] == ["a", "c"]
+    assert list_result(records, "/w/one/")["sessions"] == [
+        {"sessionId": "a", "cwd": "/w/one", "title": "hi", "updatedAt": "t1"}
+    ]
+    for bad in ({"sessionId": "../x", "cwd": "/w"}, {"sessionId": "a", "cwd": "rel"}):
+        with pytest.raises(acp.AcpError) as refused:
+            parse_load(bad)
+        assert refused.value.code == acp.INVALID_PARAMS
+    with pytest.raises(acp.AcpError, match="MCP servers are refused"):
+        parse_load({"sessionId": "a", "cwd": "/w", "mcpServers": [{"name": "files"}]})
+    assert parse_load({"sessionId": "a", "cwd": "/w/x/.."}).cwd == "/w"
+    assert replay_updates([("user", "q"), ("assistant", "r")]) == [
+        {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "q"}},
+        {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "r"}},
+    ]
+    assert new_name() != new_name()
