@@ -365,6 +365,8 @@ RESULTS = {
     "session/prompt": "PromptResponse",
     "session/set_config_option": "SetSessionConfigOptionResponse",
     "session/close": "CloseSessionResponse",
+    "session/load": "LoadSessionResponse",
+    "session/list": "ListSessionsResponse",
 }
 OUTGOING = {
     "session/update": "SessionNotification",
@@ -569,7 +571,9 @@ def test_the_typescript_sdk_client_drives_bridge_acp(pinned_pi: Any, tmp_path: P
     assert len(requests) == 7
 
     # session/close: its engine stopped (the journal's last words), then the session is unknown.
-    assert out["close"] == {} and out["initialize"]["agentCapabilities"]["sessionCapabilities"] == {"close": {}}
+    capabilities = out["initialize"]["agentCapabilities"]
+    assert out["close"] == {} and capabilities["sessionCapabilities"] == {"close": {}, "list": {}}
+    assert capabilities["loadSession"] is True
     assert out["afterClose"]["refused"] and out["afterClose"]["code"] == acp.RESOURCE_NOT_FOUND
     entries = [
         json.loads(line) for line in (tmp_path / f"j-{out['session']['sessionId']}.jsonl").read_text().splitlines()
@@ -587,6 +591,64 @@ def test_the_typescript_sdk_client_drives_bridge_acp(pinned_pi: Any, tmp_path: P
         for p in out["prompts"]
     ]
     check_journal(tmp_path, out["session"]["sessionId"], receipts)
+
+
+def test_session_load_replays_a_kept_session_to_the_client_and_its_next_prompt_continues_it(
+    pinned_pi: Any, tmp_path: Path
+) -> None:
+    """Issue 31, through the TypeScript SDK's client: a ``bridge acp --keep-sessions`` session
+    gets one exchange; a second ``bridge acp`` process lists it (``session/list``, its first
+    prompt as title), loads it (``session/load``: the exchange replayed as ``session/update``
+    chunks before the answer, as the ACP spec says), and its next prompt reaches the model
+    with the first exchange. Every message schema-valid."""
+    server, models, settings = scripted(tmp_path, [{"text": "First reply."}, {"text": "Second reply."}])
+    (tmp_path / "proj").mkdir()
+    env = {"PI_BRIDGE_CONVERSATION_DIR": str(tmp_path / "conversations")}
+    argv = agent_argv(tmp_path, models, settings, "--keep-sessions")
+    base = {"agent": argv, "cwd": str(tmp_path / "proj"), "env": env}
+
+    def client(plan: dict[str, Any]) -> dict[str, Any]:
+        run = subprocess.run(
+            [str(NODE), str(ACP_DIR / "ts_client.mjs"), json.dumps({**base, **plan})],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=str(ROOT),
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        out: dict[str, Any] = json.loads(run.stdout)
+        assert out["agentExit"] == 0 and "error" not in out["prompts"][-1], out
+        return out
+
+    try:
+        first = client({"prompts": [{"text": "Hello one."}]})
+        sid = first["session"]["sessionId"]
+        assert re.fullmatch(r"acp-[0-9a-f]{12}", sid), sid
+        (tmp_path / "tap.log").rename(tmp_path / "tap-1.log")
+        second = client({"load": sid, "prompts": [{"text": "Hello two."}]})
+        requests = server.requests
+    finally:
+        server.close()
+    assert second["list"]["sessions"] == [
+        {"sessionId": sid, "cwd": str(tmp_path / "proj"), "title": "Hello one.", "updatedAt": ANY_TIME}
+    ]
+    replayed = [(u["sessionUpdate"], u["content"]["text"]) for u in second["loadUpdates"]]
+    assert replayed == [("user_message_chunk", "Hello one."), ("agent_message_chunk", "First reply.")]
+    assert second["load"]["_meta"]["pi-bridge"]["conversation"] == sid
+    assert second["prompts"][0]["response"]["stopReason"] == "end_turn"
+    said = [(m["role"], m["content"]) for m in requests[-1]["body"]["messages"] if m["role"] != "system"]
+    texts = [(role, c if isinstance(c, str) else "".join(p.get("text", "") for p in c)) for role, c in said]
+    assert texts == [("user", "Hello one."), ("assistant", "First reply."), ("user", "Hello two.")]
+    for log in ("tap-1.log", "tap.log"):
+        validate_wire(tmp_path / log)
+
+
+class _AnyTime:
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", other) is not None
+
+
+ANY_TIME = _AnyTime()
 
 
 def _updates(written: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -737,7 +799,7 @@ async def _python_scenario(
 
     init = await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities())
     assert init.protocol_version == 1 and init.agent_capabilities.prompt_capabilities.image is True
-    assert init.agent_capabilities.load_session is False
+    assert init.agent_capabilities.load_session is True  # named conversations (issue 31)
     session = await conn.new_session(cwd=str(tmp_path / "proj"), mcp_servers=[])
     sid = session.session_id
     assert {o.id for o in session.config_options} == {"model", "thought_level"}
@@ -874,7 +936,7 @@ def test_every_receipt_state_reaches_the_client_as_its_own_error_and_bad_message
                 ask({"jsonrpc": "2.0", "id": rid, "method": "session/prompt", "params": prompt})
                 answer(rid)
             ask(b"{not json\n")
-            ask({"jsonrpc": "2.0", "id": 6, "method": "session/load", "params": {}})
+            ask({"jsonrpc": "2.0", "id": 6, "method": "session/set_mode", "params": {}})
             ask({"jsonrpc": "2.0", "id": 7, "method": "session/prompt", "params": {**prompt, "sessionId": "s9"}})
             ask({"jsonrpc": "2.0", "id": 8, "method": "session/prompt", "params": {**prompt, "prompt": []}})
             for rid in (6, 7, 8):

@@ -86,13 +86,13 @@ def test_bad_usage_is_named_and_exits_2(args, says):
         ),
         (
             [],
-            "bridge: no command given; one of: replay, conform, serve, acp, run, models, diagnose, demo "
-            "(see bridge --help)",
+            "bridge: no command given; one of: replay, conform, serve, acp, run, models, diagnose, "
+            "conversations, demo (see bridge --help)",
         ),
         (
             ["frob"],
             "bridge: COMMAND: invalid choice: 'frob' (choose from 'replay', 'conform', 'serve', 'acp', 'run', "
-            "'models', 'diagnose', 'demo') (see bridge --help)",
+            "'models', 'diagnose', 'conversations', 'demo') (see bridge --help)",
         ),
     ],
 )

@@ -859,6 +859,7 @@ def test_json_has_stable_keys():
         "engine_exits",
         "engine_down",
         "findings",
+        "conversation",
     ]
     assert data["summary"]["gaps"] == {"count": 1, "why": {"malformed": 1}}
     assert data["summary"]["signals"] == {"gap": 1}

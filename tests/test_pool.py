@@ -311,3 +311,27 @@ def test_serve_with_engines_routes_conversations_and_names_each_line_s_engine(tm
     refused = [line for line in single if line["type"] == "error"]
     assert len(refused) == 1 and "--engines" in refused[0]["error"]
     assert not [line for line in single if line["type"] == "receipt"], "not accepted: no receipt owed"
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        (["--spares", "1"], "--spares and --idle-timeout go with --engines N"),
+        (["--engines", "2", "--spares", "3"], "--spares must be from 0 to --engines (2), not 3"),
+        (["--engines", "2", "--conversation", "c"], "with --engines each prompt names its own"),
+    ],
+)
+def test_serve_pool_options_that_do_not_go_together_are_one_line_and_exit_2(options: list[str], words: str) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge", "serve", *options, "--", *fake_engine_argv()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 2 and done.stdout == "", done
+    [line] = done.stderr.splitlines()
+    assert line.startswith("bridge serve: ") and words in line and line.endswith("(see bridge serve --help)"), line

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 
 from bridge.cli.options import Subcommands, add_bridge_options, add_engine_options, positive, run_controller
 
@@ -21,7 +22,8 @@ def add_parser(sub: Subcommands) -> None:
         "-31002 rejected, -31003 delivery-unknown, -31004 outcome-unknown). An --extension's confirm or select "
         "dialog is a session/request_permission. One journal per session (STEM-SESSION.jsonl beside --journal "
         "PATH, or the default). stdin EOF: every session drains, exit 0; SIGINT/SIGTERM/SIGHUP: 130/143/129; "
-        "the client closing its end of stdout: 141.",
+        "the client closing its end of stdout: 141. session/load (and session/list) resume a named conversation "
+        "(--keep-sessions: every session/new begins one).",
     )
     add_engine_options(p, engine_cwd=False)
     add_bridge_options(p)
@@ -32,10 +34,16 @@ def add_parser(sub: Subcommands) -> None:
         metavar="S",
         help="after stdin EOF, seconds outstanding prompts may still run (default: until each settles)",
     )
+    p.add_argument(
+        "--keep-sessions",
+        action="store_true",
+        help="every session/new begins a named conversation (acp-HEX) kept in the bridge's private state, so "
+        "session/load resumes it later, in this or another bridge acp (default: a session lives with its engine)",
+    )
     p.set_defaults(func=_cmd_acp)
 
 
 def _cmd_acp(args: argparse.Namespace) -> int:
     from bridge.controller.acp.agent import main_acp
 
-    return run_controller(args, main_acp)
+    return run_controller(args, functools.partial(main_acp, keep_sessions=args.keep_sessions))

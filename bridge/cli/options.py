@@ -175,6 +175,27 @@ def journal_path(text: str) -> str:
     return text
 
 
+def conversation_name(text: str) -> str:
+    from bridge.core.conversation import name_problem
+
+    problem = name_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def add_conversation_option(p: argparse.ArgumentParser) -> None:
+    """``--conversation NAME`` (``run``, ``serve``): docs: guide/conversations.md."""
+    p.add_argument(
+        "--conversation",
+        type=conversation_name,
+        metavar="NAME",
+        help="resume the named conversation (or begin it): its Pi session file is kept in the bridge's "
+        "private state ($PI_BRIDGE_CONVERSATION_DIR, else $XDG_STATE_HOME/pi-bridge/conversations), an "
+        "engine restart or a new bridge on NAME continues it; one bridge at a time (`bridge conversations`)",
+    )
+
+
 def add_bridge_options(p: argparse.ArgumentParser, *, journal_by_default: bool = True) -> None:
     g = p.add_argument_group("bridge")
     journal = g.add_mutually_exclusive_group()
@@ -399,6 +420,7 @@ def bridge_config(args: argparse.Namespace) -> Any:
         journal_full=args.journal_full,
         journal_keep_days=args.journal_keep_days,
         journal_keep_mb=args.journal_keep_mb,
+        conversation=getattr(args, "conversation", None),
     )
 
 

@@ -10,6 +10,7 @@ import sys
 from bridge.cli.options import (
     Subcommands,
     add_bridge_options,
+    add_conversation_option,
     add_engine_options,
     bridge_config,
     engine_profile,
@@ -45,6 +46,7 @@ def add_parser(sub: Subcommands) -> None:
     )
     add_engine_options(p)
     add_bridge_options(p)
+    add_conversation_option(p)
     p.set_defaults(func=_cmd_run)
 
 

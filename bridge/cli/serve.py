@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import NoReturn
 
 from bridge.cli.options import (
     Subcommands,
     add_bridge_options,
+    add_conversation_option,
     add_engine_options,
     bridge_config,
     engine_profile,
@@ -34,6 +37,7 @@ def add_parser(sub: Subcommands) -> None:
     )
     add_engine_options(p)
     add_bridge_options(p)
+    add_conversation_option(p)
     p.add_argument(
         "--drain-timeout",
         type=positive(float),
@@ -67,15 +71,26 @@ def add_parser(sub: Subcommands) -> None:
     p.set_defaults(func=_cmd_serve)
 
 
+def _usage(problem: str) -> NoReturn:
+    """A mistake in the options: one line, exit 2 (the exit codes' "bad usage")."""
+    print(f"bridge serve: {problem} (see bridge serve --help)", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     if args.engines is None:
         if args.spares is not None or args.idle_timeout is not None:
-            raise SystemExit("bridge serve: --spares and --idle-timeout go with --engines N")
+            _usage("--spares and --idle-timeout go with --engines N")
         from bridge.controller.serve import main_serve
 
         return run_controller(args, main_serve)
+    if args.conversation is not None:
+        _usage(
+            "--conversation names one bridge's conversation; with --engines each prompt names its own "
+            '("conversation" on the prompt line)'
+        )
     if args.spares is not None and not 0 <= args.spares <= args.engines:
-        raise SystemExit(f"bridge serve: --spares must be from 0 to --engines ({args.engines}), not {args.spares}")
+        _usage(f"--spares must be from 0 to --engines ({args.engines}), not {args.spares}")
     from bridge.controller.serve_pool import main_serve_pool
 
     return int(

@@ -24,7 +24,8 @@ class EngineStartedNotice(Wire):
     pid: int | None
     generation: int
     #: It replaces an engine that had been written a prompt: the conversation is lost (a new
-    #: engine is a new conversation; the seal keeps no session file).
+    #: engine is a new conversation; the seal keeps no session file). Never under a named
+    #: conversation, which every engine resumes (:mod:`bridge.core.conversation`).
     new_conversation: bool = False
 
 

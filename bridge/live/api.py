@@ -18,6 +18,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
 import sniffio
 import trio
 
@@ -28,7 +29,8 @@ from bridge.live.journal import Journal, default_journal_dir, private_dir
 from bridge.live.protocols import BridgeAPI
 from bridge.live.retention import keep_from
 from bridge.live.supervisor import Bridge
-from bridge.profiles.command import EngineProfile
+from bridge.profiles.command import EngineProfile, ProfileError
+from bridge.profiles.conversation import Conversation, default_conversation_dir
 from bridge.profiles.pi import PiProfile
 
 __all__ = ["Bridge", "BridgeAPI", "BridgeConfig", "Message", "PromptHandle", "open_bridge", "open_trio_bridge", "query"]
@@ -43,6 +45,7 @@ async def open_bridge(
     drain_on_exit: bool = False,
     collect: bool = False,
     start_engine: bool = True,
+    conversation: str | None = None,
 ) -> AsyncIterator[BridgeAPI]:
     """Open a bridge on an engine profile; close it (every receipt settled) on exit.
 
@@ -81,6 +84,12 @@ async def open_bridge(
             awaited (one engine start, at open rather than at the first prompt). False: the
             first prompt (or ``models()``) starts it, as ``bridge run``, ``serve`` and ``acp``
             do; a refused launch is then that prompt's ``rejected``/``engine-down`` receipt.
+        conversation: A named conversation to resume, or to begin (a Pi profile only;
+            docs: guide/conversations.md): its Pi session file is kept in the bridge's private state
+            (``$PI_BRIDGE_CONVERSATION_DIR``, else ``$XDG_STATE_HOME/pi-bridge/conversations``,
+            else ``~/.local/state/pi-bridge/conversations``), every engine of this bridge
+            resumes it, and the bridge holds its lock until it closes. Default: ``config``'s
+            ``conversation`` (``--conversation``).
 
     Yields:
         The open bridge: a :class:`~bridge.live.supervisor.Bridge` under trio, an
@@ -97,6 +106,9 @@ async def open_bridge(
             one: the block begins, and the next prompt starts the next engine.
         JournalError: The journal cannot be created or its header written (a path that
             exists is refused).
+        ProfileError: A ``conversation`` whose name is not a folder's name (a ``/``), that
+            another live bridge has open, that is damaged or was written by a newer Pi or
+            pi-bridge, or with an engine other than Pi.
         ValueError: ``journal`` is neither a boolean, None nor a non-empty path.
         RuntimeError: Called outside ``trio.run`` or ``asyncio.run``.
     """
@@ -109,6 +121,7 @@ async def open_bridge(
             drain_on_exit=drain_on_exit,
             collect=collect,
             start_engine=start_engine,
+            conversation=conversation,
         )
 
     try:
@@ -136,6 +149,7 @@ async def open_trio_bridge(
     drain_on_exit: bool = False,
     collect: bool = False,
     start_engine: bool = True,
+    conversation: str | None = None,
 ) -> AsyncIterator[Bridge]:
     """:func:`open_bridge` under trio, typed as the trio :class:`~bridge.live.supervisor.Bridge`
     itself: for trio code that uses what only it has (its channels as trio's, the ``listeners``
@@ -154,6 +168,7 @@ async def open_trio_bridge(
         drain_on_exit=drain_on_exit,
         collect=collect,
         start_engine=start_engine,
+        conversation=conversation,
     ) as bridge:
         assert isinstance(bridge, Bridge)  # under trio it is the trio bridge itself
         yield bridge
@@ -168,10 +183,40 @@ async def _open_on_trio(
     drain_on_exit: bool,
     collect: bool,
     start_engine: bool,
+    conversation: str | None = None,
 ) -> AsyncIterator[Bridge]:
     """:func:`open_bridge` under trio (and, as trio's guest, under asyncio). Its exit ends when
     the bridge has closed (bounded by the close's graces and the backstop)."""
     config = config or BridgeConfig()
+    conv: Conversation | None = None
+    conversation = conversation if conversation is not None else config.conversation
+    if conversation is not None:
+        if not isinstance(profile, PiProfile):
+            raise ProfileError(
+                "a named conversation needs the Pi engine (its session file is Pi's), not another engine"
+            )
+        conv = Conversation.open(conversation)  # the lock, held until the bridge has closed
+        profile = attrs.evolve(profile, conversation=conv)
+        config = attrs.evolve(config, conversation=conversation)
+    try:
+        async with _opened(profile, journal, config, drain_on_exit, collect, start_engine) as bridge:
+            yield bridge
+    finally:
+        if conv is not None:
+            conv.close()
+
+
+@asynccontextmanager
+async def _opened(
+    profile: EngineProfile,
+    journal: str | Path | bool | None,
+    config: BridgeConfig,
+    drain_on_exit: bool,
+    collect: bool,
+    start_engine: bool,
+) -> AsyncIterator[Bridge]:
+    """:func:`_open_on_trio` once the conversation (if any) is open. Its exit ends when the
+    bridge has closed (bounded by the close's graces and the backstop)."""
     # The journal's path (None: a new name in the default location, made as it is opened).
     path: Path | None = None
     if journal is True:
@@ -313,7 +358,7 @@ def _hide_journals(profile: EngineProfile, folder: Path | None) -> EngineProfile
     """A confined Pi does not see the journal's folder, nor the default one (SPEC §2)."""
     if not isinstance(profile, PiProfile) or not profile.sandbox.enabled:
         return profile
-    folders = [default_journal_dir()]
+    folders = [default_journal_dir(), default_conversation_dir()]
     if folder is not None:
         try:
             private_dir(folder)  # made now, as the journal would, so it can be hidden

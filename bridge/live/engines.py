@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import trio
 
 from bridge.core.framing import Oversize, UpdateRun
 from bridge.core.lifecycle import BridgeConfig, SpawnFailed, StdoutClosed
+from bridge.core.receipts import Receipt
 from bridge.core.supervision import Action, Supervision
 from bridge.live.engine import Engine, EngineGone
+from bridge.live.journal import Journal
 from bridge.profiles.command import EngineProfile, Launch, ProfileError
 
 #: A writer queue's item: the bytes, the request they are for, the Write's kind.
@@ -58,6 +61,11 @@ class EngineSide:
         self.current: Engine | None = None
         #: Each engine's writer queue: (bytes, the request they are for, the Write's kind).
         self._writers: dict[Engine, tuple[trio.MemorySendChannel[_Item], trio.MemoryReceiveChannel[_Item]]] = {}
+        #: Held while a conversation is recorded, or an engine is prepared (:meth:`_record`).
+        self._recording = trio.Lock()
+        #: Conversation records begun and not ended; set when there are none (:meth:`recorded`).
+        self._records = 0
+        self._records_done = trio.Event()
         #: The item each engine's writer is writing now.
         self._writing: dict[Engine, _Item] = {}
 
@@ -76,7 +84,8 @@ class EngineSide:
             launch, self.launch = self.launch, None
             try:
                 if launch is None:
-                    launch = self.profile.prepare()
+                    async with self._recording:  # (after the last conversation record)
+                        launch = self.profile.prepare()
                     self._prepared = [kept for kept in self._prepared if kept.cleanup is not None]
                     self._prepared.append(launch)
             except ProfileError as e:
@@ -106,6 +115,49 @@ class EngineSide:
         prepared, self._prepared = self._prepared, []
         for launch in prepared:
             launch.run_cleanup()
+
+    def drop_unspawned(self) -> None:
+        """At the close: a launch prepared at open and never spawned (no prompt came) has its
+        private folders removed too."""
+        if self.launch is not None:
+            self.launch.run_cleanup()
+            self.launch = None
+
+    async def recorded(self) -> None:
+        """Wait for the conversation records begun (:meth:`_record`). Ends when none is left
+        (each is bounded by the disk's writes)."""
+        while self._records:
+            await self._records_done.wait()
+
+    def settled(self, receipt: Receipt, journal: Journal | None) -> None:
+        """A receipt is delivered: its engine's launch hears it (a named conversation takes its
+        session back, :mod:`bridge.profiles.conversation`) while that engine is current; what
+        it leaves to do is done in a worker thread (:meth:`_record`). Returns at once."""
+        engine = self.current
+        if engine is None or engine.generation != receipt.generation or engine.launch.settled is None:
+            return
+        work = engine.launch.settled(receipt)
+        if work is not None:
+            if not self._records:
+                self._records_done = trio.Event()
+            self._records += 1
+            self._nursery.start_soon(self._record, work, journal)
+
+    async def _record(self, work: Callable[[], dict[str, Any]], journal: Journal | None) -> None:
+        """Record a conversation off the event loop (its writes are fsynced), one at a time and
+        never while an engine is being prepared (whose copy must be the last one recorded).
+        Shielded: a close does not cut a record short. Ends when it is written (or failed: the
+        note says so), bounded by the disk's writes."""
+        with trio.CancelScope(shield=True):
+            try:
+                async with self._recording:
+                    note = await trio.to_thread.run_sync(work)
+                if journal is not None:
+                    journal.note(note, self._now())
+            finally:
+                self._records -= 1
+                if not self._records:
+                    self._records_done.set()
 
     async def _writer(self, engine: Engine, recv: trio.MemoryReceiveChannel[_Item]) -> None:
         """Write queued commands to ``engine`` in order, each bounded by ``write_timeout``.

@@ -576,10 +576,8 @@ class Bridge(Steering):
         self._finished = True
         for scope in self._task_scopes:
             scope.cancel()
-        if self.engines.launch is not None:
-            # Prepared at open and never spawned (no prompt came): its private folders go too.
-            self.engines.launch.run_cleanup()
-            self.engines.launch = None
+        self.engines.drop_unspawned()
+        await self.engines.recorded()  # (its note before the journal closes)
         # The journal closes only after the fsync task has ended: an fsync
         # already in its thread finishes first (never on a closed descriptor).
         self._fsync_scope.cancel()
@@ -693,6 +691,7 @@ class Bridge(Steering):
 
     def _deliver(self, action: Deliver) -> None:
         receipt = action.receipt
+        self.engines.settled(receipt, self.journal)
         if self._journal_failure is not None:
             # The journal failed in these actions (at this receipt's own line, maybe): the
             # controller hears ``journal-failed`` first, then this receipt, which the journal

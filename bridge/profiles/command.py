@@ -21,6 +21,8 @@ from typing import Any, Protocol
 
 import attrs
 
+from bridge.core.receipts import Receipt
+
 
 class ProfileError(Exception):
     """The engine cannot be launched as asked; the message says how to fix it."""
@@ -52,6 +54,11 @@ class Launch:
     #: Descriptors the engine process inherits besides its stdio (the sandbox's watch on
     #: the bridge: :data:`bridge.profiles.sandbox.WATCH`); ``cleanup`` closes them.
     pass_fds: tuple[int, ...] = ()
+    #: ``settled(receipt)`` for each receipt of this launch's engine, as it is delivered: a
+    #: named conversation takes its session back (:mod:`bridge.profiles.conversation`). It
+    #: returns the blocking rest of that work (for a worker thread; it returns the journal
+    #: note), or None.
+    settled: Callable[[Receipt], Callable[[], dict[str, Any]] | None] | None = None
     #: Whatever the engine starts ends with it by the launch's own means (the confined Pi's PID
     #: namespace): it does not run under :mod:`bridge.live.reaper`. By default, whether the
     #: launch is confined (has a :attr:`confinement`).

@@ -10,7 +10,7 @@ holds what applies it (``NOTES`` = ``tools/pi/NOTES.md``):
   the private config folder (rules 3, 6), the argv (rules 2, 4), the environment
   (rule 5), the working folder (rule 7), the journal header saying what was enforced,
   and the start-up check (rule 8).
-- :func:`remove_orphans`: the private folders of bridges that died without cleaning up.
+- :func:`~bridge.profiles.orphans.remove_orphans`: the private folders of bridges that died without cleaning up.
 - :func:`scripted_profile`: the profile for offline runs against the scripted model
   server (NOTES §4).
 """
@@ -31,7 +31,9 @@ from typing import Any, Final, TypedDict, Unpack
 import attrs
 
 from bridge.profiles.command import PI_CLEARING, Launch, ProfileError, filtered_env
+from bridge.profiles.conversation import Conversation, EngineConversation
 from bridge.profiles.netjail import ProviderLink, provider_address, relay_lines
+from bridge.profiles.orphans import remove_orphans, remove_orphans_once
 from bridge.profiles.pi_versions import FEATURES, OPTIONAL_FLAGS, features_of, needs_message, probe_flags
 from bridge.profiles.sandbox import (
     Bwrap,
@@ -358,6 +360,9 @@ class PiProfile:
     settings: dict[str, Any] | None = None
     #: Keep Pi's session file (in the config folder) instead of ``--no-session``.
     session: bool = False
+    #: A named conversation every engine of this profile resumes (``open_bridge(conversation=...)``
+    #: opens it: :mod:`bridge.profiles.conversation`); its session file replaces ``--no-session``.
+    conversation: Conversation | None = None
     #: Pi's working folder; default a private temp folder removed at cleanup.
     cwd: str | None = None
     env_allowlist: Sequence[str] | None = None
@@ -455,7 +460,11 @@ class PiProfile:
         """The launch in the private ``folders`` (made; the caller removes them if this raises)."""
         key_kind = self._write_config(folders.config, models_bytes)
         cwd = self._working_folder(folders)
-        argv = self._argv(install, folders.config, ext_args)
+        conv = None
+        if self.conversation is not None:
+            given = folders.own_cwd is None
+            conv = EngineConversation.place(self.conversation, folders.config, cwd, install.version, given=given)
+        argv = self._argv(install, folders.config, ext_args, conv)
         env, removed = self._env(folders.config)
         confined: Confined | None = None
         if bwrap is not None:
@@ -463,8 +472,10 @@ class PiProfile:
             argv, env["TMPDIR"] = confined.argv, "/tmp"
         header = self._header(install, ext_args, key_kind, own_cwd=folders.own_cwd is not None, removed=removed)
         header["seal"]["sandbox"] = confined.header if confined is not None else disabled_header()
+        if conv:
+            header["conversation"] = header["seal"]["conversation"] = conv.conversation.name
         # Read now: the profile is mutable, the check is of this launch.
-        session, provider, config_dir = self.session, self.provider, str(folders.config)
+        session, provider, config_dir = self.session or bool(conv), self.provider, str(folders.config)
         extensions = tuple(ext_args[1::2])[: len(self.extensions)]  # the allowed ones come first
         model = self.model if self.model and self.check_model else None
         probe = _Probe(confined)
@@ -474,7 +485,9 @@ class PiProfile:
             cwd=cwd,
             clearing=PI_CLEARING if "clear_queue" in install.features else (),
             header=header,
-            startup=[dict(c) for c in STARTUP] + ([dict(MODELS_STARTUP)] if model is not None else []),
+            startup=[dict(c) for c in STARTUP]
+            + ([dict(MODELS_STARTUP)] if model is not None else [])
+            + ([conv.startup] if conv else []),
             check=lambda responses: (
                 check_seal(
                     responses,
@@ -483,7 +496,9 @@ class PiProfile:
                     provider=provider,
                     model=model,
                     extensions=extensions,
+                    resumed=bool(conv),
                 )
+                + (conv.problems(responses) if conv else [])
                 + probe.problems()
             ),
             confinement=probe.verified if confined is not None else None,
@@ -491,6 +506,7 @@ class PiProfile:
             dialogs=bool(extensions),
             refusal=startup_refusal,
             pass_fds=(folders.watch[0],) if folders.watch is not None else (),
+            settled=conv.settled if conv else None,
         )
 
     def _config_base(self) -> str | None:
@@ -590,10 +606,14 @@ class PiProfile:
         folders.own_cwd = Path(tempfile.mkdtemp(prefix=f"pi-bridge-cwd-{os.getpid()}-"))
         return str(folders.own_cwd)
 
-    def _argv(self, install: PiInstall, config_dir: Path, ext_args: list[str]) -> list[str]:
+    def _argv(
+        self, install: PiInstall, config_dir: Path, ext_args: list[str], conv: EngineConversation | None
+    ) -> list[str]:
         """RPC mode, the session rule (4), discovery off (2), the model, the explicit extensions."""
         argv = [install.node, install.cli, "--mode", "rpc"]
-        if self.session:
+        if conv:
+            argv += conv.argv
+        elif self.session:
             argv += ["--session-dir", str(config_dir / "sessions")]
         else:
             argv.append("--no-session")
@@ -629,7 +649,7 @@ class PiProfile:
             "node": install.node_version,
             **_other_version(install),
             "seal": {
-                "flags": list(install.seal_flags) + ([] if self.session else ["--no-session"]),
+                "flags": list(install.seal_flags) + ([] if self.session or self.conversation else ["--no-session"]),
                 "config_dir": "isolated",
                 "session": self.session,
                 "extensions": ext_args[1::2],
@@ -687,7 +707,7 @@ class _Probe:
 @attrs.define
 class _PrivateFolders:
     """One engine process's own folders: its config folder and, unless it was given a
-    working folder, that one too (named for our pid, see :func:`remove_orphans`)."""
+    working folder, that one too (named for our pid, see :func:`~bridge.profiles.orphans.remove_orphans`)."""
 
     config: Path
     own_cwd: Path | None = None
@@ -715,47 +735,6 @@ class _PrivateFolders:
                 shutil.rmtree(self.own_cwd, ignore_errors=True)
 
 
-# --------------------------------------------------------------------------- orphans
-
-#: The private folders a bridge makes, named for its pid: ``pi-bridge-pi-PID-…``
-#: (Pi's config, maybe a key) and ``pi-bridge-cwd-PID-…`` (Pi's working folder).
-_PRIVATE_DIR = re.compile(r"pi-bridge-(?:pi|cwd)-(\d+)-")
-_orphans_checked = False
-
-
-def remove_orphans(tmp: str | None = None) -> list[str]:
-    """Remove the private folders of bridges that died without cleaning up (SIGKILL,
-    a closed terminal): only ours (same uid) and only where the pid in the name
-    is gone. Returns what was removed."""
-    tmp = tmp or tempfile.gettempdir()
-    removed: list[str] = []
-    try:
-        entries = list(os.scandir(tmp))
-    except OSError:
-        return removed
-    for entry in entries:
-        m = _PRIVATE_DIR.match(entry.name)
-        if m is None:
-            continue
-        try:
-            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.getuid():
-                continue
-            os.kill(int(m.group(1)), 0)
-        except ProcessLookupError:
-            shutil.rmtree(entry.path, ignore_errors=True)
-            removed.append(entry.path)
-        except (OSError, ValueError, OverflowError):
-            continue  # alive (maybe another user's), or unreadable: left alone
-    return removed
-
-
-def remove_orphans_once() -> None:
-    global _orphans_checked
-    if not _orphans_checked:
-        _orphans_checked = True
-        remove_orphans()
-
-
 class PiOptions(TypedDict, total=False):
     """:class:`PiProfile`'s fields but ``models_json``, as keywords: what :func:`scripted_profile`
     passes on (tests/test_typed.py checks that they are the profile's fields, typed alike)."""
@@ -768,6 +747,7 @@ class PiOptions(TypedDict, total=False):
     api_key_env: str | None
     settings: dict[str, Any] | None
     session: bool
+    conversation: Conversation | None
     cwd: str | None
     env_allowlist: Sequence[str] | None
     extensions: Sequence[str]

@@ -209,6 +209,7 @@ def check_seal(
     provider: str | None = None,
     extensions: Sequence[str] = (),
     model: str | None = None,
+    resumed: bool = False,
 ) -> list[str]:
     """Problems with the seal seen in the :data:`STARTUP` answers (empty: sealed).
 
@@ -217,12 +218,14 @@ def check_seal(
     asked ``provider``; with ``model``, the model asked for and one Pi offers
     (rule 9: the answer to :data:`MODELS_STARTUP` is read too). ``get_commands``: only
     commands of the allowed ``extensions`` (resolved paths) — any other comes from an
-    extension, a prompt template or a skill that discovery should have kept out.
+    extension, a prompt template or a skill that discovery should have kept out. ``resumed``:
+    a named conversation's session, whose messages are there (its own check reads them:
+    :mod:`bridge.profiles.conversation`).
     """
     problems: list[str] = []
     state = _response(responses, STATE_ID, "get_state", problems)
     if state is not None:
-        problems += _idle_problems(state)
+        problems += _idle_problems(state, resumed)
         problems += _session_problems(state.get("sessionFile"), session, config_dir)
         problems += _provider_problems(state.get("model"), provider)
     if model is not None:
@@ -253,7 +256,7 @@ def _response(
     return data
 
 
-def _idle_problems(state: Mapping[str, Any]) -> list[str]:
+def _idle_problems(state: Mapping[str, Any], resumed: bool = False) -> list[str]:
     """``get_state``: nothing running, compacting or queued, and no messages yet."""
     problems: list[str] = []
     if state.get("isStreaming"):
@@ -266,7 +269,7 @@ def _idle_problems(state: Mapping[str, Any]) -> list[str]:
     if pending:
         problems.append(f"Pi had {pending} queued message(s) at start-up that the bridge did not send")
     count = state.get("messageCount") or 0
-    if count:
+    if count and not resumed:
         problems.append(f"Pi's session already held {count} message(s) at start-up; the bridge expects a fresh session")
     return problems
 

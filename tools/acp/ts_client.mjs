@@ -8,6 +8,8 @@
 //               "prompts": [{"text": T, "cancelAfterChunks"?: N, "timeoutMs"?: MS,
 //                            "killEngineAfterChunks"?: N, "killEngineBefore"?: true}, ...]}
 //   "close"?: true -- then session/close, and one more prompt to the closed session.
+//   "load"?: SESSION_ID -- instead of session/new: session/list (cwd), then session/load of that
+//   session (the updates it replays kept as loadUpdates), and the prompts go to it.
 //   (timeoutMs: stop waiting for that answer after MS and record "timedOut"; killEngine...: SIGKILL
 //   the Pi process under the agent -- a descendant running cli.js --mode rpc, or titled "pi" -- after N
 //   message chunks of that prompt, or before sending it, and wait a second.)
@@ -83,7 +85,16 @@ await app.connectWith(stream, async (ctx) => {
   } catch (e) {
     out.mcp = { refused: true, ...failure(e) };
   }
-  const session = await ctx.request(methods.agent.session.new, { cwd: plan.cwd, mcpServers: [] });
+  let session;
+  if (plan.load) {
+    out.list = await ctx.request(methods.agent.session.list, { cwd: plan.cwd });
+    updates = [];
+    out.load = await ctx.request(methods.agent.session.load, { sessionId: plan.load, cwd: plan.cwd, mcpServers: [] });
+    out.loadUpdates = updates;
+    session = { sessionId: plan.load };
+  } else {
+    session = await ctx.request(methods.agent.session.new, { cwd: plan.cwd, mcpServers: [] });
+  }
   out.session = session;
   out.prompts = [];
   for (const p of plan.prompts) {

@@ -49,6 +49,7 @@ import trio
 
 from bridge import __version__
 from bridge.controller.acp import protocol as acp
+from bridge.controller.acp import sessions as kept
 from bridge.controller.output import FLUSH_GRACE, Output
 from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
 from bridge.core.lifecycle.config import BridgeConfig
@@ -64,7 +65,14 @@ if TYPE_CHECKING:
     from bridge.live.handles import Dialog, PromptHandle
 
 
-def main_acp(profile: EngineProfile, *, journal: Any, config: BridgeConfig, drain_timeout: float | None) -> int:
+def main_acp(
+    profile: EngineProfile,
+    *,
+    journal: Any,
+    config: BridgeConfig,
+    drain_timeout: float | None,
+    keep_sessions: bool = False,
+) -> int:
     """``bridge acp`` on this process's stdin/stdout; returns the exit status. An engine that
     cannot be prepared (no Pi, a bad setting) raises ProfileError before anything is read, as
     ``serve`` does: the command line's mistake is one line and exit 2, not an error per session."""
@@ -84,7 +92,11 @@ def main_acp(profile: EngineProfile, *, journal: Any, config: BridgeConfig, drai
         if not os.access(folder, os.W_OK | os.X_OK):
             raise JournalError(f"cannot write journals in {folder}: permission denied")
     try:
-        return trio.run(lambda: serve_acp(profile, journal=journal, config=config, drain_timeout=drain_timeout))
+        return trio.run(
+            lambda: serve_acp(
+                profile, journal=journal, config=config, drain_timeout=drain_timeout, keep_sessions=keep_sessions
+            )
+        )
     except KeyboardInterrupt:
         return 130
 
@@ -97,10 +109,11 @@ async def serve_acp(
     drain_timeout: float | None = None,
     stdin_fd: int = 0,
     stdout_fd: int = 1,
+    keep_sessions: bool = False,
 ) -> int:
     """Be an ACP agent until stdin's EOF (and every session's drain) or a signal; returns the
     exit status. Ends when every bridge has closed and every answer is written (or dropped)."""
-    agent = AcpAgent(Output(stdout_fd), profile, journal, config or BridgeConfig(), drain_timeout)
+    agent = AcpAgent(Output(stdout_fd), profile, journal, config or BridgeConfig(), drain_timeout, keep_sessions)
     agent.out.on_gone = agent.client_gone
     with closing_signals(keep_interrupt=True) as signals:  # as serve: ours from the first line to the exit
         async with trio.open_nursery() as outer:
@@ -156,6 +169,8 @@ class Session:
     quiet: trio.Event = attrs.Factory(trio.Event)
     #: The bridge's dialogs, asked of the client while it can answer (until stdin's EOF).
     dialogs: trio.MemoryReceiveChannel[Dialog] | None = None
+    #: The named conversation it is (:mod:`bridge.controller.acp.sessions`), or None.
+    conversation: str | None = None
 
 
 @attrs.define(eq=False)
@@ -168,6 +183,8 @@ class AcpAgent:
     journal: Any
     config: BridgeConfig
     drain_timeout: float | None
+    #: ``--keep-sessions``: every ``session/new`` begins a named conversation.
+    keep_sessions: bool = False
     sessions: dict[str, Session] = attrs.Factory(dict)
     #: 128+N after signal N, else 0.
     status: int = 0
@@ -289,6 +306,15 @@ class AcpAgent:
             if self.ended.is_set():
                 raise acp.AcpError(acp.INTERNAL_ERROR, "bridge acp is closing: no new session")
             self.work.start_soon(self._new_session, req, acp.parse_new_session(req.params))
+        elif req.method == "session/load":
+            if self.ended.is_set():
+                raise acp.AcpError(acp.INTERNAL_ERROR, "bridge acp is closing: no session can be loaded")
+            self.work.start_soon(self._load_session, req, kept.parse_load(req.params))
+        elif req.method == "session/list":
+            from bridge.profiles.conversation import list_conversations
+
+            records = [r for r in list_conversations() if not isinstance(r, str)]
+            self.out.put(acp.result(req.id, kept.list_result(records, req.params.get("cwd"))))
         elif req.method == "session/prompt":
             # Submitted here, in the order the prompts came (each in its own task, they reached
             # Pi in any order), and outstanding at once (a cancel right behind it stops it).
@@ -315,15 +341,36 @@ class AcpAgent:
     async def _new_session(self, req: acp.Request, new: acp.NewSession) -> None:
         """Open the session's bridge, ask its engine for its models, answer. Ends when answered
         (the bridge lives on in its own task)."""
-        from bridge.live.journal import JournalError
-        from bridge.live.steering import EngineQuestionError
-
-        assert self.work is not None
         if not os.path.isdir(new.cwd):
             self.out.put(acp.error(req.id, acp.INVALID_PARAMS, f"cwd {new.cwd} is not a folder"))
             return
         self._ids += 1
-        sess = Session(f"s{self._ids}", new.cwd, acp.ToolCalls(new.cwd))
+        name = kept.new_name() if self.keep_sessions else None
+        sess = Session(name or f"s{self._ids}", new.cwd, acp.ToolCalls(new.cwd), conversation=name)
+        await self._open_session(req, sess)
+
+    async def _load_session(self, req: acp.Request, load: kept.LoadSession) -> None:
+        """``session/load``: open the conversation's bridge, replay what it holds, answer
+        (:mod:`bridge.controller.acp.sessions`). Ends when answered."""
+        from bridge.profiles.conversation import default_conversation_dir
+
+        if not os.path.isdir(load.cwd):
+            self.out.put(acp.error(req.id, acp.INVALID_PARAMS, f"cwd {load.cwd} is not a folder"))
+        elif load.session_id in self.sessions:
+            self.out.put(acp.error(req.id, acp.INVALID_PARAMS, f"session {load.session_id!r} is open already"))
+        elif not (default_conversation_dir() / load.session_id).is_dir():
+            self.out.put(acp.error(req.id, acp.RESOURCE_NOT_FOUND, f"no session {load.session_id!r} to load"))
+        else:
+            sid = load.session_id
+            await self._open_session(req, Session(sid, load.cwd, acp.ToolCalls(load.cwd), conversation=sid), load=True)
+
+    async def _open_session(self, req: acp.Request, sess: Session, load: bool = False) -> None:
+        """Open the session's bridge, ask its engine for its models, (``load``: replay the
+        conversation,) answer. Ends when answered (the bridge lives on in its own task)."""
+        from bridge.live.journal import JournalError
+        from bridge.live.steering import EngineQuestionError
+
+        assert self.work is not None
         path = journal_for(self.journal, sess.id)
         if self.journal is True and path is not None:  # a new journal in the default folder: retention
             keep = keep_from(self.config.journal_keep_days, self.config.journal_keep_mb)
@@ -359,8 +406,26 @@ class AcpAgent:
         if sess.thinking is not None and sess.thinking != thinking:  # applied before the first prompt
             thinking = acp.thinking_for(models, current, sess.thinking)
         sess.options = acp.config_options(models, current, thinking, sess.thinking)
-        meta = {acp.META_KEY: {"journal": path, "cwd": new.cwd}}
+        meta = {acp.META_KEY: {"journal": path, "cwd": sess.cwd, "conversation": sess.conversation}}
+        if load:
+            for update in self._history(sess):
+                self.out.put(acp.session_update(sess.id, update))
+            self.out.put(acp.result(req.id, {"configOptions": sess.options, "_meta": meta}))
+            return
         self.out.put(acp.result(req.id, {"sessionId": sess.id, "configOptions": sess.options, "_meta": meta}))
+
+    def _history(self, sess: Session) -> list[dict[str, Any]]:
+        """The loaded conversation's replay (read under its lock, which its bridge holds now)."""
+        from bridge.core.conversation import ConversationError, history
+        from bridge.profiles.conversation import read_conversation
+
+        assert sess.conversation is not None
+        try:
+            _, lines = read_conversation(sess.conversation)
+            return kept.replay_updates(history(lines, sess.conversation))
+        except (ProfileError, ConversationError) as e:  # (checked as the bridge opened: not seen)
+            print(f"bridge acp: session {sess.id}: {e}", file=sys.stderr)
+            return []
 
     async def _bridge_task(self, sess: Session, path: str | None, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Hold the session's bridge open. Ends when it has closed (EOF's shutdown, a signal)."""
@@ -368,7 +433,11 @@ class AcpAgent:
 
         profile = _in_folder(self.profile, sess.cwd)
         async with open_trio_bridge(
-            profile, journal=path if path is not None else False, config=self.config, start_engine=False
+            profile,
+            journal=path if path is not None else False,
+            config=self.config,
+            start_engine=False,
+            conversation=sess.conversation,
         ) as bridge:
             sess.bridge = bridge
             bridge.listeners.append(_stderr_line(sess.id))
@@ -508,8 +577,8 @@ class AcpAgent:
         answer = acp.prompt_result(receipt, outcome, req.id)
         if receipt.generation is not None:
             restarted = sess.generation is not None and receipt.generation != sess.generation
-            if restarted and "result" in answer:
-                # A new engine is a new conversation (the seal keeps no session file): say so.
+            if restarted and sess.conversation is None and "result" in answer:
+                # A new engine is a new conversation (no session file unless named): say so.
                 answer["result"]["_meta"][acp.META_KEY]["newConversation"] = True
             sess.generation = receipt.generation
         self.out.put(answer)

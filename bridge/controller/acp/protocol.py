@@ -15,14 +15,15 @@ Rules:
    not JSON is answered ``-32700`` with ``id: null``; a JSON value that is not a request, a
    notification or a response is ``-32600`` (JSON-RPC 2.0 §5.1). A response (``result`` or
    ``error``, no ``method``) is never answered, also one with ``id: null``.
-2. **Methods** (the agent side): ``initialize``, ``session/new``, ``session/prompt``,
+2. **Methods** (the agent side): ``initialize``, ``session/new``, ``session/load``,
+   ``session/list`` (:mod:`bridge.controller.acp.sessions`), ``session/prompt``,
    ``session/cancel`` (a notification), ``session/set_config_option``, ``session/close``
    (what ACP asks of it: the session's work cancelled, its engine stopped; answered once done). Any other request is
    ``-32601``; any other notification is ignored (JSON-RPC: a notification is never answered).
 3. **initialize**: the agent answers protocol version 1 whatever the client asks (the only
    version it speaks; the client disconnects if it cannot), and only capabilities that are
-   true: image and embedded text context in prompts, no audio, no ``session/load`` (the sealed
-   Pi keeps no session file), no MCP transports (the seal turns MCP off), no auth methods.
+   true: image and embedded text context in prompts, no audio, ``session/load`` and
+   ``session/list`` (named conversations: the bridge keeps their Pi session files), no MCP transports (the seal turns MCP off), no auth methods.
 4. **session/new**: ``cwd`` must be an absolute path to a folder; it becomes the engine's
    working folder. A non-empty ``mcpServers`` is refused (``-32602``): the sealed Pi runs no MCP
    server (SPEC §2, the seal), and silently dropping them would tell the editor its tools are
@@ -394,10 +395,10 @@ def initialize_result(version: str) -> dict[str, Any]:
     return {
         "protocolVersion": PROTOCOL_VERSION,
         "agentCapabilities": {
-            "loadSession": False,
+            "loadSession": True,
             "promptCapabilities": {"image": True, "audio": False, "embeddedContext": True},
             "mcpCapabilities": {"http": False, "sse": False},
-            "sessionCapabilities": {"close": {}},
+            "sessionCapabilities": {"close": {}, "list": {}},
         },
         "authMethods": [],
         "agentInfo": {"name": "pi-bridge", "title": "Pi (sealed, with receipts)", "version": version},

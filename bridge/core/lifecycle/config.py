@@ -129,6 +129,10 @@ class BridgeConfig:
     #: 30 days and 1024 MiB; 0: no bound.
     journal_keep_days: float | None = None
     journal_keep_mb: float | None = None
+    #: The named conversation every engine resumes (:mod:`bridge.core.conversation`; None:
+    #: each engine starts its own). Set by ``open_bridge(conversation=...)``; with it an
+    #: engine restart keeps the conversation (``started``: ``newConversation: false``).
+    conversation: str | None = None
 
     @stderr_journal_max.validator
     def _stderr_positive(self, attribute: Any, value: int | None) -> None:

@@ -591,7 +591,7 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions):
     def _spawn(self) -> None:
         e = self.state.engine
         e.generation += 1
-        e.new_conversation = e.prompted
+        e.new_conversation = e.prompted and self.config.conversation is None
         e.prompted = False
         e.phase = "spawning"
         e.pid = None

@@ -632,6 +632,8 @@ class Diagnoser:
             "engine_exits": {"count": tally.engine_exits, "abnormal": tally.abnormal_exits},
             "engine_down": tally.engine_down,
             "findings": {"count": self._n, "shown": len(self.findings), "dropped": self.dropped_findings},
+            # The named conversation the bridge resumed (docs: guide/conversations.md), or None.
+            "conversation": self.header.meta.get("conversation"),
         }
 
     def to_json(self) -> dict[str, Any]:

@@ -77,6 +77,9 @@ def _head(s: dict[str, Any]) -> list[str]:
     sandbox = sandbox_words(eng.get("sandbox"))
     if sandbox is not None:
         out.extend(_wrap(sandbox, "  "))
+    if s.get("conversation"):
+        name = short(str(s["conversation"]), 70)
+        out.append(f"  conversation {name} (`bridge conversations show {name}` lists its journals)")
     out.append(
         f"  {s['observations']} observations, {s['prompts']['sent']} prompt(s) sent, "
         f"{s['findings']['count']} finding(s)" + ("; the last line was cut off" if s["truncated"] else "")

@@ -1,0 +1,47 @@
+"""Private folders left behind by bridges that died without cleaning up (SIGKILL, a closed
+terminal): found by the pid in their names and removed once per process."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+
+#: The private folders a bridge makes, named for its pid: ``pi-bridge-pi-PID-…``
+#: (Pi's config, maybe a key) and ``pi-bridge-cwd-PID-…`` (Pi's working folder).
+_PRIVATE_DIR = re.compile(r"pi-bridge-(?:pi|cwd)-(\d+)-")
+_orphans_checked = False
+
+
+def remove_orphans(tmp: str | None = None) -> list[str]:
+    """Remove the private folders of bridges that died without cleaning up (SIGKILL,
+    a closed terminal): only ours (same uid) and only where the pid in the name
+    is gone. Returns what was removed."""
+    tmp = tmp or tempfile.gettempdir()
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(tmp))
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _PRIVATE_DIR.match(entry.name)
+        if m is None:
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+        except (OSError, ValueError, OverflowError):
+            continue  # alive (maybe another user's), or unreadable: left alone
+    return removed
+
+
+def remove_orphans_once() -> None:
+    global _orphans_checked
+    if not _orphans_checked:
+        _orphans_checked = True
+        remove_orphans()
