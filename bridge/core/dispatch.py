@@ -103,6 +103,26 @@ class Dispatch:
     def live_lanes(self) -> list[str]:
         return [name for name, s in self._lanes.items() if s.alive]
 
+    def lane(self, name: str) -> Lane:
+        """A lane by its name. Raises KeyError for a name not in the pool."""
+        return self._lanes[name].lane
+
+    def lanes_on(self, node: str) -> list[str]:
+        """The live lanes on ``node``."""
+        return [name for name, s in self._lanes.items() if s.alive and s.lane.where.node == node]
+
+    def status(self) -> dict[str, dict[str, str | bool | None]]:
+        """Each lane: its node, whether it is live, the prompt it holds and that prompt's stage."""
+        return {
+            name: {
+                "node": s.lane.where.node,
+                "alive": s.alive,
+                "holding": s.holding,
+                "stage": self._prompts[s.holding].stage.value if s.holding is not None else None,
+            }
+            for name, s in self._lanes.items()
+        }
+
     def lane_of(self, request: str) -> Lane | None:
         """The lane a prompt was handed to (None: never handed)."""
         p = self._prompts.get(request)

@@ -44,7 +44,9 @@ REASONS: Final[dict[State, frozenset[Reason | None]]] = {
     State.REJECTED: frozenset(
         {Reason.ENGINE, Reason.QUEUE_FULL, Reason.CANCELLED, Reason.CLOSING, Reason.ENGINE_DOWN, Reason.CONFIG}
     ),
-    State.DELIVERY_UNKNOWN: frozenset({Reason.ACK_WITHOUT_START, Reason.NO_ACK, Reason.ENGINE_EXITED, Reason.NODE_LOST}),
+    State.DELIVERY_UNKNOWN: frozenset(
+        {Reason.ACK_WITHOUT_START, Reason.NO_ACK, Reason.ENGINE_EXITED, Reason.NODE_LOST}
+    ),
     State.OUTCOME_UNKNOWN: frozenset(
         {
             Reason.ABORTED_WITHOUT_STOP,
