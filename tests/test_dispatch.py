@@ -111,6 +111,16 @@ def test_d6_closing_rejects_what_waits_and_lets_handed_prompts_finish() -> None:
     assert d.outstanding == 0
 
 
+def test_d7_a_lane_is_in_doubt_once_its_node_lost_another() -> None:
+    d = Dispatch()
+    for name, node in (("a", "n1"), ("b", "n1"), ("c", "n2")):
+        d.add_lane(lane(name, node))
+    assert not any(d.in_doubt(n) for n in "abc")
+    d.lost("a", "actor died")
+    assert d.in_doubt("b") and not d.in_doubt("c")
+    assert d.lanes_on("n1") == ["b"]
+
+
 def test_an_id_is_submitted_once_and_a_lane_added_once() -> None:
     d = pool("a")
     d.submit("p1")

@@ -30,10 +30,14 @@ The rules (tests/test_dispatch.py, one test per rule):
   ``engine-down``: never written, nothing left to write it.
 - D6 closing: queued prompts and new ones are ``rejected``/``closing``; handed ones keep their
   lanes until their receipts come back (or their lanes are lost).
+- D7 a lane whose node has lost another lane is *in doubt* (:meth:`Dispatch.in_doubt`): the
+  node may be gone before the cluster says so, and a prompt handed to a dead actor would cost
+  an unknown for a prompt never written. Before it is handed a prompt, the live layer asks
+  the actor whether it still answers; one that does not is lost with nothing handed.
 
 Invariant: every prompt :meth:`Dispatch.submit` accepts gets exactly one receipt, returned by
 exactly one of :meth:`~Dispatch.submit`, :meth:`~Dispatch.settled`, :meth:`~Dispatch.lost`
-or :meth:`~Dispatch.close`. Pure: no Ray, no trio, no clock; the live layer (``bridge/ray.py``)
+or :meth:`~Dispatch.close`. Pure: no Ray, no trio, no clock; the live layer (``bridge/ray/pool.py``)
 tells it what happened and delivers the receipts it returns.
 """
 
@@ -102,6 +106,11 @@ class Dispatch:
     @property
     def live_lanes(self) -> list[str]:
         return [name for name, s in self._lanes.items() if s.alive]
+
+    def in_doubt(self, lane: str) -> bool:
+        """``lane``'s node has lost another lane (D7): ask its actor before handing it a prompt."""
+        node = self._lanes[lane].lane.where.node
+        return any(not s.alive and s.lane.where.node == node for s in self._lanes.values())
 
     def lane(self, name: str) -> Lane:
         """A lane by its name. Raises KeyError for a name not in the pool."""

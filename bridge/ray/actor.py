@@ -150,7 +150,8 @@ class EngineActor:
     async def _prompt(
         self, request: str, message: str, timeout: float | None, out: queue.SimpleQueue[tuple[str, Any]]
     ) -> None:
-        """Submit one prompt and report its stage and its receipt to :meth:`run`."""
+        """Submit one prompt and report its stage and its receipt to :meth:`run`. Ends with its
+        receipt (the bridge settles every prompt's, at the latest when it closes)."""
         try:
             assert self._bridge is not None
             handle = await self._bridge.submit(message, request=request, events=True, timeout=timeout)

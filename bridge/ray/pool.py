@@ -42,6 +42,8 @@ OPEN_TIMEOUT: Final = 180.0
 #: stop and its settle, the engine's stop: the bridge's own graces, about 10 s at most), before
 #: it kills them.
 CLOSE_TIMEOUT: Final = 30.0
+#: Seconds a lane in doubt (its node lost another lane) has to answer before it is handed a prompt.
+PING_TIMEOUT: Final = 10.0
 #: How often a waiting lane thread looks again (a backstop: every change notifies it).
 POLL: Final = 1.0
 #: Characters of Ray's error kept in a ``node-lost`` receipt.
@@ -190,7 +192,8 @@ class RayPool:
             out = self._dispatch.close()
             self._cv.notify_all()
         self._deliver(out)
-        live = [self._actors[n] for n in self._dispatch.live_lanes]
+        with self._cv:
+            live = [self._actors[n] for n in self._dispatch.live_lanes]
         try:
             ray.get([a.close.remote() for a in live], timeout=CLOSE_TIMEOUT)
         except (ray.exceptions.RayError, TimeoutError):
@@ -231,11 +234,30 @@ class RayPool:
             if not self._run_one(name, request):
                 return
 
+    def _answers(self, name: str) -> bool:
+        """A lane in doubt (D7) still answers: its actor replies to ``where`` in time; if not,
+        it is counted lost with nothing handed to it. Ends within :data:`PING_TIMEOUT`."""
+        try:
+            ray.get(self._actors[name].where.remote(), timeout=PING_TIMEOUT)
+        except (ray.exceptions.RayError, TimeoutError) as e:
+            self._lost(name, _why(e))
+            return False
+        return True
+
     def _take(self, name: str) -> str | None:
         """The next prompt for ``name`` (called holding the lock); None: nothing more for it."""
         while True:
             if name not in self._dispatch.live_lanes:
                 return None
+            if self._dispatch.queued and self._dispatch.in_doubt(name):
+                self._cv.release()  # (the ping waits on the cluster: not under the lock)
+                try:
+                    if not self._answers(name):
+                        return None
+                finally:
+                    self._cv.acquire()
+                if name not in self._dispatch.live_lanes:
+                    return None
             request = self._dispatch.take(name)
             if request is not None:
                 return request
