@@ -123,13 +123,24 @@ def test_twelve_prompts_over_four_engines_on_two_nodes_finish_in_input_order(clu
 def test_the_real_sealed_pi_runs_inside_a_ray_actor(cluster: Any, pinned_pi: object) -> None:
     with ScriptedModel(default={"text": "hello from the scripted model"}) as model:
         profile = model.profile()
-        with RayPool(profile, engines=2, journal=False) as pool:
+        with RayPool(profile, engines=1, journal=False) as pool:
             receipts = pool.run(["hi", "and again", "once more"])
         seen = [r.user_text for r in model.requests if r.is_completion]
     assert [(r.state, r.reply) for r in receipts] == [("finished", "hello from the scripted model")] * 3
     assert all(r.pid is not None and r.where is not None for r in receipts)
     assert {"hi", "and again", "once more"} <= set(seen), "each prompt reached the model, from the actors"
     assert all(r.config is not None for r in receipts), "the sealed Pi's start-up check verified its model"
+
+
+def test_a_pool_whose_engine_cannot_start_says_why_and_leaves_no_actor(cluster: Any, tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-such-engine")
+    with pytest.raises(RuntimeError, match="did not open") as caught:
+        RayPool(CommandProfile([missing]), engines=1, journal=False)
+    assert "no-such-engine" in str(caught.value), "the actor's own error, in the message"
+    deadline = time.monotonic() + 30
+    while ray.available_resources().get("CPU", 0) < 2 * NODE_CPUS:
+        assert time.monotonic() < deadline, f"the actors' CPUs never came back: {ray.available_resources()}"
+        time.sleep(0.1)
 
 
 def test_a_node_removed_mid_run_costs_no_receipt(cluster: Any) -> None:
@@ -140,7 +151,7 @@ def test_a_node_removed_mid_run_costs_no_receipt(cluster: Any) -> None:
     tag = "917302"
     worker = _worker(cluster)
     lost = worker.node_id
-    with RayPool(fake(tag, deltas=6, delta_delay=0.3), engines=4, journal=False) as pool:
+    with RayPool(fake(tag, deltas=6, delta_delay=0.15), engines=4, journal=False) as pool:
         future = pool.submit_all([f"slow prompt {n}" for n in range(12)])
         deadline = time.monotonic() + 120
         while True:

@@ -64,15 +64,17 @@ class EngineActor:
         self._close: trio.Event | None = None
         self._thread = threading.Thread(target=self._main, name=f"pi-bridge-{name}", daemon=True)
         self._thread.start()
-        if not self._opened.wait(OPEN_TIMEOUT):
-            raise RuntimeError(f"the bridge of {name} did not open in {OPEN_TIMEOUT:g} s")
-        if self._failed is not None:
-            raise self._failed
+        # A bridge that cannot open is told by where() (its one line, as open_bridge raised
+        # it), not raised here: Ray would wrap it in a creation-task traceback.
+        if not self._opened.wait(OPEN_TIMEOUT) and self._failed is None:
+            self._failed = RuntimeError(f"the bridge of {name} did not open in {OPEN_TIMEOUT:g} s")
 
     def where(self) -> dict[str, Any]:
-        """Where this actor runs: its node's id and address, its own id, its journal's path."""
+        """Where this actor runs: its node's id and address, its own id, its journal's path;
+        and ``error``, why its bridge could not open (None: it is open)."""
         import ray  # (a worker of the pool has it; the module imports without it)
 
+        failed = self._failed
         context = ray.get_runtime_context()
         journal = self._bridge.journal if self._bridge is not None else None
         return {
@@ -81,6 +83,7 @@ class EngineActor:
             "actor": context.get_actor_id(),
             "journal": str(journal.path) if journal is not None else None,
             "pid": os.getpid(),
+            "error": f"{type(failed).__name__}: {failed}" if failed is not None else None,
         }
 
     def run(self, request: str, message: str, timeout: float | None) -> Iterator[dict[str, Any]]:

@@ -25,8 +25,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
-import ray
-import ray.exceptions
+try:
+    import ray
+    import ray.exceptions
+except ImportError as e:  # (the extra is optional: say which one)
+    raise ImportError(f"bridge.ray needs Ray: pip install 'pi-bridge[ray]' ({e})") from e
 
 from bridge.core.dispatch import Dispatch, Lane
 from bridge.core.lifecycle import BridgeConfig
@@ -112,6 +115,10 @@ class RayPool:
         except (ray.exceptions.RayError, TimeoutError) as e:
             self._kill_all()
             raise RuntimeError(f"the pool's engine actors did not open: {_why(e)}") from e
+        refused = [f"{n}: {p['error']}" for n, p in zip(names, places) if p.get("error")]
+        if refused:
+            self._close_actors()
+            raise RuntimeError("the pool's engine actors did not open: " + "; ".join(refused))
         for name, place in zip(names, places):
             where = Where(place["node"], address=place["address"], actor=place["actor"], journal=place["journal"])
             self._dispatch.add_lane(Lane(name, where))
@@ -310,6 +317,15 @@ class RayPool:
             with self._cv:
                 future = self._futures[r.request]
             future.set_result(r)
+
+    def _close_actors(self) -> None:
+        """Each actor's bridge closed (what did open), then every actor ended. Ends within
+        :data:`CLOSE_TIMEOUT`, then the actors are killed."""
+        try:
+            ray.get([a.close.remote() for a in self._actors.values()], timeout=CLOSE_TIMEOUT)
+        except (ray.exceptions.RayError, TimeoutError):
+            pass
+        self._kill_all()
 
     def _kill_all(self) -> None:
         for actor in self._actors.values():
