@@ -34,6 +34,9 @@ The rules (tests/test_dispatch.py, one test per rule):
   node may be gone before the cluster says so, and a prompt handed to a dead actor would cost
   an unknown for a prompt never written. Before it is handed a prompt, the live layer asks
   the actor whether it still answers; one that does not is lost with nothing handed.
+- D8 a lane whose bridge rejects a prompt ``engine-down`` (its engine is down for good) or
+  ``closing`` (while the pool is not closing) can run nothing more: it is retired, and the
+  prompt -- certainly never written -- goes back to the head of the FIFO for another lane.
 
 Invariant: every prompt :meth:`Dispatch.submit` accepts gets exactly one receipt, returned by
 exactly one of :meth:`~Dispatch.submit`, :meth:`~Dispatch.settled`, :meth:`~Dispatch.lost`
@@ -45,11 +48,17 @@ from __future__ import annotations
 
 from collections import deque
 from enum import StrEnum
+from typing import Final
 
 import attrs
 
 from bridge.core.receipts import Facts, Receipt, Where, decide
 from bridge.core.words import Reason, State
+
+#: Rejections by a lane's bridge that say it can run nothing more (its engine is down for good:
+#: the crash limit, an engine that cannot start; or it is closing while the pool is not), so
+#: the prompt, certainly never written, goes to another lane (D8).
+_LANE_DOWN: Final = frozenset({Reason.ENGINE_DOWN, Reason.CLOSING})
 
 
 class Stage(StrEnum):
@@ -186,18 +195,29 @@ class Dispatch:
         if p is not None and p.lane == lane and p.stage is Stage.HANDED and self._lanes[lane].alive:
             p.stage = Stage.RUNNING
 
-    def settled(self, lane: str, receipt: Receipt) -> Receipt | None:
-        """``lane`` sent back a receipt: the prompt's receipt, with where it ran (D2), or None
+    def settled(self, lane: str, receipt: Receipt) -> list[Receipt]:
+        """``lane`` sent back a receipt: the prompt's receipt, with where it ran (D2); nothing
         when it is dropped (not the lane the prompt was handed to, the prompt settled already,
-        or the lane was counted lost)."""
+        or the lane was counted lost). A rejection that says the lane's bridge can run nothing
+        retires the lane and sends the prompt to another (D8): nothing, or -- with no live lane
+        left -- every queued prompt's ``rejected``/``engine-down`` (D5)."""
         request = receipt.request
         p = self._prompts.get(request) if request is not None else None
         s = self._lanes.get(lane)
         if p is None or s is None or p.lane != lane or p.stage is Stage.SETTLED or not s.alive:
-            return None
+            return []
         s.holding = None
+        if receipt.state == State.REJECTED and receipt.reason in _LANE_DOWN and not self._closing:
+            s.alive, s.lost_why = False, f"its bridge {receipt.reason}: {receipt.native_error or 'no reason given'}"
+            p.stage, p.lane = Stage.QUEUED, None
+            self._queue.appendleft(p.request)
+            return self._reject_queue(Reason.ENGINE_DOWN, _no_lanes(self._lanes)) if not self.live_lanes else []
         p.stage = Stage.SETTLED
-        return attrs.evolve(receipt, where=s.lane.where)
+        return [attrs.evolve(receipt, where=s.lane.where)]
+
+    def retired(self, lane: str) -> bool:
+        """``lane`` was taken out of the pool (lost, or its bridge down: D8)."""
+        return not self._lanes[lane].alive
 
     def lost(self, lane: str, why: str) -> list[Receipt]:
         """``lane`` is gone (its actor died or its node went; ``why``: what the cluster said).

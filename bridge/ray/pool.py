@@ -8,7 +8,7 @@ runs prompts on them: :meth:`RayPool.run` keeps input order, :meth:`RayPool.subm
 The driver's side is one thread per lane: it takes the next prompt from the pool's FIFO when
 its actor is free, calls the actor's ``run`` (a Ray streaming generator: "running", then the
 receipt) and tells the pool's :class:`~bridge.core.dispatch.Dispatch` what it heard. That pure
-object decides what a lost node or actor costs (its rules, D1-D6, are in its module): a prompt
+object decides what a lost node or actor costs (its rules, D1-D8, are in its module): a prompt
 whose run had started there is ``outcome-unknown``/``node-lost``, one handed to the actor with no
 run reported ``delivery-unknown``/``node-lost``, each naming the node; a prompt never handed to
 an actor waits for another; no prompt gets two receipts. The lane threads only carry that out.
@@ -274,24 +274,31 @@ class RayPool:
 
     def _run_one(self, name: str, request: str) -> bool:
         """Run one prompt on ``name``'s actor; False when the actor was lost doing it."""
-        message, timeout = self._jobs.pop(request)
+        message, timeout = self._jobs[request]
         settled: list[Receipt] = []
+        got = False
         try:
             for ref in self._actors[name].run.remote(request, message, timeout):
                 item = ray.get(ref)
                 with self._cv:
                     if "receipt" in item:
-                        r = self._dispatch.settled(name, Receipt.from_json(item["receipt"]))
-                        settled += [r] if r is not None else []
+                        settled += self._dispatch.settled(name, Receipt.from_json(item["receipt"]))
+                        got = True
+                        self._cv.notify_all()
                     else:
                         self._dispatch.running(name, request)
-            if not settled:
+            if not got:
                 raise RuntimeError(f"the actor's stream for {request} ended without its receipt")
         except (ray.exceptions.RayError, RuntimeError) as e:
             self._deliver(settled)
             self._lost(name, _why(e))
             return False
         self._deliver(settled)
+        with self._cv:
+            retired = self._dispatch.retired(name)  # its bridge is down (D8): the prompt went back
+        if retired:
+            self._close_actor(name)
+            return False
         return True
 
     def _lost(self, name: str, why: str) -> None:
@@ -316,6 +323,7 @@ class RayPool:
             assert r.request is not None
             with self._cv:
                 future = self._futures[r.request]
+                self._jobs.pop(r.request, None)
             future.set_result(r)
 
     def _close_actors(self) -> None:
@@ -326,6 +334,18 @@ class RayPool:
         except (ray.exceptions.RayError, TimeoutError):
             pass
         self._kill_all()
+
+    def _close_actor(self, name: str) -> None:
+        """One actor's bridge closed and the actor ended (a lane retired, D8). Ends within
+        :data:`CLOSE_TIMEOUT`, then it is killed."""
+        try:
+            ray.get(self._actors[name].close.remote(), timeout=CLOSE_TIMEOUT)
+        except (ray.exceptions.RayError, TimeoutError):
+            pass
+        try:
+            ray.kill(self._actors[name], no_restart=True)
+        except ray.exceptions.RayError:
+            pass
 
     def _kill_all(self) -> None:
         for actor in self._actors.values():
