@@ -2,7 +2,7 @@
 
 The Python API (docs: guide/python-api.md, reference/api.md)::
 
-    from bridge import query, open_bridge, PiProfile, CommandProfile, BridgeConfig
+    from bridge import query, open_bridge, open_pool, PiProfile, CommandProfile, BridgeConfig
 
 What it raises for a user to catch: :class:`ProfileError` (the engine cannot be prepared, or
 ``open_bridge``'s start of it was refused: a model Pi does not offer, ...),
@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     from bridge.live.handles import Message as Message
     from bridge.live.handles import PromptHandle as PromptHandle
     from bridge.live.journal import JournalError as JournalError
+    from bridge.live.pool import Pool as Pool
+    from bridge.live.pool import open_pool as open_pool
+    from bridge.live.pool_handle import PoolHandle as PoolHandle
     from bridge.live.protocols import BridgeAPI as BridgeAPI
     from bridge.live.protocols import DialogAPI as DialogAPI
     from bridge.live.protocols import PromptHandleAPI as PromptHandleAPI
@@ -62,6 +65,8 @@ _HOMES = {
     "EngineQuestionError": "bridge.live.steering",
     "JournalError": "bridge.live.journal",
     "PiProfile": "bridge.profiles.pi",
+    "Pool": "bridge.live.pool",
+    "PoolHandle": "bridge.live.pool_handle",
     "ProfileError": "bridge.profiles.command",
     "PromptHandle": "bridge.live.handles",
     "PromptHandleAPI": "bridge.live.protocols",
@@ -70,6 +75,7 @@ _HOMES = {
     "Sandbox": "bridge.profiles.sandbox",
     "State": "bridge.core.words",
     "open_bridge": "bridge.live.api",
+    "open_pool": "bridge.live.pool",
     "query": "bridge.live.api",
     "Message": "bridge.live.handles",
     "scripted_profile": "bridge.profiles.pi",

@@ -172,3 +172,47 @@ def test_a_contained_launch_does_not_run_under_the_reaper():
     assert under_reaper(plain)
     plain.contained = True
     assert not under_reaper(plain)
+
+
+#: A stand-in for a bridge, run as its own process: it spawns the reaper as the bridge does, from
+#: a thread that then ends (trio spawns from a worker thread, and PR_SET_PDEATHSIG fires when
+#: the spawning thread ends), says so, and waits to be killed.
+BRIDGE = """
+import os, subprocess, sys, threading, time
+status_r, status_w = os.pipe()
+def spawn():
+    subprocess.Popen([sys.executable, "-I", "-S", sys.argv[1], str(status_w), "--", "sh", "-c", sys.argv[2]],
+                     stdin=subprocess.PIPE, start_new_session=True, pass_fds=(status_w,))
+    os.close(status_w)
+    assert os.read(status_r, 100) == b""  # the engine started: the reaper asked for the signal
+thread = threading.Thread(target=spawn)
+thread.start()
+thread.join()
+print("spawned", flush=True)
+time.sleep(1000)
+"""
+
+
+def test_a_sigkilled_bridges_engine_deaf_to_eof_is_ended_with_all_it_started(tmp_path: Path):
+    """The bridge is SIGKILLed, and its engine ignores the EOF and SIGTERM: the reaper hears of
+    its parent's death and ends the engine and what it started (the spawning thread's end
+    before that is not the bridge's death: the engine lives on through it)."""
+    from bridge.live.engine import REAPER
+
+    script = "trap '' TERM; echo $$ > engine.pid; " + ESCAPERS + "exec sleep 1000 </dev/null"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BRIDGE, str(REAPER), script], cwd=tmp_path, stdout=subprocess.PIPE, text=True
+    )
+    pids: dict[str, int] = {}
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "spawned\n"
+        pids = trio.run(pids_in, tmp_path)
+        pids["engine"] = int((tmp_path / "engine.pid").read_text())
+        assert all(alive(p) for p in pids.values()), pids  # the spawning thread has ended
+        proc.kill()
+        proc.wait()
+        assert trio.run(gone, list(pids.values())) == [], pids
+    finally:
+        proc.kill()
+        proc.wait()
+        kill_all(list(pids.values()))

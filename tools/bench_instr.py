@@ -5,7 +5,8 @@ count instructions with (load on a shared machine cannot move an instruction cou
     tools/bench_engine.py --gen pi16 --lines 100000 --write /tmp/pi16.jsonl
     valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null \\
         .venv/bin/python tools/bench_instr.py --tree . --load /tmp/pi16.jsonl
-    # the same with --prompts 0 gives the fixed cost (imports, spawn, warm-up) to subtract
+    # the same with --prompts 0 gives the fixed cost (imports, spawn, warm-up) to subtract;
+    # --events: the measured prompts ask for their events (read to the end)
 
 ``--tree DIR`` is the checkout whose ``bridge`` is imported (an old tree against a new one); the
 driver refuses to run if another copy is imported (an editable install's finder comes after
@@ -30,6 +31,7 @@ def main() -> int:
     p.add_argument("--load", required=True, help="a stream written by bench_engine.py --write")
     p.add_argument("--prompts", type=int, default=1, help="measured prompts after the warm-up (0: the fixed cost)")
     p.add_argument("--full", action="store_true", help="a full journal instead of a lean one")
+    p.add_argument("--events", action="store_true", help="the measured prompts ask for their events (read to the end)")
     p.add_argument(
         "--engines", type=int, default=1, help="bridges (one engine each) in the one process, prompted at once"
     )
@@ -54,7 +56,13 @@ def main() -> int:
             await warm.send(k)
             await go.wait()
             for n in range(a.prompts):
-                receipt = await b.prompt("go", request=f"go{n}")
+                if a.events:
+                    handle = await b.submit("go", request=f"go{n}", events=True)
+                    async for _ in handle.events():
+                        pass
+                    receipt = await handle.receipt()
+                else:
+                    receipt = await b.prompt("go", request=f"go{n}")
                 assert receipt.state == "finished", receipt
             print(f"observations {b.session.observations}", file=sys.stderr)
 

@@ -99,7 +99,7 @@ _WANTED_KEYS: Final = ("provider", "model", "thinking")
 #: The keys each command takes besides ``"type"``, in the order an error lists them; any other
 #: key refuses the line (module rules).
 KEYS: Final[Mapping[str, tuple[str, ...]]] = {
-    "prompt": ("id", "message", "stream", "timeout", "images", "events", "stallTimeout", *_WANTED_KEYS),
+    "prompt": ("id", "message", "stream", "timeout", "images", "events", "stallTimeout", "conversation", *_WANTED_KEYS),
     "stop": ("id",),
     "status": (),
     "shutdown": (),
@@ -138,6 +138,8 @@ class Prompt:
     stall_timeout: float | None = None
     #: The model and thinking level it asks for (over the bridge's ``configure``).
     wanted: Wanted = attrs.field(factory=Wanted)
+    #: The conversation it belongs to (``bridge serve --engines N``: its prompts keep one engine).
+    conversation: str | None = None
 
 
 @attrs.frozen
@@ -338,7 +340,10 @@ def _prompt(value: dict[str, Any], rid: RequestId) -> Prompt:
     stall = value.get("stallTimeout")
     if isinstance(stall, bool) or (stall is not None and stall != 0 and not _positive_seconds(stall)):
         raise ControllerError('"stallTimeout" must be 0 (none) or a positive number of seconds')
-    return Prompt(rid, message, stream, timeout, images, events, stall, _wanted(value))
+    conversation = value.get("conversation")
+    if conversation is not None and (not isinstance(conversation, str) or not conversation):
+        raise ControllerError('"conversation" must be a non-empty string')
+    return Prompt(rid, message, stream, timeout, images, events, stall, _wanted(value), conversation)
 
 
 def _answer(value: dict[str, Any]) -> AnswerDialog:

@@ -51,6 +51,8 @@ from bridge.live.supervisor import Bridge
 from bridge.profiles.command import EngineProfile
 
 T = TypeVar("T")
+Opened = TypeVar("Opened")
+W = TypeVar("W")
 
 
 class _Door:
@@ -557,9 +559,20 @@ async def _leave_guest(guest: _Guest) -> None:
 async def open_on_asyncio(opener: Callable[[], AbstractAsyncContextManager[Bridge]]) -> AsyncIterator[AsyncioBridge]:
     """Open the bridge ``opener`` opens, as a task of the running asyncio loop's trio guest;
     close it when the block ends, however it ends. Its exit ends when the bridge has closed."""
+    async with open_wrapped_on_asyncio(opener, AsyncioBridge) as bridge:
+        yield bridge
+
+
+@asynccontextmanager
+async def open_wrapped_on_asyncio(
+    opener: Callable[[], AbstractAsyncContextManager[Opened]], wrap: Callable[[Opened, _Door], W]
+) -> AsyncIterator[W]:
+    """:func:`open_on_asyncio` for anything a trio context manager opens (a bridge, a pool:
+    :mod:`bridge.live.pool`), given to the block as ``wrap(opened, door)``. Its exit ends when
+    what was opened has closed."""
     loop = asyncio.get_running_loop()
     guest = await _join_guest(loop)
-    opened: asyncio.Future[tuple[Bridge, _Door, trio.Event]] = loop.create_future()
+    opened: asyncio.Future[tuple[Opened, _Door, trio.Event]] = loop.create_future()
     finished: asyncio.Future[outcome.Outcome[None]] = loop.create_future()
     aborted = [False]
 
@@ -600,7 +613,7 @@ async def open_on_asyncio(opener: Callable[[], AbstractAsyncContextManager[Bridg
             (await _shielded(finished)).unwrap()
             raise
         try:
-            yield AsyncioBridge(bridge, door)
+            yield wrap(bridge, door)
         except BaseException:
             aborted[0] = True  # the block raised: the bridge closes without draining, as under trio
             raise
@@ -616,7 +629,7 @@ class _BlockRaised(Exception):
     trio block raises (no drain)."""
 
 
-def _let_go(opened: asyncio.Future[tuple[Bridge, _Door, trio.Event]]) -> None:
+def _let_go(opened: asyncio.Future[tuple[Any, _Door, trio.Event]]) -> None:
     if not opened.cancelled() and opened.exception() is None:
         _, door, release = opened.result()
         door.token.run_sync_soon(release.set)

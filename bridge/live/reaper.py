@@ -27,9 +27,14 @@ Rules, and where they come from:
   pipe from the bridge, closed on a successful start: ``errno`` as text), so the bridge raises
   the same OSError it raised when it spawned the engine itself.
 
-Left out: a bridge that is SIGKILLed closes the engine's stdin, and an engine that exits then
-takes everything with it; one that ignores the EOF keeps running (the confined Pi's PID
-namespace covers that case as well: :mod:`bridge.profiles.sandbox`).
+- **When the bridge dies** (SIGKILLed, or any death that runs none of its code): the reaper
+  asked the kernel for SIGUSR2 at its parent's death (``prctl(PR_SET_PDEATHSIG)``), and on it,
+  if its parent is no longer the bridge (``getppid()`` changed: the signal also comes when the
+  bridge's *thread* that spawned it ends, trio spawning from a worker thread, and then the
+  parent is still the bridge), SIGKILLs the engine; everything below follows as above. Before,
+  only the engine's stdin's EOF told it, and an engine that ignored the EOF outlived the
+  bridge with all it started (the confined Pi's PID namespace covered that case already:
+  :mod:`bridge.profiles.sandbox`).
 """
 
 from __future__ import annotations
@@ -39,22 +44,33 @@ import signal
 import sys
 import time
 
-#: prctl(2)'s option number (``<linux/prctl.h>``).
+#: prctl(2)'s option numbers (``<linux/prctl.h>``).
+PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
 #: The signals Python starts ignored (SIGPIPE, SIGXFSZ) are reset for the engine, as
 #: ``subprocess``'s ``restore_signals`` does; the reaper's own handlers reset with them.
-_DEFAULT_FOR_ENGINE = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
+_DEFAULT_FOR_ENGINE = (
+    signal.SIGPIPE,
+    signal.SIGXFSZ,
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
 
 #: While children are left: how long between two looks (only after the engine's exit).
 POLL = 0.005
 
 
 def _subreaper() -> bool:
+    """Become the child subreaper, and ask for SIGUSR2 when the parent dies."""
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGUSR2, 0, 0, 0)
         return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
@@ -122,24 +138,29 @@ def main(args: list[str]) -> None:
     if sep != "--" or not argv:
         os.write(2, b"usage: reaper.py STATUS_FD -- ARGV...\n")
         os._exit(2)
+    bridge = os.getppid()
     _subreaper()
     engine = 0
     pending: list[int] = []
 
     def forward(sig: int, _frame: object) -> None:
+        if sig == signal.SIGUSR2 and os.getppid() == bridge:
+            return  # a thread of the bridge ended, not the bridge
         if not engine:
             pending.append(sig)
             return
         try:
-            if sig == signal.SIGUSR1:
+            if sig in (signal.SIGUSR1, signal.SIGUSR2):
                 os.kill(engine, signal.SIGKILL)
             elif os.getpgid(engine) != os.getpgrp():
                 os.kill(engine, sig)
         except (ProcessLookupError, PermissionError):
             pass
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, forward)
+    if os.getppid() != bridge:  # the bridge died before the kernel was asked
+        pending.append(signal.SIGUSR2)
     os.set_inheritable(status_fd, False)
     try:
         engine = os.posix_spawnp(argv[0], argv, os.environ, setsigdef=_DEFAULT_FOR_ENGINE, setsigmask=())

@@ -1,0 +1,672 @@
+"""Many engines in one process (issue 32): :func:`open_pool` runs up to N ordinary bridges on
+one engine profile and gives each prompt to an idle one, with :class:`Pool`'s calls in the
+shape of :class:`~bridge.live.supervisor.Bridge`'s::
+
+    async with open_pool(profile, engines=4) as pool:
+        receipts = [await h.receipt() for h in [await pool.submit(text) for text in texts]]
+
+What decides is pure: :class:`~bridge.core.pool.PoolRules` (routing, conversation affinity,
+spares, idle reaping, the cap, closing; its opening comment states the rules). This module
+carries out its actions, as :mod:`bridge.live.supervisor` does the supervision's:
+
+- every door of the rules is called through :meth:`Pool._drive`, which carries out the actions
+  in order before the next door is called (a door called meanwhile waits its turn);
+- an engine is one task (:meth:`Pool._run_engine`) holding one bridge opened exactly as
+  :func:`~bridge.live.api.open_bridge` opens it, with its own journal, named for the engine
+  (``...-pool-engine-N.jsonl``, its header's ``pool.engine`` is N);
+- a prompt given to an engine is that bridge's prompt, under the pool's id; one task per prompt
+  waits for its receipt and tells the rules the engine is idle again;
+- a prompt the pool itself rejects (its queue full, closing, no engine left, stopped while it
+  waited) gets its receipt here, ``rejected``, and is in no engine's journal: no engine saw it.
+
+Every receipt comes exactly once: each bridge settles its own prompts, and the rules keep a
+prompt either waiting (the pool's to settle) or given to one engine (its bridge's), never both.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import itertools
+import math
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import attrs
+import sniffio
+import trio
+
+from bridge.core.images import image_problem
+from bridge.core.lifecycle import RECENT_IDS, BridgeConfig
+from bridge.core.notices import ReceiptNotice
+from bridge.core.pool import (
+    Closed,
+    Dispatch,
+    EngineState,
+    Notice,
+    PoolAction,
+    PoolConfig,
+    PoolRules,
+    Reject,
+    StartEngine,
+    StopEngine,
+)
+from bridge.core.receipts import Receipt, Times
+from bridge.core.steering import Wanted
+from bridge.core.words import Reason, State
+from bridge.live.api import _hide_journals, _open_on_trio
+from bridge.live.journal import JournalError, default_journal_dir, default_journal_path
+from bridge.live.notifications import Notifications
+from bridge.live.pool_handle import PoolHandle
+from bridge.live.supervisor import CLOSE_BACKSTOP, Bridge, _seconds
+from bridge.profiles.command import EngineProfile, Launch, ProfileError
+
+__all__ = ["Pool", "PoolConfig", "PoolHandle", "open_pool"]
+
+#: A drain past its bound: each engine's bridge is shut down with this bound, so its running
+#: prompt is stopped as past it (``failed``/``timeout``) at once.
+EXPIRED_DRAIN = 1e-3
+
+
+@attrs.define
+class _PoolEngineProfile:
+    """The pool's profile for engine N: the same launches, each journal header saying ``pool.engine``."""
+
+    profile: EngineProfile
+    number: int
+    name: str = attrs.field(default=attrs.Factory(lambda self: self.profile.name, takes_self=True))
+
+    def prepare(self) -> Launch:
+        launch = self.profile.prepare()
+        launch.header = {**launch.header, "pool": {"engine": self.number}}
+        return launch
+
+
+@attrs.define(eq=False)
+class _Engine:
+    """One engine of the pool: its bridge once open."""
+
+    number: int
+    journal: Path | None
+    bridge: Bridge | None = None
+    #: Why it could not open (a ProfileError or JournalError), or None.
+    error: BaseException | None = None
+    done: trio.Event = attrs.field(factory=trio.Event)
+
+
+class Pool:
+    """Up to N engines for one controller, one bridge each. Build it with :func:`open_pool`."""
+
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        profile: EngineProfile,
+        rules: PoolRules,
+        folder: Path | None,
+        config: BridgeConfig,
+    ) -> None:
+        self._nursery = nursery
+        self.profile = profile
+        self.config = config
+        self.rules = rules
+        self._folder = folder
+        self._t0 = trio.current_time()
+        self._last_now = 0.0
+        self._token = trio.lowlevel.current_trio_token()
+        self._heard = Notifications()
+        self._handles: dict[str, PoolHandle] = {}
+        self._recent: collections.OrderedDict[str, Receipt] = collections.OrderedDict()
+        self._engines: dict[int, _Engine] = {}
+        #: Every journal the pool's engines wrote, engine number -> path.
+        self.journals: dict[int, Path] = {}
+        self._ids = itertools.count(1)
+        self._doors: collections.deque[Callable[[], list[PoolAction]]] = collections.deque()
+        self._stepping = False
+        self._changed = trio.Event()
+        self._closed = trio.Event()
+        self._finished = False
+        self.receipts_issued = 0
+        self._carriers: dict[type, Callable[[Any], None]] = {
+            StartEngine: self._start_engine,
+            Dispatch: self._dispatch,
+            Reject: self._reject,
+            StopEngine: self._stop_engine,
+            Notice: lambda a: self._heard.notify(a.payload),
+            Closed: lambda a: self._closed.set(),
+        }
+
+    # -- what it says ------------------------------------------------------------------------
+
+    def now(self) -> float:
+        """Seconds since the pool opened (after its trio run ended: the last time it read)."""
+        try:
+            self._last_now = trio.current_time() - self._t0
+        except RuntimeError:
+            pass
+        return self._last_now
+
+    @property
+    def engines(self) -> dict[int, Bridge]:
+        """The bridges of the engines open now, by engine number."""
+        return {n: e.bridge for n, e in self._engines.items() if e.bridge is not None}
+
+    @property
+    def closing(self) -> bool:
+        """True from the moment closing began (nothing waiting is given to an engine any more)."""
+        return self.rules.closing
+
+    @property
+    def outstanding(self) -> int:
+        """Prompts accepted and without their receipt."""
+        return self.rules.outstanding
+
+    def knows(self, request: str) -> bool:
+        """True if ``request`` is outstanding or among the last ones settled."""
+        return request in self._handles or request in self._recent
+
+    def get_receipt(self, request: str) -> Receipt | None:
+        """A recently settled prompt's receipt, or None."""
+        return self._recent.get(request)
+
+    def status(self) -> dict[str, Any]:
+        """What runs: the pool's engines and queue (``pool``), each open engine's bridge status."""
+        return {
+            "pool": self.rules.status(),
+            "engines": {str(n): b.status() for n, b in self.engines.items()},
+            "receipts": self.receipts_issued,
+            "journals": {str(n): str(p) for n, p in self.journals.items()},
+        }
+
+    def signals(self, max_buffer: int = 1000) -> trio.MemoryReceiveChannel[dict[str, Any]]:
+        """A channel of every notification from now on: each engine's (with ``"engine": N``),
+        the pool's own (``{"type": "pool", "event": ...}``) and the receipts the pool gives
+        itself. It ends when the pool has closed."""
+        return self._heard.signals(max_buffer)
+
+    @property
+    def listeners(self) -> list[Callable[[dict[str, Any]], None]]:
+        """Observers called with every notification dict (``bridge serve --engines`` uses this)."""
+        return self._heard.listeners
+
+    # -- prompts ---------------------------------------------------------------------------
+
+    def submit_nowait(
+        self,
+        message: str,
+        *,
+        conversation: str | None = None,
+        request: str | None = None,
+        stream: bool = False,
+        timeout: float | None = None,
+        images: list[dict[str, Any]] | None = None,
+        events: bool = False,
+        stall_timeout: float | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+        thinking: str | None = None,
+    ) -> PoolHandle:
+        """Accept a prompt; returns at once. It always gets a receipt (maybe at once: a rejection).
+
+        ``conversation``: a key (any non-empty string); the prompts with the same key run on one
+        engine, in order, each reading the ones before it, and no other prompt reads them. A
+        prompt without one starts afresh. The rest are :meth:`Bridge.submit_nowait
+        <bridge.live.supervisor.Bridge.submit_nowait>`'s, checked here, at once, as it checks them.
+
+        Raises:
+            TypeError: As :meth:`Bridge.submit_nowait <bridge.live.supervisor.Bridge.submit_nowait>`.
+            ValueError: Likewise, and an empty or non-string ``conversation``."""
+        _check(message, stream, events, timeout, stall_timeout, images, provider, model, thinking)
+        if conversation is not None and (not isinstance(conversation, str) or not conversation):
+            raise ValueError(f"conversation must be a non-empty str or None, got {conversation!r}")
+        if request is None:
+            request = f"p{next(self._ids)}"
+            while self.knows(request):
+                request = f"p{next(self._ids)}"
+        elif not isinstance(request, str) or not request:
+            raise ValueError(f"request id must be a non-empty str, got {request!r}")
+        elif self.knows(request):
+            raise ValueError(f"request id {request!r} is already in use")
+        options = {
+            "stream": stream,
+            "timeout": timeout,
+            "images": images,
+            "events": events,
+            "stall_timeout": stall_timeout,
+            "provider": provider,
+            "model": model,
+            "thinking": thinking,
+        }
+        handle = PoolHandle(self, request, conversation, message, options)
+        self._handles[request] = handle
+        self._drive(lambda: self.rules.submit(request, conversation, self.now()))
+        return handle
+
+    async def submit(
+        self,
+        message: str,
+        *,
+        conversation: str | None = None,
+        request: str | None = None,
+        stream: bool = False,
+        timeout: float | None = None,
+        images: list[dict[str, Any]] | None = None,
+        events: bool = False,
+        stall_timeout: float | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+        thinking: str | None = None,
+    ) -> PoolHandle:
+        """Accept a prompt; returns at once with its handle (:meth:`submit_nowait` says the rest)."""
+        return self.submit_nowait(
+            message,
+            conversation=conversation,
+            request=request,
+            stream=stream,
+            timeout=timeout,
+            images=images,
+            events=events,
+            stall_timeout=stall_timeout,
+            provider=provider,
+            model=model,
+            thinking=thinking,
+        )
+
+    async def prompt(
+        self,
+        message: str,
+        *,
+        conversation: str | None = None,
+        request: str | None = None,
+        stream: bool = False,
+        timeout: float | None = None,
+        images: list[dict[str, Any]] | None = None,
+        events: bool = False,
+        stall_timeout: float | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+        thinking: str | None = None,
+    ) -> Receipt:
+        """Submit (:meth:`submit_nowait`'s parameters) and wait for the receipt. Ends when it
+        comes (it always does); cancelled while it waits, it stops the prompt first."""
+        handle = self.submit_nowait(
+            message,
+            conversation=conversation,
+            request=request,
+            stream=stream,
+            timeout=timeout,
+            images=images,
+            events=events,
+            stall_timeout=stall_timeout,
+            provider=provider,
+            model=model,
+            thinking=thinking,
+        )
+        try:
+            return await handle.receipt()
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self.stop(handle.request)
+            raise
+
+    async def stop(self, request: str) -> str | None:
+        """Stop a prompt; returns at once. A waiting one is rejected (``cancelled``) without
+        touching an engine (None); a running one is stopped by its engine's bridge (the
+        abort's id, as :meth:`Bridge.stop <bridge.live.supervisor.Bridge.stop>` returns it)."""
+        handle = self._handles.get(request)
+        if handle is None:
+            return None
+        engine = self._engines.get(handle.engine) if handle.engine is not None else None
+        if engine is not None and engine.bridge is not None:
+            return await engine.bridge.stop(request)
+        self._drive(lambda: self.rules.stop(request, self.now()))
+        return None
+
+    def end_conversation(self, conversation: str) -> None:
+        """The conversation is over: its engine takes other prompts again (each starts afresh).
+        Returns at once."""
+        self._drive(lambda: self.rules.end_conversation(conversation, self.now()))
+
+    async def drain(self) -> None:
+        """Wait until every accepted prompt has its receipt. Ends when none is outstanding."""
+        while self.rules.outstanding:
+            await self._changed.wait()
+
+    # -- closing ------------------------------------------------------------------------------
+
+    def shutdown(self, drain_timeout: float | None = None) -> None:
+        """No new prompts (``rejected``/``closing``); the accepted ones run to their receipts
+        (past ``drain_timeout``: the waiting ones rejected ``closing``, the running ones
+        stopped, ``failed``/``timeout``); then every engine stops and the pool closes."""
+        if drain_timeout is not None and not _seconds(drain_timeout):
+            raise ValueError(f"drain_timeout must be a positive number of seconds, got {drain_timeout!r}")
+        self._drive(lambda: self.rules.shutdown(self.now(), drain_timeout))
+
+    def close_now(self) -> None:
+        """Begin closing at once: waiting prompts are rejected (``closing``), each engine's bridge
+        closes (its running prompt stopped, ``failed``/``closing``)."""
+        self._drive(lambda: self.rules.close(self.now()))
+
+    async def wait_closed(self) -> None:
+        """Wait until the pool has closed: every prompt has its receipt and no engine runs."""
+        await self._closed.wait()
+
+    async def aclose(self, *, drain: bool = False) -> None:
+        """Close: every accepted prompt gets its receipt, then every engine stops. ``drain=True``
+        works the queue off first. Ends when the pool has closed (each bridge's close is bounded
+        by its graces; the pool waits at most :data:`~bridge.live.supervisor.CLOSE_BACKSTOP` more)."""
+        if self._finished:
+            return
+        with trio.CancelScope(shield=True):
+            if drain:
+                self.shutdown()
+                await self.drain()
+            self.close_now()
+            bound = self.config.close_grace + self.config.stdin_grace + self.config.term_grace + CLOSE_BACKSTOP
+            with trio.move_on_after(2 * bound):
+                await self._closed.wait()
+            self._finished = True
+            self._heard.close()
+
+    # -- the one door into the rules --------------------------------------------------------
+
+    def _drive(self, door: Callable[[], list[PoolAction]]) -> None:
+        """Call one of the rules' doors and carry out its actions, in order; a door called
+        meanwhile waits its turn. From asyncio code (the pool as trio's guest) it is handed to
+        trio, in order."""
+        if not trio.lowlevel.in_trio_task():
+            try:
+                self._token.run_sync_soon(self._drive_in_trio, door)
+                return
+            except trio.RunFinishedError:
+                pass
+        self._drive_in_trio(door)
+
+    def _drive_in_trio(self, door: Callable[[], list[PoolAction]]) -> None:
+        self._doors.append(door)
+        if self._stepping:
+            return
+        self._stepping = True
+        try:
+            while self._doors:
+                for action in self._doors.popleft()():
+                    self._carriers[type(action)](action)
+        finally:
+            self._stepping = False
+        self._changed.set()
+        self._changed = trio.Event()
+
+    # -- carrying out actions -----------------------------------------------------------------
+
+    def _start_engine(self, action: StartEngine) -> None:
+        self._engines[action.engine] = _Engine(action.engine, self._journal_for(action.engine))
+        self._nursery.start_soon(self._run_engine, action.engine)
+
+    def _dispatch(self, action: Dispatch) -> None:
+        handle = self._handles[action.request]
+        bridge = self._engines[action.engine].bridge
+        assert bridge is not None  # the rules give prompts to open (idle) engines only
+        if action.fresh:
+            try:
+                bridge.new_conversation()
+            except RuntimeError:
+                pass  # the bridge is closing: it rejects the prompt ``closing`` itself
+        try:
+            inner = bridge.submit_nowait(handle.message, request=handle.request, **handle.options)
+        except (TypeError, ValueError) as e:  # checked at submit: not expected
+            self._doors.append(lambda: self.rules.settled(handle.request, self.now()))
+            self._settle(handle, self._rejected(handle, Reason.CONFIG, str(e)))
+            return
+        handle._attach(inner, action.engine)
+        self._nursery.start_soon(self._relay, handle, inner.receipt)
+
+    def _reject(self, action: Reject) -> None:
+        handle = self._handles.get(action.request)
+        if handle is not None:
+            receipt = self._rejected(handle, action.reason, action.detail)
+            self._settle(handle, receipt)
+            self._heard.notify(ReceiptNotice(receipt.request, receipt).to_json())
+
+    def _rejected(self, handle: PoolHandle, reason: Reason, detail: str | None) -> Receipt:
+        return Receipt(
+            handle.request,
+            State.REJECTED,
+            reason,
+            native_error=detail,
+            times=Times(submitted=handle.submitted, settled=self.now()),
+        )
+
+    def _settle(self, handle: PoolHandle, receipt: Receipt) -> None:
+        self._handles.pop(handle.request, None)
+        self._recent[handle.request] = receipt
+        while len(self._recent) > RECENT_IDS:
+            self._recent.popitem(last=False)
+        self.receipts_issued += 1
+        handle._settle(receipt)
+
+    def _stop_engine(self, action: StopEngine) -> None:
+        bridge = self._engines[action.engine].bridge if action.engine in self._engines else None
+        if bridge is None:
+            return  # not open (yet): the rules stop it when it has started, or it has failed
+        if action.drain_expired:
+            bridge.shutdown(EXPIRED_DRAIN)
+        else:
+            bridge.close_now()
+
+    # -- tasks --------------------------------------------------------------------------------
+
+    async def _relay(self, handle: PoolHandle, receipt: Callable[[], Any]) -> None:
+        """Wait for a given prompt's receipt (its bridge always settles it), then tell the rules.
+        Ends when the receipt has come."""
+        got: Receipt = await receipt()
+        self._settle(handle, got)
+        self._drive(lambda: self.rules.settled(handle.request, self.now()))
+
+    async def _run_engine(self, number: int) -> None:
+        """Engine ``number``: open its bridge, tell the rules, hold it open until it closes (the
+        rules stop it, or it closes on its own). Ends when its bridge has closed."""
+        engine = self._engines[number]
+        journal = engine.journal
+        try:
+            async with _open_on_trio(
+                _PoolEngineProfile(self.profile, number),
+                journal=journal if journal is not None else False,
+                config=self.config,
+                drain_on_exit=False,
+                collect=False,
+                start_engine=True,
+            ) as bridge:
+                engine.bridge = bridge
+                if bridge.journal is not None:
+                    self.journals[number] = bridge.journal.path
+                bridge.listeners.append(functools.partial(self._heard_from, number))
+                self._drive(lambda: self.rules.started(number, self.now()))
+                await bridge.wait_closed()
+                mine = self.rules.engines.get(number)
+                if mine is not None and mine.state != EngineState.STOPPING:
+                    # Closed on its own (its journal could not be written, say), not by the rules.
+                    why = bridge.journal_failed or bridge.down_reason or "its bridge closed"
+                    self._drive(lambda: self.rules.failed(number, f"engine {number}: {why}", self.now()))
+        except (ProfileError, JournalError) as e:
+            engine.error = e
+            why = str(e)
+            self._drive(lambda: self.rules.failed(number, why, self.now()))
+        finally:
+            engine.done.set()
+            engine.bridge = None
+            self._drive(lambda: self.rules.gone(number, self.now()))
+
+    def _heard_from(self, number: int, note: dict[str, Any]) -> None:
+        """What engine ``number``'s bridge tells, told on with its number; its ``engine``/``down``
+        (the crash limit, a refused set-up) is that engine's end for the rules (R9)."""
+        self._heard.notify({**note, "engine": number})
+        if note.get("type") == "engine" and note.get("event") == "down":
+            why = f"engine {number} went down: {note.get('why')}"
+            self._drive(lambda: self.rules.failed(number, why, self.now()))
+
+    def _journal_for(self, number: int) -> Path | None:
+        if self._folder is None:
+            return None
+        name = default_journal_path().stem
+        return self._folder / f"{name}-pool-engine-{number}.jsonl"
+
+    async def _clock(self) -> None:
+        """Tell the rules the time whenever their next deadline passes. Ends when the pool has closed."""
+        while not self._closed.is_set():
+            changed = self._changed
+            deadline = self.rules.next_deadline()
+            at = self._t0 + deadline if deadline is not None else math.inf
+            with trio.move_on_at(at):
+                await changed.wait()
+            if deadline is not None and trio.current_time() >= at:
+                self._drive(lambda: self.rules.tick(self.now()))
+
+    async def _opened(self) -> BaseException | None:
+        """Wait until the engines started at open are open (or one could not be). Returns the
+        first error, or None. Ends when none is starting, or one has failed."""
+        while self.rules.down is None and any(e.state == EngineState.STARTING for e in self.rules.engines.values()):
+            await self._changed.wait()
+        return next((e.error for e in self._engines.values() if e.error is not None), None)
+
+
+def _check(
+    message: Any,
+    stream: Any,
+    events: Any,
+    timeout: Any,
+    stall_timeout: Any,
+    images: Any,
+    provider: str | None,
+    model: str | None,
+    thinking: str | None,
+) -> None:
+    """:meth:`Bridge.submit_nowait <bridge.live.supervisor.Bridge.submit_nowait>`'s checks, made
+    at the pool's door (a prompt may wait before an engine's bridge sees it)."""
+    if not isinstance(message, str):
+        raise TypeError(f"message must be a str, not {type(message).__name__}")
+    for name, flag in (("stream", stream), ("events", events)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be True or False, not {flag!r}")
+    if timeout is not None and not _seconds(timeout):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if (
+        stall_timeout is not None
+        and (isinstance(stall_timeout, bool) or stall_timeout != 0)
+        and not _seconds(stall_timeout)
+    ):
+        raise ValueError(f"stall_timeout must be 0 (none) or a positive number of seconds, got {stall_timeout!r}")
+    if images is not None and not isinstance(images, list):
+        raise TypeError(f"images must be a list, not {type(images).__name__}")
+    problem = image_problem(images) if images else None
+    if problem is not None:
+        raise ValueError(problem)
+    Wanted(provider, model, thinking)
+
+
+@asynccontextmanager
+async def open_pool(
+    engine: EngineProfile,
+    *,
+    engines: int,
+    spares: int | None = None,
+    idle_timeout: float | None = None,
+    queue_max: int = 1024,
+    journal: str | Path | bool | None = True,
+    config: BridgeConfig | None = None,
+    drain_on_exit: bool = False,
+) -> AsyncIterator[Any]:
+    """Open a pool of up to ``engines`` engines on one profile; close it (every receipt settled,
+    every engine reaped) on exit. The same under trio and asyncio, as :func:`~bridge.live.api.open_bridge`.
+
+    Args:
+        engine: The engine profile every engine of the pool runs (as ``open_bridge``'s).
+        engines: The cap: at most this many engines at once (at least 1).
+        spares: Engines kept started and free, ready for the next prompt (default: all
+            ``engines``, started at open; 0: each engine is started by a prompt that needs it).
+        idle_timeout: Seconds an idle engine beyond the spares is kept; then it is stopped (a
+            conversation it held is told lost). None (the default): kept for ever.
+        queue_max: Prompts that may wait for an engine; one more is ``rejected``/``queue-full``.
+        journal: True (the default): one journal per engine in the default folder; a folder's
+            path: in it; False or None: none. Each is named ``...-pool-engine-N.jsonl`` for its
+            engine N, and its header says ``"pool": {"engine": N}``.
+        config: Each engine's bridge settings (:class:`~bridge.core.lifecycle.config.BridgeConfig`).
+        drain_on_exit: At the block's normal end, wait until every accepted prompt has its
+            receipt before closing (default: the running prompts are stopped).
+
+    Yields:
+        The open pool: a :class:`Pool` under trio, an :class:`~bridge.live.pool_aio.AsyncioPool` under asyncio.
+
+    Raises:
+        ProfileError: An engine started at open could not be (as ``open_bridge`` raises it),
+            after every engine is cleaned up.
+        JournalError: An engine's journal cannot be created.
+        ValueError: A bound out of range (``engines=0``, ...), or a bad ``journal``.
+        RuntimeError: Called outside ``trio.run`` or ``asyncio.run``.
+    """
+    rules = PoolRules(PoolConfig(engines=engines, spares=spares, idle_timeout=idle_timeout, queue_max=queue_max))
+
+    def opener() -> Any:
+        return _open_pool_on_trio(engine, rules, journal, config or BridgeConfig(), drain_on_exit)
+
+    try:
+        library = sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        raise RuntimeError(
+            "open_pool runs inside an async function under trio.run(main) or asyncio.run(main())"
+        ) from None
+    if library == "asyncio":
+        from bridge.live.aio import open_wrapped_on_asyncio
+        from bridge.live.pool_aio import AsyncioPool
+
+        async with open_wrapped_on_asyncio(opener, AsyncioPool) as on_asyncio:
+            yield on_asyncio
+    else:
+        async with opener() as pool:
+            yield pool
+
+
+@asynccontextmanager
+async def _open_pool_on_trio(
+    profile: EngineProfile, rules: PoolRules, journal: Any, config: BridgeConfig, drain_on_exit: bool
+) -> AsyncIterator[Pool]:
+    """:func:`open_pool` under trio (and, as trio's guest, under asyncio). Its exit ends when the
+    pool has closed."""
+    if journal is True:
+        folder: Path | None = default_journal_dir()
+    elif journal is False or journal is None:
+        folder = None
+    elif isinstance(journal, (str, os.PathLike)) and os.fspath(journal):
+        folder = Path(journal)
+    else:
+        raise ValueError(
+            f"journal: True (the default folder), a folder's path, or False/None for none; not {journal!r}"
+        )
+    profile = _hide_journals(profile, folder)
+    raised: BaseException | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            pool = Pool(nursery, profile, rules, folder, config)
+            nursery.start_soon(pool._clock)
+            try:
+                pool._drive(lambda: rules.open(pool.now()))
+                error = await pool._opened()
+                if error is not None:
+                    raise error
+                yield pool
+                if drain_on_exit:
+                    await pool.drain()
+            except BaseException as e:
+                raised = e
+                raise
+            finally:
+                await pool.aclose()
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # As open_bridge: what the block raised comes out as raised, not in a group of one.
+        if raised is None or group.exceptions != (raised,):
+            raise
+    else:
+        return
+    raise raised

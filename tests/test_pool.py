@@ -1,0 +1,313 @@
+"""The pool (issue 32: bridge/live/pool.py) with real engine processes: the fake engine for
+routing, affinity, spares, reaping, the caps and closing (fast, and able to hang a run until it
+is stopped), and one test through the real pinned Pi and the scripted model server. The rules
+themselves are tests/test_pool_rules.py's, without processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from bridge import CommandProfile, ProfileError, Reason, State, open_pool
+from bridge.core.receipts import Receipt
+from bridge.demo.model_server import start_server
+from bridge.demo.model_server.server import models_json
+from bridge.live.pool import Pool
+from bridge.live.pool_aio import AsyncioPool
+from bridge.profiles.command import Launch
+from bridge.profiles.pi import scripted_profile
+from bridge.readers.replay import replay
+from tests.helpers_live import ServeProc, fake_engine_argv, fast_config, leftovers, read_journal
+
+HANG = CommandProfile(fake_engine_argv({"defaults": {"hang": True}}))
+QUICK = CommandProfile(fake_engine_argv({}))
+
+
+def pids(pool: Pool) -> list[int]:
+    return [b.engine.pid for b in pool.engines.values() if b.engine is not None]
+
+
+def sends(journal: Path) -> list[dict[str, Any]]:
+    return [e["send"] for e in read_journal(journal) if "send" in e]
+
+
+async def next_event(channel: trio.MemoryReceiveChannel[dict[str, Any]], event: str) -> dict[str, Any]:
+    """The next pool notice ``event``; bounded, so a pool that never says it fails the test."""
+    with trio.fail_after(30):
+        async for note in channel:
+            if note.get("type") == "pool" and note.get("event") == event:
+                return note
+    raise AssertionError(f"the pool closed without {event!r}")
+
+
+def test_prompts_go_to_idle_engines_wait_when_all_are_busy_and_a_stop_frees_one() -> None:
+    async def main() -> tuple[list[Receipt], dict[str, Any], list[int], list[str]]:
+        async with open_pool(HANG, engines=2, journal=False, config=fast_config()) as pool:
+            assert isinstance(pool, Pool) and sorted(pool.engines) == [1, 2], "both started at open"
+            engine_pids = pids(pool)
+            hs = [await pool.submit(f"task {k}", events=k == 2) for k in range(4)]
+            status = pool.status()["pool"]
+            assert await pool.stop("p4") is None, "a waiting prompt is cancelled by the pool"
+            assert await pool.stop("p1") is not None, "a running one by its engine's bridge"
+            r1 = await hs[0].receipt()
+            with trio.fail_after(30):  # until p3 runs on the engine p1's stop freed
+                async for _ in hs[2].events():
+                    break
+            taken = [h.engine for h in hs]
+            for h in hs[1:3]:
+                await h.stop()
+            receipts = [await h.receipt() for h in hs]
+            assert receipts[0] is r1
+            return receipts, status, engine_pids, [str(t) for t in taken]
+
+    receipts, status, engine_pids, taken = trio.run(main)
+    assert sorted(status["running"].values()) == [1, 2] and status["waiting"] == ["p3", "p4"]
+    assert [(r.state, r.reason) for r in receipts] == [
+        (State.FAILED, Reason.INTERRUPTED),
+        (State.FAILED, Reason.INTERRUPTED),
+        (State.FAILED, Reason.INTERRUPTED),
+        (State.REJECTED, Reason.CANCELLED),
+    ]
+    assert taken[2] == taken[0], "p3 went to the engine p1's stop freed"
+    assert taken[3] == "None" and receipts[3].pid is None, "p4 never reached an engine"
+    assert all(leftovers(pid) == [] for pid in engine_pids)
+
+
+def test_a_conversation_keeps_its_engine_and_a_stranger_never_reads_it(tmp_path: Path) -> None:
+    async def main() -> tuple[list[Any], dict[int, Path]]:
+        async with open_pool(QUICK, engines=2, journal=tmp_path, config=fast_config()) as pool:
+            out = []
+            for k, conversation in enumerate(["a", None, "a", "b", None, "a", "b"]):
+                handle = await pool.submit(f"m{k}", conversation=conversation)
+                receipt = await handle.receipt()
+                out.append((conversation, handle.engine, receipt.state, receipt.pid))
+            return out, dict(pool.journals)
+
+    seen, journals = trio.run(main)
+    assert all(state is State.FINISHED for _, _, state, _ in seen)
+    engine_of = {c: {e for cc, e, _, _ in seen if cc == c} for c in ("a", "b")}
+    assert len(engine_of["a"]) == 1 and len(engine_of["b"]) == 1 and engine_of["a"] != engine_of["b"]
+    assert len({pid for c, _, _, pid in seen if c == "a"}) == 1, "one engine process for all of a"
+    assert sorted(journals) == [1, 2]
+    for number, path in journals.items():
+        assert path.name.endswith(f"-pool-engine-{number}.jsonl") and path.parent == tmp_path
+        assert read_journal(path)[0]["pool"] == {"engine": number}
+
+
+def test_a_stranger_on_a_used_engine_starts_afresh_and_a_conversation_goes_on(tmp_path: Path) -> None:
+    async def main() -> dict[int, Path]:
+        async with open_pool(QUICK, engines=1, journal=tmp_path, config=fast_config()) as pool:
+            for text, conversation in [("a1", "a"), ("a2", "a")]:
+                assert (await pool.prompt(text, conversation=conversation)).state is State.FINISHED
+            pool.end_conversation("a")
+            for text in ("x1", "x2"):
+                assert (await pool.prompt(text)).state is State.FINISHED
+            return dict(pool.journals)
+
+    journals = trio.run(main)
+    order = [s.get("message", s["type"]) for s in sends(journals[1]) if s["type"] in ("prompt", "new_session")]
+    assert order == ["a1", "a2", "new_session", "x1", "new_session", "x2"]
+
+
+def test_spares_are_kept_warm_and_idle_engines_beyond_them_are_reaped() -> None:
+    async def main() -> tuple[list[int], list[int], list[int]]:
+        async with open_pool(QUICK, engines=3, spares=1, idle_timeout=0.2, journal=False, config=fast_config()) as pool:
+            heard = pool.signals()
+            at_open = sorted(pool.engines)
+            hs = [await pool.submit(f"t{k}", timeout=30) for k in range(3)]
+            for h in hs:
+                assert (await h.receipt()).state is State.FINISHED
+            used = sorted({h.engine for h in hs if h.engine is not None})
+            before = pids(pool)
+            reaped = [(await next_event(heard, "engine-reaped"))["engine"]]
+            while sum(e.state != "stopping" for e in pool.rules.engines.values()) > 1:
+                reaped.append((await next_event(heard, "engine-reaped"))["engine"])
+            with trio.fail_after(30):
+                while len(pool.engines) > 1:
+                    await trio.sleep(0.01)
+            assert len(pool.engines) == 1, "one spare stays"
+            return at_open, used, [p for p in before if p not in pids(pool)]
+
+    at_open, used, gone = trio.run(main)
+    assert at_open == [1], "spares=1: one engine at open"
+    assert len(used) >= 2, "a busy spare is replaced, and the next prompt takes the new one"
+    assert gone and all(leftovers(pid) == [] for pid in gone)
+
+
+def test_the_queue_cap_rejects_and_closing_settles_every_prompt_and_reaps_every_engine() -> None:
+    async def main() -> tuple[list[Receipt], list[int], Receipt]:
+        async with open_pool(HANG, engines=1, queue_max=1, journal=False, config=fast_config()) as pool:
+            hs = [await pool.submit(f"t{k}") for k in range(3)]
+            engine_pids = pids(pool)
+            assert (await hs[2].receipt()).reason is Reason.QUEUE_FULL
+        late = await pool.prompt("after close")
+        return [await h.receipt() for h in hs], engine_pids, late
+
+    receipts, engine_pids, late = trio.run(main)
+    assert [(r.state, r.reason) for r in receipts] == [
+        (State.FAILED, Reason.CLOSING),
+        (State.REJECTED, Reason.CLOSING),
+        (State.REJECTED, Reason.QUEUE_FULL),
+    ]
+    assert (late.state, late.reason) == (State.REJECTED, Reason.CLOSING)
+    assert engine_pids and all(leftovers(pid) == [] for pid in engine_pids)
+
+
+def test_a_drain_runs_every_accepted_prompt_before_the_pool_closes() -> None:
+    async def main() -> list[Receipt]:
+        async with open_pool(QUICK, engines=2, spares=0, journal=False, drain_on_exit=True) as pool:
+            hs = [await pool.submit(f"t{k}") for k in range(5)]
+        return [await h.receipt() for h in hs]
+
+    assert [r.state for r in trio.run(main)] == [State.FINISHED] * 5
+
+
+def test_an_engine_down_for_its_crash_limit_leaves_the_pool_and_then_the_pool_rejects() -> None:
+    crashing = CommandProfile(fake_engine_argv({"defaults": {"crash_at": 1}}))
+
+    async def main() -> tuple[list[Receipt], Receipt, list[dict[str, Any]], list[int]]:
+        async with open_pool(crashing, engines=2, journal=False, config=fast_config(crash_limit=1)) as pool:
+            heard = pool.signals()
+            engine_pids = pids(pool)
+            receipts = [await pool.prompt(f"t{k}") for k in range(4)]
+            assert pool.rules.down is not None
+            last = await pool.prompt("none left")
+            notes = []
+            while True:
+                try:
+                    notes.append(heard.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            return receipts, last, notes, engine_pids
+
+    receipts, last, notes, engine_pids = trio.run(main)
+    # Each engine: its first prompt crashes it; its bridge finds itself down at the next one.
+    assert sorted((r.state, r.reason) for r in receipts) == [
+        (State.DELIVERY_UNKNOWN, Reason.ENGINE_EXITED),
+        (State.DELIVERY_UNKNOWN, Reason.ENGINE_EXITED),
+        (State.REJECTED, Reason.ENGINE_DOWN),
+        (State.REJECTED, Reason.ENGINE_DOWN),
+    ]
+    assert (last.state, last.reason, last.pid) == (State.REJECTED, Reason.ENGINE_DOWN, None), "the pool's own"
+    assert "went down" in (last.native_error or "")
+    downs = sorted(n["engine"] for n in notes if n.get("type") == "pool" and n.get("event") == "engine-down")
+    assert downs == [1, 2]
+    assert all(leftovers(pid) == [] for pid in engine_pids)
+
+
+class Refused:
+    """A profile whose engines cannot be prepared."""
+
+    name = "refused"
+
+    def prepare(self) -> Launch:
+        raise ProfileError("no engine here")
+
+
+def test_an_engine_that_cannot_be_prepared_is_an_error_at_open_or_a_receipt_later() -> None:
+    async def at_open() -> None:
+        async with open_pool(Refused(), engines=2, journal=False):
+            raise AssertionError("the block does not run")
+
+    with pytest.raises(ProfileError, match="no engine here"):
+        trio.run(at_open)
+
+    async def later() -> Receipt:
+        async with open_pool(Refused(), engines=2, spares=0, journal=False) as pool:
+            return await pool.prompt("hi")
+
+    receipt = trio.run(later)
+    assert (receipt.state, receipt.reason, receipt.native_error) == (
+        State.REJECTED,
+        Reason.ENGINE_DOWN,
+        "no engine here",
+    )
+
+
+def test_the_pool_under_asyncio_streams_and_settles_every_prompt(tmp_path: Path) -> None:
+    async def main() -> tuple[str, list[Receipt], list[int]]:
+        async with open_pool(QUICK, engines=2, journal=tmp_path) as pool:
+            assert isinstance(pool, AsyncioPool)
+            first = await pool.submit("streamed", stream=True)
+            rest = [await pool.submit(f"t{k}", conversation="c") for k in range(3)]
+            text = "".join([piece async for piece in first.text()])
+            receipts = [await first.receipt()] + [await h.receipt() for h in rest]
+            return text, receipts, sorted({h.engine for h in rest if h.engine is not None})
+
+    text, receipts, conversation_engines = asyncio.run(main())
+    assert text == "ok: streamed"
+    assert [r.state for r in receipts] == [State.FINISHED] * 4
+    assert len(conversation_engines) == 1
+    assert len(list(tmp_path.glob("*-pool-engine-*.jsonl"))) == 2
+
+
+def test_four_prompts_over_two_real_pinned_pis_get_four_finished_receipts(pinned_pi: object, tmp_path: Path) -> None:
+    server = start_server([])
+    models = tmp_path / "models.json"
+    models.write_text(json.dumps(models_json(server.base_url)))
+
+    async def main() -> tuple[list[Receipt], dict[int, Path]]:
+        async with open_pool(scripted_profile(str(models)), engines=2, journal=tmp_path / "journals") as pool:
+            hs = [await pool.submit(f"prompt {k}") for k in range(4)]
+            return [await h.receipt() for h in hs], dict(pool.journals)
+
+    try:
+        receipts, journals = trio.run(main)
+    finally:
+        server.close()
+    assert [(r.request, r.state) for r in receipts] == [(f"p{k}", State.FINISHED) for k in range(1, 5)]
+    assert all(r.reply for r in receipts)
+    assert sorted(journals) == [1, 2] and len({r.pid for r in receipts}) == 2
+    replayed = {}
+    for path in journals.values():
+        for r in replay(str(path)).receipts:
+            replayed[r.request] = r.state
+    assert replayed == {f"p{k}": State.FINISHED for k in range(1, 5)}, "each journal holds its engine's receipts"
+
+
+def test_serve_with_engines_routes_conversations_and_names_each_line_s_engine(tmp_path: Path) -> None:
+    async def main() -> tuple[list[dict[str, Any]], int | None, list[dict[str, Any]]]:
+        sp = await ServeProc.start(tmp_path, fake_engine_argv({}), "--engines", "2", "--no-journal")
+        for line in [
+            {"type": "prompt", "id": "a1", "message": "one", "conversation": "a"},
+            {"type": "prompt", "id": "x1", "message": "two"},
+            {"type": "prompt", "id": "a2", "message": "three", "conversation": "a"},
+            {"type": "configure", "thinking": "low"},
+            {"type": "status"},
+        ]:
+            await sp.send(line)
+        await sp.close_stdin()
+        while await sp.next(timeout=30) is not None:
+            pass
+        with trio.fail_after(30):
+            await sp.proc.wait()
+        single = await ServeProc.start(tmp_path, fake_engine_argv({}), "--no-journal")
+        await single.send({"type": "prompt", "id": "c1", "message": "hi", "conversation": "a"})
+        await single.close_stdin()
+        while await single.next(timeout=30) is not None:
+            pass
+        with trio.fail_after(30):
+            await single.proc.wait()
+        return sp.lines, sp.proc.returncode, single.lines
+
+    lines, status, single = trio.run(main)
+    assert status == 0 and lines[0]["type"] == "ready" and lines[-1] == {"type": "bye", "receipts": 3}
+    receipts = {line["id"]: line for line in lines if line["type"] == "receipt"}
+    assert sorted(receipts) == ["a1", "a2", "x1"]
+    assert all(line["receipt"]["state"] == "finished" for line in receipts.values())
+    assert receipts["a1"]["engine"] == receipts["a2"]["engine"] in (1, 2)
+    assert receipts["a1"]["receipt"]["pid"] == receipts["a2"]["receipt"]["pid"]
+    errors = [line for line in lines if line["type"] == "error"]
+    assert len(errors) == 1 and errors[0]["line"] == 4 and "--engines" in errors[0]["error"]
+    assert [line["type"] for line in lines if line["type"] == "status"] == ["status"]
+    assert [line["event"] for line in lines if line["type"] == "pool"] == ["engine-stopped"] * 2, (
+        "(started before ready)"
+    )
+    refused = [line for line in single if line["type"] == "error"]
+    assert len(refused) == 1 and "--engines" in refused[0]["error"]
+    assert not [line for line in single if line["type"] == "receipt"], "not accepted: no receipt owed"

@@ -1,0 +1,291 @@
+"""The pool's rules (bridge/core/pool.py), without processes: a fake clock, inputs fed, actions
+read. One test per rule (R1-R11 in the module's opening comment)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bridge.core.pool import (
+    Closed,
+    Dispatch,
+    Notice,
+    PoolAction,
+    PoolConfig,
+    PoolRules,
+    Reject,
+    StartEngine,
+    StopEngine,
+)
+from bridge.core.words import Reason
+
+
+def of(kind: type, actions: list[PoolAction]) -> list[Any]:
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def events(actions: list[PoolAction]) -> list[str]:
+    return [a.payload["event"] for a in of(Notice, actions)]
+
+
+def ready(config: PoolConfig, now: float = 0.0) -> PoolRules:
+    """A pool whose engines at open have all started."""
+    rules = PoolRules(config)
+    for start in of(StartEngine, rules.open(now)):
+        rules.started(start.engine, now)
+    return rules
+
+
+def test_r5_spares_start_at_open_and_default_to_every_engine() -> None:
+    assert [a.engine for a in of(StartEngine, PoolRules(PoolConfig(engines=3)).open(0))] == [1, 2, 3]
+    assert [a.engine for a in of(StartEngine, PoolRules(PoolConfig(engines=3, spares=1)).open(0))] == [1]
+    assert of(StartEngine, PoolRules(PoolConfig(engines=3, spares=0)).open(0)) == []
+
+
+def test_r5_a_busy_spare_is_replaced_while_the_cap_allows() -> None:
+    rules = ready(PoolConfig(engines=2, spares=1))
+    actions = rules.submit("p1", None, 1.0)
+    assert of(Dispatch, actions) == [Dispatch("p1", 1, False)]
+    assert of(StartEngine, actions) == [StartEngine(2)]
+    rules.started(2, 1.5)
+    assert of(StartEngine, rules.submit("p2", None, 2.0)) == [], "the cap: two engines"
+
+
+def test_r1_a_prompt_goes_to_an_idle_engine_the_most_recently_used() -> None:
+    rules = ready(PoolConfig(engines=3))
+    assert of(Dispatch, rules.submit("p1", None, 1)) == [Dispatch("p1", 3, False)]  # all idle since 0: highest
+    assert of(Dispatch, rules.submit("p2", None, 1)) == [Dispatch("p2", 2, False)]
+    rules.settled("p2", 2)
+    rules.settled("p1", 3)
+    assert of(Dispatch, rules.submit("p3", None, 4)) == [Dispatch("p3", 3, True)], "used at 3, after engine 2"
+
+
+def test_r1_prompts_wait_in_order_when_every_engine_is_busy() -> None:
+    rules = ready(PoolConfig(engines=1))
+    rules.submit("p1", None, 0)
+    assert rules.submit("p2", None, 0) == [] and rules.submit("p3", None, 0) == []
+    assert [w.request for w in rules.waiting] == ["p2", "p3"]
+    assert of(Dispatch, rules.settled("p1", 1)) == [Dispatch("p2", 1, True)]
+    assert of(Dispatch, rules.settled("p2", 2)) == [Dispatch("p3", 1, True)]
+
+
+def test_r2_a_prompt_on_a_used_engine_is_fresh_unless_it_continues_its_conversation() -> None:
+    rules = ready(PoolConfig(engines=1))
+    assert of(Dispatch, rules.submit("p1", "a", 0)) == [Dispatch("p1", 1, False)], "a new engine: nothing to clear"
+    rules.settled("p1", 1)
+    assert of(Dispatch, rules.submit("p2", "a", 1)) == [Dispatch("p2", 1, False)], "its own conversation goes on"
+    rules.settled("p2", 2)
+    rules.end_conversation("a", 2)
+    assert of(Dispatch, rules.submit("p3", None, 3)) == [Dispatch("p3", 1, True)], "no stranger reads a's context"
+
+
+def test_r3_a_conversation_keeps_its_engine_and_waits_for_it_while_others_pass() -> None:
+    rules = ready(PoolConfig(engines=2))
+    assert of(Dispatch, rules.submit("a1", "a", 0)) == [Dispatch("a1", 2, False)]
+    assert rules.submit("a2", "a", 0) == [], "a's engine is busy: a2 waits for it"
+    assert of(Dispatch, rules.submit("x", None, 0)) == [Dispatch("x", 1, False)], "a stranger passes"
+    rules.settled("x", 1)
+    assert of(Dispatch, rules.submit("b1", "b", 1)) == [Dispatch("b1", 1, True)]
+    assert of(Dispatch, rules.settled("a1", 2)) == [Dispatch("a2", 2, False)]
+    assert rules.held == {"a": 2, "b": 1}
+
+
+def test_r3_the_order_of_a_conversation_is_kept_when_it_has_no_engine_yet() -> None:
+    rules = ready(PoolConfig(engines=1))
+    rules.submit("x", None, 0)
+    rules.submit("a1", "a", 0)
+    rules.submit("a2", "a", 0)
+    assert of(Dispatch, rules.settled("x", 1)) == [Dispatch("a1", 1, True)], "a2 waits behind a1, not beside it"
+    assert of(Dispatch, rules.settled("a1", 2)) == [Dispatch("a2", 1, False)]
+
+
+def test_r3_an_engine_that_ends_loses_its_conversation_and_says_so() -> None:
+    rules = ready(PoolConfig(engines=2, spares=0))
+    rules.submit("a1", "a", 0)  # no engine: one starts
+    rules.started(1, 0)
+    rules.settled("a1", 1)
+    actions = rules.gone(1, 2)
+    assert events(actions) == ["engine-stopped", "conversation-lost"]
+    assert of(Notice, actions)[1].payload["conversation"] == "a" and rules.held == {}
+
+
+def test_r4_an_engine_starts_for_each_prompt_no_engine_can_take_up_to_the_cap() -> None:
+    rules = PoolRules(PoolConfig(engines=2, spares=0))
+    assert rules.open(0) == []
+    assert of(StartEngine, rules.submit("p1", None, 0)) == [StartEngine(1)]
+    assert of(StartEngine, rules.submit("p2", None, 0)) == [StartEngine(2)]
+    assert of(StartEngine, rules.submit("p3", None, 0)) == [], "the cap"
+    assert of(Dispatch, rules.started(2, 1)) == [Dispatch("p1", 2, False)]
+    assert of(Dispatch, rules.started(1, 1)) == [Dispatch("p2", 1, False)]
+    assert of(Dispatch, rules.settled("p1", 2)) == [Dispatch("p3", 2, True)]
+
+
+def test_r4_a_conversation_waiting_for_its_busy_engine_starts_nothing() -> None:
+    rules = PoolRules(PoolConfig(engines=3, spares=0))
+    rules.submit("a1", "a", 0)
+    rules.started(1, 0)
+    assert of(StartEngine, rules.submit("a2", "a", 0)) == []
+    assert of(StartEngine, rules.submit("b1", "b", 0)) == [StartEngine(2)]
+    assert of(StartEngine, rules.submit("b2", "b", 0)) == [], "b's first prompt has a start coming"
+
+
+def test_r6_at_the_cap_the_longest_idle_conversation_gives_its_engine_up() -> None:
+    rules = ready(PoolConfig(engines=2))
+    rules.submit("a1", "a", 0)
+    rules.submit("b1", "b", 0)
+    rules.settled("a1", 1)
+    rules.settled("b1", 2)
+    actions = rules.submit("c1", "c", 3)
+    assert events(actions) == ["conversation-lost"]
+    assert of(Notice, actions)[0].payload["conversation"] == "a"
+    assert of(Dispatch, actions) == [Dispatch("c1", rules.held["c"], True)]
+    assert "a" not in rules.held and rules.held["b"] != rules.held["c"]
+
+
+def test_r6_no_eviction_while_a_start_is_coming() -> None:
+    rules = ready(PoolConfig(engines=2, spares=1))
+    rules.submit("a1", "a", 0)  # engine 1; engine 2 starts as the spare
+    rules.settled("a1", 1)
+    assert events(rules.submit("b1", "b", 2)) == [], "engine 2 is starting: b1 waits for it"
+
+
+def test_r7_an_idle_engine_beyond_the_spares_is_reaped_at_its_idle_timeout() -> None:
+    rules = ready(PoolConfig(engines=3, spares=1, idle_timeout=10))
+    rules.submit("p1", None, 0)  # engine 1, engine 2 starts
+    rules.started(2, 0)
+    rules.submit("p2", None, 0)  # engine 2, engine 3 starts
+    rules.started(3, 0)
+    rules.settled("p1", 1)
+    rules.settled("p2", 2)
+    # Idle since: engine 3 at 0 (it never ran), engine 1 at 1, engine 2 at 2 (the kept spare).
+    assert rules.next_deadline() == 10
+    assert of(StopEngine, rules.tick(9.5)) == []
+    actions = rules.tick(10)
+    assert of(StopEngine, actions) == [StopEngine(3)] and "engine-reaped" in events(actions)
+    assert rules.next_deadline() == 11
+    assert of(StopEngine, rules.tick(11)) == [StopEngine(1)]
+    assert rules.next_deadline() is None, "engine 2, the one spare, stays"
+    rules.gone(1, 12)
+    rules.gone(3, 12)
+    assert [e.number for e in rules.engines.values()] == [2]
+
+
+def test_r7_without_an_idle_timeout_nothing_is_reaped() -> None:
+    rules = ready(PoolConfig(engines=2, spares=0))
+    assert rules.next_deadline() is None and of(StopEngine, rules.tick(1e9)) == []
+
+
+def test_r7_reaping_an_engine_loses_its_conversation_and_says_so() -> None:
+    rules = PoolRules(PoolConfig(engines=1, spares=0, idle_timeout=5))
+    rules.submit("a1", "a", 0)
+    rules.started(1, 0)
+    rules.settled("a1", 1)
+    actions = rules.tick(6)
+    assert events(actions) == ["conversation-lost", "engine-reaped"] and rules.held == {}
+
+
+def test_r8_a_full_queue_rejects_but_a_prompt_an_idle_engine_takes_is_never_queued() -> None:
+    rules = ready(PoolConfig(engines=2, queue_max=0))
+    assert of(Dispatch, rules.submit("p1", None, 0)) != []
+    assert of(Dispatch, rules.submit("p2", None, 0)) != []
+    assert rules.submit("p3", None, 0) == [Reject("p3", Reason.QUEUE_FULL)]
+    rules = ready(PoolConfig(engines=1, queue_max=1))
+    rules.submit("p1", None, 0)
+    assert rules.submit("p2", None, 0) == []
+    assert rules.submit("p3", None, 0) == [Reject("p3", Reason.QUEUE_FULL)]
+
+
+def test_r9_an_engine_that_cannot_start_stops_the_starts_and_rejects_what_has_no_engine() -> None:
+    rules = PoolRules(PoolConfig(engines=2, spares=0))
+    rules.submit("p1", None, 0)
+    rules.submit("p2", None, 0)
+    assert of(Reject, rules.failed(1, "seal check failed", 1)) == [], "engine 2 may still start"
+    assert rules.down == "seal check failed"
+    actions = rules.failed(2, "seal check failed", 1)
+    assert of(Reject, actions) == [
+        Reject("p1", Reason.ENGINE_DOWN, "seal check failed"),
+        Reject("p2", Reason.ENGINE_DOWN, "seal check failed"),
+    ]
+    assert rules.submit("p3", None, 2) == [Reject("p3", Reason.ENGINE_DOWN, "seal check failed")]
+
+
+def test_r9_a_down_engine_leaves_the_others_working() -> None:
+    rules = ready(PoolConfig(engines=2))
+    assert of(Dispatch, rules.submit("p1", None, 0)) == [Dispatch("p1", 2, False)]
+    actions = rules.failed(1, "crash limit", 1)
+    assert of(StopEngine, actions) == [StopEngine(1)]
+    rules.gone(1, 1)
+    assert rules.submit("p2", None, 1) == [], "down: no new engine, p2 waits for engine 2"
+    assert of(Dispatch, rules.settled("p1", 2)) == [Dispatch("p2", 2, True)]
+
+
+def test_r10_close_rejects_the_waiting_stops_every_engine_and_closes_when_all_is_settled() -> None:
+    rules = ready(PoolConfig(engines=2, spares=1))
+    rules.submit("p1", None, 0)  # engine 1; engine 2 starts
+    rules.submit("p2", None, 0)  # waits for engine 2
+    actions = rules.close(1)
+    assert of(Reject, actions) == [Reject("p2", Reason.CLOSING)]
+    assert of(StopEngine, actions) == [StopEngine(1)]
+    assert of(StopEngine, rules.started(2, 1)) == [StopEngine(2)], "it started while closing"
+    assert rules.submit("p3", None, 1) == [Reject("p3", Reason.CLOSING)]
+    rules.gone(1, 2)
+    rules.gone(2, 2)
+    assert of(Closed, rules.settled("p1", 2)) == [Closed()], "closed once p1 has its receipt"
+    assert rules.close(3) == [] and rules.tick(4) == []
+
+
+def test_r10_shutdown_runs_the_accepted_prompts_then_closes() -> None:
+    rules = ready(PoolConfig(engines=1))
+    rules.submit("p1", None, 0)
+    rules.submit("p2", None, 0)
+    assert of(StopEngine, rules.shutdown(1)) == []
+    assert rules.submit("p3", None, 1) == [Reject("p3", Reason.CLOSING)]
+    assert of(Dispatch, rules.settled("p1", 2)) == [Dispatch("p2", 1, True)]
+    assert of(StopEngine, rules.settled("p2", 3)) == [StopEngine(1)]
+    assert of(Closed, rules.gone(1, 4)) == [Closed()]
+
+
+def test_r10_a_drain_past_its_bound_stops_the_running_prompts_as_timed_out() -> None:
+    rules = ready(PoolConfig(engines=2))
+    rules.submit("p1", None, 0)
+    rules.submit("p2", None, 0)
+    rules.submit("p3", None, 0)
+    rules.shutdown(1, drain_timeout=5)
+    assert rules.next_deadline() == 6
+    actions = rules.tick(6)
+    assert of(Reject, actions) == [Reject("p3", Reason.CLOSING)]
+    assert sorted(a.engine for a in of(StopEngine, actions)) == [1, 2]
+    assert all(a.drain_expired for a in of(StopEngine, actions))
+
+
+def test_r11_a_waiting_prompt_stopped_is_rejected_cancelled_and_a_running_one_is_left_to_its_bridge() -> None:
+    rules = ready(PoolConfig(engines=1))
+    rules.submit("p1", None, 0)
+    rules.submit("p2", None, 0)
+    assert rules.stop("p2", 1) == [Reject("p2", Reason.CANCELLED)]
+    assert rules.stop("p1", 1) == [] and rules.running == {"p1": 1}
+    assert of(Dispatch, rules.settled("p1", 2)) == [], "p2 was cancelled"
+
+
+def test_the_same_inputs_give_the_same_actions() -> None:
+    def script() -> list[PoolAction]:
+        rules = PoolRules(PoolConfig(engines=3, spares=1, idle_timeout=4))
+        out = rules.open(0)
+        for k, (conversation, at) in enumerate([("a", 0), (None, 0), ("b", 1), ("a", 1), (None, 2)]):
+            out += rules.submit(f"p{k}", conversation, at)
+        out += rules.started(1, 2) + rules.started(2, 2) + rules.started(3, 3)
+        for request in list(rules.running):
+            out += rules.settled(request, 4)
+        return out + rules.tick(9) + rules.close(10)
+
+    assert script() == script()
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"engines": 0}, {"engines": True}, {"engines": 2, "spares": -1}, {"idle_timeout": 0}, {"queue_max": -1}],
+)
+def test_a_bad_bound_is_refused(kw: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        PoolConfig(**kw)
