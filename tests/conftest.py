@@ -88,6 +88,8 @@ STARTED_FIRST = (
     "tests/test_diagnose.py::test_html_renders_in_headless_chromium",
     "tests/test_lifecycle.py::TestLifecycleMachine",
     "tests/test_fuzz.py::test_controller_lines_get_a_command_or_a_named_error",
+    # One Ray test cluster for the module (~45 s): its tests together, in one worker.
+    "tests/test_ray.py",
 )
 
 

@@ -71,12 +71,15 @@ EXAMPLES: list[tuple[int, Facts, tuple[str, str | None]]] = [
         Facts(tracker=("outcome-unknown", "unrecognised-stop-reason"), stop_by="timeout", aborted=True),
         ("outcome-unknown", "unrecognised-stop-reason"),
     ),
+    (12, Facts(tracker=("finished", None), lost=True), ("finished", None)),
+    (13, Facts(lost=True, working=True), ("outcome-unknown", "node-lost")),
+    (14, Facts(lost=True), ("delivery-unknown", "node-lost")),
 ]
 
 
 def test_the_table_has_every_row_and_only_those() -> None:
-    assert sorted(table_rows()) == list(range(1, 13))
-    assert {row for row, _, _ in EXAMPLES} == set(range(1, 13))
+    assert sorted(table_rows()) == list(range(1, 15))
+    assert {row for row, _, _ in EXAMPLES} == set(range(1, 15))
 
 
 @pytest.mark.parametrize(

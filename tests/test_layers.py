@@ -5,7 +5,8 @@
   trio, never a clock, a file, a process or a socket, and never the layers above it.
 - ``bridge.transcript`` is the format: it may use the core, never the live layer or the readers.
 - ``bridge.readers`` read files: no trio, no live bridge.
-- ``bridge.live`` and ``bridge.controller`` may use everything below them, never the readers.
+- ``bridge.live`` and ``bridge.controller`` may use everything below them, never the readers;
+  ``bridge.ray`` (the Ray pool) likewise, and not the controllers either.
 - ``bridge.demo`` (the showcase) drives the live bridge through the Python API, not the controller
   protocol; nothing below the CLI imports it. Its scripted model server is stdlib only: it ships in
   the package for ``bridge demo`` and runs as ``tools/model_server.py`` with no install at all.
@@ -84,8 +85,10 @@ FORBIDDEN = {
     ),
     "readers": ("bridge.live", "bridge.controller", "bridge.cli", "bridge.demo"),
     "profiles": ("bridge.live", "bridge.controller", "bridge.readers", "bridge.cli", "bridge.demo"),
-    "live": ("bridge.readers", "bridge.controller", "bridge.cli", "bridge.demo"),
+    "live": ("bridge.readers", "bridge.controller", "bridge.cli", "bridge.demo", "bridge.ray"),
     "controller": ("bridge.readers", "bridge.cli", "bridge.demo"),
+    # The Ray pool (bridge/ray/): the live layer across machines; nothing below it imports it.
+    "ray": ("bridge.readers", "bridge.controller", "bridge.cli", "bridge.demo", "bridge.testing"),
     "demo": ("bridge.controller",),
     "testing": ("bridge.controller", "bridge.cli", "bridge.demo.showcase"),
 }

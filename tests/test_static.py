@@ -19,6 +19,7 @@ RUFF_PATHS = [
     "tests",
     "tools",
     "tools/bench",
+    "tools/bench_ray",
     "tools/bench_startup",
     "tools/fuzz",
     "tools/record",

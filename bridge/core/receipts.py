@@ -12,10 +12,10 @@ failed              ``timeout``, ``closing``, ``stalled``: aborted by the bridge
                     (the prompt's timeout or the drain bound; closing; a stall)
 rejected            ``engine``, ``queue-full``, ``cancelled``, ``closing``,
                     ``engine-down``, ``config``: certainly not delivered
-delivery-unknown    ``ack-without-start``, ``no-ack``, ``engine-exited``
+delivery-unknown    ``ack-without-start``, ``no-ack``, ``engine-exited``, ``node-lost``
 outcome-unknown     the seed's ``aborted-without-stop``, ``no-final-assistant-message``,
                     ``unrecognised-stop-reason``; the bridge's ``overlap``, ``gap``,
-                    ``disposition``, ``engine-exited``, ``settle-timeout``
+                    ``disposition``, ``engine-exited``, ``settle-timeout``, ``node-lost``
 pending             replay only: the transcript does not finish the prompt's story
 ==================  ===============================================================
 
@@ -44,7 +44,9 @@ REASONS: Final[dict[State, frozenset[Reason | None]]] = {
     State.REJECTED: frozenset(
         {Reason.ENGINE, Reason.QUEUE_FULL, Reason.CANCELLED, Reason.CLOSING, Reason.ENGINE_DOWN, Reason.CONFIG}
     ),
-    State.DELIVERY_UNKNOWN: frozenset({Reason.ACK_WITHOUT_START, Reason.NO_ACK, Reason.ENGINE_EXITED}),
+    State.DELIVERY_UNKNOWN: frozenset(
+        {Reason.ACK_WITHOUT_START, Reason.NO_ACK, Reason.ENGINE_EXITED, Reason.NODE_LOST}
+    ),
     State.OUTCOME_UNKNOWN: frozenset(
         {
             Reason.ABORTED_WITHOUT_STOP,
@@ -55,6 +57,7 @@ REASONS: Final[dict[State, frozenset[Reason | None]]] = {
             Reason.DISPOSITION,
             Reason.ENGINE_EXITED,
             Reason.SETTLE_TIMEOUT,
+            Reason.NODE_LOST,
         }
     ),
     State.PENDING: frozenset({None}),
@@ -168,7 +171,27 @@ def _count(value: Any) -> int:
     return int(value) if _number(value) and value > 0 else 0
 
 
-@form(rename=_WIRE_NAMES)
+@form()
+@attrs.frozen
+class Where(Wire):
+    """Where a prompt's engine ran, for a prompt run by a pool across machines (a Ray pool,
+    :mod:`bridge.ray`): the node, the actor and the journal, which stays on that node."""
+
+    #: The node's id (Ray's hex node id).
+    node: str
+    #: The node's address (its IP), when known.
+    address: str | None = None
+    #: The actor's id (Ray's hex actor id), when known.
+    actor: str | None = None
+    #: The journal's path on that node (None: the bridge there wrote none).
+    journal: str | None = None
+
+    def __str__(self) -> str:
+        at = f" ({self.address})" if self.address else ""
+        return f"node {self.node[:12]}{at}"
+
+
+@form(rename=_WIRE_NAMES, omit_default=["where"])
 @attrs.frozen
 class Receipt(Wire):
     """What became of one prompt: its :attr:`state` (a :class:`~bridge.core.words.State`) and
@@ -217,6 +240,9 @@ class Receipt(Wire):
     #: The model and thinking level the engine was verified to run it with (None: not known;
     #: wire: ``config``).
     config: EngineConfig | None = None
+    #: Where the engine ran, set by a pool across machines (:class:`Where`; wire: ``where``,
+    #: written only when set).
+    where: Where | None = None
 
     def __attrs_post_init__(self) -> None:
         # Words from a file arrive as bare strings: a StrEnum hashes and compares as its word.
@@ -289,6 +315,10 @@ class Facts:
     stop_by: StopBy | None = None
     #: ``agent_settled.aborted`` of the settle that closed the slot's run.
     aborted: bool = False
+    #: A pool across machines lost the node (or the actor) the prompt was handed to, before
+    #: its receipt came back (:mod:`bridge.core.dispatch`); ``working`` then says the actor had
+    #: reported the prompt's run started.
+    lost: bool = False
 
 
 def decide(f: Facts) -> Verdict:
@@ -311,13 +341,15 @@ def decide(f: Facts) -> Verdict:
         return State.OUTCOME_UNKNOWN, Reason.OVERLAP
     if f.exited:  # rows 8, 9: the engine died first
         return (State.OUTCOME_UNKNOWN if f.working else State.DELIVERY_UNKNOWN), Reason.ENGINE_EXITED
-    if f.tracker is None:
-        raise ValueError(f"no trigger to decide a receipt from: {f!r}")
-    if f.tracker == (State.FAILED, Reason.INTERRUPTED):  # row 10: the seed saw our stop's abort
-        return State.FAILED, STOP_REASONS[f.stop_by or StopBy.CONTROLLER]
-    if f.tracker in _ABORTABLE and f.stop_by is not None and f.aborted:  # row 11: aborted in a backoff
-        return State.FAILED, STOP_REASONS[f.stop_by]
-    return f.tracker  # row 12: the seed's own verdict
+    if f.tracker is not None:
+        if f.tracker == (State.FAILED, Reason.INTERRUPTED):  # row 10: the seed saw our stop's abort
+            return State.FAILED, STOP_REASONS[f.stop_by or StopBy.CONTROLLER]
+        if f.tracker in _ABORTABLE and f.stop_by is not None and f.aborted:  # row 11: aborted in a backoff
+            return State.FAILED, STOP_REASONS[f.stop_by]
+        return f.tracker  # row 12: the seed's own verdict
+    if f.lost:  # rows 13, 14: the node went with the prompt on it
+        return (State.OUTCOME_UNKNOWN if f.working else State.DELIVERY_UNKNOWN), Reason.NODE_LOST
+    raise ValueError(f"no trigger to decide a receipt from: {f!r}")
 
 
 def exit_status(code: int | None, signal: int | None) -> str:

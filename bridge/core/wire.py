@@ -8,6 +8,8 @@ like with :func:`form`, right under its definition; nothing builds these dicts b
 - ``rename``: a field's JSON key (the engine's protocol is camelCase: ``nativeError``);
 - ``tag``: constant keys written first (``{"signal": "gap"}``);
 - ``omit``: fields that stay on the Python side (a dialog's answer);
+- ``omit_default``: fields written only when they differ from their default (a receipt's
+  ``where``, set only by a pool across machines: every other receipt's JSON stays as it was);
 - ``flatten``: a dict field whose keys are written inline, last (an overlap's seed ``detail``);
 - ``computed``: keys derived from the record, each written right after a named field
   (``(key, after, function)``: a finding's ``slotWords`` after its ``slot``).
@@ -46,6 +48,7 @@ def form(
     tag: Mapping[str, Any] | None = None,
     rename: Mapping[str, str] | None = None,
     omit: Sequence[str] = (),
+    omit_default: Sequence[str] = (),
     flatten: str | None = None,
     computed: Sequence[tuple[str, str, Callable[[Any], Any]]] = (),
 ) -> Callable[[T], T]:
@@ -54,6 +57,7 @@ def form(
     def register(cls: T) -> T:
         overrides = {name: override(rename=key) for name, key in (rename or {}).items()}
         overrides |= {name: override(omit=True) for name in omit}
+        overrides |= {name: override(omit_if_default=True) for name in omit_default}
         # cattrs' stubs type **overrides loosely; these are AttributeOverrides.
         base: Callable[[Any], dict[str, Any]] = make_dict_unstructure_fn(cls, converter, **overrides)  # type: ignore[arg-type]
         head = dict(tag or {})

@@ -82,6 +82,9 @@ class Reason(StrEnum):
     GAP = "gap"
     DISPOSITION = "disposition"
     SETTLE_TIMEOUT = "settle-timeout"
+    #: Across machines (a Ray pool): the node (or the actor) the prompt's engine ran on was lost
+    #: with the prompt on it; ``nativeError`` names the node. Delivery- or outcome-unknown.
+    NODE_LOST = "node-lost"
 
 
 class Signal(StrEnum):

@@ -1,0 +1,274 @@
+"""The dispatch of a pool across machines (a Ray pool, :mod:`bridge.ray`): which prompt goes to
+which engine, and what a lost node or actor costs (SPEC §5 "Across machines", §7).
+
+The model. A *lane* is one engine actor: a worker process on some node running one bridge and
+its sealed engine. The driver holds every prompt until a lane is free, and a lane holds at
+most one prompt at a time, so what the driver knows of a prompt is exactly its *stage*:
+
+- ``queued``: in the driver's FIFO; certainly never written to any engine;
+- ``handed``: given to a lane; from here it may have been written to that lane's engine;
+- ``running``: the lane reported the prompt's run started (its first event): the model had it;
+- ``settled``: its one receipt is decided.
+
+What cannot be known, and is not guessed: a lane reports over the network, so a report lags
+what the lane did. A lane lost after ``handed`` may have written the prompt, and one lost
+after ``running`` may have finished it a moment ago. Only the driver's own queue is certain.
+
+The rules (tests/test_dispatch.py, one test per rule):
+
+- D1 a prompt is handed only to a live, idle lane, in submit order (the FIFO).
+- D2 a receipt that comes back from the lane the prompt was handed to settles it, with
+  :class:`~bridge.core.receipts.Where` it ran; any other receipt (a late or a second one, one
+  from a lane that was already counted lost) is dropped: never two receipts.
+- D3 a lane lost (its actor died, its node went) settles the prompt it held:
+  ``outcome-unknown``/``node-lost`` if the lane had reported it running, else
+  ``delivery-unknown``/``node-lost`` (the decision table's rows 13 and 14); ``nativeError``
+  names the node and says where its journal stays. Such a prompt is never sent again: it may
+  have been written, and a second run is not the first one's receipt.
+- D4 a queued prompt is not lost with a lane: it waits for the next live lane.
+- D5 with no live lane left, every queued prompt and every new one is ``rejected``/
+  ``engine-down``: never written, nothing left to write it.
+- D6 closing: queued prompts and new ones are ``rejected``/``closing``; handed ones keep their
+  lanes until their receipts come back (or their lanes are lost).
+- D7 a lane whose node has lost another lane is *in doubt* (:meth:`Dispatch.in_doubt`): the
+  node may be gone before the cluster says so, and a prompt handed to a dead actor would cost
+  an unknown for a prompt never written. Before it is handed a prompt, the live layer asks
+  the actor whether it still answers; one that does not is lost with nothing handed.
+- D8 a lane whose bridge rejects a prompt ``engine-down`` (its engine is down for good) or
+  ``closing`` (while the pool is not closing) can run nothing more: it is retired, and the
+  prompt -- certainly never written -- goes back to the head of the FIFO for another lane.
+
+Invariant: every prompt :meth:`Dispatch.submit` accepts gets exactly one receipt, returned by
+exactly one of :meth:`~Dispatch.submit`, :meth:`~Dispatch.settled`, :meth:`~Dispatch.lost`
+or :meth:`~Dispatch.close`. Pure: no Ray, no trio, no clock; the live layer (``bridge/ray/pool.py``)
+tells it what happened and delivers the receipts it returns.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from enum import StrEnum
+from typing import Final
+
+import attrs
+
+from bridge.core.receipts import Facts, Receipt, Where, decide
+from bridge.core.words import Reason, State
+
+#: Rejections by a lane's bridge that say it can run nothing more (its engine is down for good:
+#: the crash limit, an engine that cannot start; or it is closing while the pool is not), so
+#: the prompt, certainly never written, goes to another lane (D8).
+_LANE_DOWN: Final = frozenset({Reason.ENGINE_DOWN, Reason.CLOSING})
+
+
+class Stage(StrEnum):
+    """What the driver knows of one prompt (the module's docstring says what each means)."""
+
+    QUEUED = "queued"
+    HANDED = "handed"
+    RUNNING = "running"
+    SETTLED = "settled"
+
+
+@attrs.frozen
+class Lane:
+    """One engine actor, as the driver knows it: a name of the pool's and where it runs."""
+
+    name: str
+    where: Where
+
+
+@attrs.define
+class _LaneState:
+    lane: Lane
+    alive: bool = True
+    #: The prompt handed to it and not yet settled.
+    holding: str | None = None
+    #: Why it was lost (once it was).
+    lost_why: str | None = None
+
+
+@attrs.define
+class _Prompt:
+    request: str
+    stage: Stage = Stage.QUEUED
+    lane: str | None = None
+
+
+class Dispatch:
+    """One pool's prompts and lanes (the module's docstring has the rules)."""
+
+    def __init__(self) -> None:
+        self._lanes: dict[str, _LaneState] = {}
+        self._prompts: dict[str, _Prompt] = {}
+        self._queue: deque[str] = deque()
+        self._closing = False
+
+    # -- lanes
+
+    def add_lane(self, lane: Lane) -> None:
+        """A lane is up (its actor answered). Raises ValueError for a name already used."""
+        if lane.name in self._lanes:
+            raise ValueError(f"lane {lane.name!r} is already in the pool")
+        self._lanes[lane.name] = _LaneState(lane)
+
+    @property
+    def live_lanes(self) -> list[str]:
+        return [name for name, s in self._lanes.items() if s.alive]
+
+    def in_doubt(self, lane: str) -> bool:
+        """``lane``'s node has lost another lane (D7): ask its actor before handing it a prompt."""
+        node = self._lanes[lane].lane.where.node
+        return any(not s.alive and s.lane.where.node == node for s in self._lanes.values())
+
+    def lane(self, name: str) -> Lane:
+        """A lane by its name. Raises KeyError for a name not in the pool."""
+        return self._lanes[name].lane
+
+    def lanes_on(self, node: str) -> list[str]:
+        """The live lanes on ``node``."""
+        return [name for name, s in self._lanes.items() if s.alive and s.lane.where.node == node]
+
+    def status(self) -> dict[str, dict[str, str | bool | None]]:
+        """Each lane: its node, whether it is live, the prompt it holds and that prompt's stage."""
+        return {
+            name: {
+                "node": s.lane.where.node,
+                "alive": s.alive,
+                "holding": s.holding,
+                "stage": self._prompts[s.holding].stage.value if s.holding is not None else None,
+            }
+            for name, s in self._lanes.items()
+        }
+
+    def lane_of(self, request: str) -> Lane | None:
+        """The lane a prompt was handed to (None: never handed)."""
+        p = self._prompts.get(request)
+        return self._lanes[p.lane].lane if p is not None and p.lane is not None else None
+
+    # -- prompts
+
+    def submit(self, request: str) -> Receipt | None:
+        """Accept a prompt: None (it waits in the FIFO), or its receipt at once (D5, D6).
+        Raises ValueError for an id already submitted to this pool."""
+        if request in self._prompts:
+            raise ValueError(f"prompt id {request!r} was already submitted to this pool")
+        self._prompts[request] = _Prompt(request)
+        if self._closing:
+            return self._settle(request, decide(Facts(unsent=Reason.CLOSING)), "the pool is closing")
+        if not self.live_lanes:
+            return self._settle(request, decide(Facts(unsent=Reason.ENGINE_DOWN)), _no_lanes(self._lanes))
+        self._queue.append(request)
+        return None
+
+    def stage(self, request: str) -> Stage:
+        """A submitted prompt's stage. Raises KeyError for an id never submitted."""
+        return self._prompts[request].stage
+
+    @property
+    def queued(self) -> list[str]:
+        return list(self._queue)
+
+    @property
+    def outstanding(self) -> int:
+        """Prompts without their receipt yet."""
+        return sum(1 for p in self._prompts.values() if p.stage is not Stage.SETTLED)
+
+    def take(self, lane: str) -> str | None:
+        """The next queued prompt for ``lane``, now handed to it (D1); None when the FIFO is
+        empty. Raises ValueError for a lane that is lost or already holds a prompt."""
+        s = self._lanes[lane]
+        if not s.alive or s.holding is not None:
+            raise ValueError(f"lane {lane!r} cannot take a prompt ({'holds ' + s.holding if s.holding else 'lost'})")
+        if not self._queue:
+            return None
+        request = self._queue.popleft()
+        p = self._prompts[request]
+        p.stage, p.lane = Stage.HANDED, lane
+        s.holding = request
+        return request
+
+    def running(self, lane: str, request: str) -> None:
+        """``lane`` reported ``request``'s run started. A report about a prompt the lane does
+        not hold (late, or from a lane already lost) changes nothing."""
+        p = self._prompts.get(request)
+        if p is not None and p.lane == lane and p.stage is Stage.HANDED and self._lanes[lane].alive:
+            p.stage = Stage.RUNNING
+
+    def settled(self, lane: str, receipt: Receipt) -> list[Receipt]:
+        """``lane`` sent back a receipt: the prompt's receipt, with where it ran (D2); nothing
+        when it is dropped (not the lane the prompt was handed to, the prompt settled already,
+        or the lane was counted lost). A rejection that says the lane's bridge can run nothing
+        retires the lane and sends the prompt to another (D8): nothing, or -- with no live lane
+        left -- every queued prompt's ``rejected``/``engine-down`` (D5)."""
+        request = receipt.request
+        p = self._prompts.get(request) if request is not None else None
+        s = self._lanes.get(lane)
+        if p is None or s is None or p.lane != lane or p.stage is Stage.SETTLED or not s.alive:
+            return []
+        s.holding = None
+        if receipt.state == State.REJECTED and receipt.reason in _LANE_DOWN and not self._closing:
+            s.alive, s.lost_why = False, f"its bridge {receipt.reason}: {receipt.native_error or 'no reason given'}"
+            p.stage, p.lane = Stage.QUEUED, None
+            self._queue.appendleft(p.request)
+            return self._reject_queue(Reason.ENGINE_DOWN, _no_lanes(self._lanes)) if not self.live_lanes else []
+        p.stage = Stage.SETTLED
+        return [attrs.evolve(receipt, where=s.lane.where)]
+
+    def retired(self, lane: str) -> bool:
+        """``lane`` was taken out of the pool (lost, or its bridge down: D8)."""
+        return not self._lanes[lane].alive
+
+    def lost(self, lane: str, why: str) -> list[Receipt]:
+        """``lane`` is gone (its actor died or its node went; ``why``: what the cluster said).
+        The receipt of the prompt it held, if any (D3), and -- when it was the last live lane --
+        every queued prompt's ``rejected``/``engine-down`` (D5). A lane lost twice: nothing."""
+        s = self._lanes[lane]
+        if not s.alive:
+            return []
+        s.alive, s.lost_why = False, why
+        out: list[Receipt] = []
+        if s.holding is not None:
+            request, s.holding = s.holding, None
+            working = self._prompts[request].stage is Stage.RUNNING
+            verdict = decide(Facts(lost=True, working=working))
+            out.append(self._settle(request, verdict, _lost_words(s.lane, working, why), s.lane.where))
+        if not self.live_lanes:
+            out += self._reject_queue(Reason.ENGINE_DOWN, _no_lanes(self._lanes))
+        return out
+
+    def close(self) -> list[Receipt]:
+        """The pool is closing: every queued prompt's ``rejected``/``closing`` (D6). Handed
+        prompts keep their lanes: their receipts (or their lanes' losses) still come."""
+        self._closing = True
+        return self._reject_queue(Reason.CLOSING, "the pool is closing")
+
+    # -- helpers
+
+    def _reject_queue(self, reason: Reason, words: str) -> list[Receipt]:
+        out = [self._settle(r, decide(Facts(unsent=reason)), words) for r in self._queue]
+        self._queue.clear()
+        return out
+
+    def _settle(
+        self, request: str, verdict: tuple[State, Reason | None], words: str, where: Where | None = None
+    ) -> Receipt:
+        self._prompts[request].stage = Stage.SETTLED
+        state, reason = verdict
+        return Receipt(request, state, reason, native_error=words, where=where)
+
+
+def _lost_words(lane: Lane, working: bool, why: str) -> str:
+    """A ``node-lost`` receipt's ``nativeError``: which node, what was known, where its journal stays."""
+    w = lane.where
+    known = "its run had started there" if working else "it was handed to the actor there, no run reported"
+    journal = f"; its journal stays on that node: {w.journal}" if w.journal else ""
+    actor = f", actor {w.actor}" if w.actor else ""
+    return f"lost the Ray node {w.node}{f' ({w.address})' if w.address else ''}{actor} with the prompt on it ({known}): {why}{journal}"
+
+
+def _no_lanes(lanes: dict[str, _LaneState]) -> str:
+    if not lanes:
+        return "the pool has no engine actor"
+    gone = "; ".join(f"{s.lane.name} on node {s.lane.where.node}: {s.lost_why}" for s in lanes.values())
+    return f"every engine actor of the pool was lost ({gone})"
