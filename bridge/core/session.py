@@ -766,14 +766,15 @@ class Session:
 
     def _capture_reply(self, value: dict[str, Any], idx: int, events: list[Event]) -> None:
         """An assistant ``message_end`` of the held prompt's own run: its reply text (the last
-        one wins) and its usage (summed; a ``usage`` event for a prompt that wants events)."""
+        one wins) and its usage (summed; a ``usage`` event, which the supervision counts toward
+        the budgets and hands on to a prompt that wants events)."""
         held = self.held
         if held is None or held.receipt is not None or not self._in_slots_run():
             return
         message = value.get("message")
         if isinstance(message, dict) and message.get("role") == "assistant":
             held.usage = held.usage.add(message)
-            if held.events and self.taint is None:
+            if self.taint is None:
                 stop = message.get("stopReason")
                 stop = stop if isinstance(stop, str) else None
                 events.append(UsageEvent(held.request, idx, Usage().add(message), held.usage, stop))

@@ -104,6 +104,7 @@ from bridge.core.lifecycle import (
     SignalSeen,
     Spawn,
     Spawned,
+    Spent,
     StartupChecked,
     StdoutClosed,
     StopAnswer,
@@ -115,7 +116,7 @@ from bridge.core.lifecycle import (
     WriteFailed,
 )
 from bridge.core.notices import JournalFailedSignal
-from bridge.core.progress import DELTA_TYPES, PROGRESS_TYPES, ProgressEvent, join_deltas
+from bridge.core.progress import DELTA_TYPES, PROGRESS_TYPES, ProgressEvent, UsageEvent, join_deltas
 from bridge.core.receipts import Receipt
 from bridge.core.session import Session
 from bridge.core.stderr import StderrBudget
@@ -640,6 +641,11 @@ class Supervision:
                 out.append(Tell(event.to_json()))  # type: ignore[union-attr]
             elif kind is StopUnheard:
                 self._queue(StopMissed(generation, event.request))  # type: ignore[union-attr, arg-type]
+            elif kind is UsageEvent:
+                self._queue(Spent(generation, event.request, event.usage))  # type: ignore[union-attr]
+                held = self.session.held
+                if held is not None and held.request == event.request and held.events:  # type: ignore[union-attr]
+                    out.append(Progress(event.request, event))  # type: ignore[union-attr, arg-type]
             elif kind in PROGRESS_TYPES:
                 out.append(Progress(event.request, event))  # type: ignore[union-attr, arg-type]
             elif kind is Diagnostic:

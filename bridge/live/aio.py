@@ -32,7 +32,7 @@ The rules of the door:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, TypeVar
 
@@ -330,6 +330,9 @@ class AsyncioBridge:
         provider: str | None = None,
         model: str | None = None,
         thinking: str | None = None,
+        budget_usd: float | None = None,
+        budget_tokens: int | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> AsyncioPromptHandle:
         """As :meth:`Bridge.submit_nowait`: accepted at once, its checks raise at once."""
         handle = self._bridge.submit_nowait(
@@ -343,6 +346,9 @@ class AsyncioBridge:
             provider=provider,
             model=model,
             thinking=thinking,
+            budget_usd=budget_usd,
+            budget_tokens=budget_tokens,
+            trace=trace,
         )
         return AsyncioPromptHandle(handle, self._door)
 
@@ -381,6 +387,9 @@ class AsyncioBridge:
         provider: str | None = None,
         model: str | None = None,
         thinking: str | None = None,
+        budget_usd: float | None = None,
+        budget_tokens: int | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> AsyncioPromptHandle:
         """As :meth:`Bridge.submit`: returns at once."""
         return self.submit_nowait(
@@ -394,6 +403,9 @@ class AsyncioBridge:
             provider=provider,
             model=model,
             thinking=thinking,
+            budget_usd=budget_usd,
+            budget_tokens=budget_tokens,
+            trace=trace,
         )
 
     async def prompt(
@@ -409,6 +421,9 @@ class AsyncioBridge:
         provider: str | None = None,
         model: str | None = None,
         thinking: str | None = None,
+        budget_usd: float | None = None,
+        budget_tokens: int | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> Receipt:
         """Submit and wait for the receipt. Ends when it comes (it always does); cancelled
         while it waits, it stops the prompt."""
@@ -424,6 +439,9 @@ class AsyncioBridge:
                 provider=provider,
                 model=model,
                 thinking=thinking,
+                budget_usd=budget_usd,
+                budget_tokens=budget_tokens,
+                trace=trace,
             ).receipt()
         return await self._door.call(
             self._bridge.prompt,
@@ -437,6 +455,9 @@ class AsyncioBridge:
             provider=provider,
             model=model,
             thinking=thinking,
+            budget_usd=budget_usd,
+            budget_tokens=budget_tokens,
+            trace=trace,
         )
 
     async def stop(self, request: str) -> str | None:

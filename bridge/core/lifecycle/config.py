@@ -10,6 +10,7 @@ from typing import Any, Final
 
 import attrs
 
+from bridge.core.budget import Budget, budget_bound
 from bridge.core.framing import DEFAULT_MAX_LINE
 from bridge.core.stderr import STDERR_JOURNAL_MAX
 
@@ -129,6 +130,20 @@ class BridgeConfig:
     #: 30 days and 1024 MiB; 0: no bound.
     journal_keep_days: float | None = None
     journal_keep_mb: float | None = None
+    #: What each prompt may spend unless it says (``submit(budget_usd=, budget_tokens=)``), and
+    #: what all the bridge's prompts together may (:mod:`bridge.core.budget`). None: no bound.
+    prompt_budget_usd: float | None = attrs.field(default=None, validator=budget_bound)
+    prompt_budget_tokens: int | None = attrs.field(default=None, validator=budget_bound)
+    total_budget_usd: float | None = attrs.field(default=None, validator=budget_bound)
+    total_budget_tokens: int | None = attrs.field(default=None, validator=budget_bound)
+
+    @property
+    def prompt_budget(self) -> Budget:
+        return Budget(self.prompt_budget_usd, self.prompt_budget_tokens)
+
+    @property
+    def total_budget(self) -> Budget:
+        return Budget(self.total_budget_usd, self.total_budget_tokens)
 
     @stderr_journal_max.validator
     def _stderr_positive(self, attribute: Any, value: int | None) -> None:
