@@ -318,7 +318,7 @@ class Harness:
                     self.violations.append("closing noted twice")
                 self.closing_noted = True
             elif payload.get("event") == "stop":
-                if payload["by"] not in ("controller", "timeout", "closing", "stall"):
+                if payload["by"] not in ("controller", "timeout", "closing", "stall", "budget"):
                     self.violations.append(f"a stop by {payload['by']!r}")
                 if payload["request"] in self.stop_notes:
                     self.violations.append(f"a second stop for {payload['request']!r}")

@@ -1,0 +1,149 @@
+"""Budgets (issue 34; bridge/core/budget.py, bridge/core/lifecycle/budgets.py) in the pure
+lifecycle, with its fake clock: a spend past a prompt's budget, or past the bridge's total, sends
+the bridge's stop (``by: budget``) and its receipt is ``failed``/``budget``; once the total is
+spent nothing more is written (``rejected``/``budget``). The real-Pi half is
+tests/test_budget_live.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bridge.core.budget import Budget, Spend
+from bridge.core.lifecycle import Acked, Deliver, GiveUp, Spent, StopEngine, Submit, Write
+from bridge.core.receipts import Facts, Usage
+from tests.test_lifecycle import Harness, delivered, notes, of, ready_engine, small_config
+
+
+def usage(cost: float = 0.0, tokens: int = 0) -> Usage:
+    return Usage(input=tokens, total_tokens=tokens, cost=cost, messages=1)
+
+
+def submit(h: Harness, request: str, **budget: Any) -> list[Any]:
+    h.accepted.append(request)
+    return h.feed(Submit(request, f"message {request}", budget=Budget(**budget)))
+
+
+def test_a_spend_past_the_prompts_budget_stops_it_as_the_bridges_and_decides_failed_budget() -> None:
+    h = Harness()
+    submit(h, "p1", usd=0.01)
+    generation = ready_engine(h)
+    h.acked.add("p1")
+    h.feed(Acked(generation, "p1"))
+    h.now = 1.0
+    # Within the budget (equal to it is within): nothing is stopped.
+    assert h.feed(Spent(generation, "p1", usage(cost=0.006))) == []
+    assert h.feed(Spent(generation, "p1", usage(cost=0.004))) == []
+    assert h.lc.state.prompts["p1"].spent == Spend(0.01, 0)
+    h.now = 2.0
+    out = h.feed(Spent(generation, "p1", usage(cost=0.001)))
+    # The evidence first (the spend and the budget), then the stop's note, clear and abort.
+    (budget,) = notes(out, "budget")
+    assert budget["request"] == "p1" and budget["spent"]["usd"] == pytest.approx(0.011)
+    assert budget["budget"] == {"usd": 0.01, "tokens": None}
+    (stop,) = notes(out, "stop")
+    assert stop["by"] == "budget" and "the prompt's budget" in stop["why"]
+    assert [w.kind for w in of(out, Write)] == ["clear", "abort"]
+    assert h.lc.state.deadlines["stop"] == 2.0 + h.cfg.stop_grace
+    # More spend after the stop sends nothing more.
+    assert h.feed(Spent(generation, "p1", usage(cost=1.0))) == []
+    out = h.settle("p1", Facts(tracker=("failed", "interrupted"), stop_by="budget"), stop=stop["stop"])
+    assert delivered(out) == {"p1": ("failed", "budget")}
+    assert h.lc.state.deadlines == {}
+    h.drive_to_completion()
+
+
+def test_a_budget_stop_the_engine_does_not_obey_ends_at_the_stop_grace() -> None:
+    h = Harness()
+    submit(h, "p1", tokens=100)
+    generation = ready_engine(h, ack=False)
+    h.acked.add("p1")
+    h.feed(Acked(generation, "p1"))
+    h.now = 3.0
+    out = h.feed(Spent(generation, "p1", usage(tokens=101)))
+    assert notes(out, "stop")[0]["by"] == "budget"
+    assert "101 tokens spent, more than 100" in notes(out, "stop")[0]["why"]
+    assert h.advance(h.cfg.stop_grace - 0.5) == []
+    out = h.advance(0.5)
+    assert of(out, GiveUp) == [GiveUp("p1", "settle")]
+    assert delivered(out) == {"p1": ("outcome-unknown", "settle-timeout")}
+    assert of(out, StopEngine) == [StopEngine(generation, True)]
+    h.exited(generation, None, 9)
+    h.drive_to_completion()
+
+
+def test_the_bridges_default_budget_holds_unless_the_prompt_gives_its_own() -> None:
+    h = Harness(small_config(prompt_budget_usd=1.0))
+    submit(h, "p1")
+    submit(h, "p2", usd=5.0)
+    assert h.lc.state.prompts["p1"].budget == Budget(1.0, None)
+    assert h.lc.state.prompts["p2"].budget == Budget(5.0, None)
+    generation = ready_engine(h, ack=False)
+    h.feed(Acked(generation, "p1"))
+    out = h.feed(Spent(generation, "p1", usage(cost=1.5)))
+    assert notes(out, "stop")[0]["by"] == "budget"
+    h.settle("p1", Facts(tracker=("failed", "interrupted"), stop_by="budget"))
+    h.feed(Acked(generation, "p2"))
+    assert h.feed(Spent(generation, "p2", usage(cost=4.0))) == []  # its own budget, not the default
+    assert delivered(h.settle("p2", Facts(tracker=("finished", None)))) == {"p2": ("finished", None)}
+    h.drive_to_completion()
+
+
+def test_the_bridges_total_stops_the_prompt_that_passes_it_and_rejects_the_rest() -> None:
+    h = Harness(small_config(total_budget_usd=0.05))
+    submit(h, "p1")
+    submit(h, "p2")
+    generation = ready_engine(h, ack=False)
+    h.feed(Acked(generation, "p1"))
+    assert h.feed(Spent(generation, "p1", usage(cost=0.03))) == []
+    assert delivered(h.settle("p1", Facts(tracker=("finished", None)))) == {"p1": ("finished", None)}
+    # p2 is written (0.02 is left) and spends past the total: the bridge's stop.
+    assert h.engine_has[generation] == "p2"
+    h.feed(Acked(generation, "p2"))
+    submit(h, "p3")  # waits behind p2
+    out = h.feed(Spent(generation, "p2", usage(cost=0.03)))
+    (stop,) = notes(out, "stop")
+    assert stop["by"] == "budget" and "the bridge's total budget" in stop["why"]
+    (budget,) = notes(out, "budget")
+    assert budget["total"]["usd"] == pytest.approx(0.06) and budget["totalBudget"]["usd"] == 0.05
+    # Nothing is left: the prompt waiting behind p2 is never written.
+    assert delivered(out) == {"p3": ("rejected", "budget")}
+    (p3,) = [d.receipt for d in of(out, Deliver)]
+    assert p3.native_error is not None and "of the bridge's 0.05 spent" in p3.native_error
+    out = h.settle("p2", Facts(tracker=("failed", "interrupted"), stop_by="budget"))
+    assert delivered(out) == {"p2": ("failed", "budget")}
+    assert not [w for w in of(out, Write) if w.kind == "prompt"]
+    # And one submitted later still is rejected at once.
+    assert delivered(submit(h, "p4")) == {"p4": ("rejected", "budget")}
+    assert h.lc.state.spent == Spend(pytest.approx(0.06), 0)  # type: ignore[arg-type]
+    h.drive_to_completion()
+
+
+def test_a_spend_after_the_controllers_stop_or_for_a_settled_prompt_sends_no_stop() -> None:
+    h = Harness(small_config(total_budget_tokens=10))
+    submit(h, "p1", tokens=5)
+    generation = ready_engine(h, ack=False)
+    h.feed(Acked(generation, "p1"))
+    stop = notes(h.stop("p1"), "stop")[0]
+    assert stop["by"] == "controller"
+    assert h.feed(Spent(generation, "p1", usage(tokens=50))) == []
+    out = h.settle("p1", Facts(tracker=("failed", "interrupted"), stop_by="controller"), stop=stop["stop"])
+    assert delivered(out) == {"p1": ("failed", "interrupted")}
+    # A late spend of a settled prompt still counts toward the total.
+    h.feed(Spent(generation, "p1", usage(tokens=1)))
+    assert h.lc.state.spent.tokens == 51
+    h.drive_to_completion()
+
+
+def test_budget_words_and_bounds() -> None:
+    assert Budget(0.5).passed(Spend(0.5, 0)) is None
+    assert Budget(0.5).passed(Spend(0.6, 0)) == "0.6 USD spent, more than 0.5"
+    assert Budget(tokens=10).spent(Spend(0.0, 10)) == "10 of the bridge's 10 tokens spent"
+    assert Budget().empty and Budget().passed(Spend(1e9, 10**9)) is None
+    # Tokens count Pi's totalTokens, or their sum when a provider gives no total.
+    assert Spend().add(Usage(input=3, output=4, cache_read=5)) == Spend(0.0, 12)
+    assert Budget(tokens=7).over(Budget(1.0, 3)) == Budget(1.0, 7)
+    for bad in (-1, float("inf"), float("nan"), True, "1"):
+        with pytest.raises(ValueError):
+            Budget(bad)  # type: ignore[arg-type]
