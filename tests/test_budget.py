@@ -6,6 +6,9 @@ tests/test_budget_live.py."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -147,3 +150,60 @@ def test_budget_words_and_bounds() -> None:
     for bad in (-1, float("inf"), float("nan"), True, "1"):
         with pytest.raises(ValueError):
             Budget(bad)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------
+# The doors: serve's prompt line, the command line, ``submit``
+
+
+def test_serves_prompt_takes_budget_usd_budget_tokens_and_a_trace() -> None:
+    from bridge.controller.messages import ControllerError, Prompt, parse_command
+
+    line = {"type": "prompt", "id": "a", "message": "m", "budgetUsd": 0.5, "budgetTokens": 900}
+    cmd = parse_command(json.dumps({**line, "trace": {"traceparent": "00-ab-cd-01"}}).encode())
+    assert isinstance(cmd, Prompt)
+    assert (cmd.budget_usd, cmd.budget_tokens, cmd.trace) == (0.5, 900, {"traceparent": "00-ab-cd-01"})
+    for key, bad in (("budgetUsd", -1), ("budgetUsd", "1"), ("budgetTokens", 1.5), ("trace", "00-ab")):
+        with pytest.raises(ControllerError, match=key):
+            parse_command(json.dumps({**line, key: bad}).encode())
+    with pytest.raises(ControllerError, match="budgetUsd"):
+        parse_command(json.dumps({**line, "budgetUSD": 1}).encode())  # a misspelt key names the right one
+
+
+@pytest.mark.parametrize("command", ["run", "serve", "acp"])
+def test_the_budget_options_of_run_serve_and_acp_make_the_bridges_config(command: str) -> None:
+    from bridge.cli.entry import build_parser
+    from bridge.cli.options import bridge_config
+
+    argv = [command, "--budget-usd", "0.25", "--total-budget-tokens", "5000"] + (["hi"] if command == "run" else [])
+    config = bridge_config(build_parser().parse_args(argv))
+    assert (config.prompt_budget_usd, config.prompt_budget_tokens) == (0.25, None)
+    assert (config.total_budget_usd, config.total_budget_tokens) == (None, 5000)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([command, "--budget-usd", "-1"])
+
+
+async def test_submit_refuses_a_bad_budget_or_trace_and_accepts_nothing() -> None:
+    from bridge.live.submits import check_submit
+
+    ok: dict[str, Any] = {"stream": False, "events": False, "timeout": None, "stall_timeout": None, "images": None}
+    assert check_submit("m", **ok, budget_usd=0.5, budget_tokens=10) == Budget(0.5, 10)
+    for bad in ({"budget_usd": -0.5}, {"budget_tokens": 2.5}, {"budget_usd": True}):
+        with pytest.raises(ValueError):
+            check_submit("m", **ok, **bad)
+    with pytest.raises(TypeError):
+        check_submit("m", **ok, trace={"traceparent": 1})
+
+
+def test_tracing_off_imports_no_opentelemetry() -> None:
+    """No provider set: opening and using a bridge imports nothing of OpenTelemetry (the
+    extra may be absent), and the tracer is None: nothing is spent on it."""
+    code = (
+        "import sys, bridge, bridge.live.supervisor, bridge.live.api\n"
+        "from bridge.live.otel import prompt_tracer\n"
+        "assert prompt_tracer(lambda: None) is None\n"
+        "assert not [m for m in sys.modules if m.startswith('opentelemetry')], sys.modules\n"
+        "import opentelemetry.trace\n"  # imported, but no provider set: still off
+        "assert prompt_tracer(lambda: None) is None\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
