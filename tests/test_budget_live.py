@@ -54,9 +54,8 @@ async def scenario(path: str, journal: Path) -> tuple[dict[str, Receipt], dict[s
         h1 = await bridge.submit("keep going", request="p1", events=True, budget_usd=0.02, trace=trace)
         seen["p1"] = [m async for m in h1.messages()]
         receipts["p1"] = seen["p1"][-1]
-        h2 = await bridge.submit("keep going", request="p2", events=True)
-        seen["p2"] = [m async for m in h2.messages()]
-        receipts["p2"] = seen["p2"][-1]
+        # Traced without asking for events: its tool calls are still seen (no deltas read).
+        receipts["p2"] = await bridge.prompt("keep going", request="p2")
         receipts["p3"] = await bridge.prompt("one more", request="p3")
         return receipts, seen
 
@@ -158,3 +157,8 @@ def test_a_tool_call_is_a_child_span_of_its_prompts(ran: dict[str, Any]) -> None
     assert mine[0].name == "execute_tool bash"
     assert (first["gen_ai.operation.name"], first["gen_ai.tool.name"]) == ("execute_tool", "bash")
     assert mine[0].end_time is not None and p1.end_time is not None and mine[0].end_time <= p1.end_time
+    assert {t.name for t in tools} == {"execute_tool bash"}, "every tool span names its tool"
+    # p2 asked for no events: traced, its tool calls are child spans all the same.
+    p2 = agents["p2"]
+    assert p2.context is not None
+    assert [t for t in tools if t.parent is not None and t.parent.span_id == p2.context.span_id]

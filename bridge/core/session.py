@@ -178,7 +178,13 @@ class Session:
             self.generation = generation
 
     def send(
-        self, cmd: dict[str, Any], *, t: float | None = None, stream: bool = False, events: bool = False
+        self,
+        cmd: dict[str, Any],
+        *,
+        t: float | None = None,
+        stream: bool = False,
+        events: bool = False,
+        traced: bool = False,
     ) -> Sequence[Event]:
         """The bridge wrote ``cmd`` to the engine."""
         if self._fresh_needed:
@@ -197,7 +203,7 @@ class Session:
                 self._displaced.append(previous)
                 self._taint(Reason.OVERLAP, self.tracker.idx, out)
             self.tracker.attach(request)
-            state = PromptState(request, stream=stream, events=events, pid=self.pid, generation=self.generation)
+            state = PromptState(request, stream, events, traced, pid=self.pid, generation=self.generation)
             if self._configs and isinstance(request, str):
                 state.config = self._configs.pop(request, None)
             if t is not None:
@@ -432,7 +438,7 @@ class Session:
         diagnostics), the engine's own retries."""
         held = self.held
         if held is not None and held.receipt is None:
-            if held.events and kind in EVENT_LINES and self.taint is None and self._in_slots_run():
+            if (held.events or held.traced) and kind in EVENT_LINES and self.taint is None and self._in_slots_run():
                 event = translate(value, idx, held.request)
                 if event is not None:
                     events.append(event)

@@ -349,7 +349,7 @@ class Bridge(Steering):
             p.event_send, p.event_recv = trio.open_memory_channel[ProgressEvent](math.inf)
         self._handles[request] = p
         traced = self._tracer is not None and self._tracer.submitted(request, trace)
-        self._feed(Submit(request, message, images, stream, timeout, events or traced, stall_timeout, wanted, budget))
+        self._feed(Submit(request, message, images, stream, timeout, events, stall_timeout, wanted, budget, traced))
         return PromptHandle(p, self)
 
     async def prompt(

@@ -30,7 +30,7 @@ SIGNALS_PER_GENERATION: Final = 1000
 #: ``stall``    the held prompt's run showed nothing for its stall timeout while it waited on
 #:              the model: a ``stalled`` signal, a stop (``stall``), arm ``stop``. Moved on by
 #:              every :class:`~bridge.core.lifecycle.inputs.Activity`
-#: ``stop``     a stop (the controller's, a timeout's, a stall's) was not obeyed: give up
+#: ``stop``     a stop (the controller's, a timeout's, a stall's, a budget's) was not obeyed: give up
 #:              (``settle-timeout``), recycle
 #: ``taint``    an unsealed engine's held prompt did not settle: give up (the taint)
 #: ``close``    closing, the stopped prompt did not settle: stop the engine

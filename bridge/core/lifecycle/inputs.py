@@ -31,6 +31,8 @@ class Submit:
     wanted: Wanted = attrs.field(factory=Wanted)
     #: What it may spend (over the config's ``prompt_budget_usd`` / ``_tokens``): :mod:`bridge.core.budget`.
     budget: Budget = attrs.field(factory=Budget)
+    #: It is traced (:mod:`bridge.live.otel`): its tool calls, retries and usage are told.
+    traced: bool = False
 
 
 @attrs.frozen

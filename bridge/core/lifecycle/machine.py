@@ -204,6 +204,7 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
             submitted=self._now,
             wanted=ev.wanted.over(s.wanted),
             budget=ev.budget.over(self.config.prompt_budget),
+            traced=ev.traced,
         )
         s.prompts[ev.request] = rec
         if s.closing is not None or s.draining or s.closed:
@@ -653,6 +654,7 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
                 stream=rec.stream,
                 events=rec.events,
                 submitted=rec.submitted,
+                traced=rec.traced,
             )
         )
         rec.written = self._now

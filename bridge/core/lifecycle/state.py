@@ -40,6 +40,8 @@ class PromptRec:
     #: What it may spend (its own, over the bridge's default), and what its run spent so far.
     budget: Budget = attrs.field(factory=Budget)
     spent: Spend = attrs.field(factory=Spend)
+    #: It is traced (its Write says so to the evidence half).
+    traced: bool = False
     #: What the engine was verified to run it with.
     config: EngineConfig | None = None
     #: A new conversation is started (``new_session``) before it is written.
