@@ -27,8 +27,10 @@ docs: guide/budgets-and-traces.md lists every attribute):
    / ``retry-end`` (Pi's own retries), ``compaction-start`` / ``-end``, and every signal about
    it (``stalled``, overlaps, gaps, seal diagnostics) by its name.
 
-A traced prompt's events are read from the engine whether or not the caller asked for them (it
-is how tool calls are seen): that is the cost of tracing, measured by ``tools/bench events``.
+A traced prompt's event lines (tools, retries, compaction, turns) are told from their top-level
+scalars whether or not the caller asked for its events; its ``message_update`` lines are not
+read for it (a span needs no deltas). What that costs is ``tools/bench``'s row "bridge API,
+traced" (docs: performance.md, "Tracing's cost").
 """
 
 from __future__ import annotations
