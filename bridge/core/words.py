@@ -16,8 +16,8 @@ when these were bare strings. What the enums add is that a misspelt word is a ty
   taint, which is a :class:`Reason`: ``overlap``, ``aborted-without-stop``, ``gap`` or
   ``disposition``.)
 - :class:`StopBy`: whose stop aborted a run (SPEC §5: the controller's, a timeout's, closing's;
-  and the bridge's stall detection, docs: guide/events.md#stalls; and its budgets, docs:
-  guide/budgets-and-traces.md).
+  and the bridge's stall detection, docs: guide/events.md#stalls; and its budgets,
+  docs: guide/budgets-and-traces.md).
 - :data:`RequestId`: a prompt's id: a non-empty string.
 - :data:`THINKING_LEVELS`: Pi's thinking levels, as the bridge passes them on (its steering
   checks them: :mod:`bridge.core.steering`). Here, not there, so the command line's
