@@ -16,6 +16,7 @@ import pytest
 from bridge.core.budget import Budget, Spend
 from bridge.core.lifecycle import Acked, Deliver, GiveUp, Spent, StopEngine, Submit, Write
 from bridge.core.receipts import Facts, Usage
+from bridge.core.supervision import Progress, Tell
 from tests.test_lifecycle import Harness, delivered, notes, of, ready_engine, small_config
 
 
@@ -207,3 +208,25 @@ def test_tracing_off_imports_no_opentelemetry() -> None:
         "assert prompt_tracer(lambda: None) is None\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_tracer_that_fails_costs_spans_never_a_receipt() -> None:
+    """Every carrier the tracer wraps still runs when the tracer raises (a bug, an exporter
+    that throws), and a prompt whose span cannot start goes on untraced."""
+    from bridge.core.lifecycle import LifeState
+    from bridge.core.receipts import Receipt
+    from bridge.live.otel import PromptTracer
+
+    class Broken:
+        def start_span(self, *args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("the exporter is down")
+
+    tracer = PromptTracer(Broken(), LifeState)
+    assert tracer.submitted("p1", None) is False
+    carried: list[Any] = []
+    tracer._spans["p1"] = Broken()  # a span whose every call raises
+    carriers = tracer.wrap({kind: carried.append for kind in (Write, Deliver, Tell, Progress)})
+    deliver = Deliver(Receipt(request="p1", state="finished"))
+    carriers[Deliver](deliver)
+    carriers[Write](Write(1, {"type": "prompt", "id": "p1"}, "prompt", request="p1"))
+    assert carried == [deliver, Write(1, {"type": "prompt", "id": "p1"}, "prompt", request="p1")]

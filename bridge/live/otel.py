@@ -18,7 +18,11 @@ docs: guide/budgets-and-traces.md lists every attribute):
    and the receipt (``pi_bridge.receipt.state``, ``.reason``, ``.stop``).
 2. **It ends when the receipt is settled**, whatever happened (rejected at once, a crash, a
    forced close): its status is ``ERROR`` unless the receipt is ``finished``. A span still
-   open when the bridge finishes (none should be) is ended then.
+   open when the bridge finishes (none should be) is ended then. A tracer that fails (an
+   exporter that raises) is logged and costs spans, never a receipt: the bridge's own carrier
+   runs after it whatever it did. Spans are ended in the bridge's event loop, so a host should
+   export with a ``BatchSpanProcessor`` (its own thread), not a ``SimpleSpanProcessor`` over
+   the network.
 3. **A child span per tool call**, ``execute_tool NAME`` (``gen_ai.tool.name``,
    ``gen_ai.tool.call.id``), from Pi's ``tool_execution_start`` to its ``_end``; ``ERROR``
    when the tool failed; ended with the prompt's span if the run settled first.
@@ -119,7 +123,16 @@ class PromptTracer:
     # -- what the trio layer calls -------------------------------------------------------------
 
     def submitted(self, request: str, carrier: Mapping[str, str] | None) -> bool:
-        """Rule 1: ``request``'s span starts (True: tracing is on, so its events are wanted)."""
+        """Rule 1: ``request``'s span starts. True: it is traced (its event lines are told);
+        False: the tracer failed (logged), and the prompt goes on untraced."""
+        try:
+            self._start(request, carrier)
+        except Exception as e:  # anything: the prompt is accepted all the same
+            _tracing_failed(e)
+            return False
+        return True
+
+    def _start(self, request: str, carrier: Mapping[str, str] | None) -> None:
         context = self._propagator.extract(dict(carrier)) if carrier is not None else None
         state = self._state()
         wanted = state.wanted
@@ -134,7 +147,6 @@ class PromptTracer:
             f"invoke_agent {AGENT}", context=context, kind=self._trace.SpanKind.CLIENT, attributes=attributes
         )
         self._spans[request] = span
-        return True
 
     def wrap(self, carriers: dict[type, Callable[[Any], None]]) -> dict[type, Callable[[Any], None]]:
         """The carriers, each of the kinds a span needs seen first by the tracer."""
@@ -283,8 +295,20 @@ def receipt_attributes(receipt: Receipt) -> dict[str, Any]:
 
 
 def _both(first: Callable[[Any], None], then: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``then`` (the bridge's own carrier) after ``first`` (the tracer's), whatever ``first``
+    does: a tracer that fails (a bug, an exporter that raises) costs a span, never a receipt."""
+
     def carry(action: Any) -> None:
-        first(action)
+        try:
+            first(action)
+        except Exception as e:  # anything: the receipt comes first
+            _tracing_failed(e)
         then(action)
 
     return carry
+
+
+def _tracing_failed(error: BaseException) -> None:
+    import logging
+
+    logging.getLogger(__name__).warning("pi-bridge tracing failed (spans may be missing): %r", error)
