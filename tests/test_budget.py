@@ -230,3 +230,37 @@ def test_a_tracer_that_fails_costs_spans_never_a_receipt() -> None:
     carriers[Deliver](deliver)
     carriers[Write](Write(1, {"type": "prompt", "id": "p1"}, "prompt", request="p1"))
     assert carried == [deliver, Write(1, {"type": "prompt", "id": "p1"}, "prompt", request="p1")]
+
+
+# --------------------------------------------------------------------------
+# Compaction counts (Pi's compaction_end carries the summary call's usage)
+
+PI_USAGE = {"input": 1000, "output": 50, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 1050, "cost": {"total": 0.25}}
+
+
+def test_a_compaction_end_says_what_the_summary_cost_for_the_held_prompt_or_none() -> None:
+    from bridge.core.events import CompactionSpent
+    from bridge.core.session import Session
+
+    session = Session(("clear_queue",))
+    line = {"type": "compaction_end", "reason": "manual", "result": {"summary": "s", "usage": PI_USAGE}}
+    _, events = session.observe(line)
+    (spent,) = [e for e in events if isinstance(e, CompactionSpent)]
+    assert spent.request is None and (spent.usage.cost, spent.usage.total_tokens) == (0.25, 1050)
+    session.send({"type": "prompt", "id": "p1", "message": "m"})
+    _, events = session.observe({**line, "reason": "threshold"})
+    assert [e.request for e in events if isinstance(e, CompactionSpent)] == ["p1"]
+    _, events = session.observe({"type": "compaction_end", "reason": "manual", "aborted": True, "result": None})
+    assert not [e for e in events if isinstance(e, CompactionSpent)]
+
+
+def test_a_prompts_own_compaction_counts_toward_its_budget_and_the_total() -> None:
+    """A compaction between runs (the prompt holding the slot, configuring) counts for that
+    prompt: its run is stopped at its first message if the two together pass its budget."""
+    h = Harness()
+    h.lc.state.compact = ""  # a compaction goes with the next prompt
+    submit(h, "p1", usd=0.3)
+    generation = ready_engine(h, ack=False)
+    assert h.lc.state.prompts["p1"].phase == "configuring"
+    assert h.feed(Spent(generation, None, usage(cost=0.25))) == []  # not written: nothing to stop
+    assert h.lc.state.prompts["p1"].spent.usd == 0.25 and h.lc.state.spent.usd == 0.25

@@ -162,3 +162,35 @@ def test_a_tool_call_is_a_child_span_of_its_prompts(ran: dict[str, Any]) -> None
     p2 = agents["p2"]
     assert p2.context is not None
     assert [t for t in tools if t.parent is not None and t.parent.span_id == p2.context.span_id]
+
+
+async def test_a_compaction_counts_toward_the_prompt_it_was_made_for(pinned_pi: object, tmp_path: Path) -> None:
+    """Pi's compaction calls the model for a summary (two calls here: a split turn), and its
+    ``compaction_end`` says what they cost: that counts toward the budget of the prompt it was
+    made for. 0.023 for the compaction plus its run's first message, 0.0115, pass its 0.03: the
+    run is stopped there -- where its messages alone (0.0115 each) would have run to a third.
+    The receipt's ``usage`` is the run's own; the ``budget`` note's spend has the compaction."""
+    usage = {"usage": {"prompt_tokens": 1000, "completion_tokens": 50}}
+    steps = [{"text": t, **usage} for t in ("I will remember 42.", "And blue.", "SUMMARY: 42, blue.", "turn context")]
+    server = start_server(steps, default=TOOL)
+    path = tmp_path / "models.json"
+    path.write_text(json.dumps(models_json(server.base_url, cost=COST)))
+    journal = tmp_path / "j.jsonl"
+    try:
+        profile = scripted_profile(str(path), settings={"compaction": {"keepRecentTokens": 1}})
+        with trio.fail_after(90):
+            async with open_bridge(profile, journal=journal) as bridge:
+                await bridge.prompt("remember the number 42")
+                await bridge.prompt("and the colour blue")
+                bridge.compact()
+                receipt = await bridge.prompt("keep going", budget_usd=0.03)
+                spent = bridge.status()["spent"]["usd"]
+    finally:
+        server.close()
+    assert (receipt.state, receipt.reason) == ("failed", "budget"), receipt
+    assert receipt.usage is not None and receipt.usage.cost == pytest.approx(PER_MESSAGE), receipt.usage
+    assert spent == pytest.approx(5 * PER_MESSAGE)  # two prompts, two summary calls, one message
+    notes = [json.loads(line).get("note") for line in journal.read_text().splitlines()[1:]]
+    (budget,) = [n for n in notes if isinstance(n, dict) and n.get("event") == "budget"]
+    assert budget["spent"]["usd"] == pytest.approx(3 * PER_MESSAGE)
+    assert [r.reason for r in replay(str(journal)).receipts][-1] == "budget"

@@ -8,9 +8,11 @@ messages a receipt's :class:`~bridge.core.receipts.Usage` sums). The rules:
    configured prices: ``models.json``'s ``cost``, per million tokens); ``tokens`` is Pi's
    ``usage.totalTokens`` (input, output and cache; their sum when a provider reports no total).
    A failed attempt Pi retries by itself is an assistant message Pi ends, so retries count; an
-   aborted message counts what Pi reported for it. Pi 1.6.0 reports no usage for a
-   compaction (its ``compact`` answer has ``tokensBefore``, no cost), so a compaction's own
-   call to the model is not counted: the messages after it are.
+   aborted message counts what Pi reported for it. A compaction counts too: Pi 1.6.0's
+   ``compaction_end`` (manual or automatic) carries the summary call's ``result.usage``
+   (``agent-session.js``, ``compact``; :func:`compaction_spent`). One during a run counts for
+   the held prompt; a prompt's own compaction before it is written counts for that prompt
+   (and the total), checked at its run's first message.
 2. **Passed** means *more than*: a spend equal to its budget is within it. The check runs
    after each message, so a run is stopped at the first message that takes it past, and
    what that message cost is spent already: a budget bounds what is *started*, not what a
@@ -34,7 +36,19 @@ from typing import Any
 
 import attrs
 
+from bridge.core.events import CompactionSpent
+from bridge.core.prompts import PromptState
 from bridge.core.receipts import Usage
+
+
+def compaction_spent(held: PromptState | None, value: dict[str, Any]) -> tuple[CompactionSpent, ...]:
+    """Rule 1's compaction: what a ``compaction_end`` says its summary cost (none: nothing)."""
+    result = value.get("result")
+    usage = result.get("usage") if isinstance(result, dict) else None
+    if not isinstance(usage, dict):
+        return ()
+    request = held.request if held is not None and held.receipt is None else None
+    return (CompactionSpent(request, Usage().add({"usage": usage})),)
 
 
 def budget_bound(instance: Any, attribute: Any, value: Any) -> None:

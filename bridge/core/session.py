@@ -67,6 +67,7 @@ from typing import Any, Final
 
 import orjson
 
+from bridge.core.budget import compaction_spent
 from bridge.core.dialogs import diagnostic_of
 from bridge.core.events import (
     NO_EVENTS,
@@ -447,6 +448,8 @@ class Session:
             self._capture_reply(value, idx, events)
         elif kind == "extension_ui_request" or kind == "extension_error":
             events.append(self._diagnostic(kind, value, idx))
+        elif kind == "compaction_end":
+            events.extend(compaction_spent(self.held, value))
         elif kind == "auto_retry_start" and self.held is not None and self.held.receipt is None:
             error, attempts = value.get("errorMessage"), (value.get("attempt"), value.get("maxAttempts"))
             error = error[:500] if isinstance(error, str) else None

@@ -65,6 +65,7 @@ import attrs
 from bridge.core.dialogs import DIALOG_METHODS, UI_METHODS
 from bridge.core.events import Acked as SessionAcked
 from bridge.core.events import (
+    CompactionSpent,
     Diagnostic,
     DispositionSignal,
     Event,
@@ -643,6 +644,8 @@ class Supervision:
                 out.append(Tell(event.to_json()))  # type: ignore[union-attr]
             elif kind is StopUnheard:
                 self._queue(StopMissed(generation, event.request))  # type: ignore[union-attr, arg-type]
+            elif kind is CompactionSpent:
+                self._queue(Spent(generation, event.request, event.usage))  # type: ignore[union-attr]
             elif kind is UsageEvent:
                 self._queue(Spent(generation, event.request, event.usage))  # type: ignore[union-attr]
                 held = self.session.held

@@ -39,7 +39,7 @@ class Budgets:
     def _spent(self, ev: Spent) -> None:
         s = self.state
         s.spent = s.spent.add(ev.usage)
-        rec = s.prompts.get(ev.request)
+        rec = s.prompts.get(ev.request if ev.request is not None else s.held or "")
         if rec is None:
             return
         rec.spent = rec.spent.add(ev.usage)

@@ -198,7 +198,8 @@ class Spent:
     its spend counts toward the prompt's budget and the bridge's total (:mod:`bridge.core.budget`)."""
 
     generation: int
-    request: str
+    #: None: a compaction between runs (it counts for the prompt holding the slot).
+    request: str | None
     usage: Usage
 
 
