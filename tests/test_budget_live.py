@@ -31,6 +31,7 @@ from bridge.demo.model_server import start_server
 from bridge.demo.model_server.server import models_json
 from bridge.live.otel import use_tracer_provider
 from bridge.profiles.pi import scripted_profile
+from bridge.readers.diagnose.command import diagnose, report_json
 from bridge.readers.replay import replay
 
 #: Every model call asks for one more tool call, and reports 1000 tokens in, 50 out.
@@ -112,6 +113,11 @@ def test_the_bridges_total_stops_the_prompt_that_passes_it_then_rejects_budget(r
     notes = [json.loads(line) for line in ran["journal"].read_text().splitlines()[1:]]
     stops = [n["note"] for n in notes if isinstance(n.get("note"), dict) and n["note"].get("event") == "stop"]
     assert [(s["request"], s["by"]) for s in stops] == [("p1", "budget"), ("p2", "budget")]
+    # bridge diagnose explains each: the bridge's stop, the spend past which budget, what to check.
+    findings = report_json(diagnose(str(ran["journal"])))["findings"]
+    words = {f["request"]: json.dumps(f) for f in findings}
+    assert "the prompt's budget was passed" in words["p1"] and "budgetUsd" in words["p1"]
+    assert "the bridge's total budget was passed" in words["p2"]
 
 
 def spans_of(ran: dict[str, Any]) -> tuple[dict[str, ReadableSpan], list[ReadableSpan]]:
