@@ -200,3 +200,38 @@ async def test_a_compaction_counts_toward_the_prompt_it_was_made_for(pinned_pi: 
     (budget,) = [n for n in notes if isinstance(n, dict) and n.get("event") == "budget"]
     assert budget["spent"]["usd"] == pytest.approx(3 * PER_MESSAGE)
     assert [r.reason for r in replay(str(journal)).receipts][-1] == "budget"
+
+
+def test_serve_takes_budget_usd_per_prompt_over_its_budget_usd_option(pinned_pi: object, tmp_path: Path) -> None:
+    """``bridge serve --budget-usd 0.04``: a prompt line's ``"budgetUsd"`` is its own (0.02);
+    one without takes the option's. Both end ``failed``/``budget``, each past its own."""
+    import subprocess
+    import sys
+
+    server = start_server([], default=TOOL)
+    path = tmp_path / "models.json"
+    path.write_text(json.dumps(models_json(server.base_url, cost=COST)))
+    lines = [
+        {"type": "prompt", "id": "s1", "message": "keep going", "budgetUsd": 0.02},
+        {"type": "prompt", "id": "s2", "message": "keep going"},
+    ]
+    try:
+        p = subprocess.run(
+            [sys.executable, "-m", "bridge", "serve", "--no-journal", "--budget-usd", "0.04"]
+            + ["--models-json", str(path), "--provider", "scripted", "--model", "scripted-model"],
+            input="".join(json.dumps(line) + "\n" for line in lines),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        server.close()
+    assert p.returncode == 0, p.stderr
+    out = [json.loads(line) for line in p.stdout.splitlines()]
+    receipts = {o["id"]: o["receipt"] for o in out if o["type"] == "receipt"}
+    assert {k: (r["state"], r["reason"]) for k, r in receipts.items()} == {
+        "s1": ("failed", "budget"),
+        "s2": ("failed", "budget"),
+    }, receipts
+    assert 0.02 < receipts["s1"]["usage"]["cost"] <= 3 * PER_MESSAGE + 1e-9
+    assert 0.04 < receipts["s2"]["usage"]["cost"] <= 5 * PER_MESSAGE + 1e-9
