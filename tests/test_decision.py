@@ -36,6 +36,7 @@ EXAMPLES: list[tuple[int, Facts, tuple[str, str | None]]] = [
     (1, Facts(unsent="queue-full"), ("rejected", "queue-full")),
     (1, Facts(unsent="closing", taint="overlap", exited=True), ("rejected", "closing")),
     (1, Facts(unsent="engine-down"), ("rejected", "engine-down")),
+    (1, Facts(unsent="budget"), ("rejected", "budget")),
     (2, Facts(recorded=("delivery-unknown", "no-ack")), ("delivery-unknown", "no-ack")),
     (2, Facts(recorded=("failed", "timeout"), tracker=("finished", None)), ("failed", "timeout")),
     (3, Facts(refused=True), ("rejected", "engine")),
@@ -55,6 +56,7 @@ EXAMPLES: list[tuple[int, Facts, tuple[str, str | None]]] = [
     (10, Facts(tracker=("failed", "interrupted"), stop_by="timeout"), ("failed", "timeout")),
     (10, Facts(tracker=("failed", "interrupted"), stop_by="closing"), ("failed", "closing")),
     (10, Facts(tracker=("failed", "interrupted")), ("failed", "interrupted")),
+    (10, Facts(tracker=("failed", "interrupted"), stop_by="budget", own_settled=True), ("failed", "budget")),
     (11, Facts(tracker=("failed", None), stop_by="timeout", aborted=True), ("failed", "timeout")),
     (
         11,
@@ -62,6 +64,7 @@ EXAMPLES: list[tuple[int, Facts, tuple[str, str | None]]] = [
         ("failed", "interrupted"),
     ),
     (11, Facts(tracker=("failed", None), stop_by="closing", aborted=True), ("failed", "closing")),
+    (11, Facts(tracker=("failed", None), stop_by="budget", aborted=True), ("failed", "budget")),
     (12, Facts(tracker=("failed", None), stop_by="timeout", aborted=False), ("failed", None)),
     (12, Facts(tracker=("failed", None), aborted=True), ("failed", None)),
     (12, Facts(tracker=("finished", None), stop_by="controller"), ("finished", None)),
@@ -105,7 +108,7 @@ def test_a_fact_set_with_no_trigger_is_a_bug_not_a_receipt() -> None:
 
 
 def test_interrupted_only_for_the_controllers_stop() -> None:
-    for by in ("timeout", "closing"):
+    for by in ("timeout", "closing", "stall", "budget"):
         for facts in (
             Facts(tracker=("failed", "interrupted"), stop_by=by),
             Facts(tracker=("failed", None), stop_by=by, aborted=True),

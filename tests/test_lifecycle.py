@@ -79,6 +79,7 @@ from bridge.core.lifecycle import (
     Spawn,
     Spawned,
     SpawnFailed,
+    Spent,
     StartupChecked,
     StdoutClosed,
     Stop,
@@ -93,7 +94,7 @@ from bridge.core.lifecycle import (
     snapshot,
     step,
 )
-from bridge.core.receipts import Facts, Receipt, decide
+from bridge.core.receipts import Facts, Receipt, Usage, decide
 from bridge.core.steering import Wanted
 from bridge.core.words import Reason
 
@@ -318,7 +319,7 @@ class Harness:
                     self.violations.append("closing noted twice")
                 self.closing_noted = True
             elif payload.get("event") == "stop":
-                if payload["by"] not in ("controller", "timeout", "closing", "stall"):
+                if payload["by"] not in ("controller", "timeout", "closing", "stall", "budget"):
                     self.violations.append(f"a stop by {payload['by']!r}")
                 if payload["request"] in self.stop_notes:
                     self.violations.append(f"a second stop for {payload['request']!r}")
@@ -466,6 +467,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         patience=st.integers(5, 80),
         prompts=st.lists(st.sampled_from([None, None, 1.0, 6.0]), max_size=4),
         stall=st.sampled_from([None, 7.0]),
+        budgets=st.sampled_from([(None, None), (None, None), (0.5, None), (None, 1.0), (0.5, 1.0)]),
     )
     def configure(
         self,
@@ -475,9 +477,11 @@ class LifecycleMachine(RuleBasedStateMachine):
         patience: int,
         prompts: list[float | None],
         stall: float | None,
+        budgets: tuple[float | None, float | None],
     ) -> None:
         cfg = small_config(seal_check=seal_check, queue_max=queue_max, stop_clears_queue=stop_clears)
         cfg.stall_timeout = stall
+        cfg.prompt_budget_usd, cfg.total_budget_usd = budgets
         self.h = Harness(cfg)
         self.patience = patience
         for timeout in prompts:
@@ -790,6 +794,24 @@ class LifecycleMachine(RuleBasedStateMachine):
         out = self.h.settle(request, Facts(tracker=tracker))
         assert delivered(out)[request] == tracker
         assert self.lc.state.held != request
+
+    @precondition(lambda self: self._held_on_live_engine() is not None)
+    @rule(cost=st.sampled_from([0.0, 0.2, 0.6]))
+    def the_run_spends(self, cost: float) -> None:
+        """An assistant message of the held run ended (Pi's ``message_end``): a spend past the
+        prompt's budget or the bridge's total sends the bridge's stop, once, and nothing else."""
+        found = self._held_on_live_engine()
+        assert found is not None
+        request, generation = found
+        rec = self.lc.state.prompts[request]
+        stopped = rec.stop is not None or rec.gave_up is not None
+        out = self.h.feed(Spent(generation, request, Usage(cost=cost, messages=1)))
+        passed = rec.budget.passed(rec.spent) or self.lc.config.total_budget.passed(self.lc.state.spent)
+        stops = notes(out, "stop")
+        if passed and not stopped:
+            assert [n["by"] for n in stops] == ["budget"], out
+        else:
+            assert stops == [], out
 
     @precondition(lambda self: self._abort_reached_the_engine())
     @rule()

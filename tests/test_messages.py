@@ -78,7 +78,7 @@ def test_every_key_a_command_takes_is_taken() -> None:
         (
             b'{"type":"prompt","id":"a","message":"x","priority":1}',
             'unknown key "priority" in prompt (prompt takes id, message, stream, timeout, images, events, '
-            "stallTimeout, conversation, provider, model, thinking)",
+            "stallTimeout, conversation, provider, model, thinking, budgetUsd, budgetTokens, trace)",
         ),
         (b'{"type":"shutdown","id":7}', 'unknown key "id" in shutdown (shutdown takes no other key)'),
         (b'{"type":"stop","id":"a","why":"x"}', 'unknown key "why" in stop (stop takes id)'),

@@ -15,7 +15,7 @@ def add_parser(sub: Subcommands) -> None:
         description="Read a transcript or journal (lean or full) and explain each signal (O1-O6, "
         "aborted-without-stop, gaps, non-started dispositions, seal diagnostics, failed seal checks, "
         "engine exits and engine-down), each pending / delivery-unknown / outcome-unknown receipt, each "
-        "run the bridge stopped itself (failed: timeout, closing or stalled), each rejected/config receipt, each "
+        "run the bridge stopped itself (failed: timeout, closing, stalled or budget), each rejected/config receipt, each "
         "extension dialog, a journal that could not be written "
         "or ends before the bridge closed, and each place the journal contradicts itself (replay --check's "
         "rules): what happened, the observations around it, the slot's state, the "

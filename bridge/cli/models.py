@@ -33,7 +33,7 @@ def add_parser(sub: Subcommands) -> None:
     )
     p.add_argument("--json", action="store_true", help="one JSON object per model")
     add_engine_options(p, checks_model=False)
-    add_bridge_options(p, journal_by_default=False)
+    add_bridge_options(p, journal_by_default=False, budgets=False)
     p.set_defaults(func=_cmd_models)
 
 

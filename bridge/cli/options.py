@@ -196,7 +196,43 @@ def add_conversation_option(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_bridge_options(p: argparse.ArgumentParser, *, journal_by_default: bool = True) -> None:
+def _budget(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not {'a whole number' if kind is int else 'a number'}"
+            ) from None
+        if not 0 <= value < float("inf"):
+            raise argparse.ArgumentTypeError(f"must be a finite number of 0 or more, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _add_budget_options(g: Any) -> None:
+    """``--budget-usd`` / ``--budget-tokens`` (each prompt's), ``--total-budget-usd`` / ``-tokens`` (the bridge's)."""
+    for unit, kind, what in (("usd", float, "USD (Pi's cost, from the model's prices)"), ("tokens", int, "tokens")):
+        g.add_argument(
+            f"--budget-{unit}",
+            type=_budget(kind),
+            default=None,
+            metavar="N",
+            help=f"each prompt may spend this many {what}; past it the bridge stops it, failed/budget (default: none)",
+        )
+        g.add_argument(
+            f"--total-budget-{unit}",
+            type=_budget(kind),
+            default=None,
+            metavar="N",
+            help=f"all prompts together may spend this many {what}: the one that passes it is stopped (failed/budget), "
+            "and once it is spent every prompt is rejected/budget (default: none)",
+        )
+
+
+def add_bridge_options(p: argparse.ArgumentParser, *, journal_by_default: bool = True, budgets: bool = True) -> None:
     g = p.add_argument_group("bridge")
     journal = g.add_mutually_exclusive_group()
     journal.add_argument(
@@ -272,6 +308,8 @@ def add_bridge_options(p: argparse.ArgumentParser, *, journal_by_default: bool =
         default="refuse",
         help="an engine failing the start-up seal check is refused (default) or used with a warning",
     )
+    if budgets:
+        _add_budget_options(g)
 
 
 # -- what they describe ----------------------------------------------------------------------------
@@ -421,6 +459,10 @@ def bridge_config(args: argparse.Namespace) -> Any:
         journal_keep_days=args.journal_keep_days,
         journal_keep_mb=args.journal_keep_mb,
         conversation=getattr(args, "conversation", None),
+        prompt_budget_usd=getattr(args, "budget_usd", None),
+        prompt_budget_tokens=getattr(args, "budget_tokens", None),
+        total_budget_usd=getattr(args, "total_budget_usd", None),
+        total_budget_tokens=getattr(args, "total_budget_tokens", None),
     )
 
 

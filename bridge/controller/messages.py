@@ -5,7 +5,8 @@ In (one JSON object per line), parsed by :func:`parse_command` into a :data:`Com
 
     {"type":"prompt","id":ID,"message":TEXT, "stream"?:bool, "timeout"?:seconds, "images"?:[...],
      "events"?:bool, "stallTimeout"?:seconds (0: none),
-     "provider"?:P, "model"?:ID (together), "thinking"?:LEVEL}
+     "provider"?:P, "model"?:ID (together), "thinking"?:LEVEL,
+     "budgetUsd"?:number, "budgetTokens"?:int, "trace"?:{"traceparent":…}}
     {"type":"configure", "provider"?:P, "model"?:ID, "thinking"?:LEVEL}  for the prompts that follow
     {"type":"new_conversation"}                     a new conversation before the next prompt
     {"type":"compact", "instructions"?:TEXT}        compact the conversation before the next prompt
@@ -99,7 +100,20 @@ _WANTED_KEYS: Final = ("provider", "model", "thinking")
 #: The keys each command takes besides ``"type"``, in the order an error lists them; any other
 #: key refuses the line (module rules).
 KEYS: Final[Mapping[str, tuple[str, ...]]] = {
-    "prompt": ("id", "message", "stream", "timeout", "images", "events", "stallTimeout", "conversation", *_WANTED_KEYS),
+    "prompt": (
+        "id",
+        "message",
+        "stream",
+        "timeout",
+        "images",
+        "events",
+        "stallTimeout",
+        "conversation",
+        *_WANTED_KEYS,
+        "budgetUsd",
+        "budgetTokens",
+        "trace",
+    ),
     "stop": ("id",),
     "status": (),
     "shutdown": (),
@@ -140,6 +154,11 @@ class Prompt:
     wanted: Wanted = attrs.field(factory=Wanted)
     #: The conversation it belongs to (``bridge serve --engines N``: its prompts keep one engine).
     conversation: str | None = None
+    #: What it may spend (None: the bridge's ``--budget-usd`` / ``--budget-tokens``).
+    budget_usd: float | None = None
+    budget_tokens: int | None = None
+    #: The W3C trace context its span continues (``traceparent``, ``tracestate``).
+    trace: dict[str, str] | None = None
 
 
 @attrs.frozen
@@ -343,7 +362,16 @@ def _prompt(value: dict[str, Any], rid: RequestId) -> Prompt:
     conversation = value.get("conversation")
     if conversation is not None and (not isinstance(conversation, str) or not conversation):
         raise ControllerError('"conversation" must be a non-empty string')
-    return Prompt(rid, message, stream, timeout, images, events, stall, _wanted(value), conversation)
+    usd, tokens, trace = value.get("budgetUsd"), value.get("budgetTokens"), value.get("trace")
+    if usd is not None and (isinstance(usd, bool) or not isinstance(usd, (int, float)) or not 0 <= usd < math.inf):
+        raise ControllerError('"budgetUsd" must be a number of 0 or more (dollars, Pi\'s cost)')
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0):
+        raise ControllerError('"budgetTokens" must be a whole number of 0 or more')
+    if trace is not None and not (isinstance(trace, dict) and all(isinstance(v, str) for v in trace.values())):
+        raise ControllerError('"trace" must be an object of strings (W3C trace context: "traceparent")')
+    return Prompt(
+        rid, message, stream, timeout, images, events, stall, _wanted(value), conversation, usd, tokens, trace
+    )
 
 
 def _answer(value: dict[str, Any]) -> AnswerDialog:

@@ -313,6 +313,7 @@ async def _act(bridge: Bridge, cmd: Command, lineno: int, drain_timeout: float |
         case Prompt():
             if bridge.knows(cmd.id):
                 return LineError.duplicate_id(cmd.id, lineno)
+            asked: dict[str, Any] = cmd.wanted.asked()
             await bridge.submit(
                 cmd.message,
                 request=cmd.id,
@@ -321,7 +322,10 @@ async def _act(bridge: Bridge, cmd: Command, lineno: int, drain_timeout: float |
                 images=cmd.images,
                 events=cmd.events,
                 stall_timeout=cmd.stall_timeout,
-                **cmd.wanted.asked(),  # a "model" given alone as provider/id stays so: a refusal says how it was read
+                budget_usd=cmd.budget_usd,
+                budget_tokens=cmd.budget_tokens,
+                trace=cmd.trace,
+                **asked,  # a "model" given alone as provider/id stays so: a refusal says how it was read
             )
         case Configure() | NewConversation() | CompactConversation() if when := bridge.no_prompt_follows:
             # They steer the prompts submitted after them (docs: guide/steering.md), and none can be:

@@ -19,7 +19,7 @@ import attrs
 
 from bridge.core.framing import Oversize, RawLine
 from bridge.core.progress import ProgressEvent
-from bridge.core.receipts import Receipt
+from bridge.core.receipts import Receipt, Usage
 from bridge.core.tracker import Overlap, Settled, Working
 from bridge.core.wire import Wire, form
 from bridge.core.words import Reason, RequestId, Signal
@@ -117,6 +117,17 @@ class Retrying(Wire):
     error: str | None
 
 
+@attrs.frozen
+class CompactionSpent:
+    """Pi compacted the conversation (its ``compaction_end``, manual or automatic) and says
+    what the summary's model call cost: it counts toward the budgets (:mod:`bridge.core.budget`).
+    ``request``: the held prompt whose run it was in (None: between runs, a prompt's own
+    compaction before it is written)."""
+
+    request: RequestId | None
+    usage: Usage
+
+
 Event = (
     Overlap
     | Working
@@ -130,6 +141,7 @@ Event = (
     | StopUnheard
     | ReceiptReady
     | Retrying
+    | CompactionSpent
     | ProgressEvent
 )
 

@@ -38,9 +38,9 @@ even cut out of the read: :meth:`LineSplitter.feed_runs` hands a run of them on 
 
 The same holds for every line whose contents nothing reads (:data:`CONTENTS_READ` lists the
 types read deeper than their top-level scalars: ``response``, ``message_update``,
-``message_start``, ``message_end``, ``queue_update``, ``extension_ui_request``,
-``extension_error``; and the event lines, :data:`bridge.core.progress.EVENT_LINES`, while the
-held prompt asked for its events): ``agent_start``, ``agent_end``, ``agent_settled``,
+``message_start``, ``message_end``, ``queue_update``, ``compaction_end`` (its usage counts
+toward the budgets), ``extension_ui_request``, ``extension_error``; and the event lines,
+:data:`bridge.core.progress.EVENT_LINES`, while the held prompt asked for its events): ``agent_start``, ``agent_end``, ``agent_settled``,
 ``turn_start``/``turn_end``, ``tool_execution_*``, ``auto_retry_*``, ``compaction_*`` and types
 the bridge does not know are checked and stand as their top-level scalars
 (:meth:`JsonCheck.top_scalars`), never built (from :data:`LEAN_MIN` bytes, below which orjson
@@ -455,6 +455,7 @@ CONTENTS_READ: Final = frozenset(
         "message_start",
         "message_end",
         "queue_update",
+        "compaction_end",
         "extension_ui_request",
         "extension_error",
     }

@@ -27,6 +27,9 @@ class PromptState:
     stream: bool = False
     #: The controller asked for its events (:mod:`bridge.core.progress`).
     events: bool = False
+    #: It is traced (:mod:`bridge.live.otel`): its event lines' events, from their top-level
+    #: scalars (a ``message_update`` is not read for it: no deltas), and its usage events.
+    traced: bool = False
     ack_idx: int | None = None
     disposition: str | None = None
     working_idx: int | None = None

@@ -8,10 +8,11 @@ finished            (no reason) the slot's own run settled after ``stop``,
                     ``length`` or ``toolUse``
 failed              (no reason) the run ended in ``error``; ``nativeError`` says why
 failed              ``interrupted``: aborted by this controller's stop (``stop``)
-failed              ``timeout``, ``closing``, ``stalled``: aborted by the bridge's own stop
-                    (the prompt's timeout or the drain bound; closing; a stall)
+failed              ``timeout``, ``closing``, ``stalled``, ``budget``: aborted by the bridge's
+                    own stop (the prompt's timeout or the drain bound; closing; a stall;
+                    a spend past its budget)
 rejected            ``engine``, ``queue-full``, ``cancelled``, ``closing``,
-                    ``engine-down``, ``config``: certainly not delivered
+                    ``engine-down``, ``config``, ``budget``: certainly not delivered
 delivery-unknown    ``ack-without-start``, ``no-ack``, ``engine-exited``, ``node-lost``
 outcome-unknown     the seed's ``aborted-without-stop``, ``no-final-assistant-message``,
                     ``unrecognised-stop-reason``; the bridge's ``overlap``, ``gap``,
@@ -40,9 +41,17 @@ from bridge.core.words import Reason, RequestId, State, StopBy
 #: The reasons each state admits (None: no reason).
 REASONS: Final[dict[State, frozenset[Reason | None]]] = {
     State.FINISHED: frozenset({None}),
-    State.FAILED: frozenset({None, Reason.INTERRUPTED, Reason.TIMEOUT, Reason.CLOSING, Reason.STALLED}),
+    State.FAILED: frozenset({None, Reason.INTERRUPTED, Reason.TIMEOUT, Reason.CLOSING, Reason.STALLED, Reason.BUDGET}),
     State.REJECTED: frozenset(
-        {Reason.ENGINE, Reason.QUEUE_FULL, Reason.CANCELLED, Reason.CLOSING, Reason.ENGINE_DOWN, Reason.CONFIG}
+        {
+            Reason.ENGINE,
+            Reason.QUEUE_FULL,
+            Reason.CANCELLED,
+            Reason.CLOSING,
+            Reason.ENGINE_DOWN,
+            Reason.CONFIG,
+            Reason.BUDGET,
+        }
     ),
     State.DELIVERY_UNKNOWN: frozenset(
         {Reason.ACK_WITHOUT_START, Reason.NO_ACK, Reason.ENGINE_EXITED, Reason.NODE_LOST}
@@ -278,6 +287,7 @@ STOP_REASONS: Final[dict[StopBy, Reason]] = {
     StopBy.TIMEOUT: Reason.TIMEOUT,
     StopBy.CLOSING: Reason.CLOSING,
     StopBy.STALL: Reason.STALLED,
+    StopBy.BUDGET: Reason.BUDGET,
 }
 
 #: The tracker's settlements that our own stop may have caused (Pi aborted in a

@@ -67,6 +67,7 @@ from typing import Any, Final
 
 import orjson
 
+from bridge.core.budget import compaction_spent
 from bridge.core.dialogs import diagnostic_of
 from bridge.core.events import (
     NO_EVENTS,
@@ -178,7 +179,13 @@ class Session:
             self.generation = generation
 
     def send(
-        self, cmd: dict[str, Any], *, t: float | None = None, stream: bool = False, events: bool = False
+        self,
+        cmd: dict[str, Any],
+        *,
+        t: float | None = None,
+        stream: bool = False,
+        events: bool = False,
+        traced: bool = False,
     ) -> Sequence[Event]:
         """The bridge wrote ``cmd`` to the engine."""
         if self._fresh_needed:
@@ -197,7 +204,7 @@ class Session:
                 self._displaced.append(previous)
                 self._taint(Reason.OVERLAP, self.tracker.idx, out)
             self.tracker.attach(request)
-            state = PromptState(request, stream=stream, events=events, pid=self.pid, generation=self.generation)
+            state = PromptState(request, stream, events, traced, pid=self.pid, generation=self.generation)
             if self._configs and isinstance(request, str):
                 state.config = self._configs.pop(request, None)
             if t is not None:
@@ -432,7 +439,7 @@ class Session:
         diagnostics), the engine's own retries."""
         held = self.held
         if held is not None and held.receipt is None:
-            if held.events and kind in EVENT_LINES and self.taint is None and self._in_slots_run():
+            if (held.events or held.traced) and kind in EVENT_LINES and self.taint is None and self._in_slots_run():
                 event = translate(value, idx, held.request)
                 if event is not None:
                     events.append(event)
@@ -441,6 +448,8 @@ class Session:
             self._capture_reply(value, idx, events)
         elif kind == "extension_ui_request" or kind == "extension_error":
             events.append(self._diagnostic(kind, value, idx))
+        elif kind == "compaction_end":
+            events.extend(compaction_spent(self.held, value))
         elif kind == "auto_retry_start" and self.held is not None and self.held.receipt is None:
             error, attempts = value.get("errorMessage"), (value.get("attempt"), value.get("maxAttempts"))
             error = error[:500] if isinstance(error, str) else None
@@ -766,14 +775,15 @@ class Session:
 
     def _capture_reply(self, value: dict[str, Any], idx: int, events: list[Event]) -> None:
         """An assistant ``message_end`` of the held prompt's own run: its reply text (the last
-        one wins) and its usage (summed; a ``usage`` event for a prompt that wants events)."""
+        one wins) and its usage (summed; a ``usage`` event, which the supervision counts toward
+        the budgets and hands on to a prompt that wants events)."""
         held = self.held
         if held is None or held.receipt is not None or not self._in_slots_run():
             return
         message = value.get("message")
         if isinstance(message, dict) and message.get("role") == "assistant":
             held.usage = held.usage.add(message)
-            if held.events and self.taint is None:
+            if self.taint is None:
                 stop = message.get("stopReason")
                 stop = stop if isinstance(stop, str) else None
                 events.append(UsageEvent(held.request, idx, Usage().add(message), held.usage, stop))

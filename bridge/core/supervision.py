@@ -65,6 +65,7 @@ import attrs
 from bridge.core.dialogs import DIALOG_METHODS, UI_METHODS
 from bridge.core.events import Acked as SessionAcked
 from bridge.core.events import (
+    CompactionSpent,
     Diagnostic,
     DispositionSignal,
     Event,
@@ -104,6 +105,7 @@ from bridge.core.lifecycle import (
     SignalSeen,
     Spawn,
     Spawned,
+    Spent,
     StartupChecked,
     StdoutClosed,
     StopAnswer,
@@ -115,7 +117,7 @@ from bridge.core.lifecycle import (
     WriteFailed,
 )
 from bridge.core.notices import JournalFailedSignal
-from bridge.core.progress import DELTA_TYPES, PROGRESS_TYPES, ProgressEvent, join_deltas
+from bridge.core.progress import DELTA_TYPES, PROGRESS_TYPES, ProgressEvent, UsageEvent, join_deltas
 from bridge.core.receipts import Receipt
 from bridge.core.session import Session
 from bridge.core.stderr import StderrBudget
@@ -542,18 +544,20 @@ class Supervision:
                 self._config_for = (action.generation, action.request)
                 self._config_waiting = {}
             self._config_waiting[cmd["id"]] = None
-        self._record_send(cmd, self._now, stream=action.stream, events=action.events)
+        self._record_send(cmd, self._now, stream=action.stream, events=action.events, traced=action.traced)
         if action.kind == "prompt" and action.submitted is not None:
             state = self.session.prompt(action.request)
             if state is not None:
                 state.times["submitted"] = action.submitted
         self._out.append(action)
 
-    def _record_send(self, cmd: dict[str, Any], now: float, *, stream: bool = False, events: bool = False) -> None:
+    def _record_send(
+        self, cmd: dict[str, Any], now: float, *, stream: bool = False, events: bool = False, traced: bool = False
+    ) -> None:
         """Journal a command and feed it to the session, before it is written."""
         if self._journal:
             self._out.append(RecordSend(cmd, now))
-        seen = self.session.send(cmd, t=now, stream=stream, events=events)
+        seen = self.session.send(cmd, t=now, stream=stream, events=events, traced=traced)
         if seen:
             self._handle(seen)
 
@@ -640,6 +644,13 @@ class Supervision:
                 out.append(Tell(event.to_json()))  # type: ignore[union-attr]
             elif kind is StopUnheard:
                 self._queue(StopMissed(generation, event.request))  # type: ignore[union-attr, arg-type]
+            elif kind is CompactionSpent:
+                self._queue(Spent(generation, event.request, event.usage))  # type: ignore[union-attr]
+            elif kind is UsageEvent:
+                self._queue(Spent(generation, event.request, event.usage))  # type: ignore[union-attr]
+                held = self.session.held
+                if held is not None and held.request == event.request and (held.events or held.traced):  # type: ignore[union-attr]
+                    out.append(Progress(event.request, event))  # type: ignore[union-attr, arg-type]
             elif kind in PROGRESS_TYPES:
                 out.append(Progress(event.request, event))  # type: ignore[union-attr, arg-type]
             elif kind is Diagnostic:

@@ -16,7 +16,8 @@ when these were bare strings. What the enums add is that a misspelt word is a ty
   taint, which is a :class:`Reason`: ``overlap``, ``aborted-without-stop``, ``gap`` or
   ``disposition``.)
 - :class:`StopBy`: whose stop aborted a run (SPEC §5: the controller's, a timeout's, closing's;
-  and the bridge's stall detection, docs: guide/events.md#stalls).
+  and the bridge's stall detection, docs: guide/events.md#stalls; and its budgets,
+  docs: guide/budgets-and-traces.md).
 - :data:`RequestId`: a prompt's id: a non-empty string.
 - :data:`THINKING_LEVELS`: Pi's thinking levels, as the bridge passes them on (its steering
   checks them: :mod:`bridge.core.steering`). Here, not there, so the command line's
@@ -63,6 +64,9 @@ class Reason(StrEnum):
     CLOSING = "closing"
     #: The run went quiet while it waited on the model (``--stall-timeout``) and was stopped.
     STALLED = "stalled"
+    #: The prompt's (or the bridge's) spend passed its budget and the bridge stopped the run
+    #: (``failed``); the bridge's total was spent before the prompt was written (``rejected``).
+    BUDGET = "budget"
     # rejected (CLOSING too)
     ENGINE = "engine"
     QUEUE_FULL = "queue-full"
@@ -143,3 +147,5 @@ class StopBy(StrEnum):
     CLOSING = "closing"
     #: The stall timeout's stop (``--stall-timeout``).
     STALL = "stall"
+    #: The budget's stop: the prompt's (or the bridge's) spend passed its budget.
+    BUDGET = "budget"

@@ -32,7 +32,7 @@ The rules of the door:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, TypeVar
 
@@ -332,6 +332,9 @@ class AsyncioBridge:
         provider: str | None = None,
         model: str | None = None,
         thinking: str | None = None,
+        budget_usd: float | None = None,
+        budget_tokens: int | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> AsyncioPromptHandle:
         """As :meth:`Bridge.submit_nowait`: accepted at once, its checks raise at once."""
         handle = self._bridge.submit_nowait(
@@ -345,6 +348,9 @@ class AsyncioBridge:
             provider=provider,
             model=model,
             thinking=thinking,
+            budget_usd=budget_usd,
+            budget_tokens=budget_tokens,
+            trace=trace,
         )
         return AsyncioPromptHandle(handle, self._door)
 
@@ -383,6 +389,9 @@ class AsyncioBridge:
         provider: str | None = None,
         model: str | None = None,
         thinking: str | None = None,
+        budget_usd: float | None = None,
+        budget_tokens: int | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> AsyncioPromptHandle:
         """As :meth:`Bridge.submit`: returns at once."""
         return self.submit_nowait(
@@ -396,6 +405,9 @@ class AsyncioBridge:
             provider=provider,
             model=model,
             thinking=thinking,
+            budget_usd=budget_usd,
+            budget_tokens=budget_tokens,
+            trace=trace,
         )
 
     async def prompt(
@@ -411,6 +423,9 @@ class AsyncioBridge:
         provider: str | None = None,
         model: str | None = None,
         thinking: str | None = None,
+        budget_usd: float | None = None,
+        budget_tokens: int | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> Receipt:
         """Submit and wait for the receipt. Ends when it comes (it always does); cancelled
         while it waits, it stops the prompt."""
@@ -426,6 +441,9 @@ class AsyncioBridge:
                 provider=provider,
                 model=model,
                 thinking=thinking,
+                budget_usd=budget_usd,
+                budget_tokens=budget_tokens,
+                trace=trace,
             ).receipt()
         return await self._door.call(
             self._bridge.prompt,
@@ -439,6 +457,9 @@ class AsyncioBridge:
             provider=provider,
             model=model,
             thinking=thinking,
+            budget_usd=budget_usd,
+            budget_tokens=budget_tokens,
+            trace=trace,
         )
 
     async def stop(self, request: str) -> str | None:

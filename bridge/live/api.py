@@ -300,6 +300,7 @@ async def query(
     provider: str | None = None,
     model: str | None = None,
     thinking: str | None = None,
+    budget_usd: float | None = None,
 ) -> AsyncIterator[Message]:
     """One prompt, in one call: open a bridge, send the prompt, yield what comes of it, close.
 
@@ -324,6 +325,8 @@ async def query(
         model: The model id (with ``provider``), or ``"provider/id"`` alone.
         thinking: The thinking level (``off``, ``minimal``, ``low``, ``medium``, ``high``,
             ``xhigh``, ``max``).
+        budget_usd: What the run may spend (Pi's cost); past it the bridge stops it
+            (``failed``/``budget``; docs: guide/budgets-and-traces.md). None: no limit.
 
     Yields:
         Each :data:`~bridge.live.handles.Message`: the prompt's events as they happen, then
@@ -348,7 +351,14 @@ async def query(
     """
     async with open_bridge(engine if engine is not None else PiProfile(), journal=journal, config=config) as bridge:
         handle = await bridge.submit(
-            prompt, events=True, timeout=timeout, images=images, provider=provider, model=model, thinking=thinking
+            prompt,
+            events=True,
+            timeout=timeout,
+            images=images,
+            provider=provider,
+            model=model,
+            thinking=thinking,
+            budget_usd=budget_usd,
         )
         async for message in handle.messages():
             yield message

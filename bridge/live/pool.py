@@ -61,7 +61,8 @@ from bridge.live.api import _hide_journals, _open_on_trio
 from bridge.live.journal import JournalError, default_journal_dir, default_journal_path
 from bridge.live.notifications import Notifications
 from bridge.live.pool_handle import PoolHandle
-from bridge.live.supervisor import CLOSE_BACKSTOP, Bridge, _seconds
+from bridge.live.submits import seconds as _seconds
+from bridge.live.supervisor import CLOSE_BACKSTOP, Bridge
 from bridge.profiles.command import EngineProfile, Launch, ProfileError
 
 __all__ = ["Pool", "PoolConfig", "PoolHandle", "open_pool"]

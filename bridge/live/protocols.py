@@ -19,7 +19,7 @@ Nothing here runs: these are types (``typing.Protocol``), for annotations, e.g.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -169,6 +169,9 @@ class BridgeAPI(Protocol):
         provider: str | None = None,
         model: str | None = None,
         thinking: str | None = None,
+        budget_usd: float | None = None,
+        budget_tokens: int | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> PromptHandleAPI:
         """Accept a prompt; returns at once. It always gets a receipt (maybe at once: a rejection)."""
         ...
@@ -186,6 +189,9 @@ class BridgeAPI(Protocol):
         provider: str | None = None,
         model: str | None = None,
         thinking: str | None = None,
+        budget_usd: float | None = None,
+        budget_tokens: int | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> PromptHandleAPI:
         """Accept a prompt; returns at once (:meth:`submit_nowait`'s parameters)."""
         ...
@@ -203,6 +209,9 @@ class BridgeAPI(Protocol):
         provider: str | None = None,
         model: str | None = None,
         thinking: str | None = None,
+        budget_usd: float | None = None,
+        budget_tokens: int | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> Receipt:
         """Submit and wait for the receipt. Ends when it comes (it always does); cancelled
         while it waits, it stops the prompt."""

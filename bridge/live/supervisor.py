@@ -34,12 +34,11 @@ import itertools
 import math
 import os
 import signal as signal_module
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import trio
 
-from bridge.core.images import image_problem
 from bridge.core.lifecycle import (
     RECENT_IDS,
     SIGNALS_PER_GENERATION,
@@ -92,7 +91,10 @@ from bridge.live.engines import Door, EngineSide
 from bridge.live.handles import Dialog, DialogError, Pending, PromptHandle
 from bridge.live.journal import Journal
 from bridge.live.notifications import Notifications
+from bridge.live.otel import PromptTracer, prompt_tracer
+from bridge.live.status import status_of
 from bridge.live.steering import EngineQuestionError, Steering
+from bridge.live.submits import check_submit
 from bridge.profiles.command import EngineProfile, Launch
 from bridge.transcript import dumps
 
@@ -173,8 +175,12 @@ class Bridge(Steering):
         )
         if journal is not None:
             journal.on_failure = self._on_journal_failure
+        #: Spans of its prompts, when tracing is on (:mod:`bridge.live.otel`).
+        self._tracer: PromptTracer | None = prompt_tracer(lambda: self.lifecycle.state)
         #: How each kind of action is carried out.
         self._carriers = self._carrying(journal)
+        if self._tracer is not None:
+            self._carriers = self._tracer.wrap(self._carriers)
 
     def _carrying(self, journal: Journal | None) -> dict[type, Callable[[Any], None]]:
         """Each action kind's carrier: what the trio layer does for it (a journal entry is
@@ -257,6 +263,9 @@ class Bridge(Steering):
         provider: str | None = None,
         model: str | None = None,
         thinking: str | None = None,
+        budget_usd: float | None = None,
+        budget_tokens: int | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> PromptHandle:
         """Accept a prompt; returns at once with its handle (:meth:`submit_nowait` says the rest)."""
         return self.submit_nowait(
@@ -270,6 +279,9 @@ class Bridge(Steering):
             provider=provider,
             model=model,
             thinking=thinking,
+            budget_usd=budget_usd,
+            budget_tokens=budget_tokens,
+            trace=trace,
         )
 
     def submit_nowait(
@@ -285,6 +297,9 @@ class Bridge(Steering):
         provider: str | None = None,
         model: str | None = None,
         thinking: str | None = None,
+        budget_usd: float | None = None,
+        budget_tokens: int | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> PromptHandle:
         """Accept a prompt; returns at once. It always gets a receipt (maybe at once: a rejection,
         ``queue-full``, ``closing`` or ``engine-down``, not an exception).
@@ -300,28 +315,24 @@ class Bridge(Steering):
             provider: With ``model``: the model it runs with, verified before it is written.
             model: The model id (with ``provider``), or ``"provider/id"`` alone.
             thinking: The thinking level (``off``, ``minimal``, ``low``, ``medium``, ``high``, ``xhigh``, ``max``).
+            budget_usd: What its run may spend (Pi's cost); past it the bridge stops it (``failed``/``budget``).
+            budget_tokens: Likewise in tokens (both None: the bridge's ``prompt_budget_usd`` / ``_tokens``).
+            trace: W3C trace context (``{"traceparent": …}``) its span continues, when tracing is on.
 
         Raises:
             TypeError: A message that is not text, a bad ``stream``/``events``/``images`` (nothing is accepted).
-            ValueError: A used or empty id, a bad timeout or image, a lone model, an unknown level (likewise)."""
-        if not isinstance(message, str):
-            raise TypeError(f"message must be a str, not {type(message).__name__}")
-        for name, flag in (("stream", stream), ("events", events)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name} must be True or False, not {flag!r}")
-        if timeout is not None and not _seconds(timeout):
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        if (
-            stall_timeout is not None
-            and (isinstance(stall_timeout, bool) or stall_timeout != 0)
-            and not _seconds(stall_timeout)
-        ):
-            raise ValueError(f"stall_timeout must be 0 (none) or a positive number of seconds, got {stall_timeout!r}")
-        if images is not None and not isinstance(images, list):
-            raise TypeError(f"images must be a list, not {type(images).__name__}")
-        problem = image_problem(images) if images else None
-        if problem is not None:
-            raise ValueError(problem)
+            ValueError: A used or empty id, a bad timeout, image or budget, a lone model, an unknown level."""
+        budget = check_submit(
+            message,
+            stream=stream,
+            events=events,
+            timeout=timeout,
+            stall_timeout=stall_timeout,
+            images=images,
+            budget_usd=budget_usd,
+            budget_tokens=budget_tokens,
+            trace=trace,
+        )
         wanted = Wanted(provider, model, thinking)
         if request is None:
             request = f"p{next(self._ids)}"
@@ -337,7 +348,8 @@ class Bridge(Steering):
         if events:
             p.event_send, p.event_recv = trio.open_memory_channel[ProgressEvent](math.inf)
         self._handles[request] = p
-        self._feed(Submit(request, message, images, stream, timeout, events, stall_timeout, wanted))
+        traced = self._tracer is not None and self._tracer.submitted(request, trace)
+        self._feed(Submit(request, message, images, stream, timeout, events, stall_timeout, wanted, budget, traced))
         return PromptHandle(p, self)
 
     async def prompt(
@@ -353,6 +365,9 @@ class Bridge(Steering):
         provider: str | None = None,
         model: str | None = None,
         thinking: str | None = None,
+        budget_usd: float | None = None,
+        budget_tokens: int | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> Receipt:
         """Submit (the parameters, and what it raises, are :meth:`submit_nowait`'s) and wait
         for the receipt. Ends when it comes (it always does).
@@ -373,6 +388,9 @@ class Bridge(Steering):
             provider=provider,
             model=model,
             thinking=thinking,
+            budget_usd=budget_usd,
+            budget_tokens=budget_tokens,
+            trace=trace,
         )
         try:
             return await handle.receipt()
@@ -440,23 +458,9 @@ class Bridge(Steering):
 
     def status(self) -> dict[str, Any]:
         """What runs: what ``bridge serve`` answers a ``status`` with (``engine``, ``held``, ``queued``, ...)."""
-        st = self.lifecycle.state
         engine = self.engine
-        return {
-            "engine": {
-                "pid": engine.pid if engine is not None and engine.alive else None,
-                "generation": st.engine.generation,
-                "alive": bool(engine is not None and engine.alive),
-                "sealed": st.engine.sealed,
-                "down": st.down,
-            },
-            "held": st.held,
-            "queued": list(st.queue),
-            "receipts": st.receipts,
-            "journal": str(self.journal.path) if self.journal is not None else None,
-            "shutdown": st.draining,
-            "closing": st.closing,
-        }
+        alive = engine is not None and engine.alive
+        return status_of(self.lifecycle.state, alive, engine.pid if engine is not None else None, self.journal)
 
     def dialogs(self, max_buffer: int = 100) -> trio.MemoryReceiveChannel[Dialog]:
         """A channel of the extension dialogs to answer (:class:`~bridge.live.handles.Dialog`).
@@ -574,6 +578,8 @@ class Bridge(Steering):
         if self._finished:
             return
         self._finished = True
+        if self._tracer is not None:
+            self._tracer.close()
         for scope in self._task_scopes:
             scope.cancel()
         self.engines.drop_unspawned()
@@ -789,8 +795,3 @@ class Bridge(Steering):
                         journal.fail(e)
         finally:
             self._fsync_done.set()
-
-
-def _seconds(value: Any) -> bool:
-    """A positive, finite number of seconds (not a boolean)."""
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0 and value != math.inf

@@ -2,11 +2,12 @@
 
 The package: :mod:`.config` (settings and deadlines), :mod:`.state` (the records),
 :mod:`.inputs` and :mod:`.actions` (what goes in and comes out), :mod:`.machine`
-(:class:`Lifecycle` and :func:`step`), and three parts of the machine in modules of their own,
+(:class:`Lifecycle` and :func:`step`), and five parts of the machine in modules of their own,
 mixins of :class:`Lifecycle` with their rules: :mod:`.extension_dialogs` (a dialog's asking
 and its one response), :mod:`.configuring` (a prompt's model, thinking level, new
-conversation and compaction, applied before it is written) and :mod:`.questions` (the
-questions for the engine that change nothing, ``get_available_models``).
+conversation and compaction, applied before it is written), :mod:`.questions` (the
+questions for the engine that change nothing, ``get_available_models``), :mod:`.stops` (how
+a stop is sent) and :mod:`.budgets` (a spend past its budget: :mod:`bridge.core.budget`).
 
 The shape is seed ``004``'s: :meth:`Lifecycle.step` takes one input and the
 time and returns the actions the trio layer must carry out. No trio, no clock,
@@ -180,7 +181,7 @@ _HOMES: dict[str, str] = {
             "Acked", "Activity", "AnswerDialog", "Answered", "Ask", "Close", "Compact", "Configure",
             "Configured", "Decided", "DialogOpened", "EngineExited", "Input", "JournalFailed",
             "NewConversation", "NobodyAnswers", "NotWritten", "Open", "Shutdown", "SignalSeen", "Spawned",
-            "SpawnFailed", "StartupChecked", "StdoutClosed", "Stop", "StopMissed", "Submit", "Tick",
+            "SpawnFailed", "Spent", "StartupChecked", "StdoutClosed", "Stop", "StopMissed", "Submit", "Tick",
             "Unsealed", "WriteFailed",
         ),
         "machine": ("Lifecycle", "step"),
@@ -238,6 +239,7 @@ __all__ = [
     "Spawn",
     "SpawnFailed",
     "Spawned",
+    "Spent",
     "StartupChecked",
     "StdoutClosed",
     "Stop",

@@ -36,6 +36,8 @@ class Write:
     stream: bool = False
     events: bool = False
     submitted: float | None = None
+    #: The prompt is traced: the session tells its event lines and usage (not its deltas).
+    traced: bool = False
 
 
 @attrs.frozen

@@ -10,6 +10,7 @@ from typing import Any, Final
 
 import attrs
 
+from bridge.core.budget import Budget, budget_bound
 from bridge.core.framing import DEFAULT_MAX_LINE
 from bridge.core.stderr import STDERR_JOURNAL_MAX
 
@@ -29,7 +30,7 @@ SIGNALS_PER_GENERATION: Final = 1000
 #: ``stall``    the held prompt's run showed nothing for its stall timeout while it waited on
 #:              the model: a ``stalled`` signal, a stop (``stall``), arm ``stop``. Moved on by
 #:              every :class:`~bridge.core.lifecycle.inputs.Activity`
-#: ``stop``     a stop (the controller's, a timeout's, a stall's) was not obeyed: give up
+#: ``stop``     a stop (the controller's, a timeout's, a stall's, a budget's) was not obeyed: give up
 #:              (``settle-timeout``), recycle
 #: ``taint``    an unsealed engine's held prompt did not settle: give up (the taint)
 #: ``close``    closing, the stopped prompt did not settle: stop the engine
@@ -133,6 +134,20 @@ class BridgeConfig:
     #: each engine starts its own). Set by ``open_bridge(conversation=...)``; with it an
     #: engine restart keeps the conversation (``started``: ``newConversation: false``).
     conversation: str | None = None
+    #: What each prompt may spend unless it says (``submit(budget_usd=, budget_tokens=)``), and
+    #: what all the bridge's prompts together may (:mod:`bridge.core.budget`). None: no bound.
+    prompt_budget_usd: float | None = attrs.field(default=None, validator=budget_bound)
+    prompt_budget_tokens: int | None = attrs.field(default=None, validator=budget_bound)
+    total_budget_usd: float | None = attrs.field(default=None, validator=budget_bound)
+    total_budget_tokens: int | None = attrs.field(default=None, validator=budget_bound)
+
+    @property
+    def prompt_budget(self) -> Budget:
+        return Budget(self.prompt_budget_usd, self.prompt_budget_tokens)
+
+    @property
+    def total_budget(self) -> Budget:
+        return Budget(self.total_budget_usd, self.total_budget_tokens)
 
     @stderr_journal_max.validator
     def _stderr_positive(self, attribute: Any, value: int | None) -> None:

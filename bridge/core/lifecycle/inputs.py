@@ -7,7 +7,8 @@ from typing import Any
 
 import attrs
 
-from bridge.core.receipts import Receipt
+from bridge.core.budget import Budget
+from bridge.core.receipts import Receipt, Usage
 from bridge.core.steering import EngineConfig, Wanted
 
 # --------------------------------------------------------------------------
@@ -28,6 +29,10 @@ class Submit:
     stall_timeout: float | None = None
     #: The model and thinking level it asks for (over the bridge's :class:`Configure`).
     wanted: Wanted = attrs.field(factory=Wanted)
+    #: What it may spend (over the config's ``prompt_budget_usd`` / ``_tokens``): :mod:`bridge.core.budget`.
+    budget: Budget = attrs.field(factory=Budget)
+    #: It is traced (:mod:`bridge.live.otel`): its tool calls, retries and usage are told.
+    traced: bool = False
 
 
 @attrs.frozen
@@ -188,6 +193,17 @@ class StopMissed:
 
 
 @attrs.frozen
+class Spent:
+    """One assistant message of ``request``'s run ended with this usage (Pi's ``message_end``):
+    its spend counts toward the prompt's budget and the bridge's total (:mod:`bridge.core.budget`)."""
+
+    generation: int
+    #: None: a compaction between runs (it counts for the prompt holding the slot).
+    request: str | None
+    usage: Usage
+
+
+@attrs.frozen
 class Decided:
     """The evidence half decided a receipt."""
 
@@ -296,6 +312,7 @@ Input = (
     | StartupChecked
     | Acked
     | StopMissed
+    | Spent
     | Decided
     | Unsealed
     | SignalSeen

@@ -22,6 +22,7 @@ from bridge.core.lifecycle.actions import (
     StopEngine,
     Write,
 )
+from bridge.core.lifecycle.budgets import Budgets
 from bridge.core.lifecycle.config import (
     DEADLINES,
     HELD_DEADLINES,
@@ -54,6 +55,7 @@ from bridge.core.lifecycle.inputs import (
     SignalSeen,
     Spawned,
     SpawnFailed,
+    Spent,
     StartupChecked,
     StdoutClosed,
     Stop,
@@ -65,6 +67,7 @@ from bridge.core.lifecycle.inputs import (
 )
 from bridge.core.lifecycle.questions import EngineQuestions
 from bridge.core.lifecycle.state import LifeState, PromptRec
+from bridge.core.lifecycle.stops import Stops
 from bridge.core.notices import (
     EngineDownNotice,
     EngineDownSignal,
@@ -83,13 +86,14 @@ from bridge.core.words import Reason, StopBy
 # The machine
 
 
-class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions):
+class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
     """The state machine. ``step(input, now)`` -> actions; ``now`` is seconds since start.
 
-    Three parts are mixins of their own modules, each with its rules: extension dialogs
+    Five parts are mixins of their own modules, each with its rules: extension dialogs
     (:mod:`~bridge.core.lifecycle.extension_dialogs`), a prompt's configuring: model, thinking
-    level, new conversation, compaction (:mod:`~bridge.core.lifecycle.configuring`), and the
-    questions for the engine (:mod:`~bridge.core.lifecycle.questions`)."""
+    level, new conversation, compaction (:mod:`~bridge.core.lifecycle.configuring`), the
+    questions for the engine (:mod:`~bridge.core.lifecycle.questions`), how a stop is sent
+    (:mod:`~bridge.core.lifecycle.stops`) and budgets (:mod:`~bridge.core.lifecycle.budgets`)."""
 
     def __init__(self, config: BridgeConfig | None = None, state: LifeState | None = None) -> None:
         self.config = config or BridgeConfig()
@@ -119,6 +123,7 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions):
             Unsealed: self._unsealed,
             SignalSeen: self._signal_seen,
             StopMissed: self._stop_missed,
+            Spent: self._spent,
             WriteFailed: self._write_failed,
             NotWritten: self._not_written,
             StdoutClosed: self._stdout_closed,
@@ -198,6 +203,8 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions):
             stall=stall or None,
             submitted=self._now,
             wanted=ev.wanted.over(s.wanted),
+            budget=ev.budget.over(self.config.prompt_budget),
+            traced=ev.traced,
         )
         s.prompts[ev.request] = rec
         if s.closing is not None or s.draining or s.closed:
@@ -536,6 +543,7 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions):
     def _pump(self) -> None:
         s, e = self.state, self.state.engine
         self._open_ended()
+        self._refuse_unbudgeted()
         if s.closing is not None or s.down is not None:
             why = Reason.CLOSING if s.closing is not None else Reason.ENGINE_DOWN
             while s.queue:
@@ -646,6 +654,7 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions):
                 stream=rec.stream,
                 events=rec.events,
                 submitted=rec.submitted,
+                traced=rec.traced,
             )
         )
         rec.written = self._now
@@ -683,39 +692,6 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions):
         self._out.append(Notify(EngineDownNotice(why)))
 
     # -- stops and closing ---------------------------------------------------------
-
-    def _send_stop(self, rec: PromptRec, by: StopBy, why: str) -> None:
-        s, e = self.state, self.state.engine
-        s.stop_serial += 1
-        stop = f"stop-{s.stop_serial}"
-        rec.stop, rec.stop_by = stop, by
-        s.deadlines.pop("stall", None)  # a stopped run is waited for by its stop's own bounds
-        self._note({"event": "stop", "stop": stop, "request": rec.request, "by": by, "why": why})
-        if e.phase not in ("checking", "ready"):
-            return  # no engine to tell: its exit settles the prompt
-        # Pi's abort does not resolve a dialog the extension opened without a signal: the
-        # prompt's own dialogs are answered first, or its run would wait on them.
-        self._end_dialogs(dialogs.BY_STOP, request=rec.request)
-        if self.config.stop_clears_queue and "clear_queue" in e.clearing:
-            self._out.append(Write(e.generation, {"type": "clear_queue", "id": f"{stop}:clear"}, "clear"))
-        self._out.append(Write(e.generation, {"type": "abort", "id": stop}, "abort"))
-
-    def _stop_missed(self, ev: StopMissed) -> None:
-        """The held prompt's stop was answered before its run started, so it stopped nothing:
-        the same stop is sent again (a new abort id, noted with the first stop's ``by``, so
-        replay decides the same word). Its grace starts again with the run it now stops."""
-        s, e = self.state, self.state.engine
-        rec = s.prompts.get(ev.request)
-        if rec is None or s.held != ev.request or rec.stop is None or rec.gave_up is not None:
-            return
-        if not self._current(ev.generation) or e.phase not in ("checking", "ready"):
-            return
-        again = f"{rec.stop}:again"
-        why = "sent again: the engine answered it before the prompt's run started"
-        self._note({"event": "stop", "stop": again, "request": rec.request, "by": rec.stop_by, "why": why})
-        self._out.append(Write(e.generation, {"type": "abort", "id": again}, "abort"))
-        if "stop" in s.deadlines:
-            s.deadlines["stop"] = self._now + self.config.stop_grace
 
     def _begin_closing(self, why: str, detail: str | None) -> None:
         s = self.state

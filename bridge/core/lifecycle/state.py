@@ -7,6 +7,7 @@ from typing import Any
 
 import attrs
 
+from bridge.core.budget import Budget, Spend
 from bridge.core.receipts import GiveUpWhy, Receipt
 from bridge.core.steering import EngineConfig, Wanted
 from bridge.core.wire import converter
@@ -36,6 +37,11 @@ class PromptRec:
     phase: str = "queued"
     #: The model and thinking level it asked for (over the bridge's).
     wanted: Wanted = attrs.field(factory=Wanted)
+    #: What it may spend (its own, over the bridge's default), and what its run spent so far.
+    budget: Budget = attrs.field(factory=Budget)
+    spent: Spend = attrs.field(factory=Spend)
+    #: It is traced (its Write says so to the evidence half).
+    traced: bool = False
     #: What the engine was verified to run it with.
     config: EngineConfig | None = None
     #: A new conversation is started (``new_session``) before it is written.
@@ -139,6 +145,8 @@ class LifeState:
     stop_serial: int = 0
     journal_failed: str | None = None
     receipts: int = 0
+    #: What every prompt's run spent since the bridge opened (its total budget's measure).
+    spent: Spend = attrs.field(factory=Spend)
     #: The bridge's own configuration for the prompts submitted from now on.
     wanted: Wanted = attrs.field(factory=Wanted)
     #: The controller asked for a new conversation: it goes with the next prompt submitted,

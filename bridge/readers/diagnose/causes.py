@@ -71,6 +71,17 @@ def timeout(facts: Facts, why: str) -> dict[str, str]:
     }
 
 
+def budget() -> dict[str, str]:
+    """The bridge's budget stopped a run whose spend passed the prompt's budget or the bridge's total
+    (the stop note's words say which, and the spend)."""
+    return {
+        "cause": "the run's model calls cost more than its budget allowed: a model that kept calling tools, "
+        "a long conversation resent at every call, retries or a compaction",
+        "check": 'raise the prompt\'s "budgetUsd" / "budgetTokens" (or --budget-usd, --total-budget-usd) if the '
+        "work is worth it; otherwise the tool calls before the stop (docs: guide/budgets-and-traces.md)",
+    }
+
+
 def stalled() -> dict[str, str]:
     """The bridge's stall detection stopped a run that went quiet while it waited on the model."""
     return {

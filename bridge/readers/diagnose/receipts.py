@@ -3,7 +3,7 @@
 Rules (SPEC section 5): a receipt gets a finding when a controller cannot act on it without doubt
 (:data:`UNCERTAIN`: ``pending``, ``delivery-unknown``, ``outcome-unknown``) or when it is
 ``failed`` with a reason of :data:`BRIDGE_STOPS` (the bridge, not the controller, stopped the run:
-``timeout``, ``closing`` or ``stalled``), and when it is ``rejected``/``config`` (the model or thinking
+``timeout``, ``closing``, ``stalled`` or ``budget``), and when it is ``rejected``/``config`` (the model or thinking
 level the prompt asked for was refused or not confirmed: docs: guide/steering.md; nothing else says why a
 prompt was never written). A pending receipt says why the transcript does not finish the prompt's
 story; a bridge stop says which stop, why (its ``stop`` note) and what made the bridge close (its
@@ -31,7 +31,7 @@ from bridge.transcript import Entry
 UNCERTAIN: Final = frozenset({"pending", "delivery-unknown", "outcome-unknown"})
 #: Reasons of a ``failed`` receipt whose run the bridge itself stopped (SPEC section 5):
 #: each gets a finding too. They are also the ``by`` of the bridge's ``stop`` notes.
-BRIDGE_STOPS: Final = frozenset({"timeout", "closing", "stalled"})
+BRIDGE_STOPS: Final = frozenset({"timeout", "closing", "stalled", "budget"})
 
 
 def explained(r: Receipt) -> bool:
@@ -180,6 +180,8 @@ def _bridge_stop(at: ReceiptAt) -> Words:
         return Words("", text, [causes.timeout(facts, why)])
     if r.reason == "stalled":
         return Words("", text, [causes.stalled()])
+    if r.reason == "budget":
+        return Words("", text, [causes.budget()])
     text += " " + facts.closing_words()
     failed = facts.journal_failed
     related = [failed.n] if failed is not None and facts.closing_why() == "journal" else []
@@ -193,6 +195,8 @@ def stop_why(note: dict[str, Any] | None, reason: str | None) -> str:
         return short(why.strip(), 300).rstrip(".")
     if reason == "stalled":
         return "the run showed nothing for the stall timeout while it waited on the model"
+    if reason == "budget":
+        return "the prompt's spend passed its budget"
     return "a timeout passed" if reason == "timeout" else "the bridge was closing"
 
 

@@ -1,0 +1,72 @@
+"""Budgets, the lifecycle's part: :class:`Budgets`, a mixin of
+:class:`~bridge.core.lifecycle.machine.Lifecycle`. What counts and when a budget is passed are
+:mod:`bridge.core.budget`'s rules; this is what the machine does about it:
+
+- :class:`~bridge.core.lifecycle.inputs.Spent` (one assistant message of a run ended, with its
+  usage) adds to the bridge's total and to that prompt's spend. When either passes its budget
+  while the prompt is held and not yet stopped, a ``budget`` note (the spend and the budget,
+  for people and ``bridge diagnose``) and the bridge's stop (``by: budget``) are journaled and
+  the stop is sent, with the ``stop`` deadline (``stop_grace``) as for every stop: the receipt
+  is ``failed``/``budget``, or ``outcome-unknown``/``settle-timeout`` if the engine obeys no abort.
+- While the bridge's total is spent, no prompt is written: each one queued (or submitted) gets
+  ``rejected``/``budget``, with the words in ``nativeError``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from bridge.core.lifecycle.config import BridgeConfig
+from bridge.core.lifecycle.inputs import Spent
+from bridge.core.lifecycle.state import LifeState, PromptRec
+from bridge.core.words import Reason, StopBy
+
+
+class Budgets:
+    """The :class:`Spent` input's handler and the total's refusal of queued prompts."""
+
+    # What it uses of the machine (Lifecycle sets and defines them).
+    config: BridgeConfig
+    state: LifeState
+    _now: float
+
+    if TYPE_CHECKING:
+
+        def _note(self, payload: dict[str, Any]) -> None: ...
+        def _reject(self, rec: PromptRec, reason: Reason, native_error: str | None = None) -> None: ...
+        def _send_stop(self, rec: PromptRec, by: StopBy, why: str) -> None: ...
+
+    def _spent(self, ev: Spent) -> None:
+        s = self.state
+        s.spent = s.spent.add(ev.usage)
+        rec = s.prompts.get(ev.request if ev.request is not None else s.held or "")
+        if rec is None:
+            return
+        rec.spent = rec.spent.add(ev.usage)
+        if s.held != rec.request or rec.phase != "held" or rec.stop is not None or rec.gave_up is not None:
+            return
+        passed = rec.budget.passed(rec.spent)
+        whose = "the prompt's budget"
+        if passed is None:
+            passed, whose = self.config.total_budget.passed(s.spent), "the bridge's total budget"
+        if passed is None:
+            return
+        self._note(
+            {
+                "event": "budget",
+                "request": rec.request,
+                "spent": rec.spent.to_json(),
+                "total": s.spent.to_json(),
+                "budget": {"usd": rec.budget.usd, "tokens": rec.budget.tokens},
+                "totalBudget": {"usd": self.config.total_budget_usd, "tokens": self.config.total_budget_tokens},
+            }
+        )
+        self._send_stop(rec, StopBy.BUDGET, f"{whose} was passed ({passed})")
+        s.deadlines["stop"] = self._now + self.config.stop_grace
+
+    def _refuse_unbudgeted(self) -> None:
+        """Nothing left of the bridge's total: every queued prompt is rejected, never written."""
+        s = self.state
+        spent = self.config.total_budget.spent(s.spent) if s.queue else None
+        while spent is not None and s.queue:
+            self._reject(s.prompts[s.queue[0]], Reason.BUDGET, spent)
