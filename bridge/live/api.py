@@ -71,8 +71,7 @@ async def open_bridge(
             the same JSONL).
         journal: True (the default) for a new file in the default folder
             (``$PI_BRIDGE_JOURNAL_DIR``, else ``$XDG_STATE_HOME/pi-bridge/journals``, else
-            ``~/.local/state/pi-bridge/journals``); a path, which must not exist yet; False or
-            None for no journal.
+            ``~/.local/state/pi-bridge/journals``); a path, not there yet; False or None: none.
         config: Limits and timeouts (:class:`~bridge.core.lifecycle.config.BridgeConfig`;
             default: its defaults).
         drain_on_exit: At the block's normal end, wait until every accepted prompt has its
@@ -84,16 +83,13 @@ async def open_bridge(
             awaited (one engine start, at open rather than at the first prompt). False: the
             first prompt (or ``models()``) starts it, as ``bridge run``, ``serve`` and ``acp``
             do; a refused launch is then that prompt's ``rejected``/``engine-down`` receipt.
-        conversation: A named conversation to resume, or to begin (a Pi profile only;
-            docs: guide/conversations.md): its Pi session file is kept in the bridge's private state
-            (``$PI_BRIDGE_CONVERSATION_DIR``, else ``$XDG_STATE_HOME/pi-bridge/conversations``,
-            else ``~/.local/state/pi-bridge/conversations``), every engine of this bridge
-            resumes it, and the bridge holds its lock until it closes. Default: ``config``'s
-            ``conversation`` (``--conversation``).
+        conversation: A named conversation to resume or begin (a Pi profile only;
+            docs: guide/conversations.md): its Pi session file is kept in the bridge's private
+            state, every engine of this bridge resumes it, and the bridge holds its lock until
+            it closes. Default: ``config``'s ``conversation`` (``--conversation``).
 
     Yields:
-        The open bridge: a :class:`~bridge.live.supervisor.Bridge` under trio, an
-        :class:`~bridge.live.aio.AsyncioBridge` under asyncio.
+        The open bridge: a :class:`~bridge.live.supervisor.Bridge` (trio), an :class:`~bridge.live.aio.AsyncioBridge`.
 
     Raises:
         ProfileError: One line, for what the CLI refuses, after everything is cleaned up
@@ -103,12 +99,11 @@ async def open_bridge(
             that cannot be launched or whose start-up check refused the launch (a model Pi
             does not offer: ``the engine cannot be set up: seal check failed: Pi does not
             offer --model ...``, the words ``bridge run`` prints). A crash at start is not
-            one: the block begins, and the next prompt starts the next engine.
+            one: the block begins, and the next prompt starts the next engine. A
+            ``conversation`` that is no folder's name (a ``/``), another live bridge has open,
+            is damaged or was written by a newer Pi or pi-bridge, or not with Pi.
         JournalError: The journal cannot be created or its header written (a path that
             exists is refused).
-        ProfileError: A ``conversation`` whose name is not a folder's name (a ``/``), that
-            another live bridge has open, that is damaged or was written by a newer Pi or
-            pi-bridge, or with an engine other than Pi.
         ValueError: ``journal`` is neither a boolean, None nor a non-empty path.
         RuntimeError: Called outside ``trio.run`` or ``asyncio.run``.
     """
@@ -124,13 +119,7 @@ async def open_bridge(
             conversation=conversation,
         )
 
-    try:
-        library = sniffio.current_async_library()
-    except sniffio.AsyncLibraryNotFoundError:
-        raise RuntimeError(
-            "open_bridge (and query) run inside an async function under trio.run(main) or asyncio.run(main())"
-        ) from None
-    if library == "asyncio":
+    if running_library() == "asyncio":
         from bridge.live.aio import open_on_asyncio
 
         async with open_on_asyncio(opener) as on_asyncio:
@@ -138,6 +127,14 @@ async def open_bridge(
     else:
         async with opener() as bridge:
             yield bridge
+
+
+def running_library(what: str = "open_bridge (and query) run") -> str:
+    """``trio`` or ``asyncio`` (``sniffio``); RuntimeError outside both, saying ``what``."""
+    try:
+        return sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        raise RuntimeError(f"{what} inside an async function under trio.run(main) or asyncio.run(main())") from None
 
 
 @asynccontextmanager

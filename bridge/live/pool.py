@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import sniffio
 import trio
 
 from bridge.core.images import image_problem
@@ -57,7 +56,7 @@ from bridge.core.pool import (
 from bridge.core.receipts import Receipt, Times
 from bridge.core.steering import Wanted
 from bridge.core.words import Reason, State
-from bridge.live.api import _hide_journals, _open_on_trio
+from bridge.live.api import _hide_journals, _open_on_trio, running_library
 from bridge.live.journal import JournalError, default_journal_dir, default_journal_path
 from bridge.live.notifications import Notifications
 from bridge.live.pool_handle import PoolHandle
@@ -611,13 +610,7 @@ async def open_pool(
     def opener() -> Any:
         return _open_pool_on_trio(engine, rules, journal, config or BridgeConfig(), drain_on_exit)
 
-    try:
-        library = sniffio.current_async_library()
-    except sniffio.AsyncLibraryNotFoundError:
-        raise RuntimeError(
-            "open_pool runs inside an async function under trio.run(main) or asyncio.run(main())"
-        ) from None
-    if library == "asyncio":
+    if running_library("open_pool runs") == "asyncio":
         from bridge.live.aio import open_wrapped_on_asyncio
         from bridge.live.pool_aio import AsyncioPool
 
