@@ -38,7 +38,6 @@ from typing import Any
 import attrs
 import trio
 
-from bridge.core.images import image_problem
 from bridge.core.lifecycle import RECENT_IDS, BridgeConfig
 from bridge.core.notices import ReceiptNotice
 from bridge.core.pool import (
@@ -60,6 +59,7 @@ from bridge.live.api import _hide_journals, _open_on_trio, running_library
 from bridge.live.journal import JournalError, default_journal_dir, default_journal_path
 from bridge.live.notifications import Notifications
 from bridge.live.pool_handle import PoolHandle
+from bridge.live.submits import check_submit
 from bridge.live.submits import seconds as _seconds
 from bridge.live.supervisor import CLOSE_BACKSTOP, Bridge
 from bridge.profiles.command import EngineProfile, Launch, ProfileError
@@ -542,26 +542,10 @@ def _check(
     model: str | None,
     thinking: str | None,
 ) -> None:
-    """:meth:`Bridge.submit_nowait <bridge.live.supervisor.Bridge.submit_nowait>`'s checks, made
-    at the pool's door (a prompt may wait before an engine's bridge sees it)."""
-    if not isinstance(message, str):
-        raise TypeError(f"message must be a str, not {type(message).__name__}")
-    for name, flag in (("stream", stream), ("events", events)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name} must be True or False, not {flag!r}")
-    if timeout is not None and not _seconds(timeout):
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    if (
-        stall_timeout is not None
-        and (isinstance(stall_timeout, bool) or stall_timeout != 0)
-        and not _seconds(stall_timeout)
-    ):
-        raise ValueError(f"stall_timeout must be 0 (none) or a positive number of seconds, got {stall_timeout!r}")
-    if images is not None and not isinstance(images, list):
-        raise TypeError(f"images must be a list, not {type(images).__name__}")
-    problem = image_problem(images) if images else None
-    if problem is not None:
-        raise ValueError(problem)
+    """:meth:`Bridge.submit_nowait <bridge.live.supervisor.Bridge.submit_nowait>`'s checks
+    (:func:`~bridge.live.submits.check_submit`), made at the pool's door (a prompt may wait
+    before an engine's bridge sees it)."""
+    check_submit(message, stream=stream, events=events, timeout=timeout, stall_timeout=stall_timeout, images=images)
     Wanted(provider, model, thinking)
 
 
