@@ -1,6 +1,6 @@
 """``tools/soak`` in CI, a 1 GiB engine line through the live bridge, and the bugs the soak found.
 
-- :func:`test_soak_ci` runs ``tools/soak`` (135 seeded schedules, most through ``bridge serve``
+- :func:`test_soak_ci` runs ``tools/soak`` (100 seeded schedules, most through ``bridge serve``
   as a subprocess, some through the Python API) and checks its table: no receipt lost or
   duplicated, no hang, no zombie, no engine left behind, every bridge exiting as it must, every
   journal replaying to the live receipts (or, when its disk filled up, reading back and agreeing
@@ -47,10 +47,12 @@ from tests.helpers_live import (
 
 SOAK = ROOT / "tools" / "soak"
 SEED = int(os.environ.get("PI_BRIDGE_SOAK_SEED", "2026"))
-#: The CI run is bound by CPU, not by the timeouts it waits on: a schedule costs about 0.7
-#: CPU-seconds (``bridge serve``'s own start-up, about 0.3 s, is most of it), so 135 schedules
-#: with 8 at once take about 95 CPU-seconds: about 50 s on 2 cores (this file: about 60 s).
-CI_SCHEDULES = 135
+#: The CI run is bound by CPU, not by the timeouts it waits on: a schedule costs about 1.2
+#: CPU-seconds (``bridge serve``'s own start-up, about 0.6 s, is most of it; 90 schedules with 8
+#: at once took 109 CPU-seconds, 67 s, on this idle 2-core machine, 2026-12-02), so 100 schedules
+#: take about 120 CPU-seconds. Fewer than the 135 of before, for the suite's time (issue 28): the
+#: first 90 of seed 2026 exercise every kind this test asks for; ``tools/soak`` runs any number.
+CI_SCHEDULES = 100
 CI_JOBS = 8
 #: The new fault kinds that must show up in the CI run (each is in roughly 1 schedule in 10-15).
 CI_MUST_EXERCISE = ("after_shutdown", "journal_failed", "second_shutdown", "prompt_after_shutdown")
