@@ -90,7 +90,6 @@ STARTED_FIRST = (
     "tests/test_lifecycle.py::TestLifecycleMachine",
     "tests/test_fuzz.py::test_controller_lines_get_a_command_or_a_named_error",
     # One Ray test cluster for the module (~45 s): its tests together, in one worker.
-    "tests/test_ray.py",
 )
 
 
@@ -115,7 +114,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     items[:] = [*heads[0], *rest[:cut], *heads[1], *rest[cut:]]
     if not (config.args == [str(ROOT / "tests")] or config.args == ["tests"]) or config.option.keyword:
         return
-    # The whole suite: an entry that names no test is out of date.
+    # The whole suite: an entry that names no test is out of date, and one given twice would put
+    # its tests in the list twice (xdist then has no worker left: "no active workers").
+    twice = sorted({entry for entry in STARTED_FIRST if STARTED_FIRST.count(entry) > 1})
+    if twice:
+        raise pytest.UsageError(f"tests/conftest.py STARTED_FIRST names these twice: {twice}")
     stale = [entry for n, entry in enumerate(STARTED_FIRST) if n not in ranks.values()]
     if stale:
         raise pytest.UsageError(f"tests/conftest.py STARTED_FIRST names no test: {stale}")
