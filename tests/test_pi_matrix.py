@@ -190,9 +190,13 @@ def test_the_oldest_version_allowed_gives_receipts_that_say_what_is_unknown(olde
     ]
     for r in receipts:
         assert r["disposition"] is None and r["settleIdx"] is None
+        # The engine accepted each prompt (its answer is the ack): delivered, so unknown, not rejected.
+        assert r["ackIdx"] is not None and r["times"]["acked"] is not None
         assert [s["signal"] for s in r["signals"]] == ["disposition"]
     assert receipts[1]["generation"] == 2, "the unsealed engine was not replaced before the next prompt"
-    assert len(scripted.requests) == 2, "each prompt did reach the model: the receipt is unknown, not rejected"
+    # Whether Pi reached the model inside the 1 s grace depends on the machine's load (stop 37's CI
+    # run saw none reach it), so only this is certain: no prompt went to the model twice.
+    assert len(scripted.requests) <= 2, "a prompt was sent again after its engine was replaced"
 
 
 def test_the_matrix_command_end_to_end_on_the_pin_and_the_oldest(oldest: Path, tmp_path: Path) -> None:
