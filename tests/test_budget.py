@@ -189,8 +189,15 @@ async def test_submit_refuses_a_bad_budget_or_trace_and_accepts_nothing() -> Non
 
     ok: dict[str, Any] = {"stream": False, "events": False, "timeout": None, "stall_timeout": None, "images": None}
     assert check_submit("m", **ok, budget_usd=0.5, budget_tokens=10) == Budget(0.5, 10)
-    for bad in ({"budget_usd": -0.5}, {"budget_tokens": 2.5}, {"budget_usd": True}):
-        with pytest.raises(ValueError):
+    for bad in (
+        {"budget_usd": -0.5},
+        {"budget_usd": float("nan")},
+        {"budget_usd": True},
+        {"budget_tokens": 2.5},
+        {"budget_tokens": -1},
+    ):
+        (name,) = bad
+        with pytest.raises(ValueError, match=f"^{name} must be"):  # the parameter's own name
             check_submit("m", **ok, **bad)
     with pytest.raises(TypeError):
         check_submit("m", **ok, trace={"traceparent": 1})

@@ -1,5 +1,5 @@
 """The Ray pool's dispatch (bridge/core/dispatch.py), rule by rule, with no Ray and no
-process: D1-D6 and the invariant that every accepted prompt gets exactly one receipt."""
+process: D1-D9 and the invariant that every accepted prompt gets exactly one receipt."""
 
 from __future__ import annotations
 
@@ -158,6 +158,26 @@ def test_d8_a_rejection_for_the_prompt_itself_is_its_receipt() -> None:
     assert c.reason == "closing", "closing while the pool closes is the prompt's receipt"
 
 
+def test_d9_a_stop_takes_a_queued_prompt_out_unsent_and_leaves_a_handed_one_to_its_lane() -> None:
+    d = pool("a")
+    for r in ("p1", "p2", "p3"):
+        d.submit(r)
+    assert d.take("a") == "p1"
+    r2, lane2 = d.stop("p2")
+    assert lane2 is None and r2 is not None and (r2.state, r2.reason) == ("rejected", "cancelled")
+    assert r2.where is None, "it never reached a lane"
+    assert d.queued == ["p3"] and d.stage("p2") is Stage.SETTLED
+    assert d.stop("p1") == (None, "a"), "a handed prompt is its lane's bridge's to stop"
+    d.running("a", "p1")
+    assert d.stop("p1") == (None, "a")
+    assert d.stage("p1") is Stage.RUNNING, "the stop alone decides nothing: the lane's receipt will"
+    (r1,) = d.settled("a", Receipt("p1", "failed", "interrupted"))
+    assert (r1.state, r1.reason) == ("failed", "interrupted")
+    assert d.stop("p1") == (None, None) and d.stop("p2") == (None, None), "settled: left alone"
+    assert d.stop("never") == (None, None)
+    assert d.take("a") == "p3", "the FIFO goes on without the stopped prompt"
+
+
 def test_an_id_is_submitted_once_and_a_lane_added_once() -> None:
     d = pool("a")
     d.submit("p1")
@@ -210,6 +230,9 @@ def test_every_prompt_gets_exactly_one_receipt_whatever_is_lost_when(seed: int) 
             handed = {k: v for k, v in handed.items() if v != n}
         elif op >= 0.995:
             receipts += d.close()
+        elif op >= 0.98 and submitted:
+            stopped, _ = d.stop(rng.choice(submitted))
+            receipts += [stopped] if stopped is not None else []
     receipts += d.close()
     for request, n in list(handed.items()):  # what is still out comes back
         receipts += d.settled(n, finished(request))

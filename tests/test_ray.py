@@ -24,7 +24,10 @@ ray = pytest.importorskip("ray", reason="the ray extra (tools/setup installs it)
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from bridge.core.receipts import Receipt  # noqa: E402
+from bridge.demo.model_server import start_server  # noqa: E402
+from bridge.demo.model_server.server import models_json  # noqa: E402
 from bridge.profiles.command import CommandProfile  # noqa: E402
+from bridge.profiles.pi import scripted_profile  # noqa: E402
 from bridge.ray import RayPool  # noqa: E402
 from bridge.testing import ScriptedModel  # noqa: E402
 from tests.helpers_live import fake_engine_argv  # noqa: E402
@@ -184,3 +187,57 @@ def test_a_node_removed_mid_run_costs_no_receipt(cluster: Any) -> None:
         n for n, lane in status["lanes"].items() if lane["node"] == lost
     )
     assert not _engines_left(tag), "the engines of the lost node went with it"
+
+
+#: Every model call asks for one more tool call and reports 1000 tokens in, 50 out; priced so
+#: that each message costs 0.0115 dollars (as tests/test_budget_live.py).
+ENDLESS = {
+    "tool_call": {"name": "bash", "arguments": {"command": "echo again"}},
+    "usage": {"prompt_tokens": 1000, "completion_tokens": 50},
+}
+PRICES = {"input": 10.0, "output": 30.0}
+
+
+def _until_running(pool: RayPool, request: str) -> None:
+    deadline = time.monotonic() + 120
+    while not any(
+        lane["holding"] == request and lane["stage"] == "running" for lane in pool.status()["lanes"].values()
+    ):
+        assert time.monotonic() < deadline, f"{request} never ran: {pool.status()}"
+        time.sleep(0.05)
+
+
+def test_a_prompts_budget_and_stop_reach_the_actors_real_pi(cluster: Any, pinned_pi: object, tmp_path: Path) -> None:
+    """The real Pi in one actor, a model that never stops calling tools: p1's own budget is
+    carried out by the actor's bridge (``failed``/``budget``); p2, stopped while it waits in the
+    pool's queue, is ``rejected``/``cancelled`` and never reaches the model; p3, stopped while it
+    runs, is ``failed``/``interrupted`` (D9); a stop of a settled prompt does nothing."""
+    server = start_server([], default=ENDLESS)
+    models = tmp_path / "models.json"
+    models.write_text(json.dumps(models_json(server.base_url, cost=PRICES)))
+    try:
+        with RayPool(scripted_profile(str(models)), engines=1, journal=False) as pool:
+            f1 = pool.submit("spend it", request="p1", budget_usd=0.02)
+            _until_running(pool, "p1")
+            f2 = pool.submit("this one never goes out", request="p2")
+            assert pool.stop("p2") is True
+            r2 = f2.result(timeout=5)
+            r1 = f1.result(timeout=120)
+            f3 = pool.submit("keep going", request="p3")
+            _until_running(pool, "p3")
+            assert pool.stop("p3") is True
+            r3 = f3.result(timeout=120)
+            assert pool.stop("p3") is False and pool.stop("nobody") is False
+            with pytest.raises(ValueError, match="budget"):
+                pool.submit("x", budget_usd=-1)
+            with pytest.raises(TypeError, match="trace"):
+                pool.submit("x", trace="00-abc")  # type: ignore[arg-type]
+        sent = json.dumps(server.requests)
+    finally:
+        server.close()
+    assert (r1.state, r1.reason) == ("failed", "budget"), r1
+    assert r1.usage is not None and r1.usage.cost > 0.02 and r1.stop is not None, r1.usage
+    assert (r2.state, r2.reason, r2.where) == ("rejected", "cancelled", None), r2
+    assert (r3.state, r3.reason) == ("failed", "interrupted"), r3
+    assert r3.where is not None and r3.stop is not None, "stopped by the actor's bridge, which names its stop"
+    assert "never goes out" not in sent and "keep going" in sent

@@ -37,10 +37,15 @@ The rules (tests/test_dispatch.py, one test per rule):
 - D8 a lane whose bridge rejects a prompt ``engine-down`` (its engine is down for good) or
   ``closing`` (while the pool is not closing) can run nothing more: it is retired, and the
   prompt -- certainly never written -- goes back to the head of the FIFO for another lane.
+- D9 a stop (:meth:`Dispatch.stop`): a queued prompt leaves the FIFO ``rejected``/``cancelled``,
+  never written (as one bridge's queued prompt: the decision table's row 1); a handed or running
+  one is its lane's to stop -- the live layer asks that actor's bridge, and the receipt its rules
+  give comes back as any other (D2), or the lane's loss decides it (D3); a settled prompt, or
+  one never submitted, is left alone.
 
 Invariant: every prompt :meth:`Dispatch.submit` accepts gets exactly one receipt, returned by
-exactly one of :meth:`~Dispatch.submit`, :meth:`~Dispatch.settled`, :meth:`~Dispatch.lost`
-or :meth:`~Dispatch.close`. Pure: no Ray, no trio, no clock; the live layer (``bridge/ray/pool.py``)
+exactly one of :meth:`~Dispatch.submit`, :meth:`~Dispatch.settled`, :meth:`~Dispatch.lost`,
+:meth:`~Dispatch.stop` or :meth:`~Dispatch.close`. Pure: no Ray, no trio, no clock; the live layer (``bridge/ray/pool.py``)
 tells it what happened and delivers the receipts it returns.
 """
 
@@ -236,6 +241,20 @@ class Dispatch:
         if not self.live_lanes:
             out += self._reject_queue(Reason.ENGINE_DOWN, _no_lanes(self._lanes))
         return out
+
+    def stop(self, request: str) -> tuple[Receipt | None, str | None]:
+        """A stop for ``request`` (D9): ``(its receipt, None)`` for a queued prompt, now out of the
+        FIFO; ``(None, its lane)`` for a handed or running one, whose bridge is to stop it;
+        ``(None, None)`` for a settled prompt or an id never submitted."""
+        p = self._prompts.get(request)
+        if p is None or p.stage is Stage.SETTLED:
+            return None, None
+        if p.stage is Stage.QUEUED:
+            self._queue.remove(request)
+            return self._settle(
+                request, decide(Facts(unsent=Reason.CANCELLED)), "stopped before an engine took it"
+            ), None
+        return None, p.lane
 
     def close(self) -> list[Receipt]:
         """The pool is closing: every queued prompt's ``rejected``/``closing`` (D6). Handed

@@ -49,7 +49,13 @@ def check_submit(
     problem = image_problem(images) if images else None
     if problem is not None:
         raise ValueError(problem)
-    if budget_tokens is not None and (isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int)):
+    if budget_usd is not None and (
+        isinstance(budget_usd, bool) or not isinstance(budget_usd, (int, float)) or not 0 <= budget_usd < math.inf
+    ):
+        raise ValueError(f"budget_usd must be a number of dollars, 0 or more, got {budget_usd!r}")
+    if budget_tokens is not None and (
+        isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int) or budget_tokens < 0
+    ):
         raise ValueError(f"budget_tokens must be a whole number of 0 or more, got {budget_tokens!r}")
     if trace is not None and not (
         isinstance(trace, Mapping) and all(isinstance(k, str) and isinstance(v, str) for k, v in trace.items())

@@ -3,9 +3,9 @@
 Why a thread running ``trio.run`` and not Ray's async actors with the asyncio door: the bridge
 is a block (``async with open_bridge(...)``) that must open and close in one task, and an actor
 lives across many method calls. A dedicated thread runs that block for the actor's whole life
-(:meth:`EngineActor._serve`); the actor's methods are plain (Ray runs them in its own threads,
-``max_concurrency``) and reach into it with ``trio.from_thread``. The structured-concurrency
-rules hold inside: every prompt task is in the thread's nursery, and the bridge's close
+(:func:`_serve`); the actor's methods are plain, none ``async`` (so Ray runs them in its own
+threads, ``max_concurrency``, and a ``stop`` is taken while a ``run`` waits), and reach into
+it with ``trio.from_thread``. The structured-concurrency rules hold inside: every prompt task is in the thread's nursery, and the bridge's close
 settles every receipt, stops the engine and reaps it. Under Ray's async actors the bridge would
 run as trio's guest on Ray's own event loop, with its block's enter and exit in different
 method calls: more moving parts for the same thing.
@@ -62,6 +62,10 @@ class EngineActor:
         self._token: trio.lowlevel.TrioToken | None = None
         self._nursery: trio.Nursery | None = None
         self._close: trio.Event | None = None
+        #: Prompts submitted to the bridge, and stops that came before their submit (both
+        #: touched only in the bridge's thread).
+        self._submitted: set[str] = set()
+        self._stop_first: set[str] = set()
         self._thread = threading.Thread(target=self._main, name=f"pi-bridge-{name}", daemon=True)
         self._thread.start()
         # A bridge that cannot open is told by where() (its one line, as open_bridge raised
@@ -86,14 +90,15 @@ class EngineActor:
             "error": f"{type(failed).__name__}: {failed}" if failed is not None else None,
         }
 
-    def run(self, request: str, message: str, timeout: float | None) -> Iterator[dict[str, Any]]:
-        """Run one prompt: yields ``{"stage": "running"}`` once its run started, then
-        ``{"receipt": JSON}``, last. Ends with the receipt (the bridge settles every prompt's,
-        at the latest when it closes); raises RuntimeError if the bridge's thread ended first."""
+    def run(self, request: str, message: str, options: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """Run one prompt (``options``: the bridge's ``submit`` options, checked by the driver):
+        yields ``{"stage": "running"}`` once its run started, then ``{"receipt": JSON}``, last.
+        Ends with the receipt (the bridge settles every prompt's, at the latest when it
+        closes); raises RuntimeError if the bridge's thread ended first."""
         out: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         assert self._nursery is not None and self._token is not None
         trio.from_thread.run_sync(
-            self._nursery.start_soon, self._prompt, request, message, timeout, out, trio_token=self._token
+            self._nursery.start_soon, _prompt, self, request, message, options, out, trio_token=self._token
         )
         while True:
             try:
@@ -107,6 +112,18 @@ class EngineActor:
             yield {kind: value}
             if kind == "receipt":
                 return
+
+    def stop(self, request: str) -> bool:
+        """Stop a prompt this actor holds (its bridge's ``stop``: the receipt its rules give goes
+        out through :meth:`run`). A stop that comes before :meth:`run`'s task has submitted the
+        prompt is kept and carried out right after the submit. False when the bridge is gone."""
+        if self._token is None or not self._thread.is_alive():
+            return False
+        try:
+            trio.from_thread.run(_stop, self, request, trio_token=self._token)
+        except trio.RunFinishedError:
+            return False
+        return True
 
     def close(self) -> None:
         """Close the bridge (a running prompt is stopped: ``failed``/``closing``; its receipt
@@ -123,50 +140,71 @@ class EngineActor:
 
     def _main(self) -> None:
         try:
-            trio.run(self._serve)
+            trio.run(_serve, self)
         except BaseException as e:
             self._failed = self._failed or e
         finally:
             self._opened.set()
 
-    async def _serve(self) -> None:
-        """The bridge's whole life: open, serve prompts until :meth:`close`, close."""
-        self._close = trio.Event()
-        config = self._options.get("config") or BridgeConfig()
-        async with trio.open_nursery() as nursery:
-            try:
-                async with open_bridge(
-                    self._engine,
-                    journal=self._journal,
-                    config=config,
-                    start_engine=bool(self._options.get("start_engine", True)),
-                ) as bridge:
-                    self._bridge, self._nursery = bridge, nursery
-                    self._token = trio.lowlevel.current_trio_token()
-                    self._opened.set()
-                    await self._close.wait()
-            except BaseException as e:
-                self._failed = e
-                raise
-            # The bridge has closed: every prompt task has its receipt and ends by itself.
 
-    async def _prompt(
-        self, request: str, message: str, timeout: float | None, out: queue.SimpleQueue[tuple[str, Any]]
-    ) -> None:
-        """Submit one prompt and report its stage and its receipt to :meth:`run`. Ends with its
-        receipt (the bridge settles every prompt's, at the latest when it closes)."""
+# -- the bridge's thread's tasks. Not methods of the actor: a class with an ``async def`` is an
+# asyncio actor to Ray, whose methods all run on one event loop, so a ``run`` waiting for its
+# receipt would hold up every other call (``stop``, ``where``) until it ended.
+
+
+async def _serve(actor: EngineActor) -> None:
+    """The bridge's whole life: open, serve prompts until :meth:`close`, close."""
+    actor._close = trio.Event()
+    config = actor._options.get("config") or BridgeConfig()
+    async with trio.open_nursery() as nursery:
         try:
-            assert self._bridge is not None
-            handle = await self._bridge.submit(message, request=request, events=True, timeout=timeout)
-            started = False
-            async for item in handle.messages():
-                if isinstance(item, Receipt):
-                    out.put(("receipt", item.to_json()))
-                elif not started:
-                    started = True
-                    out.put(("stage", "running"))
-        except Exception as e:  # a bug on this side: told to the driver, the actor goes on
-            out.put(("error", f"{type(e).__name__}: {e}"))
-        except BaseException:  # cancelled (the thread's end): run() sees the thread gone
-            out.put(("error", f"the bridge of {self._name} ended without a receipt for {request}"))
+            async with open_bridge(
+                actor._engine,
+                journal=actor._journal,
+                config=config,
+                start_engine=bool(actor._options.get("start_engine", True)),
+            ) as bridge:
+                actor._bridge, actor._nursery = bridge, nursery
+                actor._token = trio.lowlevel.current_trio_token()
+                actor._opened.set()
+                await actor._close.wait()
+        except BaseException as e:
+            actor._failed = e
             raise
+        # The bridge has closed: every prompt task has its receipt and ends by itself.
+
+
+async def _stop(actor: EngineActor, request: str) -> None:
+    if request in actor._submitted:
+        assert actor._bridge is not None
+        await actor._bridge.stop(request)
+    else:
+        actor._stop_first.add(request)
+
+
+async def _prompt(
+    actor: EngineActor, request: str, message: str, options: dict[str, Any], out: queue.SimpleQueue[tuple[str, Any]]
+) -> None:
+    """Submit one prompt and report its stage and its receipt to :meth:`run`. Ends with its
+    receipt (the bridge settles every prompt's, at the latest when it closes)."""
+    try:
+        assert actor._bridge is not None
+        handle = await actor._bridge.submit(message, request=request, events=True, **options)
+        actor._submitted.add(request)
+        if request in actor._stop_first:
+            actor._stop_first.discard(request)
+            await actor._bridge.stop(request)
+        started = False
+        async for item in handle.messages():
+            if isinstance(item, Receipt):
+                out.put(("receipt", item.to_json()))
+            elif not started:
+                started = True
+                out.put(("stage", "running"))
+    except Exception as e:  # a bug on this side: told to the driver, the actor goes on
+        out.put(("error", f"{type(e).__name__}: {e}"))
+    except BaseException:  # cancelled (the thread's end): run() sees the thread gone
+        out.put(("error", f"the bridge of {actor._name} ended without a receipt for {request}"))
+        raise
+    finally:
+        actor._submitted.discard(request)

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import itertools
-import math
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -34,6 +33,7 @@ except ImportError as e:  # (the extra is optional: say which one)
 from bridge.core.dispatch import Dispatch, Lane
 from bridge.core.lifecycle import BridgeConfig
 from bridge.core.receipts import Receipt, Where
+from bridge.live.submits import check_submit
 from bridge.profiles.command import EngineProfile
 from bridge.ray.actor import EngineActor
 
@@ -47,6 +47,8 @@ OPEN_TIMEOUT: Final = 180.0
 CLOSE_TIMEOUT: Final = 30.0
 #: Seconds a lane in doubt (its node lost another lane) has to answer before it is handed a prompt.
 PING_TIMEOUT: Final = 10.0
+#: Seconds :meth:`RayPool.stop` waits for the actor holding the prompt to take its stop.
+STOP_TIMEOUT: Final = 30.0
 #: How often a waiting lane thread looks again (a backstop: every change notifies it).
 POLL: Final = 1.0
 #: Characters of Ray's error kept in a ``node-lost`` receipt.
@@ -97,7 +99,7 @@ class RayPool:
         self._dispatch = Dispatch()
         self._cv = threading.Condition()
         self._futures: dict[str, cf.Future[Receipt]] = {}
-        self._jobs: dict[str, tuple[str, float | None]] = {}
+        self._jobs: dict[str, tuple[str, dict[str, Any]]] = {}
         self._ids = itertools.count(1)
         self._closed = False
         self._actors: dict[str, Any] = {}
@@ -129,21 +131,46 @@ class RayPool:
 
     # -- the calls
 
-    def submit(self, message: str, *, request: str | None = None, timeout: float | None = None) -> cf.Future[Receipt]:
+    def submit(
+        self,
+        message: str,
+        *,
+        request: str | None = None,
+        timeout: float | None = None,
+        stall_timeout: float | None = None,
+        budget_usd: float | None = None,
+        budget_tokens: int | None = None,
+        trace: Mapping[str, str] | None = None,
+    ) -> cf.Future[Receipt]:
         """Accept a prompt; returns at once with a future of its one receipt (maybe already
-        done: ``rejected``/``closing`` or ``engine-down``).
+        done: ``rejected``/``closing`` or ``engine-down``). The options are the bridge's own
+        (:meth:`Bridge.submit <bridge.live.supervisor.Bridge.submit>`), checked here the same
+        way and carried out by the actor's bridge.
 
         Raises:
-            TypeError: A message that is not text (nothing is accepted).
-            ValueError: An empty id or one this pool has had, a bad timeout (likewise)."""
-        if not isinstance(message, str):
-            raise TypeError(f"message must be a str, not {type(message).__name__}")
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf
-        ):
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+            TypeError: A message that is not text, a trace that is not a mapping of text
+                (nothing is accepted).
+            ValueError: An empty id or one this pool has had, a bad timeout or budget (likewise)."""
+        check_submit(
+            message,
+            stream=True,
+            events=True,
+            timeout=timeout,
+            stall_timeout=stall_timeout,
+            images=None,
+            budget_usd=budget_usd,
+            budget_tokens=budget_tokens,
+            trace=trace,
+        )
         if request is not None and (not isinstance(request, str) or not request):
             raise ValueError(f"request must be a non-empty str, not {request!r}")
+        options: dict[str, Any] = {
+            "timeout": timeout,
+            "stall_timeout": stall_timeout,
+            "budget_usd": budget_usd,
+            "budget_tokens": budget_tokens,
+            "trace": dict(trace) if trace is not None else None,
+        }
         future: cf.Future[Receipt] = cf.Future()
         with self._cv:
             if request is None:
@@ -155,14 +182,33 @@ class RayPool:
             now = self._dispatch.submit(request)
             self._futures[request] = future
             if now is None:
-                self._jobs[request] = (message, timeout)
+                self._jobs[request] = (message, options)
                 self._cv.notify_all()
         if now is not None:
             future.set_result(now)
         return future
 
+    def stop(self, request: str) -> bool:
+        """Stop a prompt (D9): one still in the pool's queue is ``rejected``/``cancelled`` at once,
+        never written; one an actor holds is stopped by that actor's bridge, as one bridge stops
+        it (its receipt, e.g. ``failed``/``interrupted``, comes to the prompt's future). True when
+        the stop was carried out; False for a settled or unknown prompt, or an actor that did
+        not answer within :data:`STOP_TIMEOUT` (its loss, if it is lost, decides the receipt)."""
+        with self._cv:
+            receipt, lane = self._dispatch.stop(request)
+        if receipt is not None:
+            self._deliver([receipt])
+            return True
+        if lane is None:
+            return False
+        try:
+            return bool(ray.get(self._actors[lane].stop.remote(request), timeout=STOP_TIMEOUT))
+        except (ray.exceptions.RayError, TimeoutError):
+            return False
+
     def submit_all(self, messages: Iterable[str], *, timeout: float | None = None) -> cf.Future[list[Receipt]]:
-        """Submit every message in order; a future of their receipts, in that order."""
+        """Submit every message in order; a future of their receipts, in that order (for a
+        prompt's own options, :meth:`submit` each)."""
         futures = [self.submit(m, timeout=timeout) for m in messages]
         return _gathered(futures)
 
@@ -274,11 +320,11 @@ class RayPool:
 
     def _run_one(self, name: str, request: str) -> bool:
         """Run one prompt on ``name``'s actor; False when the actor was lost doing it."""
-        message, timeout = self._jobs[request]
+        message, options = self._jobs[request]
         settled: list[Receipt] = []
         got = False
         try:
-            for ref in self._actors[name].run.remote(request, message, timeout):
+            for ref in self._actors[name].run.remote(request, message, options):
                 item = ray.get(ref)
                 with self._cv:
                     if "receipt" in item:
