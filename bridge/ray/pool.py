@@ -8,7 +8,7 @@ runs prompts on them: :meth:`RayPool.run` keeps input order, :meth:`RayPool.subm
 The driver's side is one thread per lane: it takes the next prompt from the pool's FIFO when
 its actor is free, calls the actor's ``run`` (a Ray streaming generator: "running", then the
 receipt) and tells the pool's :class:`~bridge.core.dispatch.Dispatch` what it heard. That pure
-object decides what a lost node or actor costs (its rules, D1-D8, are in its module): a prompt
+object decides what a lost node or actor costs (its rules, D1-D9, are in its module): a prompt
 whose run had started there is ``outcome-unknown``/``node-lost``, one handed to the actor with no
 run reported ``delivery-unknown``/``node-lost``, each naming the node; a prompt never handed to
 an actor waits for another; no prompt gets two receipts. The lane threads only carry that out.
