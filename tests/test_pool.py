@@ -270,6 +270,75 @@ def test_four_prompts_over_two_real_pinned_pis_get_four_finished_receipts(pinned
     assert replayed == {f"p{k}": State.FINISHED for k in range(1, 5)}, "each journal holds its engine's receipts"
 
 
+#: A run that calls a tool (its assistant message reports 12 + k tokens), then streams its reply
+#: slowly enough for the bridge's stop to come first.
+TOOL_THEN_SLOW = CommandProfile(fake_engine_argv({"defaults": {"tools": 1, "deltas": 8, "delta_delay": 0.25}}))
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+def test_budgets_and_traces_reach_the_engine_s_bridge_and_bad_ones_are_refused_at_the_door() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from bridge.live.otel import use_tracer_provider
+
+    async def main() -> tuple[Receipt, Receipt, list[str]]:
+        async with open_pool(TOOL_THEN_SLOW, engines=1, journal=False) as pool:
+            refused = []
+            for bad in ({"budget_tokens": 2.5}, {"budget_usd": -1}, {"trace": "00-ab"}):
+                with pytest.raises((TypeError, ValueError)) as e:
+                    pool.submit_nowait("m", **bad)  # type: ignore[arg-type]
+                refused.append(str(e.value))
+            trace = {"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01"}
+            over = await pool.prompt("spend", budget_tokens=1, trace=trace, request="over")
+            within = await pool.prompt("spend", budget_tokens=10_000, request="within")
+            assert pool.status()["pool"]["waiting"] == [], "nothing refused was accepted"
+            return over, within, refused
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    try:
+        with use_tracer_provider(provider):
+            over, within, refused = trio.run(main)
+    finally:
+        provider.shutdown()
+    assert (over.state, over.reason) == (State.FAILED, Reason.BUDGET), over
+    assert over.usage is not None and over.usage.total_tokens > 1
+    assert within.state is State.FINISHED, within
+    assert "budget_tokens" in refused[0] and "usd" in refused[1] and "trace" in refused[2]
+    finished = exporter.get_finished_spans()
+    spans = {s.attributes["pi_bridge.request"]: s for s in finished if s.name.startswith("invoke_agent")}  # type: ignore[index]
+    assert sorted(spans) == ["over", "within"]
+    assert format(spans["over"].context.trace_id, "032x") == TRACE_ID, "the prompt's span continues its trace"
+    assert format(spans["within"].context.trace_id, "032x") != TRACE_ID
+
+
+def test_a_pool_prompt_past_its_budget_on_a_real_pinned_pi_is_stopped_failed_budget(
+    pinned_pi: object, tmp_path: Path
+) -> None:
+    tool = {
+        "tool_call": {"name": "bash", "arguments": {"command": "echo again"}},
+        "usage": {"prompt_tokens": 1000, "completion_tokens": 50},
+    }
+    server = start_server([], default=tool)  # the model never stops calling tools
+    models = tmp_path / "models.json"
+    models.write_text(json.dumps(models_json(server.base_url, cost={"input": 10.0, "output": 30.0})))
+
+    async def main() -> Receipt:
+        async with open_pool(scripted_profile(str(models)), engines=1, journal=False) as pool:
+            return await pool.prompt("keep going", budget_usd=0.02, conversation="c")
+
+    try:
+        receipt = trio.run(main)
+    finally:
+        server.close()
+    per_message = 1000 * 10.0 / 1e6 + 50 * 30.0 / 1e6
+    assert (receipt.state, receipt.reason) == (State.FAILED, Reason.BUDGET), receipt
+    assert receipt.usage is not None and 2 * per_message - 1e-9 <= receipt.usage.cost <= 3 * per_message + 1e-9
+
+
 def test_serve_with_engines_routes_conversations_and_names_each_line_s_engine(tmp_path: Path) -> None:
     async def main() -> tuple[list[dict[str, Any]], int | None, list[dict[str, Any]]]:
         sp = await ServeProc.start(tmp_path, fake_engine_argv({}), "--engines", "2", "--no-journal")
@@ -311,6 +380,29 @@ def test_serve_with_engines_routes_conversations_and_names_each_line_s_engine(tm
     refused = [line for line in single if line["type"] == "error"]
     assert len(refused) == 1 and "--engines" in refused[0]["error"]
     assert not [line for line in single if line["type"] == "receipt"], "not accepted: no receipt owed"
+
+
+def test_serve_with_engines_carries_a_prompt_s_budget_and_trace_to_its_engine(tmp_path: Path) -> None:
+    argv = fake_engine_argv({"defaults": {"tools": 1, "deltas": 8, "delta_delay": 0.25}})
+
+    async def main() -> list[dict[str, Any]]:
+        sp = await ServeProc.start(tmp_path, argv, "--engines", "1", "--no-journal")
+        trace = {"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01"}
+        await sp.send({"type": "prompt", "id": "b", "message": "spend", "budgetTokens": 1, "trace": trace})
+        await sp.send({"type": "prompt", "id": "bad", "message": "m", "budgetTokens": 1.5})
+        await sp.close_stdin()
+        while await sp.next(timeout=30) is not None:
+            pass
+        with trio.fail_after(30):
+            await sp.proc.wait()
+        return sp.lines
+
+    lines = trio.run(main)
+    [receipt] = [line for line in lines if line["type"] == "receipt"]
+    assert receipt["id"] == "b" and receipt["engine"] == 1
+    assert (receipt["receipt"]["state"], receipt["receipt"]["reason"]) == ("failed", "budget"), receipt
+    [error] = [line for line in lines if line["type"] == "error"]
+    assert error["line"] == 2 and "budgetTokens" in error["error"]
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ import functools
 import itertools
 import math
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -207,18 +207,35 @@ class Pool:
         provider: str | None = None,
         model: str | None = None,
         thinking: str | None = None,
+        budget_usd: float | None = None,
+        budget_tokens: int | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> PoolHandle:
         """Accept a prompt; returns at once. It always gets a receipt (maybe at once: a rejection).
 
         ``conversation``: a key (any non-empty string); the prompts with the same key run on one
         engine, in order, each reading the ones before it, and no other prompt reads them. A
         prompt without one starts afresh. The rest are :meth:`Bridge.submit_nowait
-        <bridge.live.supervisor.Bridge.submit_nowait>`'s, checked here, at once, as it checks them.
+        <bridge.live.supervisor.Bridge.submit_nowait>`'s (``budget_usd``, ``budget_tokens`` and
+        ``trace`` too: the engine's bridge that runs it holds its budget and continues its trace),
+        checked here, at once, as it checks them (:func:`~bridge.live.submits.check_submit`: a
+        prompt may wait before an engine's bridge sees it).
 
         Raises:
             TypeError: As :meth:`Bridge.submit_nowait <bridge.live.supervisor.Bridge.submit_nowait>`.
             ValueError: Likewise, and an empty or non-string ``conversation``."""
-        _check(message, stream, events, timeout, stall_timeout, images, provider, model, thinking)
+        check_submit(
+            message,
+            stream=stream,
+            events=events,
+            timeout=timeout,
+            stall_timeout=stall_timeout,
+            images=images,
+            budget_usd=budget_usd,
+            budget_tokens=budget_tokens,
+            trace=trace,
+        )
+        Wanted(provider, model, thinking)
         if conversation is not None and (not isinstance(conversation, str) or not conversation):
             raise ValueError(f"conversation must be a non-empty str or None, got {conversation!r}")
         if request is None:
@@ -238,6 +255,9 @@ class Pool:
             "provider": provider,
             "model": model,
             "thinking": thinking,
+            "budget_usd": budget_usd,
+            "budget_tokens": budget_tokens,
+            "trace": trace,
         }
         handle = PoolHandle(self, request, conversation, message, options)
         self._handles[request] = handle
@@ -258,6 +278,9 @@ class Pool:
         provider: str | None = None,
         model: str | None = None,
         thinking: str | None = None,
+        budget_usd: float | None = None,
+        budget_tokens: int | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> PoolHandle:
         """Accept a prompt; returns at once with its handle (:meth:`submit_nowait` says the rest)."""
         return self.submit_nowait(
@@ -272,6 +295,9 @@ class Pool:
             provider=provider,
             model=model,
             thinking=thinking,
+            budget_usd=budget_usd,
+            budget_tokens=budget_tokens,
+            trace=trace,
         )
 
     async def prompt(
@@ -288,6 +314,9 @@ class Pool:
         provider: str | None = None,
         model: str | None = None,
         thinking: str | None = None,
+        budget_usd: float | None = None,
+        budget_tokens: int | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> Receipt:
         """Submit (:meth:`submit_nowait`'s parameters) and wait for the receipt. Ends when it
         comes (it always does); cancelled while it waits, it stops the prompt first."""
@@ -303,6 +332,9 @@ class Pool:
             provider=provider,
             model=model,
             thinking=thinking,
+            budget_usd=budget_usd,
+            budget_tokens=budget_tokens,
+            trace=trace,
         )
         try:
             return await handle.receipt()
@@ -529,24 +561,6 @@ class Pool:
         while self.rules.down is None and any(e.state == EngineState.STARTING for e in self.rules.engines.values()):
             await self._changed.wait()
         return next((e.error for e in self._engines.values() if e.error is not None), None)
-
-
-def _check(
-    message: Any,
-    stream: Any,
-    events: Any,
-    timeout: Any,
-    stall_timeout: Any,
-    images: Any,
-    provider: str | None,
-    model: str | None,
-    thinking: str | None,
-) -> None:
-    """:meth:`Bridge.submit_nowait <bridge.live.supervisor.Bridge.submit_nowait>`'s checks
-    (:func:`~bridge.live.submits.check_submit`), made at the pool's door (a prompt may wait
-    before an engine's bridge sees it)."""
-    check_submit(message, stream=stream, events=events, timeout=timeout, stall_timeout=stall_timeout, images=images)
-    Wanted(provider, model, thinking)
 
 
 @asynccontextmanager
