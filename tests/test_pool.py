@@ -427,3 +427,104 @@ def test_serve_pool_options_that_do_not_go_together_are_one_line_and_exit_2(opti
     assert done.returncode == 2 and done.stdout == "", done
     [line] = done.stderr.splitlines()
     assert line.startswith("bridge serve: ") and words in line and line.endswith("(see bridge serve --help)"), line
+
+
+def chats(server: Any) -> list[dict[str, Any]]:
+    return [r for r in server.requests if r["path"].endswith("/chat/completions")]
+
+
+def said(request: dict[str, Any]) -> list[tuple[str, str]]:
+    """The conversation a model request carried: (role, text) of each user/assistant message."""
+    out = []
+    for m in request["body"]["messages"]:
+        if m["role"] in ("user", "assistant"):
+            content = m.get("content")
+            if isinstance(content, list):
+                content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
+            out.append((m["role"], content or ""))
+    return out
+
+
+async def requests_reach(server: Any, n: int) -> None:
+    with trio.fail_after(60):
+        while len(chats(server)) < n:
+            await trio.sleep(0.05)
+
+
+def test_a_conversation_moves_to_another_engine_when_its_own_is_busy_and_the_model_reads_its_history(
+    pinned_pi: object, tmp_path: Path
+) -> None:
+    """R12 through two real pinned Pis: a's first prompt runs on engine X; a stranger at the cap
+    takes X (busy); a's second prompt runs on the other engine, which takes a up (switch_session
+    to the pool's stored copy, checked), and the model's request carries a's first exchange and
+    nothing of the others."""
+    server = start_server([{"text": "first reply"}, {"hang": True}, {"hang": True}, {"text": "second reply"}])
+    models = tmp_path / "models.json"
+    models.write_text(json.dumps(models_json(server.base_url)))
+
+    async def main() -> tuple[list[Receipt], list[int | None], list[dict[str, Any]]]:
+        async with open_pool(scripted_profile(str(models)), engines=2, journal=tmp_path / "journals") as pool:
+            heard = pool.signals()
+            a1 = await pool.submit("My name is Ada.", conversation="a")
+            r1 = await a1.receipt()
+            b1 = await pool.submit("hold on", conversation="b")
+            await requests_reach(server, 2)
+            s = await pool.submit("a stranger")  # every idle engine held, at the cap: a's is taken
+            await requests_reach(server, 3)
+            a2 = await pool.submit("What is my name?", conversation="a")
+            assert a2.engine is None, "no engine idle: a2 waits"
+            await b1.stop()  # b's engine is idle: a moves there
+            r2 = await a2.receipt()
+            await s.stop()
+            receipts = [r1, await b1.receipt(), await s.receipt(), r2]
+        with trio.fail_after(60):
+            notes = [note async for note in heard]  # every one, to the pool's close
+        return receipts, [a1.engine, b1.engine, s.engine, a2.engine], notes
+
+    try:
+        receipts, engines, notes = trio.run(main)
+    finally:
+        server.close()
+    assert [r.state for r in receipts] == [State.FINISHED, State.FAILED, State.FAILED, State.FINISHED], receipts
+    assert receipts[3].reply == "second reply"
+    a1_engine, b1_engine, s_engine, a2_engine = engines
+    assert s_engine == a1_engine and a2_engine == b1_engine != a1_engine, engines
+    requests = chats(server)
+    assert said(requests[3]) == [
+        ("user", "My name is Ada."),
+        ("assistant", "first reply"),
+        ("user", "What is my name?"),
+    ], "engine 2's model request carries a's first exchange, and nothing of b's or the stranger's"
+    recorded = [n["request"] for n in notes if n.get("type") == "pool" and n.get("event") == "conversation-recorded"]
+    assert recorded[0] == receipts[0].request and receipts[3].request in recorded
+    assert not [n for n in notes if n.get("event") in ("conversation-lost", "take-up-failed")]
+
+
+def test_a_conversation_whose_engine_was_reaped_goes_on_on_another_engine(pinned_pi: object, tmp_path: Path) -> None:
+    server = start_server([{"text": "first reply"}, {"text": "second reply"}])
+    models = tmp_path / "models.json"
+    models.write_text(json.dumps(models_json(server.base_url)))
+
+    async def main() -> tuple[Receipt, Receipt, int | None, int | None]:
+        async with open_pool(
+            scripted_profile(str(models)), engines=2, spares=1, idle_timeout=1.0, journal=False
+        ) as pool:
+            heard = pool.signals()
+            a1 = await pool.submit("My name is Ada.", conversation="a")
+            r1 = await a1.receipt()
+            while (await next_event(heard, "engine-reaped"))["engine"] != a1.engine:
+                pass
+            a2 = await pool.submit("What is my name?", conversation="a")
+            return r1, await a2.receipt(), a1.engine, a2.engine
+
+    try:
+        r1, r2, e1, e2 = trio.run(main)
+    finally:
+        server.close()
+    assert (r1.state, r2.state) == (State.FINISHED, State.FINISHED), (r1, r2)
+    assert e1 != e2
+    assert said(chats(server)[1]) == [
+        ("user", "My name is Ada."),
+        ("assistant", "first reply"),
+        ("user", "What is my name?"),
+    ]

@@ -59,10 +59,12 @@ from bridge.live.api import _hide_journals, _open_on_trio, running_library
 from bridge.live.journal import JournalError, default_journal_dir, default_journal_path
 from bridge.live.notifications import Notifications
 from bridge.live.pool_handle import PoolHandle
+from bridge.live.pool_moves import PoolConversations
 from bridge.live.submits import check_submit
 from bridge.live.submits import seconds as _seconds
 from bridge.live.supervisor import CLOSE_BACKSTOP, Bridge
 from bridge.profiles.command import EngineProfile, Launch, ProfileError
+from bridge.profiles.pi import PiProfile
 
 __all__ = ["Pool", "PoolConfig", "PoolHandle", "open_pool"]
 
@@ -107,8 +109,11 @@ class Pool:
         rules: PoolRules,
         folder: Path | None,
         config: BridgeConfig,
+        store: PoolConversations | None = None,
     ) -> None:
         self._nursery = nursery
+        #: R12: the conversations the pool keeps (a Pi profile's), or None.
+        self.store = store
         self.profile = profile
         self.config = config
         self.rules = rules
@@ -353,6 +358,8 @@ class Pool:
         engine = self._engines.get(handle.engine) if handle.engine is not None else None
         if engine is not None and engine.bridge is not None:
             return await engine.bridge.stop(request)
+        if request in self.rules.running:  # its engine takes its conversation up: stopped after
+            handle.stop_asked = True
         self._drive(lambda: self.rules.stop(request, self.now()))
         return None
 
@@ -440,6 +447,42 @@ class Pool:
         handle = self._handles[action.request]
         bridge = self._engines[action.engine].bridge
         assert bridge is not None  # the rules give prompts to open (idle) engines only
+        if action.take_up is not None and self.store is not None:
+            self._nursery.start_soon(self._take_up, handle, action, bridge)
+            return
+        self._hand(handle, action, bridge)
+
+    async def _take_up(self, handle: PoolHandle, action: Dispatch, bridge: Bridge) -> None:
+        """R12: the engine takes the prompt's conversation up, then gets the prompt; a take-up
+        it fails is the prompt's receipt (never written) and the engine's end. Ends when the
+        prompt is handed on or settled."""
+        assert self.store is not None and action.take_up is not None
+        why = await self.store.take_up(bridge, action.take_up)
+        if why is None and not handle.stop_asked and not bridge.closing:
+            self._hand(handle, action, bridge)
+            return
+        if handle.stop_asked or bridge.closing:
+            reason, detail = (Reason.CANCELLED, None) if handle.stop_asked else (Reason.CLOSING, None)
+        else:
+            reason = Reason.ENGINE
+            detail = f"engine {action.engine} could not take conversation {action.take_up!r} up: {why}"
+            self._heard.notify(
+                {
+                    "type": "pool",
+                    "event": "take-up-failed",
+                    "conversation": action.take_up,
+                    "engine": action.engine,
+                    "why": why,
+                }
+            )
+            self._drive(lambda: self.rules.unusable(action.engine, self.now()))
+        receipt = self._rejected(handle, reason, detail)
+        self._settle(handle, receipt)
+        self._heard.notify(ReceiptNotice(receipt.request, receipt).to_json())
+        self._drive(lambda: self.rules.settled(handle.request, self.now(), kept=False))
+
+    def _hand(self, handle: PoolHandle, action: Dispatch, bridge: Bridge) -> None:
+        """Give the prompt to the engine's bridge."""
         if action.fresh:
             try:
                 bridge.new_conversation()
@@ -452,7 +495,7 @@ class Pool:
             self._settle(handle, self._rejected(handle, Reason.CONFIG, str(e)))
             return
         handle._attach(inner, action.engine)
-        self._nursery.start_soon(self._relay, handle, inner.receipt)
+        self._nursery.start_soon(self._relay, handle, inner.receipt, bridge)
 
     def _reject(self, action: Reject) -> None:
         handle = self._handles.get(action.request)
@@ -489,12 +532,20 @@ class Pool:
 
     # -- tasks --------------------------------------------------------------------------------
 
-    async def _relay(self, handle: PoolHandle, receipt: Callable[[], Any]) -> None:
-        """Wait for a given prompt's receipt (its bridge always settles it), then tell the rules.
-        Ends when the receipt has come."""
+    async def _relay(self, handle: PoolHandle, receipt: Callable[[], Any], bridge: Bridge) -> None:
+        """Wait for a given prompt's receipt (its bridge always settles it), record its
+        conversation's exchange (R12), then tell the rules. Ends when the receipt has come and
+        the exchange is recorded."""
         got: Receipt = await receipt()
         self._settle(handle, got)
-        self._drive(lambda: self.rules.settled(handle.request, self.now()))
+        kept = True
+        if self.store is not None and handle.conversation is not None:
+            with trio.CancelScope(shield=True):
+                note = await self.store.settled(handle.conversation, bridge, got)
+            kept = self.store.kept(handle.conversation)
+            if note is not None:
+                self._heard.notify({"type": "pool", "engine": handle.engine, **note})
+        self._drive(lambda: self.rules.settled(handle.request, self.now(), kept=kept))
 
     async def _run_engine(self, number: int) -> None:
         """Engine ``number``: open its bridge, tell the rules, hold it open until it closes (the
@@ -534,6 +585,10 @@ class Pool:
         """What engine ``number``'s bridge tells, told on with its number; its ``engine``/``down``
         (the crash limit, a refused set-up) is that engine's end for the rules (R9)."""
         self._heard.notify({**note, "engine": number})
+        generation = note.get("generation")
+        started = note.get("type") == "engine" and note.get("event") == "started"
+        if started and isinstance(generation, int) and generation > 1:  # a new engine process (R12)
+            self._drive(lambda: self.rules.restarted(number, self.now()))
         if note.get("type") == "engine" and note.get("event") == "down":
             why = f"engine {number} went down: {note.get('why')}"
             self._drive(lambda: self.rules.failed(number, why, self.now()))
@@ -603,7 +658,10 @@ async def open_pool(
         ValueError: A bound out of range (``engines=0``, ...), or a bad ``journal``.
         RuntimeError: Called outside ``trio.run`` or ``asyncio.run``.
     """
-    rules = PoolRules(PoolConfig(engines=engines, spares=spares, idle_timeout=idle_timeout, queue_max=queue_max))
+    moves = isinstance(engine, PiProfile)  # R12: Pi's sessions can be switched to
+    rules = PoolRules(
+        PoolConfig(engines=engines, spares=spares, idle_timeout=idle_timeout, queue_max=queue_max, moves=moves)
+    )
 
     def opener() -> Any:
         return _open_pool_on_trio(engine, rules, journal, config or BridgeConfig(), drain_on_exit)
@@ -636,10 +694,13 @@ async def _open_pool_on_trio(
             f"journal: True (the default folder), a folder's path, or False/None for none; not {journal!r}"
         )
     profile = _hide_journals(profile, folder)
+    store = PoolConversations() if rules.config.moves else None
+    if store is not None and isinstance(profile, PiProfile):
+        profile = profile.hiding(store.folder)
     raised: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
-            pool = Pool(nursery, profile, rules, folder, config)
+            pool = Pool(nursery, profile, rules, folder, config, store)
             nursery.start_soon(pool._clock)
             try:
                 pool._drive(lambda: rules.open(pool.now()))
@@ -655,6 +716,8 @@ async def _open_pool_on_trio(
             finally:
                 await pool.aclose()
                 nursery.cancel_scope.cancel()
+                if store is not None:
+                    store.close()
     except BaseExceptionGroup as group:
         # As open_bridge: what the block raised comes out as raised, not in a group of one.
         if raised is None or group.exceptions != (raised,):
