@@ -1,5 +1,5 @@
 """The pool's rules (bridge/core/pool.py), without processes: a fake clock, inputs fed, actions
-read. One test per rule (R1-R11 in the module's opening comment)."""
+read. One test per rule (R1-R12 in the module's opening comment)."""
 
 from __future__ import annotations
 
