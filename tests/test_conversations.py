@@ -469,3 +469,31 @@ def test_acp_lists_the_conversations_with_a_folder_and_loads_only_a_conversation
         {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "r"}},
     ]
     assert new_name() != new_name()
+
+
+def test_a_pool_s_take_up_holds_the_start_up_check_after_the_switch() -> None:
+    """R12's check (bridge.core.conversation.take_up_problems), on Pi's answers: the copy placed,
+    nothing after the cursor, nothing running, the model, modes and commands unchanged."""
+    from bridge.core.conversation import take_up_problems
+
+    model = {"provider": "scripted", "id": "scripted-model"}
+    before = {"model": model, "thinkingLevel": "off", "steeringMode": "one-at-a-time"}
+    after = {**before, "sessionFile": "/c/s.jsonl", "messageCount": 3, "pendingMessageCount": 0}
+    ok = {"success": True, "data": {"cancelled": False}}
+    clean = {"entries": [], "leafId": "x"}
+    same = ([], [])
+    assert take_up_problems(before, ok, after, clean, same, "/c/s.jsonl") == []
+    cases = [
+        ({"success": True, "data": {"cancelled": True}}, after, clean, same, "cancelled"),
+        ({"success": False, "error": "nope"}, after, clean, same, "refused switch_session: nope"),
+        (ok, {**after, "sessionFile": "/elsewhere"}, clean, same, "not the conversation's own"),
+        (ok, after, {"entries": [{"type": "message"}]}, same, "messages after the last one"),
+        (ok, after, None, same, "does not hold the entry"),
+        (ok, {**after, "isStreaming": True}, clean, same, "running"),
+        (ok, {**after, "model": {"provider": "other", "id": "m"}}, clean, same, "changed Pi's model"),
+        (ok, {**after, "thinkingLevel": "high"}, clean, same, "changed Pi's thinkingLevel"),
+        (ok, after, clean, ([], [{"name": "x"}]), "commands"),
+    ]
+    for switched, state, entries, commands, words in cases:
+        problems = take_up_problems(before, switched, state, entries, commands, "/c/s.jsonl")
+        assert any(words in p for p in problems), (words, problems)

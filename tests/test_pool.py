@@ -270,6 +270,75 @@ def test_four_prompts_over_two_real_pinned_pis_get_four_finished_receipts(pinned
     assert replayed == {f"p{k}": State.FINISHED for k in range(1, 5)}, "each journal holds its engine's receipts"
 
 
+#: A run that calls a tool (its assistant message reports 12 + k tokens), then streams its reply
+#: slowly enough for the bridge's stop to come first.
+TOOL_THEN_SLOW = CommandProfile(fake_engine_argv({"defaults": {"tools": 1, "deltas": 8, "delta_delay": 0.25}}))
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+def test_budgets_and_traces_reach_the_engine_s_bridge_and_bad_ones_are_refused_at_the_door() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from bridge.live.otel import use_tracer_provider
+
+    async def main() -> tuple[Receipt, Receipt, list[str]]:
+        async with open_pool(TOOL_THEN_SLOW, engines=1, journal=False) as pool:
+            refused = []
+            for bad in ({"budget_tokens": 2.5}, {"budget_usd": -1}, {"trace": "00-ab"}):
+                with pytest.raises((TypeError, ValueError)) as e:
+                    pool.submit_nowait("m", **bad)  # type: ignore[arg-type]
+                refused.append(str(e.value))
+            trace = {"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01"}
+            over = await pool.prompt("spend", budget_tokens=1, trace=trace, request="over")
+            within = await pool.prompt("spend", budget_tokens=10_000, request="within")
+            assert pool.status()["pool"]["waiting"] == [], "nothing refused was accepted"
+            return over, within, refused
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    try:
+        with use_tracer_provider(provider):
+            over, within, refused = trio.run(main)
+    finally:
+        provider.shutdown()
+    assert (over.state, over.reason) == (State.FAILED, Reason.BUDGET), over
+    assert over.usage is not None and over.usage.total_tokens > 1
+    assert within.state is State.FINISHED, within
+    assert "budget_tokens" in refused[0] and "usd" in refused[1] and "trace" in refused[2]
+    finished = exporter.get_finished_spans()
+    spans = {s.attributes["pi_bridge.request"]: s for s in finished if s.name.startswith("invoke_agent")}  # type: ignore[index]
+    assert sorted(spans) == ["over", "within"]
+    assert format(spans["over"].context.trace_id, "032x") == TRACE_ID, "the prompt's span continues its trace"
+    assert format(spans["within"].context.trace_id, "032x") != TRACE_ID
+
+
+def test_a_pool_prompt_past_its_budget_on_a_real_pinned_pi_is_stopped_failed_budget(
+    pinned_pi: object, tmp_path: Path
+) -> None:
+    tool = {
+        "tool_call": {"name": "bash", "arguments": {"command": "echo again"}},
+        "usage": {"prompt_tokens": 1000, "completion_tokens": 50},
+    }
+    server = start_server([], default=tool)  # the model never stops calling tools
+    models = tmp_path / "models.json"
+    models.write_text(json.dumps(models_json(server.base_url, cost={"input": 10.0, "output": 30.0})))
+
+    async def main() -> Receipt:
+        async with open_pool(scripted_profile(str(models)), engines=1, journal=False) as pool:
+            return await pool.prompt("keep going", budget_usd=0.02, conversation="c")
+
+    try:
+        receipt = trio.run(main)
+    finally:
+        server.close()
+    per_message = 1000 * 10.0 / 1e6 + 50 * 30.0 / 1e6
+    assert (receipt.state, receipt.reason) == (State.FAILED, Reason.BUDGET), receipt
+    assert receipt.usage is not None and 2 * per_message - 1e-9 <= receipt.usage.cost <= 3 * per_message + 1e-9
+
+
 def test_serve_with_engines_routes_conversations_and_names_each_line_s_engine(tmp_path: Path) -> None:
     async def main() -> tuple[list[dict[str, Any]], int | None, list[dict[str, Any]]]:
         sp = await ServeProc.start(tmp_path, fake_engine_argv({}), "--engines", "2", "--no-journal")
@@ -313,6 +382,29 @@ def test_serve_with_engines_routes_conversations_and_names_each_line_s_engine(tm
     assert not [line for line in single if line["type"] == "receipt"], "not accepted: no receipt owed"
 
 
+def test_serve_with_engines_carries_a_prompt_s_budget_and_trace_to_its_engine(tmp_path: Path) -> None:
+    argv = fake_engine_argv({"defaults": {"tools": 1, "deltas": 8, "delta_delay": 0.25}})
+
+    async def main() -> list[dict[str, Any]]:
+        sp = await ServeProc.start(tmp_path, argv, "--engines", "1", "--no-journal")
+        trace = {"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01"}
+        await sp.send({"type": "prompt", "id": "b", "message": "spend", "budgetTokens": 1, "trace": trace})
+        await sp.send({"type": "prompt", "id": "bad", "message": "m", "budgetTokens": 1.5})
+        await sp.close_stdin()
+        while await sp.next(timeout=30) is not None:
+            pass
+        with trio.fail_after(30):
+            await sp.proc.wait()
+        return sp.lines
+
+    lines = trio.run(main)
+    [receipt] = [line for line in lines if line["type"] == "receipt"]
+    assert receipt["id"] == "b" and receipt["engine"] == 1
+    assert (receipt["receipt"]["state"], receipt["receipt"]["reason"]) == ("failed", "budget"), receipt
+    [error] = [line for line in lines if line["type"] == "error"]
+    assert error["line"] == 2 and "budgetTokens" in error["error"]
+
+
 @pytest.mark.parametrize(
     "options, words",
     [
@@ -335,3 +427,104 @@ def test_serve_pool_options_that_do_not_go_together_are_one_line_and_exit_2(opti
     assert done.returncode == 2 and done.stdout == "", done
     [line] = done.stderr.splitlines()
     assert line.startswith("bridge serve: ") and words in line and line.endswith("(see bridge serve --help)"), line
+
+
+def chats(server: Any) -> list[dict[str, Any]]:
+    return [r for r in server.requests if r["path"].endswith("/chat/completions")]
+
+
+def said(request: dict[str, Any]) -> list[tuple[str, str]]:
+    """The conversation a model request carried: (role, text) of each user/assistant message."""
+    out = []
+    for m in request["body"]["messages"]:
+        if m["role"] in ("user", "assistant"):
+            content = m.get("content")
+            if isinstance(content, list):
+                content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
+            out.append((m["role"], content or ""))
+    return out
+
+
+async def requests_reach(server: Any, n: int) -> None:
+    with trio.fail_after(60):
+        while len(chats(server)) < n:
+            await trio.sleep(0.05)
+
+
+def test_a_conversation_moves_to_another_engine_when_its_own_is_busy_and_the_model_reads_its_history(
+    pinned_pi: object, tmp_path: Path
+) -> None:
+    """R12 through two real pinned Pis: a's first prompt runs on engine X; a stranger at the cap
+    takes X (busy); a's second prompt runs on the other engine, which takes a up (switch_session
+    to the pool's stored copy, checked), and the model's request carries a's first exchange and
+    nothing of the others."""
+    server = start_server([{"text": "first reply"}, {"hang": True}, {"hang": True}, {"text": "second reply"}])
+    models = tmp_path / "models.json"
+    models.write_text(json.dumps(models_json(server.base_url)))
+
+    async def main() -> tuple[list[Receipt], list[int | None], list[dict[str, Any]]]:
+        async with open_pool(scripted_profile(str(models)), engines=2, journal=tmp_path / "journals") as pool:
+            heard = pool.signals()
+            a1 = await pool.submit("My name is Ada.", conversation="a")
+            r1 = await a1.receipt()
+            b1 = await pool.submit("hold on", conversation="b")
+            await requests_reach(server, 2)
+            s = await pool.submit("a stranger")  # every idle engine held, at the cap: a's is taken
+            await requests_reach(server, 3)
+            a2 = await pool.submit("What is my name?", conversation="a")
+            assert a2.engine is None, "no engine idle: a2 waits"
+            await b1.stop()  # b's engine is idle: a moves there
+            r2 = await a2.receipt()
+            await s.stop()
+            receipts = [r1, await b1.receipt(), await s.receipt(), r2]
+        with trio.fail_after(60):
+            notes = [note async for note in heard]  # every one, to the pool's close
+        return receipts, [a1.engine, b1.engine, s.engine, a2.engine], notes
+
+    try:
+        receipts, engines, notes = trio.run(main)
+    finally:
+        server.close()
+    assert [r.state for r in receipts] == [State.FINISHED, State.FAILED, State.FAILED, State.FINISHED], receipts
+    assert receipts[3].reply == "second reply"
+    a1_engine, b1_engine, s_engine, a2_engine = engines
+    assert s_engine == a1_engine and a2_engine == b1_engine != a1_engine, engines
+    requests = chats(server)
+    assert said(requests[3]) == [
+        ("user", "My name is Ada."),
+        ("assistant", "first reply"),
+        ("user", "What is my name?"),
+    ], "engine 2's model request carries a's first exchange, and nothing of b's or the stranger's"
+    recorded = [n["request"] for n in notes if n.get("type") == "pool" and n.get("event") == "conversation-recorded"]
+    assert recorded[0] == receipts[0].request and receipts[3].request in recorded
+    assert not [n for n in notes if n.get("event") in ("conversation-lost", "take-up-failed")]
+
+
+def test_a_conversation_whose_engine_was_reaped_goes_on_on_another_engine(pinned_pi: object, tmp_path: Path) -> None:
+    server = start_server([{"text": "first reply"}, {"text": "second reply"}])
+    models = tmp_path / "models.json"
+    models.write_text(json.dumps(models_json(server.base_url)))
+
+    async def main() -> tuple[Receipt, Receipt, int | None, int | None]:
+        async with open_pool(
+            scripted_profile(str(models)), engines=2, spares=1, idle_timeout=1.0, journal=False
+        ) as pool:
+            heard = pool.signals()
+            a1 = await pool.submit("My name is Ada.", conversation="a")
+            r1 = await a1.receipt()
+            while (await next_event(heard, "engine-reaped"))["engine"] != a1.engine:
+                pass
+            a2 = await pool.submit("What is my name?", conversation="a")
+            return r1, await a2.receipt(), a1.engine, a2.engine
+
+    try:
+        r1, r2, e1, e2 = trio.run(main)
+    finally:
+        server.close()
+    assert (r1.state, r2.state) == (State.FINISHED, State.FINISHED), (r1, r2)
+    assert e1 != e2
+    assert said(chats(server)[1]) == [
+        ("user", "My name is Ada."),
+        ("assistant", "first reply"),
+        ("user", "What is my name?"),
+    ]

@@ -1,5 +1,5 @@
 """The pool's rules (bridge/core/pool.py), without processes: a fake clock, inputs fed, actions
-read. One test per rule (R1-R11 in the module's opening comment)."""
+read. One test per rule (R1-R12 in the module's opening comment)."""
 
 from __future__ import annotations
 
@@ -289,3 +289,80 @@ def test_the_same_inputs_give_the_same_actions() -> None:
 def test_a_bad_bound_is_refused(kw: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         PoolConfig(**kw)
+
+
+# -- R12 moves ----------------------------------------------------------------------------
+
+
+def test_r12_a_conversation_is_taken_up_at_its_first_prompt_and_continues_without_a_switch() -> None:
+    rules = ready(PoolConfig(engines=2, moves=True))
+    [first] = of(Dispatch, rules.submit("a1", "a", 1))
+    assert (first.take_up, first.fresh) == ("a", False), "its first prompt switches to the stored copy (empty)"
+    rules.settled("a1", 2)
+    [second] = of(Dispatch, rules.submit("a2", "a", 3))
+    assert (second.engine, second.take_up, second.fresh) == (first.engine, None, False)
+    rules.settled("a2", 4, kept=False)  # not vouched: its engine holds what the pool did not record
+    [third] = of(Dispatch, rules.submit("a3", "a", 5))
+    assert (third.engine, third.take_up) == (first.engine, "a"), "taken up again from the stored copy"
+    rules.settled("a3", 6)
+    rules.restarted(first.engine, 7)  # its bridge started a new engine process
+    [fourth] = of(Dispatch, rules.submit("a4", "a", 8))
+    assert fourth.take_up == "a"
+
+
+def test_r12_a_conversation_waits_for_its_own_running_prompt_then_moves_when_its_engine_is_busy() -> None:
+    rules = ready(PoolConfig(engines=2, moves=True))
+    [a1] = of(Dispatch, rules.submit("a1", "a", 1))
+    assert of(Dispatch, rules.submit("a2", "a", 1)) == [], "a2 reads a1's exchange: it waits, though an engine is free"
+    [a2] = of(Dispatch, rules.settled("a1", 2))
+    assert (a2.engine, a2.take_up) == (a1.engine, None)
+    rules.settled("a2", 3)
+    other = 3 - a1.engine
+    [b1] = of(Dispatch, rules.submit("b1", "b", 4))
+    assert b1.engine == other
+    # A stranger at the cap: every idle engine held, no start can come: a's (idle longest) is taken.
+    [s] = of(Dispatch, rules.submit("s", None, 5))
+    assert s.engine == a1.engine and s.fresh
+    assert events(rules.submit("a3", "a", 6)) == [], "nothing lost: no conversation-lost"
+    assert rules.status()["waiting"] == ["a3"], "no engine idle: it waits"
+    actions = rules.settled("b1", 7)  # b's engine is idle; a's is busy with the stranger
+    [a3] = of(Dispatch, actions)
+    assert (a3.engine, a3.take_up) == (other, "a"), "a moves, taking its stored copy up"
+    assert rules.held == {"a": other}
+    assert [a.payload for a in of(Notice, actions)] == [], "b was released (kept), a had no engine"
+
+
+def test_r12_an_engine_s_end_or_reaping_releases_its_conversation_and_the_next_prompt_moves() -> None:
+    rules = ready(PoolConfig(engines=2, spares=1, idle_timeout=10, moves=True))
+    opened = rules.submit("a1", "a", 1)
+    [a1] = of(Dispatch, opened)
+    for start in of(StartEngine, opened):  # the busy spare is replaced
+        rules.started(start.engine, 1)
+    rules.settled("a1", 2)
+    actions = rules.tick(12)  # a's engine is idle past the timeout and beyond the spare
+    assert of(StopEngine, actions) == [StopEngine(a1.engine)]
+    assert "conversation-lost" not in events(actions)
+    rules.gone(a1.engine, 13)
+    actions = rules.submit("a2", "a", 14)
+    [a2] = of(Dispatch, actions)
+    assert a2.engine != a1.engine and a2.take_up == "a"
+    # Moved from an engine it still held (busy here) is told.
+    rules2 = ready(PoolConfig(engines=2, moves=True))
+    [x1] = of(Dispatch, rules2.submit("x1", "x", 1))
+    rules2.settled("x1", 2)
+    rules2.engines[x1.engine].state = "busy"  # (as if given away by the live layer's error path)
+    moved = rules2.submit("x2", "x", 3)
+    assert [a.payload for a in of(Notice, moved)] == [
+        {"type": "pool", "event": "conversation-moved", "conversation": "x", "from": x1.engine, "to": 3 - x1.engine}
+    ]
+
+
+def test_r12_an_engine_that_fails_a_take_up_is_stopped_and_without_moves_nothing_changes() -> None:
+    rules = ready(PoolConfig(engines=2, moves=True))
+    [a1] = of(Dispatch, rules.submit("a1", "a", 1))
+    assert of(StopEngine, rules.unusable(a1.engine, 2)) == [StopEngine(a1.engine)]
+    assert rules.held == {}
+    rules.settled("a1", 2)  # its receipt (rejected/engine) came from the live layer
+    plain = ready(PoolConfig(engines=2))
+    [p1] = of(Dispatch, plain.submit("a1", "a", 1))
+    assert p1.take_up is None

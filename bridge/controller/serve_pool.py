@@ -176,6 +176,9 @@ async def _take(pool: Pool, line: bytes | Oversize, lineno: int, drain_timeout: 
                 images=cmd.images,
                 events=cmd.events,
                 stall_timeout=cmd.stall_timeout,
+                budget_usd=cmd.budget_usd,
+                budget_tokens=cmd.budget_tokens,
+                trace=cmd.trace,
                 **cmd.wanted.asked(),
             )
         case Stop():

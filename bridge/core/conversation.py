@@ -238,3 +238,45 @@ def history(lines: Sequence[bytes], name: str) -> list[tuple[str, str]]:
             if text:
                 out.append((str(role), text))
     return out
+
+
+#: What a switch must leave as it was (``get_state``): the bridge's steering and Pi's modes.
+KEPT_ACROSS_A_SWITCH: Final = ("model", "thinkingLevel", "steeringMode", "followUpMode", "autoCompactionEnabled")
+
+
+def _model_key(model: Any) -> Any:
+    return (model.get("provider"), model.get("id")) if isinstance(model, Mapping) else model
+
+
+def take_up_problems(
+    before: Mapping[str, Any],
+    switched: Mapping[str, Any],
+    after: Mapping[str, Any],
+    entries: Mapping[str, Any] | None,
+    commands: tuple[Any, Any],
+    expected_file: str,
+) -> list[str]:
+    """A pool's move (R12 of :mod:`bridge.core.pool`), on Pi's answers: ``get_state`` before
+    (``before``) and after (``after``) the ``switch_session`` (``switched``: its response), the
+    ``get_entries`` since the recorded cursor (None: Pi refused it), and ``get_commands`` before
+    and after. Rule 4 holds after the switch as at a start-up: the session file is the copy the
+    pool placed and holds no message past the cursor; and the switch changed nothing else: no
+    run, compaction or queued message, the same model, thinking level and modes, the same
+    commands (what the seal's start-up check verified stays verified)."""
+    data = switched.get("data")
+    if switched.get("success") is not True:
+        return [f"Pi refused switch_session: {switched.get('error', 'no reason given')}"]
+    if not isinstance(data, Mapping) or data.get("cancelled") is not False:
+        return ["Pi did not switch to the conversation's session (an extension cancelled it)"]
+    problems = entries_problems(after, entries, expected_file)
+    if after.get("isStreaming") or after.get("isCompacting") or after.get("pendingMessageCount"):
+        problems.append("Pi was running, compacting or holding queued messages after the switch")
+    for key in KEPT_ACROSS_A_SWITCH:
+        was, now = before.get(key), after.get(key)
+        if key == "model":
+            was, now = _model_key(was), _model_key(now)
+        if was != now:
+            problems.append(f"the switch changed Pi's {key} from {was!r} to {now!r}")
+    if commands[0] != commands[1]:
+        problems.append("the switch changed the commands Pi offers (get_commands)")
+    return problems

@@ -45,6 +45,22 @@ Rules (numbered for the tests, ``tests/test_pool_rules.py``, one test per rule):
   its receipt (new ones are rejected ``closing``), bounded by its drain timeout.
 - R11 stops. A waiting prompt that is stopped is rejected ``cancelled`` without touching an
   engine; a running one is its bridge's to stop.
+- R12 moves (``PoolConfig.moves``: the pool keeps each conversation's history, as
+  :mod:`bridge.live.pool_moves` does for Pi; design/conversations.md, "A pool's conversations").
+  A conversation's context is then the pool's stored copy, not one engine's memory, so R3's
+  end, reaping and eviction *release* the conversation without losing it (no
+  ``conversation-lost``). A conversation's prompt waits while an earlier one of it runs (it reads
+  that exchange); otherwise it goes to its engine when that is idle, and when its engine is
+  gone, busy with another's prompt, starting or stopping, to an idle free engine (R1's choice;
+  at the cap R6's eviction gives it one), which takes the conversation up first: the Dispatch
+  says ``take_up`` (the engine switches to the stored copy, checked, before the prompt is
+  written) and ``{"event": "conversation-moved", "conversation", "from", "to"}`` is told when
+  it had an engine before. An engine also takes its own conversation up again when what its
+  engine holds is not the stored copy: after a prompt whose exchange was not recorded
+  (:meth:`PoolRules.settled` ``kept=False``: a receipt the bridge does not vouch for, rule 3 of
+  the conversations) and after its bridge started a new engine process
+  (:meth:`PoolRules.restarted`). A take-up the engine fails is the prompt's receipt
+  (``rejected``/``engine``, never written) and the engine is stopped (:meth:`PoolRules.unusable`).
 
 Determinism: the same inputs at the same times give the same actions (no set iteration, no
 randomness).
@@ -71,11 +87,13 @@ class StartEngine:
 
 @attrs.frozen
 class Dispatch:
-    """Give prompt ``request`` to engine ``engine``'s bridge; ``fresh``: a new conversation first (R2)."""
+    """Give prompt ``request`` to engine ``engine``'s bridge; ``fresh``: a new conversation first
+    (R2); ``take_up``: first switch the engine to this conversation's stored copy (R12)."""
 
     request: str
     engine: int
     fresh: bool
+    take_up: str | None = None
 
 
 @attrs.frozen
@@ -136,6 +154,8 @@ class PoolEngine:
     idle_since: float = 0.0
     #: The prompt it runs, while busy.
     request: str | None = None
+    #: R12: what its engine holds is :attr:`conversation`'s stored copy and what followed it.
+    current: bool = False
 
 
 @attrs.frozen
@@ -159,6 +179,8 @@ class PoolConfig:
     spares: int | None = None
     idle_timeout: float | None = attrs.field(default=None, validator=_positive_or_none)
     queue_max: int = 1024
+    #: R12: conversations are kept by the pool and move between engines.
+    moves: bool = False
 
     def __attrs_post_init__(self) -> None:
         if isinstance(self.engines, bool) or not isinstance(self.engines, int) or self.engines < 1:
@@ -186,6 +208,8 @@ class PoolRules:
         self.running: dict[str, int] = {}
         #: Conversation -> the engine it holds (R3).
         self.held: dict[str, int] = {}
+        #: Running prompts of a conversation: request -> conversation (R12's order).
+        self.running_conversation: dict[str, str] = {}
         self._numbers = 0
         #: Why no engine is started any more (R9), or None.
         self.down: str | None = None
@@ -233,13 +257,35 @@ class PoolRules:
             actions.append(StopEngine(engine))
         return actions + self._step(now)
 
-    def settled(self, request: str, now: float) -> list[PoolAction]:
-        """A given prompt's receipt came: its engine is idle again."""
+    def settled(self, request: str, now: float, *, kept: bool = True) -> list[PoolAction]:
+        """A given prompt's receipt came: its engine is idle again. ``kept=False`` (R12): its
+        conversation's exchange was not recorded, so its engine no longer holds the stored copy."""
         number = self.running.pop(request, None)
+        self.running_conversation.pop(request, None)
         e = self.engines.get(number) if number is not None else None
         if e is not None and e.state == EngineState.BUSY and e.request == request:
             e.state, e.request, e.idle_since = EngineState.IDLE, None, now
+            e.current = e.current and kept
         return self._step(now)
+
+    def restarted(self, engine: int, now: float) -> list[PoolAction]:
+        """R12: engine ``engine``'s bridge started a new engine process (a crash, a recycle):
+        the conversation it holds is not in it."""
+        e = self.engines.get(engine)
+        if e is not None:
+            e.current = False
+        return self._step(now)
+
+    def unusable(self, engine: int, now: float) -> list[PoolAction]:
+        """R12: engine ``engine`` failed to take a conversation up: it is stopped."""
+        e = self.engines.get(engine)
+        if e is None or e.state == EngineState.STOPPING:
+            return self._step(now)
+        if e.conversation is not None:
+            self.held.pop(e.conversation, None)
+            e.conversation = None
+        e.state = EngineState.STOPPING
+        return [StopEngine(engine), *self._step(now)]
 
     def gone(self, engine: int, now: float) -> list[PoolAction]:
         """Engine ``engine``'s bridge has closed (stopped, or ended on its own)."""
@@ -247,7 +293,9 @@ class PoolRules:
         if e is None:
             return self._step(now)
         actions: list[PoolAction] = [Notice({"type": "pool", "event": "engine-stopped", "engine": engine})]
-        if e.conversation is not None:
+        if e.conversation is not None and self.config.moves:
+            self.held.pop(e.conversation, None)  # R12: released, not lost
+        elif e.conversation is not None:
             lost = self._lose(e, "its engine ended")
             if not self.closing:  # (closing ends every conversation: nothing to tell)
                 actions += lost
@@ -352,23 +400,65 @@ class PoolRules:
         for w in list(self.waiting):
             if w.conversation is not None and w.conversation in blocked:
                 continue
+            if w.conversation is not None and w.conversation in self.running_conversation.values():
+                blocked.add(w.conversation)  # R12: it reads the exchange that runs now
+                continue
             e = self._engine_for(w.conversation)
-            if e is None and w.conversation not in self.held and not self._start_helps():
-                e, lost = self._evict()
-                actions += lost
+            if e is None and (w.conversation not in self.held or self._movable(w.conversation)):
+                e = self._free_engine() if w.conversation is not None and self.config.moves else None
+                if e is None and not self._start_helps():
+                    e, lost = self._evict()
+                    actions += lost
             if e is None:
                 if w.conversation is not None:
                     blocked.add(w.conversation)
                 continue
             self.waiting.remove(w)
-            fresh = e.used and not (w.conversation is not None and e.conversation == w.conversation)
-            if w.conversation is not None and e.conversation is None:
-                e.conversation = w.conversation
-                self.held[w.conversation] = e.number
-            e.state, e.request, e.used = EngineState.BUSY, w.request, True
-            self.running[w.request] = e.number
-            actions.append(Dispatch(w.request, e.number, fresh))
+            actions += self._give(w, e)
         return actions
+
+    def _give(self, w: Waiting, e: PoolEngine) -> list[PoolAction]:
+        """Give ``w`` to ``e`` (R1, R2, R3, R12)."""
+        actions: list[PoolAction] = []
+        take_up: str | None = None
+        if w.conversation is not None and self.config.moves and not (e.conversation == w.conversation and e.current):
+            take_up = w.conversation
+            before = self.held.get(w.conversation)
+            if before is not None and before != e.number:
+                self.engines[before].conversation, self.engines[before].current = None, False
+                actions.append(
+                    Notice(
+                        {
+                            "type": "pool",
+                            "event": "conversation-moved",
+                            "conversation": w.conversation,
+                            "from": before,
+                            "to": e.number,
+                        }
+                    )
+                )
+            e.conversation, e.current = w.conversation, True
+            self.held[w.conversation] = e.number
+        fresh = e.used and take_up is None and not (w.conversation is not None and e.conversation == w.conversation)
+        if w.conversation is not None and e.conversation is None:
+            e.conversation = w.conversation
+            self.held[w.conversation] = e.number
+        if w.conversation is None and self.config.moves:
+            e.current = False
+        e.state, e.request, e.used = EngineState.BUSY, w.request, True
+        self.running[w.request] = e.number
+        if w.conversation is not None:
+            self.running_conversation[w.request] = w.conversation
+        actions.append(Dispatch(w.request, e.number, fresh, take_up))
+        return actions
+
+    def _movable(self, conversation: str | None) -> bool:
+        """R12: the conversation's engine cannot take it now (busy with another's, starting, stopping)."""
+        return self.config.moves and conversation is not None
+
+    def _free_engine(self) -> PoolEngine | None:
+        free = [e for e in self.engines.values() if e.state == EngineState.IDLE and e.conversation is None]
+        return max(free, key=lambda e: (e.idle_since, e.number)) if free else None
 
     def _engine_for(self, conversation: str | None) -> PoolEngine | None:
         if conversation is not None and conversation in self.held:
@@ -391,10 +481,13 @@ class PoolRules:
         return e, self._lose(e, "its engine was needed for another prompt")
 
     def _lose(self, e: PoolEngine, why: str) -> list[PoolAction]:
-        """R3: ``e``'s conversation no longer holds it; told."""
+        """R3: ``e``'s conversation no longer holds it; told (R12: released, kept by the pool)."""
         conversation, e.conversation = e.conversation, None
         assert conversation is not None
         self.held.pop(conversation, None)
+        if self.config.moves:
+            e.current = False
+            return []
         lost = {"type": "pool", "event": "conversation-lost", "conversation": conversation, "engine": e.number}
         return [Notice({**lost, "why": why})]
 
@@ -407,7 +500,11 @@ class PoolRules:
         free_ready = sum(1 for e in counted if e.conversation is None and e.state != EngineState.BUSY)
         # Waiting prompts that a new engine could take (a conversation's first counts once).
         unplaced = sum(1 for w in self.waiting if w.conversation is None)
-        unplaced += len({w.conversation for w in self.waiting if w.conversation is not None} - set(self.held))
+        homeless = set(self.held)
+        if self.config.moves:  # R12: a conversation whose engine is busy with another's can move
+            running = set(self.running_conversation.values())
+            homeless = {c for c, n in self.held.items() if self.engines[n].state == EngineState.IDLE or c in running}
+        unplaced += len({w.conversation for w in self.waiting if w.conversation is not None} - homeless)
         wanted = max(unplaced - starting, self.config.warm - free_ready, 0)
         room = self.config.engines - len(counted)
         actions: list[PoolAction] = []

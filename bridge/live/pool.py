@@ -30,7 +30,7 @@ import functools
 import itertools
 import math
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -59,10 +59,12 @@ from bridge.live.api import _hide_journals, _open_on_trio, running_library
 from bridge.live.journal import JournalError, default_journal_dir, default_journal_path
 from bridge.live.notifications import Notifications
 from bridge.live.pool_handle import PoolHandle
+from bridge.live.pool_moves import PoolConversations
 from bridge.live.submits import check_submit
 from bridge.live.submits import seconds as _seconds
 from bridge.live.supervisor import CLOSE_BACKSTOP, Bridge
 from bridge.profiles.command import EngineProfile, Launch, ProfileError
+from bridge.profiles.pi import PiProfile
 
 __all__ = ["Pool", "PoolConfig", "PoolHandle", "open_pool"]
 
@@ -107,8 +109,11 @@ class Pool:
         rules: PoolRules,
         folder: Path | None,
         config: BridgeConfig,
+        store: PoolConversations | None = None,
     ) -> None:
         self._nursery = nursery
+        #: R12: the conversations the pool keeps (a Pi profile's), or None.
+        self.store = store
         self.profile = profile
         self.config = config
         self.rules = rules
@@ -207,18 +212,35 @@ class Pool:
         provider: str | None = None,
         model: str | None = None,
         thinking: str | None = None,
+        budget_usd: float | None = None,
+        budget_tokens: int | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> PoolHandle:
         """Accept a prompt; returns at once. It always gets a receipt (maybe at once: a rejection).
 
         ``conversation``: a key (any non-empty string); the prompts with the same key run on one
         engine, in order, each reading the ones before it, and no other prompt reads them. A
         prompt without one starts afresh. The rest are :meth:`Bridge.submit_nowait
-        <bridge.live.supervisor.Bridge.submit_nowait>`'s, checked here, at once, as it checks them.
+        <bridge.live.supervisor.Bridge.submit_nowait>`'s (``budget_usd``, ``budget_tokens`` and
+        ``trace`` too: the engine's bridge that runs it holds its budget and continues its trace),
+        checked here, at once, as it checks them (:func:`~bridge.live.submits.check_submit`: a
+        prompt may wait before an engine's bridge sees it).
 
         Raises:
             TypeError: As :meth:`Bridge.submit_nowait <bridge.live.supervisor.Bridge.submit_nowait>`.
             ValueError: Likewise, and an empty or non-string ``conversation``."""
-        _check(message, stream, events, timeout, stall_timeout, images, provider, model, thinking)
+        check_submit(
+            message,
+            stream=stream,
+            events=events,
+            timeout=timeout,
+            stall_timeout=stall_timeout,
+            images=images,
+            budget_usd=budget_usd,
+            budget_tokens=budget_tokens,
+            trace=trace,
+        )
+        Wanted(provider, model, thinking)
         if conversation is not None and (not isinstance(conversation, str) or not conversation):
             raise ValueError(f"conversation must be a non-empty str or None, got {conversation!r}")
         if request is None:
@@ -238,6 +260,9 @@ class Pool:
             "provider": provider,
             "model": model,
             "thinking": thinking,
+            "budget_usd": budget_usd,
+            "budget_tokens": budget_tokens,
+            "trace": trace,
         }
         handle = PoolHandle(self, request, conversation, message, options)
         self._handles[request] = handle
@@ -258,6 +283,9 @@ class Pool:
         provider: str | None = None,
         model: str | None = None,
         thinking: str | None = None,
+        budget_usd: float | None = None,
+        budget_tokens: int | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> PoolHandle:
         """Accept a prompt; returns at once with its handle (:meth:`submit_nowait` says the rest)."""
         return self.submit_nowait(
@@ -272,6 +300,9 @@ class Pool:
             provider=provider,
             model=model,
             thinking=thinking,
+            budget_usd=budget_usd,
+            budget_tokens=budget_tokens,
+            trace=trace,
         )
 
     async def prompt(
@@ -288,6 +319,9 @@ class Pool:
         provider: str | None = None,
         model: str | None = None,
         thinking: str | None = None,
+        budget_usd: float | None = None,
+        budget_tokens: int | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> Receipt:
         """Submit (:meth:`submit_nowait`'s parameters) and wait for the receipt. Ends when it
         comes (it always does); cancelled while it waits, it stops the prompt first."""
@@ -303,6 +337,9 @@ class Pool:
             provider=provider,
             model=model,
             thinking=thinking,
+            budget_usd=budget_usd,
+            budget_tokens=budget_tokens,
+            trace=trace,
         )
         try:
             return await handle.receipt()
@@ -321,6 +358,8 @@ class Pool:
         engine = self._engines.get(handle.engine) if handle.engine is not None else None
         if engine is not None and engine.bridge is not None:
             return await engine.bridge.stop(request)
+        if request in self.rules.running:  # its engine takes its conversation up: stopped after
+            handle.stop_asked = True
         self._drive(lambda: self.rules.stop(request, self.now()))
         return None
 
@@ -408,6 +447,42 @@ class Pool:
         handle = self._handles[action.request]
         bridge = self._engines[action.engine].bridge
         assert bridge is not None  # the rules give prompts to open (idle) engines only
+        if action.take_up is not None and self.store is not None:
+            self._nursery.start_soon(self._take_up, handle, action, bridge)
+            return
+        self._hand(handle, action, bridge)
+
+    async def _take_up(self, handle: PoolHandle, action: Dispatch, bridge: Bridge) -> None:
+        """R12: the engine takes the prompt's conversation up, then gets the prompt; a take-up
+        it fails is the prompt's receipt (never written) and the engine's end. Ends when the
+        prompt is handed on or settled."""
+        assert self.store is not None and action.take_up is not None
+        why = await self.store.take_up(bridge, action.take_up)
+        if why is None and not handle.stop_asked and not bridge.closing:
+            self._hand(handle, action, bridge)
+            return
+        if handle.stop_asked or bridge.closing:
+            reason, detail = (Reason.CANCELLED, None) if handle.stop_asked else (Reason.CLOSING, None)
+        else:
+            reason = Reason.ENGINE
+            detail = f"engine {action.engine} could not take conversation {action.take_up!r} up: {why}"
+            self._heard.notify(
+                {
+                    "type": "pool",
+                    "event": "take-up-failed",
+                    "conversation": action.take_up,
+                    "engine": action.engine,
+                    "why": why,
+                }
+            )
+            self._drive(lambda: self.rules.unusable(action.engine, self.now()))
+        receipt = self._rejected(handle, reason, detail)
+        self._settle(handle, receipt)
+        self._heard.notify(ReceiptNotice(receipt.request, receipt).to_json())
+        self._drive(lambda: self.rules.settled(handle.request, self.now(), kept=False))
+
+    def _hand(self, handle: PoolHandle, action: Dispatch, bridge: Bridge) -> None:
+        """Give the prompt to the engine's bridge."""
         if action.fresh:
             try:
                 bridge.new_conversation()
@@ -420,7 +495,7 @@ class Pool:
             self._settle(handle, self._rejected(handle, Reason.CONFIG, str(e)))
             return
         handle._attach(inner, action.engine)
-        self._nursery.start_soon(self._relay, handle, inner.receipt)
+        self._nursery.start_soon(self._relay, handle, inner.receipt, bridge)
 
     def _reject(self, action: Reject) -> None:
         handle = self._handles.get(action.request)
@@ -457,12 +532,20 @@ class Pool:
 
     # -- tasks --------------------------------------------------------------------------------
 
-    async def _relay(self, handle: PoolHandle, receipt: Callable[[], Any]) -> None:
-        """Wait for a given prompt's receipt (its bridge always settles it), then tell the rules.
-        Ends when the receipt has come."""
+    async def _relay(self, handle: PoolHandle, receipt: Callable[[], Any], bridge: Bridge) -> None:
+        """Wait for a given prompt's receipt (its bridge always settles it), record its
+        conversation's exchange (R12), then tell the rules. Ends when the receipt has come and
+        the exchange is recorded."""
         got: Receipt = await receipt()
         self._settle(handle, got)
-        self._drive(lambda: self.rules.settled(handle.request, self.now()))
+        kept = True
+        if self.store is not None and handle.conversation is not None:
+            with trio.CancelScope(shield=True):
+                note = await self.store.settled(handle.conversation, bridge, got)
+            kept = self.store.kept(handle.conversation)
+            if note is not None:
+                self._heard.notify({"type": "pool", "engine": handle.engine, **note})
+        self._drive(lambda: self.rules.settled(handle.request, self.now(), kept=kept))
 
     async def _run_engine(self, number: int) -> None:
         """Engine ``number``: open its bridge, tell the rules, hold it open until it closes (the
@@ -502,6 +585,10 @@ class Pool:
         """What engine ``number``'s bridge tells, told on with its number; its ``engine``/``down``
         (the crash limit, a refused set-up) is that engine's end for the rules (R9)."""
         self._heard.notify({**note, "engine": number})
+        generation = note.get("generation")
+        started = note.get("type") == "engine" and note.get("event") == "started"
+        if started and isinstance(generation, int) and generation > 1:  # a new engine process (R12)
+            self._drive(lambda: self.rules.restarted(number, self.now()))
         if note.get("type") == "engine" and note.get("event") == "down":
             why = f"engine {number} went down: {note.get('why')}"
             self._drive(lambda: self.rules.failed(number, why, self.now()))
@@ -529,24 +616,6 @@ class Pool:
         while self.rules.down is None and any(e.state == EngineState.STARTING for e in self.rules.engines.values()):
             await self._changed.wait()
         return next((e.error for e in self._engines.values() if e.error is not None), None)
-
-
-def _check(
-    message: Any,
-    stream: Any,
-    events: Any,
-    timeout: Any,
-    stall_timeout: Any,
-    images: Any,
-    provider: str | None,
-    model: str | None,
-    thinking: str | None,
-) -> None:
-    """:meth:`Bridge.submit_nowait <bridge.live.supervisor.Bridge.submit_nowait>`'s checks
-    (:func:`~bridge.live.submits.check_submit`), made at the pool's door (a prompt may wait
-    before an engine's bridge sees it)."""
-    check_submit(message, stream=stream, events=events, timeout=timeout, stall_timeout=stall_timeout, images=images)
-    Wanted(provider, model, thinking)
 
 
 @asynccontextmanager
@@ -589,7 +658,10 @@ async def open_pool(
         ValueError: A bound out of range (``engines=0``, ...), or a bad ``journal``.
         RuntimeError: Called outside ``trio.run`` or ``asyncio.run``.
     """
-    rules = PoolRules(PoolConfig(engines=engines, spares=spares, idle_timeout=idle_timeout, queue_max=queue_max))
+    moves = isinstance(engine, PiProfile)  # R12: Pi's sessions can be switched to
+    rules = PoolRules(
+        PoolConfig(engines=engines, spares=spares, idle_timeout=idle_timeout, queue_max=queue_max, moves=moves)
+    )
 
     def opener() -> Any:
         return _open_pool_on_trio(engine, rules, journal, config or BridgeConfig(), drain_on_exit)
@@ -622,10 +694,13 @@ async def _open_pool_on_trio(
             f"journal: True (the default folder), a folder's path, or False/None for none; not {journal!r}"
         )
     profile = _hide_journals(profile, folder)
+    store = PoolConversations() if rules.config.moves else None
+    if store is not None and isinstance(profile, PiProfile):
+        profile = profile.hiding(store.folder)
     raised: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
-            pool = Pool(nursery, profile, rules, folder, config)
+            pool = Pool(nursery, profile, rules, folder, config, store)
             nursery.start_soon(pool._clock)
             try:
                 pool._drive(lambda: rules.open(pool.now()))
@@ -641,6 +716,8 @@ async def _open_pool_on_trio(
             finally:
                 await pool.aclose()
                 nursery.cancel_scope.cancel()
+                if store is not None:
+                    store.close()
     except BaseExceptionGroup as group:
         # As open_bridge: what the block raised comes out as raised, not in a group of one.
         if raised is None or group.exceptions != (raised,):

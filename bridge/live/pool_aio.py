@@ -5,7 +5,7 @@ the pool as under trio)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from bridge.core.progress import ProgressEvent
@@ -141,6 +141,9 @@ class AsyncioPool:
         provider: str | None = None,
         model: str | None = None,
         thinking: str | None = None,
+        budget_usd: float | None = None,
+        budget_tokens: int | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> AsyncioPoolHandle:
         """As :meth:`Pool.submit_nowait <bridge.live.pool.Pool.submit_nowait>`: accepted at once, its checks raise at once."""
         handle = self._pool.submit_nowait(
@@ -155,6 +158,9 @@ class AsyncioPool:
             provider=provider,
             model=model,
             thinking=thinking,
+            budget_usd=budget_usd,
+            budget_tokens=budget_tokens,
+            trace=trace,
         )
         return AsyncioPoolHandle(handle, self._door)
 
@@ -172,6 +178,9 @@ class AsyncioPool:
         provider: str | None = None,
         model: str | None = None,
         thinking: str | None = None,
+        budget_usd: float | None = None,
+        budget_tokens: int | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> AsyncioPoolHandle:
         """As :meth:`Pool.submit <bridge.live.pool.Pool.submit>`: returns at once."""
         return self.submit_nowait(
@@ -186,6 +195,9 @@ class AsyncioPool:
             provider=provider,
             model=model,
             thinking=thinking,
+            budget_usd=budget_usd,
+            budget_tokens=budget_tokens,
+            trace=trace,
         )
 
     async def prompt(
@@ -202,6 +214,9 @@ class AsyncioPool:
         provider: str | None = None,
         model: str | None = None,
         thinking: str | None = None,
+        budget_usd: float | None = None,
+        budget_tokens: int | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> Receipt:
         """Submit and wait for the receipt. Ends when it comes (it always does); cancelled while it
         waits, it stops the prompt."""
@@ -217,6 +232,9 @@ class AsyncioPool:
             provider=provider,
             model=model,
             thinking=thinking,
+            budget_usd=budget_usd,
+            budget_tokens=budget_tokens,
+            trace=trace,
         )
         try:
             return await handle.receipt()

@@ -39,6 +39,8 @@ class PoolHandle:
         self._placed = trio.Event()
         self._done = trio.Event()
         self._read: set[str] = set()
+        #: Stopped while its engine took its conversation up (R12): settled ``cancelled`` then.
+        self.stop_asked = False
 
     def __repr__(self) -> str:
         return f"PoolHandle({self._request!r}, engine={self._engine!r})"

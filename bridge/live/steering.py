@@ -101,20 +101,29 @@ class Steering:
         Raises:
             EngineQuestionError: The engine is down, the bridge closes, no answer came within
                 ``ack_timeout``, or the engine refused the question."""
-        token = f"ask-{next(self._ask_ids)}"
-        done = self._asks[token] = trio.Event()
-        self._feed(Ask(token, {"type": "get_available_models"}))
-        await done.wait()
-        answer = self._answers.pop(token)
-        if answer.error is not None:
-            raise EngineQuestionError(answer.error)
-        response = answer.response or {}
+        response = await self.ask({"type": "get_available_models"})
         if response.get("success") is not True:
             raise EngineQuestionError(f"the engine refused get_available_models: {response.get('error')}")
         data = response.get("data")
         listed = data.get("models") if isinstance(data, dict) else None
         models = [model_summary(m) for m in listed] if isinstance(listed, list) else []
         return [m for m in models if m is not None]
+
+    async def ask(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Write one command to the engine through the lifecycle's questions (its ``id`` is the
+        bridge's; an engine is started for it if none runs) and return Pi's response as it came,
+        ``success`` true or not. :meth:`models` asks this way; so does a pool moving a
+        conversation to an idle engine it holds (:mod:`bridge.live.pool_moves`). Ends when the
+        engine answers, or with :class:`EngineQuestionError` when it cannot (down, closing, no
+        answer within ``ack_timeout``)."""
+        token = f"ask-{next(self._ask_ids)}"
+        done = self._asks[token] = trio.Event()
+        self._feed(Ask(token, cmd))
+        await done.wait()
+        answer = self._answers.pop(token)
+        if answer.error is not None:
+            raise EngineQuestionError(answer.error)
+        return dict(answer.response or {})
 
     def new_conversation(self) -> None:
         """Start a new conversation before the next prompt is written: Pi's ``new_session``
