@@ -191,3 +191,17 @@ def test_the_real_pi_s_extension_run_is_named_foreign_by_its_words() -> None:
     )
     assert o1["detail"]["runOwner"] == {"run": o1["run"], "owner": "foreign", "userIdx": user}
     assert any(f"#{user}" in n and "none of the bridge's prompts" in n for n in o1["notes"])
+
+
+def test_the_empty_queue_update_before_the_late_run_is_pi_delivering_p2_s_prompt() -> None:
+    for path in (LATE, EARLIER):
+        fs = findings(path)
+        (o5,) = [f for f in by_signal(fs, "O5") if f["detail"].get("cause") == "uncaused-queue-update"]
+        (o1,) = by_signal(fs, "O1")
+        late = o1["detail"]["lateOwn"]
+        assert o5["detail"]["delivers"] == {"request": "p2", "queuedIdx": late["queuedIdx"], "userIdx": late["userIdx"]}
+        assert "p2's own prompt" in o5["title"] and "the bridge did not cause" not in o5["title"]
+        assert o5["causes"][0]["cause"].startswith("Pi took p2's queued prompt")
+    # where two runs had p2's words, the emptied queue is not said to deliver it
+    (o5,) = [f for f in by_signal(findings(TWICE), "O5") if f["detail"].get("cause") == "uncaused-queue-update"]
+    assert "delivers" not in o5["detail"]

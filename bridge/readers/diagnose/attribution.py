@@ -19,6 +19,9 @@ The rules:
    prompt's run; when that prompt's receipt came earlier, it was delivered late, and the run's O1
    names it first. A run whose first user message is no text the bridge sent is foreign: the
    receipt that called it the prompt's run says so, and the timeline paints it foreign.
+   An empty ``queue_update`` right before that user message is Pi emptying its queue to
+   deliver the prompt (Pi removes a queued text when a user message with it starts,
+   ``agent-session.js``): its O5 says so.
 3. The bridge sends each prompt once, so its words start one run. A run whose user message is
    the text of a prompt that already ran without being queued (acked ``started``, its words in
    no ``queue_update``) repeats them: it is foreign. A second run with the words of a prompt Pi
@@ -82,6 +85,8 @@ class Attribution:
     _by_text: OrderedDict[bytes, Sent | str] = attrs.field(factory=OrderedDict)
     #: run ("generation:run") -> (its O1 finding, if any; the prompt the tracker gave it, if any)
     _runs: OrderedDict[str, tuple[Finding | None, Any]] = attrs.field(factory=OrderedDict)
+    #: The O5 of an empty queue_update no clear of the bridge's caused, until the next user message.
+    _drained: Finding | None = None
 
     # -- what the diagnoser tells it ---------------------------------------------------------
 
@@ -117,6 +122,10 @@ class Attribution:
         if f is not None and (own or ambiguous):
             _own_queued_words(f, own, ambiguous, len(items))
 
+    def drained(self, f: Finding) -> None:
+        """An empty ``queue_update`` the bridge did not cause (``f``: its O5 finding)."""
+        self._drained = f
+
     def receipt(self, f: Finding, request: Any, words: str) -> None:
         """Prompt ``request`` got its receipt, finding ``f`` (``words``: the receipt in words)."""
         for sent in self._by_text.values():
@@ -133,6 +142,7 @@ class Attribution:
         o1, slot_request = opened
         text = message_text(message)
         match = self._by_text.get(_digest(text))
+        drained, self._drained = self._drained, None
         if match == AMBIGUOUS:
             if o1 is not None:
                 o1.notes.append(
@@ -144,6 +154,13 @@ class Attribution:
             return self._words_again(match, key, run, o1, slot_request, text, idx)
         if isinstance(match, Sent):
             match.ran = (key, run, idx, o1)
+            if (
+                drained is not None
+                and drained.idx is not None
+                and match.queued_idx is not None
+                and drained.idx > match.queued_idx
+            ):
+                _drained_words(drained, match, run, idx)
             if match.receipt_finding is not None and match.request != slot_request:
                 _late_words(o1, match, run, idx)
                 return [(key, "late", match.request)]
@@ -254,6 +271,24 @@ def _foreign_words(o1: Finding | None, run: str, text: str, idx: int, repeats: t
         f"{first} (user message at #{first_idx}): the bridge sent them once, so this run is someone else's."
     )
     o1.detail["runOwner"] = {"run": run, "owner": "foreign", "userIdx": idx, "repeats": request}
+
+
+def _drained_words(f: Finding, sent: Sent, run: str, idx: int) -> None:
+    """The empty queue_update ``f`` was Pi taking ``sent``'s queued words out to deliver them."""
+    request = sent.request
+    f.title = f"O5: Pi's queue emptied to deliver {request}'s own prompt"
+    f.explanation += (
+        f" Here it is Pi delivering {request}'s own prompt ({sent.text!r}, queued at #{sent.queued_idx}): "
+        f"{run}'s user message at #{idx} is its words."
+    )
+    f.causes.insert(
+        0,
+        {
+            "cause": f"Pi took {request}'s queued prompt out of its queue to run it",
+            "check": f"the user message at #{idx} and the queue_update at #{sent.queued_idx} that listed it",
+        },
+    )
+    f.detail["delivers"] = {"request": request, "queuedIdx": sent.queued_idx, "userIdx": idx}
 
 
 def _late_words(o1: Finding | None, sent: Sent, run: str, idx: int) -> None:

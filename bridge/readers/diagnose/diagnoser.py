@@ -281,6 +281,8 @@ class Diagnoser:
             if f is not None:
                 self.facts.o5_items[gen] = f.n
             self.attribution.queued(f, value, o.idx)
+        elif o.signal == Signal.O5 and f is not None and o.detail.get("cause") == Cause.UNCAUSED_QUEUE_UPDATE:
+            self.attribution.drained(f)
 
     def _attribute(self, value: dict[str, Any], idx: int) -> None:
         """A run's start, or a user message in it: whose the run is, by its words."""
