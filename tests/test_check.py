@@ -177,3 +177,38 @@ def test_a_deleted_receipt_is_a_release_without_one_and_the_differing_receipt_s_
             e["i"] += 1
     text = bridge("replay", "--check", str(write(tmp_path / "stray.jsonl", entries))).stdout
     assert "answer-to-unsent" in text and "None" not in text
+
+
+def test_an_answer_whose_stop_note_is_gone_names_the_prompt_holding_the_slot(tmp_path: Path) -> None:
+    """The issue's independent check: with the stop's note deleted too, nothing ties 'stop-1:clear'
+    to p1, but p1 held the slot; a prompt's ack to a prompt never sent names that prompt."""
+    edited, answers = without_the_stops_sends(tmp_path)
+    entries = [e for e in lines_of(edited) if not ("note" in e and e["note"].get("event") == "stop")]
+    found = check(str(write(tmp_path / "nonote.jsonl", entries)))
+    (clear,) = [c for c in found if c.kind == "answer-to-unsent" and c.idx == answers["stop-1:clear"]]
+    assert clear.request == "p1" and "while p1 held the slot" in clear.words
+
+    entries = [e for e in lines_of(REAL) if not ("send" in e and e["send"].get("id") == "p1")]
+    found = check(str(write(tmp_path / "nosend.jsonl", entries)))
+    ack = observation_of(entries, lambda v: v.get("type") == "response" and v.get("command") == "prompt")
+    assert ("answer-to-unsent", "p1", ack) in [(c.kind, c.request, c.idx) for c in found]
+
+
+def observation_of(entries: list[dict[str, Any]], predicate: Any) -> int:
+    return next(int(e["i"]) for e in entries if "recv" in e and isinstance(e["recv"], dict) and predicate(e["recv"]))
+
+
+def test_diagnose_says_why_a_journal_agrees_with_itself_once_and_points_at_the_receipt_line(tmp_path: Path) -> None:
+    edited, _ = without_the_stops_sends(tmp_path)
+    report = json.loads(bridge("diagnose", "--json", str(edited)).stdout)
+    found = [f for f in report["findings"] if f["signal"] == "contradiction"]
+    assert len(found) == 3
+    assert all("a journal it wrote whole agrees with itself" not in f["explanation"] for f in found)
+    text = bridge("diagnose", str(edited)).stdout
+    assert text.count("agrees with itself") == 1
+    first = found[0]["n"]
+    assert text.count(f"same as [{first}]: entries removed") == 2
+    (differs,) = [f for f in found if f["detail"]["kind"] == "receipt-differs"]
+    (focus,) = [e for e in differs["evidence"] if e["focus"]]
+    assert focus["line"] == differs["line"] == differs["detail"]["line"]
+    assert focus["entry"] == "receipt"

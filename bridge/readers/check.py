@@ -12,7 +12,8 @@ each place they disagree, by prompt and observation index:
     evidence decided nothing by P's release and the recorded receipt is none of the give-ups the
     evidence allows (:meth:`bridge.core.session.Session.give_up_verdicts`).
 ``answer-to-unsent``
-    A response at observation #N answers a command id the journal never sent.
+    A response at observation #N answers a command id the journal never sent. Its prompt: the
+    id's own for a prompt's ack, the stop note's for a stop, else the prompt holding the slot.
 ``receipt-without-send``
     A recorded receipt says P reached the engine (a state other than ``rejected``, an ack or a
     run) while the journal never sent P: the send is missing from the journal.
@@ -56,8 +57,8 @@ class Contradiction(Wire):
     """One place where a journal's evidence and its recorded receipts disagree."""
 
     kind: Kind
-    #: The prompt it is about (None for an answer to a command that was neither a prompt nor a
-    #: stop the journal's ``stop`` notes tie to one).
+    #: The prompt it is about (for an answer to a command that was neither a prompt nor a stop
+    #: the journal's ``stop`` notes tie to one: the prompt holding the slot, None when none did).
     request: Any
     #: The observation index it is about (None when the journal has none to name).
     idx: int | None
@@ -154,16 +155,28 @@ class Checker:
         rid = value.get("id")
         if rid is None or not hashable(rid) or rid in self._commands:
             return []
-        idx = self.driver.session.tracker.idx
+        tracker = self.driver.session.tracker
+        idx = tracker.idx
+        request, held = self._answered(rid, value.get("command")), ""
+        if request is None and tracker.slot is not None and tracker.slot.request is not None:
+            request, held = tracker.slot.request, f" (while {tracker.slot.request} held the slot)"
         return [
             Contradiction(
                 "answer-to-unsent",
-                rid if rid in self.driver.sent_ids else self._stops.get(rid),
+                request,
                 idx,
                 entry.line,
-                f"the {value.get('command')!s} response at #{idx} answers {rid!r}, a command the journal never sent",
+                f"the {value.get('command')!s} response at #{idx} answers {rid!r}, a command the journal never "
+                f"sent{held}",
             )
         ]
+
+    def _answered(self, rid: Any, command: Any) -> Any:
+        """The prompt an unsent command's id names: a prompt's own (a prompt's ack carries its
+        prompt's id), or the one a stop note ties the stop to; else None."""
+        if rid in self.driver.sent_ids or command == "prompt":
+            return rid
+        return self._stops.get(rid)
 
 
 def _says_delivered(recorded: dict[str, Any]) -> bool:

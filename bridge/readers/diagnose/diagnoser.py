@@ -281,6 +281,8 @@ class Diagnoser:
             if f is not None:
                 self.facts.o5_items[gen] = f.n
             self.attribution.queued(f, value, o.idx)
+        elif o.signal == Signal.O5 and f is not None and o.detail.get("cause") == Cause.UNCAUSED_QUEUE_UPDATE:
+            self.attribution.drained(f)
 
     def _attribute(self, value: dict[str, Any], idx: int) -> None:
         """A run's start, or a user message in it: whose the run is, by its words."""
@@ -297,9 +299,9 @@ class Diagnoser:
         message = value.get("message")
         if not isinstance(message, dict) or message.get("role") != "user":
             return
-        owner = self.attribution.user_message(key, run, message, idx)
-        if owner is not None and self.timeline is not None:
-            self.timeline.run_owner(gen, run, *owner)
+        for lane, owner, request in self.attribution.user_message(key, run, message, idx):
+            if self.timeline is not None:
+                self.timeline.run_owner(lane, owner, request)
 
     def _second_prompt(self, held: PromptState, snap: dict[str, Any], entry: Entry, item: Item) -> None:
         """A prompt written while another still held the slot (only a deliberate send_raw does it)."""
@@ -343,7 +345,7 @@ class Diagnoser:
         if target is None:
             return
         held = (
-            f"the held prompt {short(sb.request)} settles outcome-unknown ({sb.cause})"
+            f"the held prompt {short(sb.request)} settles outcome-unknown ({sb.cause}) unless the engine refuses it"
             if sb.request is not None
             else "no prompt was held, so no receipt is tainted"
         )
@@ -533,7 +535,12 @@ class Diagnoser:
         """A place where the journal's evidence and its recorded receipts disagree."""
         self.tally.count("contradiction")
         base = {**self._base(entry, "contradiction", kind="journal"), "idx": c.idx, "request": c.request}
-        self._add_words(base, journal.contradiction_words(c), item, detail=c.to_json())
+        f = self._add_words({**base, "line": c.line}, journal.contradiction_words(c), item, detail=c.to_json())
+        if f is not None and any(e["line"] == c.line for e in f.evidence):
+            # The line the contradiction names (a recorded receipt, before the release that found
+            # it) is the one the evidence points at.
+            for e in f.evidence:
+                e["focus"] = e["line"] == c.line
 
     def _journal_signal(self, entry: Entry) -> None:
         """A signal the live bridge journalled: a better why for a gap, its seal-check action, or engine-down."""

@@ -170,13 +170,12 @@ CONTRADICTION_TITLES: Final = {
 
 def contradiction_words(c: Contradiction) -> Words:
     """One of ``bridge replay --check``'s contradictions as a finding's words."""
-    text = (
-        f"{c.words}. A live bridge decides every receipt from the evidence it journals (or, after a "
-        "deadline, from no more than it), so a journal it wrote whole agrees with itself: this one was "
-        "edited, cut in the middle, merged from two, or written by a bridge with a bug."
-    )
+    # Why a journal should agree with itself is the cause's, said once in a report (later
+    # contradictions refer to it), not each finding's.
     cause = {
-        "cause": "entries removed or changed by hand or by a tool, or two journals joined",
+        "cause": "entries removed or changed by hand or by a tool, two journals joined, a journal cut in the "
+        "middle, or a bridge with a bug: a live bridge decides every receipt from the evidence it journals "
+        "(or, after a deadline, from no more than it), so a journal it wrote whole agrees with itself",
         "check": "bridge replay --check on the original file; the lines named here",
     }
-    return Words(CONTRADICTION_TITLES[c.kind].format(request=c.request), text, [cause])
+    return Words(CONTRADICTION_TITLES[c.kind].format(request=c.request), f"{c.words}.", [cause])

@@ -191,14 +191,25 @@ class Timeline:
             "how": None,
             "request": request,
             "owner": None,
+            "words": None,
         }
 
-    def run_owner(self, generation: int, run_id: str, owner: str, request: Any) -> None:
-        """Whose an open run is by its words (``own``, ``late``: the bridge's prompt ``request``,
-        delivered after its receipt; ``foreign``): what the page names and paints it."""
-        lane = self._open_runs.get(f"{generation}:{run_id}")
-        if lane is not None:
-            lane["owner"], lane["request"] = owner, request
+    def run_owner(self, key: str, owner: str, request: Any) -> None:
+        """Whose run ``key`` ("generation:run") is by its words (``own``, ``late``: the bridge's
+        prompt ``request``, delivered after its receipt; ``foreign``; ``undecided``: ``request``'s
+        words, which another run had too): what the page names and paints it. The run may be open
+        or one of the last ended ones (the words of a later run can undecide it)."""
+        lane = self._open_runs.get(key)
+        if lane is None:
+            generation, _, run_id = key.partition(":")
+            for lane in (*self._recent_runs, *self.runs[-RECENT_LANES:]):
+                if f"{lane['generation']}:{lane['id']}" == f"{generation}:{run_id}":
+                    break
+            else:
+                return
+        lane["owner"], lane["request"] = owner, (None if owner == "undecided" else request)
+        if owner == "undecided":
+            lane["words"] = request
 
     def run_ended(self, generation: int, run_id: str, x: float, how: str) -> None:
         lane = self._open_runs.pop(f"{generation}:{run_id}", None)
