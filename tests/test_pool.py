@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -528,3 +530,82 @@ def test_a_conversation_whose_engine_was_reaped_goes_on_on_another_engine(pinned
         ("assistant", "first reply"),
         ("user", "What is my name?"),
     ]
+
+
+#: A tool that counts, in its engine's private config folder, the session files holding the
+#: secret (the pattern is bracketed so the tool call's own words, in the stranger's session, do
+#: not match it).
+COUNT_SECRET = 'cat "$PI_CODING_AGENT_DIR"/sessions/* 2>/dev/null | grep -c "SECRET-[A]LPHA" || true'
+
+
+def test_a_later_prompt_s_tools_on_the_engine_find_no_session_file_of_another_conversation(
+    pinned_pi: object, tmp_path: Path
+) -> None:
+    """R12's copies are files in the engine's private config folder, which its tools may read:
+    once the engine is another's (a key taking it up, a stranger starting afresh) no session
+    file of the conversation before is left there (a stranger's prompt never reads another's)."""
+    tool = {"tool_call": {"name": "bash", "arguments": {"command": COUNT_SECRET}}}
+    server = start_server([{"text": "noted"}, tool, {"text": "b done"}, tool, {"text": "x done"}])
+    models = tmp_path / "models.json"
+    models.write_text(json.dumps(models_json(server.base_url)))
+
+    async def main() -> list[Receipt]:
+        async with open_pool(scripted_profile(str(models)), engines=1, journal=False) as pool:
+            return [
+                await pool.prompt("My password is SECRET-ALPHA.", conversation="a"),
+                await pool.prompt("count them", conversation="b"),  # at the cap: takes a's engine up
+                await pool.prompt("count them"),  # a stranger: afresh on b's engine
+            ]
+
+    try:
+        receipts = trio.run(main)
+    finally:
+        server.close()
+    assert [r.state for r in receipts] == [State.FINISHED] * 3, receipts
+    requests = chats(server)
+    assert "SECRET-ALPHA" in json.dumps(requests[0]["body"]["messages"])
+    for seen in (requests[2], requests[4]):
+        assert said(seen)[0] != ("user", "My password is SECRET-ALPHA.")
+        result = seen["body"]["messages"][-1]
+        assert result["role"] == "tool" and str(result["content"]).strip() == "0", result
+
+
+def test_a_conversation_whose_engine_was_killed_between_prompts_is_taken_up_again(
+    pinned_pi: object, tmp_path: Path
+) -> None:
+    """R12 after the engine process ended between two of a key's prompts: its bridge starts a new
+    Pi, which holds nothing of the conversation, so the key's next prompt takes the stored copy
+    up there (the model reads the first exchange) and its exchange is recorded."""
+    server = start_server([{"text": "first reply"}, {"text": "second reply"}])
+    models = tmp_path / "models.json"
+    models.write_text(json.dumps(models_json(server.base_url)))
+
+    async def main() -> tuple[list[Receipt], list[dict[str, Any]]]:
+        async with open_pool(scripted_profile(str(models)), engines=1, journal=False) as pool:
+            heard = pool.signals()
+            r1 = await pool.prompt("My name is Ada.", conversation="a")
+            [pid] = pids(pool)
+            os.kill(pid, signal.SIGKILL)
+            notes = []
+            with trio.fail_after(30):
+                async for note in heard:
+                    notes.append(note)
+                    if note.get("type") == "engine" and note.get("event") == "exited":
+                        break
+            r2 = await pool.prompt("What is my name?", conversation="a")
+        with trio.fail_after(60):
+            notes += [note async for note in heard]
+        return [r1, r2], notes
+
+    try:
+        receipts, notes = trio.run(main)
+    finally:
+        server.close()
+    assert [r.state for r in receipts] == [State.FINISHED] * 2, receipts
+    assert said(chats(server)[1]) == [
+        ("user", "My name is Ada."),
+        ("assistant", "first reply"),
+        ("user", "What is my name?"),
+    ], "the new Pi took a's stored copy up"
+    recorded = [n["request"] for n in notes if n.get("event") == "conversation-recorded"]
+    assert recorded == [receipts[0].request, receipts[1].request]

@@ -58,7 +58,7 @@ Rules (numbered for the tests, ``tests/test_pool_rules.py``, one test per rule):
   it had an engine before. An engine also takes its own conversation up again when what its
   engine holds is not the stored copy: after a prompt whose exchange was not recorded
   (:meth:`PoolRules.settled` ``kept=False``: a receipt the bridge does not vouch for, rule 3 of
-  the conversations) and after its bridge started a new engine process
+  the conversations) and after its engine process ended (its bridge starts a new one)
   (:meth:`PoolRules.restarted`). A take-up the engine fails is the prompt's receipt
   (``rejected``/``engine``, never written) and the engine is stopped (:meth:`PoolRules.unusable`).
 
@@ -269,7 +269,7 @@ class PoolRules:
         return self._step(now)
 
     def restarted(self, engine: int, now: float) -> list[PoolAction]:
-        """R12: engine ``engine``'s bridge started a new engine process (a crash, a recycle):
+        """R12: engine ``engine``'s engine process ended or was replaced (a crash, a kill, a recycle):
         the conversation it holds is not in it."""
         e = self.engines.get(engine)
         if e is not None:

@@ -450,6 +450,12 @@ class Pool:
         if action.take_up is not None and self.store is not None:
             self._nursery.start_soon(self._take_up, handle, action, bridge)
             return
+        if action.fresh and self.store is not None:
+            try:  # R12: nothing of the conversation before stays where its tools can read it
+                self.store.scrub(bridge)
+            except OSError as e:
+                self._refuse(handle, action, str(e), f"engine {action.engine} could not clear its sessions")
+                return
         self._hand(handle, action, bridge)
 
     async def _take_up(self, handle: PoolHandle, action: Dispatch, bridge: Bridge) -> None:
@@ -461,21 +467,30 @@ class Pool:
         if why is None and not handle.stop_asked and not bridge.closing:
             self._hand(handle, action, bridge)
             return
-        if handle.stop_asked or bridge.closing:
-            reason, detail = (Reason.CANCELLED, None) if handle.stop_asked else (Reason.CLOSING, None)
+        if handle.stop_asked or bridge.closing or why is None:
+            self._turn_away(handle, Reason.CANCELLED if handle.stop_asked else Reason.CLOSING, None)
         else:
-            reason = Reason.ENGINE
-            detail = f"engine {action.engine} could not take conversation {action.take_up!r} up: {why}"
-            self._heard.notify(
-                {
-                    "type": "pool",
-                    "event": "take-up-failed",
-                    "conversation": action.take_up,
-                    "engine": action.engine,
-                    "why": why,
-                }
+            self._refuse(
+                handle, action, why, f"engine {action.engine} could not take conversation {action.take_up!r} up"
             )
-            self._drive(lambda: self.rules.unusable(action.engine, self.now()))
+
+    def _refuse(self, handle: PoolHandle, action: Dispatch, why: str, what: str) -> None:
+        """R12: the engine cannot be given the prompt (its take-up or its scrub failed, ``why``):
+        the prompt's receipt is ``rejected``/``engine`` (never written), and the engine is stopped."""
+        self._heard.notify(
+            {
+                "type": "pool",
+                "event": "take-up-failed",
+                "conversation": action.take_up or handle.conversation,
+                "engine": action.engine,
+                "why": why,
+            }
+        )
+        self._drive(lambda: self.rules.unusable(action.engine, self.now()))
+        self._turn_away(handle, Reason.ENGINE, f"{what}: {why}")
+
+    def _turn_away(self, handle: PoolHandle, reason: Reason, detail: str | None) -> None:
+        """A prompt the rules gave an engine that never had it: ``rejected`` now, the engine idle."""
         receipt = self._rejected(handle, reason, detail)
         self._settle(handle, receipt)
         self._heard.notify(ReceiptNotice(receipt.request, receipt).to_json())
@@ -587,7 +602,10 @@ class Pool:
         self._heard.notify({**note, "engine": number})
         generation = note.get("generation")
         started = note.get("type") == "engine" and note.get("event") == "started"
-        if started and isinstance(generation, int) and generation > 1:  # a new engine process (R12)
+        exited = note.get("type") == "engine" and note.get("event") == "exited"
+        # R12: the process that held the conversation ended (its bridge starts a new one only
+        # for the next question or prompt, so waiting for that start would be too late).
+        if exited or (started and isinstance(generation, int) and generation > 1):
             self._drive(lambda: self.rules.restarted(number, self.now()))
         if note.get("type") == "engine" and note.get("event") == "down":
             why = f"engine {number} went down: {note.get('why')}"

@@ -14,6 +14,11 @@ is the pool's copy, not one engine's memory.
   the start-up check verifies for a resumed conversation must hold after the switch too
   (:func:`~bridge.core.conversation.take_up_problems`), and the engine process must be the one
   asked first; else the take-up fails, with the words for the prompt's receipt.
+- **Scrubbing** (:meth:`PoolConversations.scrub`): the engine's tools may read its config
+  folder, where Pi keeps the copy and every later session's file, so when the engine is given
+  to another conversation (after its take-up's check) or to a fresh prompt (before its
+  ``new_session``), every session file but the one now in use is removed first: no prompt's
+  tools find another conversation's words there.
 - **Recording** (:meth:`PoolConversations.settled`), as a conversation's receipt is relayed: a
   receipt the bridge vouches for (rule 1) has the engine's file read at once and its own part
   (rule 2) recorded off the event loop (write, fsync, rename), before the rules hear the engine
@@ -102,8 +107,31 @@ class PoolConversations:
         )
         if problems:
             return "; ".join(problems)
+        self.scrub(bridge, keep=target)
         self._placed[key] = (bridge, engine.generation, target)
         return None
+
+    def scrub(self, bridge: Bridge, keep: Path | None = None) -> None:
+        """Remove every session file but ``keep`` from ``bridge``'s engine's private config
+        folder: the engine's tools may read that folder, and the engine is now another
+        conversation's (or a fresh prompt's), so no file of the one before may stay there (once
+        switched to a file, Pi keeps each later session in a file of its own there too).
+
+        Raises:
+            OSError: One could not be removed (the engine must not be given the prompt)."""
+        engine = bridge.engine
+        if engine is None or "PI_CODING_AGENT_DIR" not in engine.launch.env:
+            return
+        sessions = Path(engine.launch.env["PI_CODING_AGENT_DIR"]) / "sessions"
+        if not sessions.is_dir():
+            return
+        for path in sorted(sessions.iterdir()):  # a few files: removed in place
+            if path == keep:
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
 
     async def settled(self, key: str, bridge: Bridge, receipt: Receipt) -> dict[str, Any] | None:
         """``key``'s prompt ran on ``bridge`` and got ``receipt``: record the engine's session if
