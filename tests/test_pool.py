@@ -502,6 +502,29 @@ def test_a_conversation_moves_to_another_engine_when_its_own_is_busy_and_the_mod
     assert not [n for n in notes if n.get("event") in ("conversation-lost", "take-up-failed")]
 
 
+def test_an_ended_conversation_s_key_starts_afresh_its_stored_history_gone(pinned_pi: object, tmp_path: Path) -> None:
+    """end_conversation under R12: the pool's stored copy of the key is removed, so the key's
+    next prompt -- on the same engine -- is a new conversation: the model reads nothing of the
+    first exchange."""
+    server = start_server([{"text": "first reply"}, {"text": "second reply"}])
+    models = tmp_path / "models.json"
+    models.write_text(json.dumps(models_json(server.base_url)))
+
+    async def main() -> tuple[Receipt, Receipt]:
+        async with open_pool(scripted_profile(str(models)), engines=1, journal=False) as pool:
+            r1 = await pool.prompt("My name is Ada.", conversation="a")
+            pool.end_conversation("a")  # (its recording may still be under way: removed as it ends)
+            r2 = await pool.prompt("What is my name?", conversation="a")
+            return r1, r2
+
+    try:
+        r1, r2 = trio.run(main)
+    finally:
+        server.close()
+    assert (r1.state, r2.state) == (State.FINISHED, State.FINISHED), (r1, r2)
+    assert said(chats(server)[1]) == [("user", "What is my name?")], "nothing of the ended conversation"
+
+
 def test_a_conversation_whose_engine_was_reaped_goes_on_on_another_engine(pinned_pi: object, tmp_path: Path) -> None:
     server = start_server([{"text": "first reply"}, {"text": "second reply"}])
     models = tmp_path / "models.json"

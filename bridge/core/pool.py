@@ -313,7 +313,7 @@ class PoolRules:
         """The conversation is over: its engine is free again (its next prompt is fresh)."""
         number = self.held.pop(conversation, None)
         if number is not None and number in self.engines:
-            self.engines[number].conversation = None
+            self.engines[number].conversation, self.engines[number].current = None, False
         return self._step(now)
 
     def shutdown(self, now: float, drain_timeout: float | None = None) -> list[PoolAction]:

@@ -364,8 +364,11 @@ class Pool:
         return None
 
     def end_conversation(self, conversation: str) -> None:
-        """The conversation is over: its engine takes other prompts again (each starts afresh).
-        Returns at once."""
+        """The conversation is over: its engine takes other prompts again (each starts afresh),
+        and a prompt under its key later starts a new conversation -- the pool's stored history
+        of it (R12) is removed. Returns at once."""
+        if self.store is not None:
+            self.store.forget(conversation)
         self._drive(lambda: self.rules.end_conversation(conversation, self.now()))
 
     async def drain(self) -> None:

@@ -59,6 +59,9 @@ class PoolConversations:
         #: key -> (the bridge, its engine process's generation, the file Pi was switched to).
         self._placed: dict[str, tuple[Bridge, int, Path]] = {}
         self._numbers = itertools.count(1)
+        #: Keys with a take-up or a recording under way, and keys to forget once it ends.
+        self._busy: dict[str, int] = {}
+        self._forget_after: set[str] = set()
 
     def _conversation(self, key: str) -> Conversation:
         if key not in self._open:
@@ -68,10 +71,39 @@ class PoolConversations:
     async def take_up(self, bridge: Bridge, key: str) -> str | None:
         """Switch ``bridge``'s idle engine to ``key``'s stored copy, checked. Returns None, or why
         it could not be (one line). Ends when Pi has answered every question, or could not."""
+        self._busy[key] = self._busy.get(key, 0) + 1
         try:
             return await self._take_up(bridge, key)
         except (EngineQuestionError, ProfileError, ConversationError, OSError) as e:
             return str(e)
+        finally:
+            self._done(key)
+
+    def forget(self, key: str) -> None:
+        """``key`` is over (:meth:`Pool.end_conversation <bridge.live.pool.Pool.end_conversation>`):
+        its stored history is removed -- at once, or as the take-up or recording of it under way
+        ends -- and nothing of a prompt of it still running is recorded, so its next prompt
+        starts afresh. Returns at once."""
+        if key in self._busy:
+            self._forget_after.add(key)
+        else:
+            self._drop(key)
+
+    def _done(self, key: str) -> None:
+        self._busy[key] -= 1
+        if not self._busy[key]:
+            del self._busy[key]
+            if key in self._forget_after:
+                self._forget_after.discard(key)
+                self._drop(key)
+
+    def _drop(self, key: str) -> None:
+        self._placed.pop(key, None)
+        conv = self._open.pop(key, None)
+        folder = conv.folder if conv is not None else self.folder / stored_name(key)
+        if conv is not None:
+            conv.close()
+        shutil.rmtree(folder, ignore_errors=True)
 
     async def _take_up(self, bridge: Bridge, key: str) -> str | None:
         self._placed.pop(key, None)
@@ -137,6 +169,13 @@ class PoolConversations:
         """``key``'s prompt ran on ``bridge`` and got ``receipt``: record the engine's session if
         the bridge vouches for it. Returns the pool's note (``conversation-recorded`` or
         ``-not-recorded``), or None when nothing was to be recorded. Ends when it is recorded."""
+        self._busy[key] = self._busy.get(key, 0) + 1
+        try:
+            return await self._settled(key, bridge, receipt)
+        finally:
+            self._done(key)
+
+    async def _settled(self, key: str, bridge: Bridge, receipt: Receipt) -> dict[str, Any] | None:
         placed = self._placed.get(key)
         engine = bridge.engine
         if placed is None or placed[0] is not bridge or engine is None or engine.generation != placed[1]:
