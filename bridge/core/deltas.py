@@ -5,27 +5,29 @@ While the held prompt reads its ``message_update`` lines (its text streamed, its
 and its ``assistantMessageEvent``'s ``type`` and ``delta`` (:func:`bridge.core.progress.delta_of`
 reads no more; ``contentIndex``, ``usage`` and a partial message are read by nobody here). Pi
 1.6 writes ~300 B a line, ~220 of them the ``usage`` object, and building every line with
-orjson was most of what events cost (issue 35: 0.47x an orjson loop's obs/s). So a run is read
-in two steps (:func:`read_run`):
+orjson was most of what events cost (issue 35: 0.47x an orjson loop's obs/s). So
+:func:`read_run` decodes each line with msgspec into :class:`Update`, a ``Struct`` that
+declares only those fields: every other member is skipped, not built.
 
-1. **Checked**, as the skip path checks a run nobody reads (:meth:`JsonCheck.run
-   <bridge.core.framing.JsonCheck.run>`): simdjson validates every byte as UTF-8 and the whole
-   grammar of RFC 8259 for each line, building nothing. Its yes is certain (what it accepts
-   ``JSON.parse`` accepts); this is what keeps UTF-8 checked, since msgspec does not look
-   inside a string it skips.
-2. **Extracted**: msgspec decodes each line into :class:`Update`, a ``Struct`` that declares
-   only those three fields; every other member is skipped, not built. Like orjson and
-   ``JSON.parse``, msgspec keeps the last of a key given twice, and reads escaped keys as
-   their text.
+Exact all the same (SPEC §3: a line that is not valid UTF-8 or not one JSON object opens a
+gap, and the framing accepts what ``JSON.parse`` accepts):
 
-Any other outcome takes the exact path the bridge had before, and so gives what it gave:
-simdjson's "don't know" (a lone surrogate escape, ``1e999``, an integer past 64 bits, a line
-over :data:`~bridge.core.framing.CHECK_MAX`), a line msgspec refuses (an
-``assistantMessageEvent`` that is neither an object nor null, a number past a double's range
-where a field is read) or a line whose (last) ``type`` is not ``message_update``: each line
-built by orjson (:func:`_built`), and where that fails, None: the session observes the run
-line by line (:func:`~bridge.core.framing.parse_line` decides each exactly). That the two
-paths agree is tested on generated and recorded lines (tests/test_deltas.py).
+- **Grammar**: msgspec checks all of RFC 8259 in what it skips too (its ``json_skip``: the
+  literals, numbers with their leading-zero and digit rules, strings with their escapes and no
+  raw control character, commas and colons, no trailing content); what it accepts
+  ``JSON.parse`` accepts. It refuses some of what JavaScript reads (a lone surrogate escape,
+  ``1e999`` where a field is read, nesting deeper than the interpreter's recursion limit).
+- **UTF-8**: msgspec validates the strings it decodes, not those it skips, so each line that is
+  not ASCII is decoded once more (:func:`_utf8`); an ASCII line (Pi's ``usage``, English text)
+  is valid as it is.
+- **Keys**: like orjson and ``JSON.parse``, msgspec keeps the last of a key given twice and
+  reads escaped keys as their text; a line whose last ``type`` is not ``message_update`` is
+  refused (``Literal``).
+
+Whatever it refuses takes the exact path the bridge had before, and so gives what it gave:
+each line built by orjson (:func:`_built`), and where that fails, None: the session observes
+the run line by line (:func:`~bridge.core.framing.parse_line` decides each exactly). That the
+two paths agree is tested on generated and recorded lines (tests/test_deltas.py).
 
 What comes of a run is its deltas, joined as a read's are (:func:`run_deltas`). A run of one
 kind of non-empty text deltas (nearly every read of a Pi 1.6 flood) is joined with C-level maps,
@@ -34,6 +36,7 @@ no Python per line. Pure: no I/O.
 
 from __future__ import annotations
 
+import codecs
 import collections
 import itertools
 import operator
@@ -93,7 +96,7 @@ def _lean(lines: Sequence[bytes]) -> Read | None:
         return None
     try:
         updates = list(map(_decode, lines))
-    except msgspec.DecodeError:  # (a ValidationError is one)
+    except (msgspec.DecodeError, RecursionError):  # (a ValidationError is a DecodeError)
         return None
     deltas = list(map(_delta_of, updates))
     if None in deltas:  # (a Struct is never equal to None)
@@ -101,11 +104,25 @@ def _lean(lines: Sequence[bytes]) -> Read | None:
     return list(map(_type, deltas)), list(map(_piece, deltas))
 
 
+#: A line longer than this that is not ASCII is checked as UTF-8 a piece at a time, so that
+#: checking it never holds more than a piece's text (a whole 60 MB line of non-ASCII text
+#: decoded at once would be up to 240 MB of ``str``).
+UTF8_PIECE: Final = 1 << 20
+
+
 def _utf8(lines: Sequence[bytes]) -> bool:
     """Is every line valid UTF-8? An ASCII line (most of Pi's: its ``usage`` and, in English,
-    its text) settles it without decoding; the others are decoded, all in C-level maps."""
+    its text) settles it without decoding; the others are decoded, in C-level maps."""
+    wide = list(itertools.filterfalse(bytes.isascii, lines))
     try:
-        collections.deque(map(bytes.decode, itertools.filterfalse(bytes.isascii, lines)), maxlen=0)
+        if max(map(len, wide), default=0) <= UTF8_PIECE:
+            collections.deque(map(bytes.decode, wide), maxlen=0)
+            return True
+        for line in wide:  # (a long line: a piece at a time)
+            decode = codecs.getincrementaldecoder("utf-8")().decode
+            for start in range(0, len(line), UTF8_PIECE):
+                decode(line[start : start + UTF8_PIECE])
+            decode(b"", True)
     except UnicodeDecodeError:
         return False
     return True
