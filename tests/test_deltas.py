@@ -6,8 +6,11 @@ own stdout (tools/pi/captures), the core fixtures' journals and the bench's Pi 1
 
 from __future__ import annotations
 
-import importlib.util
+import functools
 import json
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -213,6 +216,7 @@ def test_a_run_read_for_its_deltas_gives_the_events_line_by_line_gives(
 # -- recorded lines ----------------------------------------------------------------------------
 
 
+@functools.cache
 def recorded() -> list[bytes]:
     """Pi 1.6.0's own message_update lines (its captured stdout), the core fixtures' (their
     journals' ``recv`` entries, written back as JSON.stringify writes them) and the bench's."""
@@ -226,15 +230,11 @@ def recorded() -> list[bytes]:
         for line in path.read_bytes().split(b"\n"):
             if line.startswith(b'{"recv":' + MESSAGE_UPDATE):
                 out.append(json.dumps(orjson.loads(line)["recv"], ensure_ascii=False, separators=(",", ":")).encode())
-    spec = importlib.util.spec_from_file_location("bench_engine", ROOT / "tools" / "bench_engine.py")
-    assert spec is not None and spec.loader is not None
-    engine = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(engine)
-    out += [
-        line
-        for line in engine.build("pi16", lines=3000, deltas_per_turn=400).split(b"\n")
-        if line.startswith(MESSAGE_UPDATE)
-    ]
+    with tempfile.TemporaryDirectory() as tmp:  # the bench's engine, run as the tool it is
+        stream = Path(tmp) / "pi16.jsonl"
+        argv = [sys.executable, str(ROOT / "tools" / "bench_engine.py"), "--gen", "pi16", "--lines", "3000"]
+        subprocess.run([*argv, "--deltas-per-turn", "400", "--write", str(stream)], check=True, capture_output=True)
+        out += [line for line in stream.read_bytes().split(b"\n") if line.startswith(MESSAGE_UPDATE)]
     return out
 
 

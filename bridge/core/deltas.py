@@ -36,10 +36,10 @@ no Python per line. Pure: no I/O.
 
 from __future__ import annotations
 
-import codecs
 import collections
 import itertools
 import operator
+from codecs import getincrementaldecoder  # a decoder in memory, no I/O
 from collections.abc import Sequence
 from typing import Any, Final, Literal
 
@@ -119,7 +119,7 @@ def _utf8(lines: Sequence[bytes]) -> bool:
             collections.deque(map(bytes.decode, wide), maxlen=0)
             return True
         for line in wide:  # (a long line: a piece at a time)
-            decode = codecs.getincrementaldecoder("utf-8")().decode
+            decode = getincrementaldecoder("utf-8")().decode
             for start in range(0, len(line), UTF8_PIECE):
                 decode(line[start : start + UTF8_PIECE])
             decode(b"", True)
