@@ -230,8 +230,8 @@ class Session:
         take their indices and are not parsed: the fast path, a splitter's
         :class:`~bridge.core.framing.UpdateRun` of candidates, and runs found among other lines
         by :func:`bridge.core.framing.sized_update_runs`; each line one observation), one
-        :class:`Streamed` per splitter's run the held prompt reads (:meth:`_stream_run`) and
-        one :class:`Observed` per other line. Consume it whole: each item is yielded after its
+        :class:`Streamed` per such run the held prompt reads (:meth:`_stream_run`) and one
+        :class:`Observed` per other line. Consume it whole: each item is yielded after its
         lines were observed, and what the caller does between items (journal a line, answer a
         start-up check) sees the session as of that line."""
         # An UpdateRun (like an Oversize) fails the per-line checks' C-level maps: it lands in
