@@ -64,6 +64,7 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
+from bridge.core import framing
 from bridge.core.budget import compaction_spent
 from bridge.core.deltas import read_run, run_deltas
 from bridge.core.dialogs import diagnostic_of
@@ -230,8 +231,9 @@ class Session:
         take their indices and are not parsed: the fast path, a splitter's
         :class:`~bridge.core.framing.UpdateRun` of candidates, and runs found among other lines
         by :func:`bridge.core.framing.sized_update_runs`; each line one observation), one
-        :class:`Streamed` per such run the held prompt reads (:meth:`_stream_run`) and one
-        :class:`Observed` per other line. Consume it whole: each item is yielded after its
+        :class:`Streamed` per such run the held prompt reads (:meth:`_stream_run`; among other
+        lines, from :data:`~bridge.core.framing.BULK_MIN_LINES` on, as the splitter's: a few
+        lines a read stay one text piece each) and one :class:`Observed` per other line. Consume it whole: each item is yielded after its
         lines were observed, and what the caller does between items (journal a line, answer a
         start-up check) sees the session as of that line."""
         # An UpdateRun (like an Oversize) fails the per-line checks' C-level maps: it lands in
@@ -243,7 +245,7 @@ class Session:
                     if self._json.lines(run):
                         yield Skipped(self.observe_updates(len(run)), run, nbytes)
                         continue
-                elif (streamed := self._stream_run(run, nbytes)) is not None:
+                elif len(run) >= framing.BULK_MIN_LINES and (streamed := self._stream_run(run, nbytes)):
                     yield streamed
                     continue
             for line in lines[start:end]:  # one of them is not JSON, or not simdjson's
