@@ -319,6 +319,12 @@ _STREAMED_LINES = [
     b'{"type":"message_update","d":"\\ud83d"}',  # JavaScript reads it, orjson does not: line by line
     b'{"type":"message_update","type":"turn_end","message":{"role":"assistant","content":[]}}',  # not an update
     b'{"type":"message_update","a":,}',  # not JSON: a gap
+    # Read for their deltas only (bridge.core.deltas), or by the exact path where that refuses:
+    b'{"type":"message_update","usage":{"x":"\xff"},"assistantMessageEvent":{"type":"text_delta","delta":"a"}}',
+    b'{"type":"message_update","assistantMessageEvent":{"type":"text_delta","delta":"a"},"assistantMessageEvent":null}',
+    b'{"type":"message_update","assistantMessageEvent":{"type":"text_delta","delta":"a","delta":"b\\u00e9"}}',
+    b'{"type":"message_update","assistantMessageEvent":["text_delta"]}',
+    b'{"type":"message_update","n":1e999,"assistantMessageEvent":{"type":"thinking_delta","delta":"c"}}',
 ]
 
 

@@ -1,7 +1,7 @@
 """The layers stay layers: what each folder of ``bridge/`` may import (docs: guide/developing.md#where-things-are).
 
 - ``bridge.core`` is sans-IO (the style of h11 and seed 004): pure objects fed events and returning
-  results. It imports only pure standard-library modules, attrs/cattrs/orjson/simdjson and itself: never
+  results. It imports only pure standard-library modules, attrs/cattrs/orjson/simdjson/msgspec and itself: never
   trio, never a clock, a file, a process or a socket, and never the layers above it.
 - ``bridge.transcript`` is the format: it may use the core, never the live layer or the readers.
 - ``bridge.readers`` read files: no trio, no live bridge.
@@ -57,12 +57,14 @@ PURE_STDLIB = frozenset(
         "abc",
     }
 )
-#: simdjson: a parser in memory (the framing's JSON check of lines it does not parse).
-THIRD_PARTY_PURE = frozenset({"attrs", "cattrs", "orjson", "simdjson"})
+#: simdjson: a parser in memory (the framing's JSON check of lines it does not parse); msgspec:
+#: a decoder in memory (a streamed run's deltas, bridge/core/deltas.py).
+THIRD_PARTY_PURE = frozenset({"attrs", "cattrs", "orjson", "simdjson", "msgspec"})
 #: Names the core may import (``from MODULE import NAME``) from a module that otherwise touches
 #: the world: in memory only. ``io.BytesIO`` is a buffer; the framing finds LFs with its
-#: ``readlines`` (memchr), which ``bytes.split`` does not (issue 18).
-PURE_NAMES = frozenset({"io.BytesIO"})
+#: ``readlines`` (memchr), which ``bytes.split`` does not (issue 18). An incremental decoder checks
+#: a long line's UTF-8 a piece at a time (bridge/core/deltas.py).
+PURE_NAMES = frozenset({"io.BytesIO", "codecs.getincrementaldecoder"})
 
 #: For each layer: the bridge packages it must never import.
 FORBIDDEN = {

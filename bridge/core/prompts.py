@@ -1,6 +1,6 @@
 """What the session knows of each prompt it saw sent (:class:`PromptState`), and the small pure
 helpers it fills one in with: a signal onto its receipt (bounded), an assistant message's
-text, a run of ``message_update`` lines as the deltas a prompt reads."""
+text."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ from typing import Any, Final
 
 import attrs
 
-from bridge.core.events import Event, TextDelta
-from bridge.core.progress import TextEvent, ThinkingEvent, delta_of
 from bridge.core.receipts import Receipt, Usage
 from bridge.core.steering import EngineConfig
 from bridge.core.words import RequestId, Signal, StopBy
@@ -77,47 +75,3 @@ def message_text(message: dict[str, Any]) -> str:
         for part in content
         if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
     )
-
-
-def run_deltas(
-    values: list[dict[str, Any]], first: int, request: RequestId | None, events: bool, stream: bool
-) -> list[Event]:
-    """What :meth:`~bridge.core.session.Session._update` makes of each of a run's lines (indices ``first`` on), as
-    the live bridge hands a read's deltas on: consecutive text (or thinking) deltas as one
-    event (``idx`` the first one's, ``lines`` their count, :func:`~bridge.core.progress.join_deltas`)
-    when the prompt asked for its events, and its text deltas as one :class:`TextDelta` (last)
-    when it streams its text."""
-    out: list[Event] = []
-    text: list[str] = []
-    kind_now: Any = None
-    pieces: list[str] = []
-    start = first
-    for idx, value in enumerate(values, first):
-        found = delta_of(value)
-        if found is None:
-            continue
-        kind, piece = found
-        if kind == "text_delta":
-            if stream:
-                text.append(piece)
-            if not events:
-                continue
-        elif kind != "thinking_delta" or not events:
-            continue
-        if kind != kind_now:
-            if pieces:
-                out.append(_DELTA_EVENTS[kind_now](request, start, "".join(pieces), len(pieces)))
-            kind_now, pieces, start = kind, [], idx
-        pieces.append(piece)
-    if pieces:
-        out.append(_DELTA_EVENTS[kind_now](request, start, "".join(pieces), len(pieces)))
-    if text:
-        out.append(TextDelta(request, "".join(text)))
-    return out
-
-
-#: The event a run's deltas of one kind join into (``_update``'s, joined as ``join_deltas`` does).
-_DELTA_EVENTS: Final[dict[str, type[TextEvent] | type[ThinkingEvent]]] = {
-    "text_delta": TextEvent,
-    "thinking_delta": ThinkingEvent,
-}

@@ -60,14 +60,13 @@ The bridge's own rules on top (SPEC §5):
 from __future__ import annotations
 
 import collections
-import itertools
 import math
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
-import orjson
-
+from bridge.core import framing
 from bridge.core.budget import compaction_spent
+from bridge.core.deltas import read_run, run_deltas
 from bridge.core.dialogs import diagnostic_of
 from bridge.core.events import (
     NO_EVENTS,
@@ -97,7 +96,7 @@ from bridge.core.framing import (
     sized_update_runs,
 )
 from bridge.core.progress import EVENT_LINES, TextEvent, ThinkingEvent, UsageEvent, delta_of, translate
-from bridge.core.prompts import PromptState, add_signal, message_text, run_deltas
+from bridge.core.prompts import PromptState, add_signal, message_text
 from bridge.core.receipts import GIVE_UP_WHYS, Facts, GiveUpWhy, Receipt, Times, Usage, Verdict, decide, exit_words
 from bridge.core.steering import EngineConfig
 from bridge.core.tracker import Overlap, Settled, Tracker, Working
@@ -232,24 +231,22 @@ class Session:
         take their indices and are not parsed: the fast path, a splitter's
         :class:`~bridge.core.framing.UpdateRun` of candidates, and runs found among other lines
         by :func:`bridge.core.framing.sized_update_runs`; each line one observation), one
-        :class:`Streamed` per splitter's run the held prompt reads (:meth:`_stream_run`) and
-        one :class:`Observed` per other line. Consume it whole: each item is yielded after its
+        :class:`Streamed` per such run the held prompt reads (:meth:`_stream_run`; among other
+        lines, from :data:`~bridge.core.framing.BULK_MIN_LINES` on, as the splitter's: a few
+        lines a read stay one text piece each) and one :class:`Observed` per other line. Consume it whole: each item is yielded after its
         lines were observed, and what the caller does between items (journal a line, answer a
         start-up check) sees the session as of that line."""
-        if not self._updates_skippable():
-            for line in lines:
-                if type(line) is UpdateRun:
-                    yield from self._observe_run(line, t)
-                else:
-                    yield self._receive_line(line, t)  # type: ignore[arg-type]  # not a run
-            return
         # An UpdateRun (like an Oversize) fails the per-line checks' C-level maps: it lands in
         # a run of other lines, met below.
         for start, end, is_update, nbytes in sized_update_runs(lines, MESSAGE_UPDATE, b"}"):  # type: ignore[arg-type]
-            if is_update and self._updates_skippable():
+            if is_update and self.skip_updates and not self._fresh_needed:
                 run: Sequence[bytes] = lines[start:end]  # type: ignore[assignment]  # update runs are bytes
-                if self._json.lines(run):
-                    yield Skipped(self.observe_updates(len(run)), run, nbytes)
+                if not self._streaming():
+                    if self._json.lines(run):
+                        yield Skipped(self.observe_updates(len(run)), run, nbytes)
+                        continue
+                elif len(run) >= framing.BULK_MIN_LINES and (streamed := self._stream_run(run, nbytes)):
+                    yield streamed
                     continue
             for line in lines[start:end]:  # one of them is not JSON, or not simdjson's
                 if type(line) is UpdateRun:
@@ -266,35 +263,32 @@ class Session:
                 yield Skipped(self.observe_updates(len(run)), run, run.nbytes)
                 return
         elif self.skip_updates and not self._fresh_needed:
-            streamed = self._stream_run(run)
+            streamed = self._stream_run(run, run.nbytes)
             if streamed is not None:
                 yield streamed
                 return
         for line in run:
             yield self._receive_line(line, t)
 
-    def _stream_run(self, run: UpdateRun) -> Streamed | None:
-        """A run of candidates while the held prompt reads its ``message_update`` lines: each
-        parsed (orjson), and when every one is a JSON object whose ``type`` is
-        ``message_update`` (a duplicate key can make it another) they are observed together,
-        as line by line would: the tracker reads none of them and nothing else of the session
-        moves between them, so they take their indices at once and what comes of them is their
-        deltas (:func:`~bridge.core.prompts.run_deltas`). Else None: line by line, where a line orjson refuses is
+    def _stream_run(self, run: UpdateRun | Sequence[bytes], nbytes: int) -> Streamed | None:
+        """A run of candidates (``nbytes`` together) while the held prompt reads its ``message_update`` lines: when
+        every one is a JSON object whose ``type`` is ``message_update`` (a duplicate key can
+        make it another) they are observed together, as line by line would: the tracker reads
+        none of them and nothing else of the session moves between them, so they take their
+        indices at once and what comes of them is their deltas, each line read for them only
+        (:mod:`bridge.core.deltas`). Else None: line by line, where a line orjson refuses is
         decided by :func:`~bridge.core.framing.parse_line`. Not for a session that reports every
         line it parsed (``skip_updates`` off: a full journal keeps each)."""
-        try:
-            values = list(map(orjson.loads, run.cut if run.cut is not None else run))
-            if set(map(dict.get, values, itertools.repeat("type"))) != {"message_update"}:
-                return None
-        except (orjson.JSONDecodeError, TypeError):  # TypeError: a value that is not a dict
+        read = read_run(run)
+        if read is None:
             return None
-        first = self.observe_updates(len(values))
+        first = self.observe_updates(len(run))
         held = self.held
         events: Sequence[Event] = NO_EVENTS
         if held is not None and self.taint is None and self._in_slots_run():  # as _update decides
             held.retry_delay = 0.0
-            events = run_deltas(values, first, held.request, held.events, held.stream)
-        return Streamed(first, run, run.nbytes, events)
+            events = run_deltas(read, first, held.request, held.events, held.stream)
+        return Streamed(first, run, nbytes, events)
 
     def observe_updates(self, count: int) -> int:
         """``count`` ``message_update`` lines (or their elided journal entries) the tracker
