@@ -106,6 +106,7 @@ class PoolConversations:
         shutil.rmtree(folder, ignore_errors=True)
 
     async def _take_up(self, bridge: Bridge, key: str) -> str | None:
+        """:meth:`take_up`'s questions and check. Ends when Pi has answered the last question."""
         self._placed.pop(key, None)
         conv = self._conversation(key)
         before = await _data(bridge, {"type": "get_state"})
@@ -176,6 +177,7 @@ class PoolConversations:
             self._done(key)
 
     async def _settled(self, key: str, bridge: Bridge, receipt: Receipt) -> dict[str, Any] | None:
+        """:meth:`settled`'s recording. Ends when the worker thread has written it (or failed to)."""
         placed = self._placed.get(key)
         engine = bridge.engine
         if placed is None or placed[0] is not bridge or engine is None or engine.generation != placed[1]:
@@ -214,7 +216,8 @@ class PoolConversations:
 
 
 async def _data(bridge: Bridge, cmd: dict[str, Any]) -> dict[str, Any]:
-    """Pi's answer's ``data`` to ``cmd``; :class:`EngineQuestionError` if it refused."""
+    """Pi's answer's ``data`` to ``cmd``; :class:`EngineQuestionError` if it refused. Ends when
+    Pi answers (or the bridge's question timeout ends the wait: :meth:`Bridge.ask`)."""
     response = await bridge.ask(cmd)
     data = response.get("data")
     if response.get("success") is not True or not isinstance(data, dict):

@@ -175,6 +175,8 @@ async def _serve(actor: EngineActor) -> None:
 
 
 async def _stop(actor: EngineActor, request: str) -> None:
+    """:meth:`EngineActor.stop` in the bridge's thread. Returns at once (the bridge's stop
+    does not wait for the engine)."""
     if request in actor._submitted:
         assert actor._bridge is not None
         await actor._bridge.stop(request)
