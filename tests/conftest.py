@@ -74,7 +74,6 @@ STARTED_FIRST = (
     "tests/test_pi_matrix.py",
     "tests/test_wheel.py",
     "tests/test_ray.py",
-    "tests/test_fuzz.py::test_runs_left_in_the_read_observe_exactly_what_line_by_line_does",
     "tests/test_fuzz.py::test_the_fast_path_decides_what_a_full_parse_decides",
     "tests/test_fuzz.py::test_the_fast_path_observes_exactly_what_line_by_line_does",
     "tests/test_bench.py::test_quick_bench_prints_the_table_and_the_targets",
