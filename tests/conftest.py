@@ -74,7 +74,6 @@ STARTED_FIRST = (
     "tests/test_pi_matrix.py",
     "tests/test_wheel.py",
     "tests/test_ray.py",
-    "tests/test_fuzz.py::test_runs_left_in_the_read_observe_exactly_what_line_by_line_does",
     "tests/test_fuzz.py::test_the_fast_path_decides_what_a_full_parse_decides",
     "tests/test_fuzz.py::test_the_fast_path_observes_exactly_what_line_by_line_does",
     "tests/test_bench.py::test_quick_bench_prints_the_table_and_the_targets",
@@ -102,16 +101,25 @@ def _rank(nodeid: str) -> int:
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The entries of :data:`STARTED_FIRST` in turn at the head of the first and the second half
-    (the rest in file order after them): the same order in every xdist worker, as it must be."""
+    """The entries of :data:`STARTED_FIRST` in turn at the head of each worker's share (the rest
+    in file order after them): the same order in every xdist worker, as it must be. The shares
+    are cut as ``--dist worksteal`` cuts them, for any ``-n`` (two halves without xdist)."""
     last = len(STARTED_FIRST)
     ranks = {item.nodeid: _rank(item.nodeid) for item in items}
-    heads: tuple[list[pytest.Item], list[pytest.Item]] = ([], [])
+    parts = int(getattr(config, "workerinput", {}).get("workercount", 2))
+    heads: list[list[pytest.Item]] = [[] for _ in range(parts)]
     for n in range(last):
-        heads[n % 2].extend(item for item in items if ranks[item.nodeid] == n)
+        heads[n % parts].extend(item for item in items if ranks[item.nodeid] == n)
     rest = [item for item in items if ranks[item.nodeid] == last]
-    cut = max(0, len(items) // 2 - len(heads[0]))
-    items[:] = [*heads[0], *rest[:cut], *heads[1], *rest[cut:]]
+    ordered: list[pytest.Item] = []
+    left, at = len(items), 0
+    for n, head in enumerate(heads):
+        share = left // (parts - n)  # worksteal's first cut: what is left, over the workers left
+        take = len(rest) - at if n == parts - 1 else max(0, share - len(head))
+        ordered += [*head, *rest[at : at + take]]
+        at += take
+        left -= len(head) + take
+    items[:] = ordered
     if not (config.args == [str(ROOT / "tests")] or config.args == ["tests"]) or config.option.keyword:
         return
     # The whole suite: an entry that names no test is out of date, and one given twice would put

@@ -282,6 +282,10 @@ def test_runs_left_in_the_read_observe_exactly_what_line_by_line_does(batches, r
                 batch = splitter.feed_runs(data[pos : pos + size], b'{"type":"message_update",', b"}")
             finally:
                 framing.BULK_MIN_LINES = bulk_default
+            if not batch:
+                # A read inside a line (most of the 1-byte reads): the engine's reader gives the
+                # session no empty batch (live/engine.py), and checking one cost 2/3 of the test.
+                continue
             runs_seen += sum(type(x) is UpdateRun for x in batch)
             got_i, got_e = feed(bulk, batch)
             want = [feed(single, [line]) for line in _lines_of(batch)]
