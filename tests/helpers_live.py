@@ -150,3 +150,17 @@ def faults_in_journal(entries: list[dict[str, Any]]) -> Counter[str]:
             if m:
                 c[m.group(1)] += 1
     return c
+
+
+def carried(request: dict[str, Any]) -> list[tuple[str, str]]:
+    """The conversation a model request (one of the scripted server's ``requests``) carried: the
+    (role, text) of each user and assistant message, in order."""
+    out = []
+    for m in request["body"]["messages"]:
+        if m["role"] not in ("user", "assistant"):
+            continue
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
+        out.append((m["role"], content or ""))
+    return out

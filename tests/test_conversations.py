@@ -32,6 +32,7 @@ from bridge.profiles.conversation import (
 )
 from bridge.profiles.pi import scripted_profile
 from bridge.profiles.seal import STATE_ID
+from tests.helpers_live import carried
 
 
 @pytest.fixture
@@ -46,19 +47,6 @@ def models(tmp_path: Path, steps: list[dict[str, Any]]) -> tuple[str, Any]:
     path = tmp_path / "models.json"
     path.write_text(json.dumps(models_json(server.base_url)))
     return str(path), server
-
-
-def sent(request: dict[str, Any]) -> list[tuple[str, str]]:
-    """The conversation a model request carried: (role, text) of each user/assistant message."""
-    out = []
-    for m in request["body"]["messages"]:
-        if m["role"] not in ("user", "assistant"):
-            continue
-        content = m.get("content")
-        if isinstance(content, list):
-            content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
-        out.append((m["role"], content or ""))
-    return out
 
 
 async def ask(bridge: Any, text: str) -> Any:
@@ -95,8 +83,8 @@ async def test_a_conversation_outlives_a_killed_engine_and_its_bridge(
     finally:
         server.close()
     requests = [r for r in server.requests if r["path"].endswith("/chat/completions")]
-    assert sent(requests[1]) == [("user", "hello one"), ("assistant", "first reply"), ("user", "hello two")]
-    assert sent(requests[2]) == [
+    assert carried(requests[1]) == [("user", "hello one"), ("assistant", "first reply"), ("user", "hello two")]
+    assert carried(requests[2]) == [
         ("user", "hello one"),
         ("assistant", "first reply"),
         ("user", "hello two"),
@@ -274,8 +262,8 @@ async def test_after_a_taint_the_next_engine_resumes_the_last_exchange_the_bridg
     finally:
         server.close()
     requests = [r for r in server.requests if r["path"].endswith("/chat/completions")]
-    assert ("user", "steered in by someone else") in sent(requests[2]), "the steer reached the model"
-    assert sent(requests[-1]) == [("user", "hello one"), ("assistant", "first reply"), ("user", "hello three")]
+    assert ("user", "steered in by someone else") in carried(requests[2]), "the steer reached the model"
+    assert carried(requests[-1]) == [("user", "hello one"), ("assistant", "first reply"), ("user", "hello three")]
     notes = [json.loads(line)["note"] for line in journal.read_bytes().splitlines() if b'"note"' in line[:8]]
     recorded_for = [n["request"] for n in notes if n.get("event") == "conversation-recorded"]
     assert recorded_for == [r.request for r in (first, third)], notes
@@ -308,8 +296,8 @@ async def test_a_foreign_run_right_after_a_vouched_one_is_not_carried_forward(
     requests = [r for r in server.requests if r["path"].endswith("/chat/completions")]
     # (The second engine's autorun may ask the model again after "hello two": the request for
     # "hello two" is the one that ends with it.)
-    (second_request,) = [r for r in requests if sent(r)[-1] == ("user", "hello two")]
-    assert sent(second_request) == [("user", "hello one"), ("assistant", "first reply"), ("user", "hello two")]
+    (second_request,) = [r for r in requests if carried(r)[-1] == ("user", "hello two")]
+    assert carried(second_request) == [("user", "hello one"), ("assistant", "first reply"), ("user", "hello two")]
 
 
 def test_bridge_run_continues_a_conversation_and_bridge_conversations_shows_and_removes_it(
@@ -346,8 +334,8 @@ def test_bridge_run_continues_a_conversation_and_bridge_conversations_shows_and_
     out = [json.loads(x) for x in served.stdout.splitlines()]
     assert [o["receipt"]["state"] for o in out if o["type"] == "receipt"] == ["finished"]
     assert [o["newConversation"] for o in out if o.get("event") == "started"] == [False]
-    assert sent(requests[1]) == [("user", "hello one"), ("assistant", "first reply"), ("user", "hello two")]
-    assert sent(requests[2])[:4] == sent(requests[1]) + [("assistant", "second reply")]
+    assert carried(requests[1]) == [("user", "hello one"), ("assistant", "first reply"), ("user", "hello two")]
+    assert carried(requests[2])[:4] == carried(requests[1]) + [("assistant", "second reply")]
     listed = bridge("conversations", "--json", "list")
     assert [json.loads(line)["name"] for line in listed.stdout.splitlines()] == ["talk"], listed.stderr
     shown = json.loads(bridge("conversations", "--json", "show", "talk").stdout)
@@ -404,8 +392,8 @@ async def test_a_new_conversation_asked_for_restarts_the_named_one_and_a_restart
     finally:
         server.close()
     requests = [r for r in server.requests if r["path"].endswith("/chat/completions")]
-    assert sent(requests[1]) == [("user", "hello two")]
-    assert sent(requests[2]) == [("user", "hello two"), ("assistant", "second reply"), ("user", "hello three")]
+    assert carried(requests[1]) == [("user", "hello two")]
+    assert carried(requests[2]) == [("user", "hello two"), ("assistant", "second reply"), ("user", "hello three")]
     record = json.loads((conversations / "fresh" / "conversation.json").read_text())
     assert record["title"] == "hello two"
 

@@ -24,7 +24,7 @@ from bridge.live.pool_aio import AsyncioPool
 from bridge.profiles.command import Launch
 from bridge.profiles.pi import scripted_profile
 from bridge.readers.replay import replay
-from tests.helpers_live import ServeProc, fake_engine_argv, fast_config, leftovers, read_journal
+from tests.helpers_live import ServeProc, carried, fake_engine_argv, fast_config, leftovers, read_journal
 
 HANG = CommandProfile(fake_engine_argv({"defaults": {"hang": True}}))
 QUICK = CommandProfile(fake_engine_argv({}))
@@ -435,18 +435,6 @@ def chats(server: Any) -> list[dict[str, Any]]:
     return [r for r in server.requests if r["path"].endswith("/chat/completions")]
 
 
-def said(request: dict[str, Any]) -> list[tuple[str, str]]:
-    """The conversation a model request carried: (role, text) of each user/assistant message."""
-    out = []
-    for m in request["body"]["messages"]:
-        if m["role"] in ("user", "assistant"):
-            content = m.get("content")
-            if isinstance(content, list):
-                content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
-            out.append((m["role"], content or ""))
-    return out
-
-
 async def requests_reach(server: Any, n: int) -> None:
     with trio.fail_after(60):
         while len(chats(server)) < n:
@@ -492,7 +480,7 @@ def test_a_conversation_moves_to_another_engine_when_its_own_is_busy_and_the_mod
     a1_engine, b1_engine, s_engine, a2_engine = engines
     assert s_engine == a1_engine and a2_engine == b1_engine != a1_engine, engines
     requests = chats(server)
-    assert said(requests[3]) == [
+    assert carried(requests[3]) == [
         ("user", "My name is Ada."),
         ("assistant", "first reply"),
         ("user", "What is my name?"),
@@ -522,7 +510,7 @@ def test_an_ended_conversation_s_key_starts_afresh_its_stored_history_gone(pinne
     finally:
         server.close()
     assert (r1.state, r2.state) == (State.FINISHED, State.FINISHED), (r1, r2)
-    assert said(chats(server)[1]) == [("user", "What is my name?")], "nothing of the ended conversation"
+    assert carried(chats(server)[1]) == [("user", "What is my name?")], "nothing of the ended conversation"
 
 
 def test_a_conversation_whose_engine_was_reaped_goes_on_on_another_engine(pinned_pi: object, tmp_path: Path) -> None:
@@ -548,7 +536,7 @@ def test_a_conversation_whose_engine_was_reaped_goes_on_on_another_engine(pinned
         server.close()
     assert (r1.state, r2.state) == (State.FINISHED, State.FINISHED), (r1, r2)
     assert e1 != e2
-    assert said(chats(server)[1]) == [
+    assert carried(chats(server)[1]) == [
         ("user", "My name is Ada."),
         ("assistant", "first reply"),
         ("user", "What is my name?"),
@@ -588,7 +576,7 @@ def test_a_later_prompt_s_tools_on_the_engine_find_no_session_file_of_another_co
     requests = chats(server)
     assert "SECRET-ALPHA" in json.dumps(requests[0]["body"]["messages"])
     for seen in (requests[2], requests[4]):
-        assert said(seen)[0] != ("user", "My password is SECRET-ALPHA.")
+        assert carried(seen)[0] != ("user", "My password is SECRET-ALPHA.")
         result = seen["body"]["messages"][-1]
         assert result["role"] == "tool" and str(result["content"]).strip() == "0", result
 
@@ -625,7 +613,7 @@ def test_a_conversation_whose_engine_was_killed_between_prompts_is_taken_up_agai
     finally:
         server.close()
     assert [r.state for r in receipts] == [State.FINISHED] * 2, receipts
-    assert said(chats(server)[1]) == [
+    assert carried(chats(server)[1]) == [
         ("user", "My name is Ada."),
         ("assistant", "first reply"),
         ("user", "What is my name?"),
