@@ -24,7 +24,7 @@ from bridge.live.pool_aio import AsyncioPool
 from bridge.profiles.command import Launch
 from bridge.profiles.pi import scripted_profile
 from bridge.readers.replay import replay
-from tests.helpers_live import ServeProc, carried, fake_engine_argv, fast_config, leftovers, read_journal
+from tests.helpers_live import ROOT, ServeProc, carried, fake_engine_argv, fast_config, leftovers, read_journal
 
 HANG = CommandProfile(fake_engine_argv({"defaults": {"hang": True}}))
 QUICK = CommandProfile(fake_engine_argv({}))
@@ -511,6 +511,56 @@ def test_an_ended_conversation_s_key_starts_afresh_its_stored_history_gone(pinne
         server.close()
     assert (r1.state, r2.state) == (State.FINISHED, State.FINISHED), (r1, r2)
     assert carried(chats(server)[1]) == [("user", "What is my name?")], "nothing of the ended conversation"
+
+
+def test_serve_with_engines_ends_a_key_s_conversation_on_new_conversation_with_the_key(
+    pinned_pi: object, tmp_path: Path
+) -> None:
+    """serve --engines: ``{"type": "new_conversation", "conversation": KEY}`` ends the key's
+    conversation (the real Pi: its next prompt's model request carries nothing of the first
+    exchange); without a key it is an error line, and plain serve refuses the key."""
+    import subprocess
+    import sys
+
+    server = start_server([{"text": "first reply"}, {"text": "second reply"}])
+    models = tmp_path / "models.json"
+    models.write_text(json.dumps(models_json(server.base_url)))
+    pi = ["--models-json", str(models), "--provider", "scripted", "--model", "scripted-model", "--no-journal"]
+    lines = [
+        {"type": "prompt", "id": "a1", "message": "My name is Ada.", "conversation": "a"},
+        {"type": "new_conversation", "conversation": "a"},
+        {"type": "new_conversation"},
+        {"type": "prompt", "id": "a2", "message": "What is my name?", "conversation": "a"},
+    ]
+    stdin = "".join(json.dumps(line) + "\n" for line in lines)
+    try:
+        pooled = subprocess.run(
+            [sys.executable, "-m", "bridge", "serve", "--engines", "1", *pi],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+        )
+        single = subprocess.run(
+            [sys.executable, "-m", "bridge", "serve", "--no-journal", "--", *fake_engine_argv()],
+            input=json.dumps(lines[1]) + "\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+    finally:
+        server.close()
+    out = [json.loads(line) for line in pooled.stdout.splitlines()]
+    assert pooled.returncode == 0, pooled.stderr
+    receipts = {line["id"]: line["receipt"]["state"] for line in out if line["type"] == "receipt"}
+    assert receipts == {"a1": "finished", "a2": "finished"}, out
+    [error] = [line for line in out if line["type"] == "error"]
+    assert error["line"] == 3 and '"conversation"' in error["error"], error
+    assert carried(chats(server)[1]) == [("user", "What is my name?")], "a's conversation was ended"
+    [refused] = [json.loads(line) for line in single.stdout.splitlines() if '"error"' in line]
+    assert refused["line"] == 1 and "--engines" in refused["error"], single.stdout
 
 
 def test_a_conversation_whose_engine_was_reaped_goes_on_on_another_engine(pinned_pi: object, tmp_path: Path) -> None:

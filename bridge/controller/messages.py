@@ -9,6 +9,7 @@ In (one JSON object per line), parsed by :func:`parse_command` into a :data:`Com
      "budgetUsd"?:number, "budgetTokens"?:int, "trace"?:{"traceparent":…}}
     {"type":"configure", "provider"?:P, "model"?:ID, "thinking"?:LEVEL}  for the prompts that follow
     {"type":"new_conversation"}                     a new conversation before the next prompt
+                      (serve --engines: "conversation":KEY ends that key's conversation)
     {"type":"compact", "instructions"?:TEXT}        compact the conversation before the next prompt
     {"type":"models"}                               what the engine offers
     {"type":"answer","dialog":D, "value"?:V | "confirmed"?:bool | "cancelled"?:true}
@@ -118,7 +119,7 @@ KEYS: Final[Mapping[str, tuple[str, ...]]] = {
     "status": (),
     "shutdown": (),
     "configure": _WANTED_KEYS,
-    "new_conversation": (),
+    "new_conversation": ("conversation",),
     "models": (),
     "answer": ("dialog", "value", "confirmed", "cancelled"),
     "compact": ("instructions",),
@@ -172,9 +173,13 @@ class Configure:
 
 @attrs.frozen
 class NewConversation:
-    """Start a new conversation before the next prompt (no answer)."""
+    """Start a new conversation before the next prompt (no answer). With ``conversation``
+    (``bridge serve --engines N`` only): that key's conversation is over, and its next prompt
+    starts a new one (:meth:`Pool.end_conversation <bridge.live.pool.Pool.end_conversation>`)."""
 
     TYPE: ClassVar[str] = "new_conversation"
+
+    conversation: str | None = None
 
 
 @attrs.frozen
@@ -246,7 +251,7 @@ def parse_command(line: bytes | Oversize) -> Command:
     if kind == "configure":
         return Configure(_wanted(value))
     if kind == "new_conversation":
-        return NewConversation()
+        return NewConversation(_conversation(value))
     if kind == "models":
         return ModelsQuery()
     if kind == "answer":
@@ -359,9 +364,7 @@ def _prompt(value: dict[str, Any], rid: RequestId) -> Prompt:
     stall = value.get("stallTimeout")
     if isinstance(stall, bool) or (stall is not None and stall != 0 and not _positive_seconds(stall)):
         raise ControllerError('"stallTimeout" must be 0 (none) or a positive number of seconds')
-    conversation = value.get("conversation")
-    if conversation is not None and (not isinstance(conversation, str) or not conversation):
-        raise ControllerError('"conversation" must be a non-empty string')
+    conversation = _conversation(value)
     usd, tokens, trace = value.get("budgetUsd"), value.get("budgetTokens"), value.get("trace")
     if usd is not None and (isinstance(usd, bool) or not isinstance(usd, (int, float)) or not 0 <= usd < math.inf):
         raise ControllerError('"budgetUsd" must be a number of 0 or more (dollars, Pi\'s cost)')
@@ -518,3 +521,10 @@ def to_wire(reply: Reply) -> dict[str, Any]:
     """The JSON object a reply is written as."""
     wire: dict[str, Any] = converter.unstructure(reply)
     return wire
+
+
+def _conversation(value: dict[str, Any]) -> str | None:
+    conversation = value.get("conversation")
+    if conversation is not None and (not isinstance(conversation, str) or not conversation):
+        raise ControllerError('"conversation" must be a non-empty string')
+    return conversation

@@ -308,7 +308,7 @@ async def _answer_models(bridge: Bridge, out: Output, lineno: int) -> None:
 async def _act(bridge: Bridge, cmd: Command, lineno: int, drain_timeout: float | None) -> Reply | None:
     """Carry out one command; the reply it gets, if any. Does not wait (as :func:`_take`)."""
     match cmd:
-        case Prompt() if cmd.conversation is not None:
+        case Prompt() | NewConversation() if cmd.conversation is not None:
             return LineError('"conversation" keys a prompt to one engine of a pool: bridge serve --engines N', lineno)
         case Prompt():
             if bridge.knows(cmd.id):

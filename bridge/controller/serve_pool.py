@@ -12,8 +12,10 @@ The same lines in and out as :mod:`bridge.controller.serve`, with these differen
   lost), and a prompt the pool rejects itself (queue full, closing, no engine) gets its receipt
   without an ``engine``.
 - ``ready``'s ``journal`` is the journals' folder (each engine writes its own file in it).
-- ``configure``, ``new_conversation``, ``compact``, ``models`` and ``answer`` steer or ask one
-  engine, and a pool has N: each is an ``error`` line naming the option. Extension dialogs are
+- ``{"type": "new_conversation", "conversation": KEY}`` ends that key's conversation (its next
+  prompt starts a new one: :meth:`Pool.end_conversation <bridge.live.pool.Pool.end_conversation>`;
+  no answer). ``configure``, ``new_conversation`` without a key, ``compact``, ``models`` and
+  ``answer`` steer or ask one engine, and a pool has N: each is an ``error`` line naming the option. Extension dialogs are
   answered ``cancelled`` (nobody can answer them).
 - stdin EOF or ``shutdown``: every accepted prompt runs to its receipt (``--drain-timeout``
   bounds it), every engine is stopped, ``bye``, exit 0. SIGINT/SIGTERM/SIGHUP: closing at once,
@@ -34,6 +36,7 @@ from bridge.controller.messages import (
     Bye,
     ControllerError,
     LineError,
+    NewConversation,
     Prompt,
     Ready,
     Reply,
@@ -189,6 +192,14 @@ async def _take(pool: Pool, line: bytes | Oversize, lineno: int, drain_timeout: 
             return StatusReport(pool.status())
         case Shutdown():
             pool.shutdown(drain_timeout)
+        case NewConversation(conversation=str(key)):
+            pool.end_conversation(key)
+        case NewConversation():
+            return LineError(
+                'new_conversation on bridge serve --engines N takes a "conversation": the key whose conversation '
+                "ends (a prompt without a key starts afresh already)",
+                lineno,
+            )
         case _:
             return LineError(
                 f"{cmd.TYPE} steers or asks one engine, and bridge serve --engines runs several: not taken "

@@ -123,6 +123,9 @@ class Pool:
         self._token = trio.lowlevel.current_trio_token()
         self._heard = Notifications()
         self._handles: dict[str, PoolHandle] = {}
+        #: Conversation -> the last of its prompts submitted before its end_conversation, while
+        #: that one has no receipt yet (the end waits for it).
+        self._ends: dict[str, str] = {}
         self._recent: collections.OrderedDict[str, Receipt] = collections.OrderedDict()
         self._engines: dict[int, _Engine] = {}
         #: Every journal the pool's engines wrote, engine number -> path.
@@ -365,8 +368,18 @@ class Pool:
 
     def end_conversation(self, conversation: str) -> None:
         """The conversation is over: its engine takes other prompts again (each starts afresh),
-        and a prompt under its key later starts a new conversation -- the pool's stored history
-        of it (R12) is removed. Returns at once."""
+        and a prompt submitted under its key from now on starts a new conversation -- the pool's
+        stored history of it (R12) is removed. In submit order, as a single bridge's
+        ``new_conversation``: the key's prompts submitted before keep it, and the end comes as
+        the last of them has its receipt. Returns at once."""
+        before = [h.request for h in self._handles.values() if h.conversation == conversation]
+        if before:
+            self._ends[conversation] = before[-1]
+        else:
+            self._end_now(conversation)
+
+    def _end_now(self, conversation: str) -> None:
+        self._ends.pop(conversation, None)
         if self.store is not None:
             self.store.forget(conversation)
         self._drive(lambda: self.rules.end_conversation(conversation, self.now()))
@@ -538,6 +551,9 @@ class Pool:
             self._recent.popitem(last=False)
         self.receipts_issued += 1
         handle._settle(receipt)
+        key = handle.conversation
+        if key is not None and self._ends.get(key) == handle.request:
+            self._end_now(key)  # (before the rules hear it settled: the key's next prompt is new)
 
     def _stop_engine(self, action: StopEngine) -> None:
         bridge = self._engines[action.engine].bridge if action.engine in self._engines else None
