@@ -480,15 +480,14 @@ class Pool:
         prompt is handed on or settled."""
         assert self.store is not None and action.take_up is not None
         why = await self.store.take_up(bridge, action.take_up)
-        if why is None and not handle.stop_asked and not bridge.closing:
-            self._hand(handle, action, bridge)
-            return
-        if handle.stop_asked or bridge.closing or why is None:
+        if handle.stop_asked or bridge.closing:
             self._turn_away(handle, Reason.CANCELLED if handle.stop_asked else Reason.CLOSING, None)
-        else:
+        elif why is not None:
             self._refuse(
                 handle, action, why, f"engine {action.engine} could not take conversation {action.take_up!r} up"
             )
+        else:
+            self._hand(handle, action, bridge)
 
     def _refuse(self, handle: PoolHandle, action: Dispatch, why: str, what: str) -> None:
         """R12: the engine cannot be given the prompt (its take-up or its scrub failed, ``why``):
@@ -507,9 +506,7 @@ class Pool:
 
     def _turn_away(self, handle: PoolHandle, reason: Reason, detail: str | None) -> None:
         """A prompt the rules gave an engine that never had it: ``rejected`` now, the engine idle."""
-        receipt = self._rejected(handle, reason, detail)
-        self._settle(handle, receipt)
-        self._heard.notify(ReceiptNotice(receipt.request, receipt).to_json())
+        self._reject_handle(handle, reason, detail)
         self._drive(lambda: self.rules.settled(handle.request, self.now(), kept=False))
 
     def _hand(self, handle: PoolHandle, action: Dispatch, bridge: Bridge) -> None:
@@ -531,9 +528,13 @@ class Pool:
     def _reject(self, action: Reject) -> None:
         handle = self._handles.get(action.request)
         if handle is not None:
-            receipt = self._rejected(handle, action.reason, action.detail)
-            self._settle(handle, receipt)
-            self._heard.notify(ReceiptNotice(receipt.request, receipt).to_json())
+            self._reject_handle(handle, action.reason, action.detail)
+
+    def _reject_handle(self, handle: PoolHandle, reason: Reason, detail: str | None) -> None:
+        """The prompt's receipt: ``rejected`` (never written), settled and told."""
+        receipt = self._rejected(handle, reason, detail)
+        self._settle(handle, receipt)
+        self._heard.notify(ReceiptNotice(receipt.request, receipt).to_json())
 
     def _rejected(self, handle: PoolHandle, reason: Reason, detail: str | None) -> Receipt:
         return Receipt(
