@@ -233,8 +233,8 @@ class Session:
         by :func:`bridge.core.framing.sized_update_runs`; each line one observation), one
         :class:`Streamed` per such run the held prompt reads (:meth:`_stream_run`; among other
         lines, from :data:`~bridge.core.framing.BULK_MIN_LINES` on, as the splitter's: a few
-        lines a read stay one text piece each) and one :class:`Observed` per other line. Consume it whole: each item is yielded after its
-        lines were observed, and what the caller does between items (journal a line, answer a
+        lines a read stay one text piece each) and one :class:`Observed` per other line.
+        Consume it whole: each item is yielded after its lines were observed, and what the caller does between items (journal a line, answer a
         start-up check) sees the session as of that line."""
         # An UpdateRun (like an Oversize) fails the per-line checks' C-level maps: it lands in
         # a run of other lines, met below.
