@@ -378,3 +378,82 @@ def test_a_misspelt_keyword_is_a_type_error_naming_the_call_made(library: str) -
     for name, message in said.items():
         keyword = "modle" if name == "configure" else "timout"
         assert message.endswith(f".{name}() got an unexpected keyword argument '{keyword}'"), message
+
+
+LEAVE_EARLY = """
+import asyncio, sys, trio
+from bridge import query, scripted_profile
+
+async def main() -> None:
+    seen = []
+    stream = query("hi", engine=scripted_profile(sys.argv[2]), journal=sys.argv[3])
+    async for message in stream:
+        seen.append(type(message).__name__)
+        if sys.argv[4] == "break":
+            break
+        raise KeyError("the loop's own error")
+    print("left after", seen)
+
+async def main_raising() -> None:
+    try:
+        await main()
+    except KeyError as e:
+        print("caught", e)
+
+run = main if sys.argv[4] == "break" else main_raising
+if sys.argv[1] == "trio":
+    trio.run(run)
+else:
+    asyncio.run(run())
+print("the program ended")
+"""
+
+
+@pytest.mark.parametrize("how", ["break", "raise"])
+@pytest.mark.parametrize("library", ["trio", "asyncio"])
+def test_leaving_query_early_stops_the_prompt_and_the_program_ends_cleanly(
+    library: str, how: str, models: Any, tmp_path: Path
+) -> None:
+    """Issue 42: ``async for m in query(...): break`` and then returning from ``main`` crashed
+    under trio (``Nursery is closed to new arrivals``, ``TrioInternalError``, exit 1, after
+    40 s) and printed ``aclose(): asynchronous generator is already running`` under asyncio.
+    Now the program ends with status 0 and nothing on stderr, the prompt is stopped
+    (``failed``/``closing``, journaled) and the engine exited."""
+    path, _server = models
+    program = tmp_path / "leave.py"
+    program.write_text(LEAVE_EARLY)
+    journal = tmp_path / "leave.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(tmp_path / "state")}
+    done = subprocess.run(
+        [sys.executable, str(program), library, path, str(journal), how],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "", done.stderr
+    assert "the program ended" in done.stdout
+    if how == "raise":
+        assert "caught" in done.stdout and "own error" in done.stdout, done.stdout
+    assert [(r.state, r.reason) for r in replay(str(journal)).receipts] == [(State.FAILED, "closing")]
+    lines = [json.loads(line) for line in journal.read_text().splitlines()]
+    assert any("exit" in line for line in lines), "the engine was not reaped before the program ended"
+
+
+async def test_a_query_closed_at_once_ends_when_the_bridge_has_closed(models: Any, tmp_path: Path) -> None:
+    """``await stream.aclose()`` mid-stream: the bridge is closed when it returns (the journal
+    holds the engine's exit and the stopped prompt's receipt), and the stream ends there."""
+    from bridge import query
+
+    path, _server = models
+    journal = tmp_path / "closed.jsonl"
+    stream = query("hi", engine=scripted_profile(path), journal=str(journal))
+    first = await stream.__anext__()
+    assert first is not None
+    await stream.aclose()
+    text = journal.read_text()
+    assert '"exit"' in text and '"closing"' in text
+    with pytest.raises(StopAsyncIteration):
+        await stream.__anext__()

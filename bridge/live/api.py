@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from bridge import __version__
 from bridge.core.lifecycle import BridgeConfig
 from bridge.live.handles import Message, PromptHandle
 from bridge.live.journal import Journal, default_journal_dir, private_dir
+from bridge.live.oneshot import Query
 from bridge.live.protocols import BridgeAPI
 from bridge.live.retention import keep_from
 from bridge.live.supervisor import Bridge
@@ -33,7 +34,17 @@ from bridge.profiles.command import EngineProfile, ProfileError
 from bridge.profiles.conversation import Conversation, default_conversation_dir
 from bridge.profiles.pi import PiProfile
 
-__all__ = ["Bridge", "BridgeAPI", "BridgeConfig", "Message", "PromptHandle", "open_bridge", "open_trio_bridge", "query"]
+__all__ = [
+    "Bridge",
+    "BridgeAPI",
+    "BridgeConfig",
+    "Message",
+    "PromptHandle",
+    "Query",
+    "open_bridge",
+    "open_trio_bridge",
+    "query",
+]
 
 
 @asynccontextmanager
@@ -286,7 +297,7 @@ async def _opened(
             jr.close()
 
 
-async def query(
+def query(
     prompt: str,
     *,
     engine: EngineProfile | None = None,
@@ -298,16 +309,19 @@ async def query(
     model: str | None = None,
     thinking: str | None = None,
     budget_usd: float | None = None,
-) -> AsyncIterator[Message]:
+) -> Query:
     """One prompt, in one call: open a bridge, send the prompt, yield what comes of it, close.
 
     A bridge is opened on ``engine``, the prompt is sent, and what comes of it is yielded as it
     happens -- text and thinking deltas, tool calls, retries, turns, usage
     (:mod:`bridge.core.progress`) -- and its :class:`~bridge.core.receipts.Receipt` last;
     then the bridge closes (the engine reaped, its private folders removed). Under trio and
-    asyncio alike. Leaving the loop early closes the bridge, which stops the prompt
-    (``failed``/``closing``, journaled); ``contextlib.aclosing(query(...))`` does it at once.
-    Ends after the receipt.
+    asyncio alike. Leaving the loop early (``break``, an exception) closes the bridge, which
+    stops the prompt (``failed``/``closing``, journaled); ``await stream.aclose()`` (or
+    ``contextlib.aclosing(query(...))``) does it and ends when the bridge has closed. The loop
+    ends after the receipt, once the bridge has closed. The bridge runs in a task of its own
+    for the stream's length (:mod:`bridge.live.oneshot` says why), so leaving early is safe
+    under trio and asyncio alike.
 
     Args:
         prompt: The prompt's text.
@@ -325,12 +339,13 @@ async def query(
         budget_usd: What the run may spend (Pi's cost); past it the bridge stops it
             (``failed``/``budget``; docs: guide/budgets-and-traces.md). None: no limit.
 
-    Yields:
-        Each :data:`~bridge.live.handles.Message`: the prompt's events as they happen, then
-        its receipt, last.
+    Returns:
+        A :class:`~bridge.live.oneshot.Query`: an async iterator of each
+        :data:`~bridge.live.handles.Message` -- the prompt's events as they happen, then its
+        receipt, last -- with ``aclose()``. Nothing is opened until it is iterated.
 
     Raises:
-        ProfileError: As :func:`open_bridge`.
+        ProfileError: As :func:`open_bridge` (raised by the loop's first step, as all below).
         JournalError: As :func:`open_bridge`.
         TypeError: A bad argument, as :meth:`Bridge.submit_nowait
             <bridge.live.supervisor.Bridge.submit_nowait>` raises it.
@@ -346,8 +361,13 @@ async def query(
                 print(message)
         ```
     """
-    async with open_bridge(engine if engine is not None else PiProfile(), journal=journal, config=config) as bridge:
-        handle = await bridge.submit(
+    profile = engine if engine is not None else PiProfile()
+
+    def opener() -> AbstractAsyncContextManager[BridgeAPI]:
+        return open_bridge(profile, journal=journal, config=config)
+
+    def submit(bridge: BridgeAPI) -> Awaitable[Any]:
+        return bridge.submit(
             prompt,
             events=True,
             timeout=timeout,
@@ -357,8 +377,8 @@ async def query(
             thinking=thinking,
             budget_usd=budget_usd,
         )
-        async for message in handle.messages():
-            yield message
+
+    return Query(opener, submit)
 
 
 def _hide_journals(profile: EngineProfile, folder: Path | None) -> EngineProfile:
