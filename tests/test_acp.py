@@ -906,6 +906,31 @@ class _Wire:
                 return msg
 
 
+def test_a_lone_surrogate_is_read_as_serve_reads_it_and_its_request_is_answered(tmp_path: Path) -> None:
+    """Issue 42: ``"\\ud83d"`` (what JavaScript writes for a cut emoji) was answered ``-32700``
+    with ``id: null``, so its request was never answered; plain ``serve`` reads the same text.
+    Now the prompt runs and its id gets its answer."""
+    assert acp.parse_message(b'{"jsonrpc":"2.0","id":1,"method":"m","params":{"t":"a\\ud83d"}}') == acp.Request(
+        1, "m", {"t": "a\ud83d"}
+    )
+    argv = [sys.executable, "-m", "bridge", "acp", "--no-journal", "--", *fake_engine_argv()]
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT) as proc:
+        wire = _Wire(proc)
+        try:
+            wire.open_session(tmp_path)
+            line = '{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"sessionId":"s1",'
+            line += '"prompt":[{"type":"text","text":"half an emoji \\ud83d here"}]}}\n'
+            wire.send(line.encode())
+            # The first answer to it, or the parse error it got before (never a wait for good).
+            answer = wire.until(lambda m: m.get("id") in (3, None) and ("result" in m or "error" in m))
+            assert answer.get("id") == 3 and answer.get("result", {}).get("stopReason") == "end_turn", answer
+            wire.stdin.close()
+            assert proc.wait(timeout=20) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
 def test_every_receipt_state_reaches_the_client_as_its_own_error_and_bad_messages_are_named(tmp_path: Path) -> None:
     """Through ``bridge acp -- FAKE ENGINE`` (its first process, then its second after the
     bridge recycles it): an engine refusing the prompt

@@ -94,9 +94,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypeAlias
 
 import attrs
-import orjson
 
-from bridge.core.framing import Oversize
+from bridge.core.framing import Oversize, RawLine, parse_line
 from bridge.core.images import problem_of as image_problem_of
 from bridge.core.progress import ProgressEvent, TextEvent, ThinkingEvent, ToolEnd, ToolStart, ToolUpdate
 from bridge.core.receipts import Receipt
@@ -197,12 +196,14 @@ def parse_message(line: bytes | Oversize) -> Incoming:
     """One line from the client as a message (rule 1)."""
     if isinstance(line, Oversize):
         return Invalid(None, INVALID_REQUEST, f"a message of {line.length} bytes is over the limit")
-    try:
-        value = orjson.loads(line)
-    except orjson.JSONDecodeError:
+    # The core's reader (orjson, then the standard library's decoder for what orjson refuses):
+    # a lone surrogate (``"\ud83d"``, what JavaScript writes for half an emoji) is valid JSON
+    # text, read as `serve` reads it, not a parse error that leaves the request unanswered.
+    value = parse_line(line)
+    if isinstance(value, RawLine):
+        if value.why == "not-object":
+            return Invalid(None, INVALID_REQUEST, "a message is a JSON object (no batches)")
         return Invalid(None, PARSE_ERROR, "not JSON")
-    if not isinstance(value, dict):
-        return Invalid(None, INVALID_REQUEST, "a message is a JSON object (no batches)")
     rid = value.get("id")
     has_id = "id" in value
     good_id = not isinstance(rid, bool) and isinstance(rid, (int, str))
