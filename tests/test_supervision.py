@@ -738,6 +738,22 @@ def test_a_stall_stops_the_run_failed_stalled(world: Any) -> None:
     assert w.word("p1") == ("failed", "stalled")
 
 
+def test_a_stall_before_the_ack_is_delivery_unknown_no_ack_as_the_table_says(world: Any) -> None:
+    """Issue 42: with the stall timeout shorter than the ack timeout, a prompt never acked
+    ended ``outcome-unknown``/``settle-timeout`` (the stall's stop went unanswered); a prompt
+    with no ack is row 4's, whichever deadline passes first. Nothing is stopped (no run is
+    known to be there): the engine is recycled, as at the ack deadline."""
+    w = world(stall_timeout=2.0, ack_timeout=30.0)
+    w.submit("p1")
+    w.advance(1.9)
+    assert "p1" not in w.receipts
+    w.advance(0.2)
+    assert w.word("p1") == ("delivery-unknown", "no-ack")
+    assert w.sent("abort") == []
+    assert w.stopped == [1]
+    w.agrees_with_replay()
+
+
 def test_a_journal_failure_loses_no_receipt_and_writes_nothing_more(world: Any) -> None:
     w = world()
     w.submit("p1")

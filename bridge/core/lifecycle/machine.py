@@ -504,6 +504,12 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
         rec = self._held()
         if rec is None or rec.gave_up is not None or rec.stop is not None or rec.stall is None:
             return
+        if not rec.acked:
+            # No ack yet: no run is known to be there to stop, and a prompt without an ack is
+            # row 4's (delivery-unknown/no-ack), whichever of its deadlines passes first; a stop
+            # sent now went unanswered and ended it settle-timeout (issue 42).
+            self._deadline_ack()
+            return
         self._send_stop(rec, StopBy.STALL, f"the run showed nothing for {rec.stall:g} s while it waited on the model")
         self._signal(StalledSignal(rec.request, rec.stall, rec.stop).to_json())
         self.state.deadlines["stop"] = self._now + self.config.stop_grace
