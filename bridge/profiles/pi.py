@@ -34,7 +34,14 @@ from bridge.profiles.command import PI_CLEARING, Launch, ProfileError, filtered_
 from bridge.profiles.conversation import Conversation, EngineConversation
 from bridge.profiles.netjail import ProviderLink, provider_address, relay_lines
 from bridge.profiles.orphans import remove_orphans, remove_orphans_once
-from bridge.profiles.pi_versions import FEATURES, OPTIONAL_FLAGS, features_of, needs_message, probe_flags
+from bridge.profiles.pi_versions import (
+    FEATURES,
+    OPTIONAL_FLAGS,
+    HelpProbeFailed,
+    features_of,
+    needs_message,
+    probe_flags,
+)
 from bridge.profiles.sandbox import (
     Bwrap,
     Confined,
@@ -201,7 +208,12 @@ def _probe_seal_flags(node: str, cli: str, version: str, config: str, wrap: _Wra
     env["PI_CODING_AGENT_DIR"] = config
     if wrap is not None:
         env["TMPDIR"] = "/tmp"
-    found = probe_flags(node, cli, SEAL_FLAGS, env, wrap=wrap)
+    try:
+        found = probe_flags(node, cli, SEAL_FLAGS, env, wrap=wrap)
+    except HelpProbeFailed as e:
+        raise ProfileError(
+            f"Pi {version} ({cli}): {e}, so the seal's flags could not be checked (a loaded machine: try again)"
+        ) from None
     missing = [f for f in SEAL_FLAGS if f not in found and f not in OPTIONAL_FLAGS]
     if missing:
         raise ProfileError(

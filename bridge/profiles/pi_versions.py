@@ -39,6 +39,7 @@ __all__ = [
     "NEEDED",
     "OPTIONAL_FLAGS",
     "Feature",
+    "HelpProbeFailed",
     "features_of",
     "lacking",
     "needs_message",
@@ -148,6 +149,12 @@ OPTIONAL_FLAGS: Final[Mapping[str, str]] = {
 }
 
 _HELP_TIMEOUT = 20.0
+
+
+class HelpProbeFailed(Exception):
+    """The install's ``--help`` could not be run or did not answer in time (the words say which)."""
+
+
 _probed: dict[tuple[str, str, float], frozenset[str]] = {}
 
 
@@ -163,8 +170,10 @@ def probe_flags(
     argv in a sandbox (the install's code must not run unconfined when the engine would not).
 
     An option is listed when ``--help`` holds it followed by a non-word character
-    (``--no-mcp`` but not ``--no-mcp-servers``). A CLI that does not answer within
-    20 s, or fails, lists none: the caller then passes no optional flag and says so.
+    (``--no-mcp`` but not ``--no-mcp-servers``). A CLI that cannot be run, or does not answer
+    within 20 s, raises :class:`HelpProbeFailed` saying which (not cached: a loaded machine may
+    answer the next time) -- it lists nothing, and "does not list the seal's flags" would be
+    the wrong words for it (issue 42: a flake under load said so).
     """
     try:
         key = (node, cli, os.stat(cli).st_mtime)
@@ -183,8 +192,10 @@ def probe_flags(
             check=False,
         )
         text = out.stdout + out.stderr
-    except (OSError, subprocess.TimeoutExpired):
-        text = ""
+    except subprocess.TimeoutExpired:
+        raise HelpProbeFailed(f"its --help did not answer within {_HELP_TIMEOUT:g} s") from None
+    except OSError as e:
+        raise HelpProbeFailed(f"its --help could not be run ({e})") from None
     found = frozenset(f for f in flags if re.search(re.escape(f) + r"(?![\w-])", text))
     _probed[key] = found
     return found
