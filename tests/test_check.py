@@ -212,3 +212,79 @@ def test_diagnose_says_why_a_journal_agrees_with_itself_once_and_points_at_the_r
     (focus,) = [e for e in differs["evidence"] if e["focus"]]
     assert focus["line"] == differs["line"] == differs["detail"]["line"]
     assert focus["entry"] == "receipt"
+
+
+# -- issue 42: what --check let pass, and what made every reader crash ------------------------------
+
+PLAIN = FIXTURES / "pi-1.6.0" / "plain.jsonl"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("stop", "stop-9"), ("run", "run-9"), ("ackIdx", 3), ("workingIdx", 8), ("settleIdx", 23), ("reply", "forged")],
+)
+def test_an_edited_stop_run_index_or_reply_is_a_contradiction(tmp_path: Path, field: str, value: Any) -> None:
+    """Only the state and reason were compared: a receipt whose stop, run, index or reply was
+    edited was "intact". Each now differs from what its evidence gives, named."""
+    entries = lines_of(PLAIN)
+    for e in entries:
+        if "receipt" in e:
+            assert e["receipt"][field] != value
+            e["receipt"][field] = value
+    found = check(str(write(tmp_path / "edited.jsonl", entries)))
+    assert [(c.kind, c.request) for c in found] == [("receipt-differs", "p1")]
+    assert f"{field} {value!r}" in found[0].words
+
+
+def _bad_pair(tmp_path: Path) -> Path:
+    """A live journal of a prompt never acked, its recorded receipt ``delivery-unknown`` with
+    ``interrupted`` (no verdict: the evidence decides nothing, so the record was taken)."""
+    journal = tmp_path / "noack.jsonl"
+    engine = fake_engine_argv({"defaults": {"no_ack": True, "hang": True}})
+    done = bridge("run", "--journal", str(journal), "--ack-timeout", "0.5", "hello", "--", *engine)
+    assert done.returncode == 1, done.stderr
+    entries = lines_of(journal)
+    for e in entries:
+        if "receipt" in e:
+            e["receipt"]["reason"] = "interrupted"
+    return write(tmp_path / "bad-pair.jsonl", entries)
+
+
+def test_a_receipt_whose_state_and_reason_do_not_go_together_is_a_finding_not_a_crash(tmp_path: Path) -> None:
+    """It crashed replay, --check, diagnose and conform with exit 70 and stopped the batch. Now:
+    --check names it (exit 1) and goes on; replay calls the file invalid (exit 2) and goes on;
+    diagnose shows the finding; conform reports the fixture as it does an unreadable one."""
+    bad = _bad_pair(tmp_path)
+    found = check(str(bad))
+    assert [(c.kind, c.request) for c in found] == [("receipt-invalid", "p1")]
+    assert "'interrupted' does not go with state 'delivery-unknown'" in found[0].words
+    checked = bridge("replay", "--check", str(bad), str(PLAIN))
+    assert checked.returncode == 1, checked.stderr
+    assert "receipt-invalid" in checked.stdout and "plain.jsonl: intact" in checked.stdout
+    replayed = bridge("replay", str(bad), str(PLAIN))
+    assert replayed.returncode == 2 and "Traceback" not in replayed.stderr, replayed.stderr
+    assert "is none: reason 'interrupted' does not go with state 'delivery-unknown'" in replayed.stderr
+    assert "p1           finished" in replayed.stdout  # the next file was replayed
+    diagnosed = bridge("diagnose", "--json", str(bad))
+    assert diagnosed.returncode == 0, diagnosed.stderr
+    kinds = [f["detail"]["kind"] for f in json.loads(diagnosed.stdout)["findings"] if f["signal"] == "contradiction"]
+    assert kinds == ["receipt-invalid"]
+    folder = tmp_path / "fixtures"
+    folder.mkdir()
+    (folder / "x.jsonl").write_bytes(bad.read_bytes())
+    (folder / "x.expected.json").write_text("{}")
+    conformed = bridge("conform", str(folder))
+    assert conformed.returncode in (1, 2) and "Traceback" not in conformed.stderr, conformed.stderr
+
+
+def test_a_journal_cut_short_with_a_prompt_sent_and_no_receipt_is_not_intact(tmp_path: Path) -> None:
+    """A kill or a full disk cuts a journal between a prompt's send and its receipt: it was
+    "intact". Now each prompt sent and never settled is named (``cut-short``); the same journal
+    with the bridge's closing note and a prompt without a receipt (``send_raw``) stays intact."""
+    entries = lines_of(PLAIN)
+    at = next(n for n, e in enumerate(entries) if "recv" in e and e["recv"].get("type") == "agent_end")
+    found = check(str(write(tmp_path / "cut.jsonl", entries[:at])))
+    assert [(c.kind, c.request, c.line) for c in found] == [("cut-short", "p1", at)]
+    assert "cut short" in found[0].words
+    raw = [e for e in entries if "receipt" not in e and "release" not in e]
+    assert check(str(write(tmp_path / "raw.jsonl", raw))) == []

@@ -82,6 +82,21 @@ GiveUpWhy = Literal[Deadline, "exited"]
 GIVE_UP_WHYS: Final[tuple[GiveUpWhy, ...]] = ("ack", "settle", "taint", "exited")
 
 
+def verdict_problem(state: Any, reason: Any) -> str | None:
+    """Why ``(state, reason)`` is no receipt's verdict (:data:`REASONS`), in words; None when it
+    is one. Words from a file arrive as bare strings: a StrEnum hashes and compares as its word,
+    and anything unhashable is no word of ours."""
+    try:
+        reasons = REASONS.get(state)
+        if reasons is None:
+            return f"unknown receipt state {state!r}"
+        if reason not in reasons:
+            return f"reason {reason!r} does not go with state {state!r}"
+    except TypeError:
+        return f"unknown receipt state {state!r} or reason {reason!r}"
+    return None
+
+
 #: The receipt's camelCase JSON keys (the engine's protocol's style).
 _WIRE_NAMES: Final = {
     "native_error": "nativeError",
@@ -254,11 +269,9 @@ class Receipt(Wire):
     where: Where | None = None
 
     def __attrs_post_init__(self) -> None:
-        # Words from a file arrive as bare strings: a StrEnum hashes and compares as its word.
-        if self.state not in REASONS:
-            raise ValueError(f"unknown receipt state {self.state!r}")
-        if self.reason not in REASONS[self.state]:
-            raise ValueError(f"reason {self.reason!r} does not go with state {self.state!r}")
+        problem = verdict_problem(self.state, self.reason)
+        if problem is not None:
+            raise ValueError(problem)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Receipt:

@@ -21,9 +21,22 @@ each place they disagree, by prompt and observation index:
     A live bridge's journal (its header names the ``bridge``) releases P, a prompt it sent, with
     no receipt recorded for it: a live bridge journals every receipt before its release, so the
     receipt is missing. (A hand-written transcript may release without one.)
+``receipt-invalid``
+    A recorded receipt whose state and reason are no receipt's verdict (``delivery-unknown``
+    with ``interrupted``): an edited or damaged journal. It is not taken as the prompt's story.
+``cut-short``
+    A live bridge's journal ends without the bridge's closing note (``bridge-closed``) while a
+    prompt it sent has no receipt recorded: the bridge was killed, or its disk filled, before
+    it settled P (issue 42: such a journal was "intact").
 
-A sent prompt with no recorded receipt is not one of them: a prompt written by hand
-(``send_raw``, unsealing on purpose) is journaled as any send and never gets a receipt.
+A recorded receipt that the evidence decides is compared whole where the evidence speaks: its
+state and reason, and its ``stop``, ``run``, ``reply`` and ack / working / settle indices (an
+edited stop, run, index or reply was "intact" before). Timings, the pid and usage are the live
+bridge's own and are not in the evidence.
+
+A sent prompt with no recorded receipt in a journal that closed is not one of them: a prompt
+written by hand (``send_raw``, unsealing on purpose) is journaled as any send and never gets a
+receipt.
 
 The rules use only the journal: the same file always gives the same findings.
 """
@@ -34,7 +47,7 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from bridge.core.receipts import Verdict
+from bridge.core.receipts import Verdict, verdict_problem
 from bridge.core.session import Session
 from bridge.core.wire import Wire, form
 from bridge.core.words import State
@@ -42,13 +55,25 @@ from bridge.readers import hashable
 from bridge.readers.replay import Driver
 from bridge.transcript import Entry, open_transcript
 
-Kind = Literal["receipt-differs", "answer-to-unsent", "receipt-without-send", "release-without-receipt"]
+Kind = Literal[
+    "receipt-differs",
+    "answer-to-unsent",
+    "receipt-without-send",
+    "release-without-receipt",
+    "receipt-invalid",
+    "cut-short",
+]
 KINDS: Final[tuple[Kind, ...]] = (
     "receipt-differs",
     "answer-to-unsent",
     "receipt-without-send",
     "release-without-receipt",
+    "receipt-invalid",
+    "cut-short",
 )
+#: What a recorded receipt is compared on beyond its verdict, where the evidence decided it
+#: (wire names): what the evidence itself gives.
+COMPARED: Final = ("stop", "run", "reply", "ackIdx", "workingIdx", "settleIdx")
 
 
 @form()
@@ -81,11 +106,13 @@ def check(path: str) -> list[Contradiction]:
         driver = Driver(Session(reader.header.clearing, dialogs=reader.header.dialogs), bounded=True)
         checker = Checker(driver, live="bridge" in reader.header.meta)
         found: list[Contradiction] = []
+        last = 1
         for entry in reader.skipping_updates():
             found += checker.before(entry)
             driver.feed(entry)
             found += checker.after(entry)
-        return found
+            last = entry.line
+        return found + checker.end(last)
 
 
 class Checker:
@@ -103,6 +130,8 @@ class Checker:
         self._receipt_lines: dict[Any, int] = {}
         #: A stop's id (and its clear_queue's) -> its prompt, from the journal's stop notes.
         self._stops: dict[Any, Any] = {}
+        #: The bridge's closing note was read.
+        self._closed = False
 
     def before(self, entry: Entry) -> list[Contradiction]:
         kind, value, driver = entry.kind, entry.value, self.driver
@@ -130,7 +159,22 @@ class Checker:
                 ]
             found = _at_release(driver, value, line if line is not None else entry.line)
             return [found] if found is not None else []
+        elif kind == "note" and isinstance(value, dict) and value.get("event") == "bridge-closed":
+            self._closed = True
         elif kind == "receipt" and isinstance(value, dict) and hashable(value.get("request")):
+            problem = verdict_problem(value.get("state"), value.get("reason"))
+            if problem is not None:
+                if value.get("request") in driver.sent_ids:
+                    self._receipt_lines[value.get("request")] = entry.line  # recorded, if wrongly
+                return [
+                    Contradiction(
+                        "receipt-invalid",
+                        value.get("request"),
+                        value.get("settleIdx") if type(value.get("settleIdx")) is int else None,
+                        entry.line,
+                        f"the journal records a receipt for {value.get('request')} that is none: {problem}",
+                    )
+                ]
             if value.get("request") in driver.sent_ids:
                 self._receipt_lines[value.get("request")] = entry.line
                 return []
@@ -147,6 +191,25 @@ class Checker:
                 )
             ]
         return []
+
+    def end(self, line: int) -> list[Contradiction]:
+        """After the journal's last entry (``line``): the prompts it sent and never settled, when
+        it ends without the bridge's close (``cut-short``)."""
+        if not self.live or self._closed:
+            return []
+        session = self.driver.session
+        return [
+            Contradiction(
+                "cut-short",
+                request,
+                session.tracker.idx,
+                line,
+                f"the journal ends at line {line} without the bridge's close, with {request} sent and no receipt "
+                "recorded for it: it was cut short (the bridge killed, or its disk full)",
+            )
+            for request in session.open
+            if request not in self._receipt_lines and hashable(request)
+        ]
 
     def after(self, entry: Entry) -> list[Contradiction]:
         value = entry.value
@@ -194,16 +257,27 @@ def _at_release(driver: Driver, request: Any, line: int) -> Contradiction | None
     said: Verdict = (recorded.get("state"), recorded.get("reason"))  # type: ignore[assignment]
     if prompt.receipt is not None:
         got = prompt.receipt
-        if (got.state, got.reason) == said:
-            return None
         idx = got.settle_idx if got.settle_idx is not None else session.tracker.idx
+        if (got.state, got.reason) != said:
+            return Contradiction(
+                "receipt-differs",
+                request,
+                idx,
+                line,
+                f"the journal records {_verdict(*said)} for {request}; its evidence gives "
+                f"{_verdict(got.state, got.reason)} at #{idx}",
+            )
+        evidence = got.to_json()
+        differs = [
+            k for k in COMPARED if k in recorded and recorded[k] != evidence.get(k)
+        ]  # (a live bridge writes all)
+        if not differs:
+            return None
+        words = "; ".join(
+            f"{k} {_short(recorded.get(k))} where its evidence gives {_short(evidence.get(k))}" for k in differs
+        )
         return Contradiction(
-            "receipt-differs",
-            request,
-            idx,
-            line,
-            f"the journal records {_verdict(*said)} for {request}; its evidence gives "
-            f"{_verdict(got.state, got.reason)} at #{idx}",
+            "receipt-differs", request, idx, line, f"the journal records {_verdict(*said)} for {request} with {words}"
         )
     allowed = session.give_up_verdicts(request)
     if said in allowed:
@@ -217,6 +291,12 @@ def _at_release(driver: Driver, request: Any, line: int) -> Contradiction | None
         f"the journal records {_verdict(*said)} for {request}; its evidence decides nothing by its "
         f"release at #{session.tracker.idx}, and a give-up there gives only {words}",
     )
+
+
+def _short(value: Any) -> str:
+    """A value as a finding shows it: JSON-ish, a long text cut."""
+    text = repr(value) if not isinstance(value, str) else repr(value if len(value) <= 60 else value[:57] + "...")
+    return "none" if value is None else text
 
 
 def format_check(path: str, found: list[Contradiction]) -> str:

@@ -18,11 +18,11 @@ import attrs
 from bridge.core.events import NO_EVENTS, Event, ReceiptReady
 from bridge.core.framing import RAW_LINE_NOTE, RAW_WHYS, RawLine, RawWhy, raw_from_text
 from bridge.core.prompts import PromptState
-from bridge.core.receipts import Receipt
+from bridge.core.receipts import Receipt, verdict_problem
 from bridge.core.session import Session
 from bridge.core.wire import Wire, form
 from bridge.core.words import State
-from bridge.transcript import Entry, open_transcript
+from bridge.transcript import Entry, TranscriptError, open_transcript
 
 
 @form(omit=["path", "truncated"])
@@ -62,6 +62,8 @@ class Driver:
         self.story: list[PromptState | Receipt] = []
         self.sent_ids: set[Any] = set()
         self.recorded: dict[Any, dict[str, Any]] = {}
+        #: Recorded receipts whose state and reason are no verdict: (journal line, request, why).
+        self.invalid: list[tuple[int, Any, str]] = []
         # The journal's ``raw-line`` note: the kind and length of the next recv_raw's line.
         self._raw: tuple[RawWhy, int] | None = None
 
@@ -101,6 +103,13 @@ class Driver:
             return NO_EVENTS
         if kind == "receipt" and isinstance(value, dict):
             request = value.get("request")
+            problem = verdict_problem(value.get("state"), value.get("reason"))
+            if problem is not None:
+                # No receipt's verdict (an edited or damaged journal): never taken as the prompt's
+                # story (building it raised, and stopped replay, --check, diagnose and conform
+                # with exit 70); the readers name it (issue 42).
+                self.invalid.append((entry.line, request, problem))
+                return NO_EVENTS
             if request not in self.sent_ids:
                 if not self.bounded:
                     self.recorded[request] = value
@@ -134,6 +143,9 @@ def replay(path: str) -> ReplayResult:
         feed = driver.feed
         for entry in reader.skipping_updates():
             feed(entry)
+        if driver.invalid:
+            line, request, why = driver.invalid[0]
+            raise TranscriptError(path, line, f"the receipt recorded for {request!r} is none: {why}")
         session = driver.session
         receipts = [_final(item, session) for item in driver.story]
         return ReplayResult(

@@ -165,6 +165,8 @@ CONTRADICTION_TITLES: Final = {
     "answer-to-unsent": "the journal contradicts itself: a response answers a command it never sent",
     "receipt-without-send": "the journal contradicts itself: {request} has a delivered receipt and no send",
     "release-without-receipt": "the journal contradicts itself: {request} was released with no receipt recorded",
+    "receipt-invalid": "the journal contradicts itself: {request}'s recorded receipt is no receipt's verdict",
+    "cut-short": "the journal was cut short: {request} was sent and no receipt recorded for it",
 }
 
 
