@@ -794,3 +794,20 @@ def test_a_journal_path_that_is_a_dangling_link_is_named_so(tmp_path):
     p = bridge("run", "hi", "--journal", str(link), "--", *FAKE)
     assert p.returncode == 2, p.stderr
     assert f"the journal {link} is a symbolic link" in p.stderr and not (tmp_path / "nowhere").exists()
+
+
+def test_a_tool_that_blocks_is_stopped_by_the_tool_timeout_not_waited_on_for_ever(tmp_path):
+    """Issue 42: a tool that blocks held its prompt for ever by default (the stall timer rests
+    while a tool runs, --timeout has none). --tool-timeout (default 1800 s) bounds it: the
+    prompt is stopped as a stall, failed/stalled, the stop's note naming the tool bound, well
+    before the 300 s stall timeout."""
+    journal = tmp_path / "tool.jsonl"
+    scenario = json.dumps({"defaults": {"tools": 1, "tool_hang": True}})
+    fake = [sys.executable, str(ROOT / "tools" / "fake_engine.py"), "--scenario-json", scenario]
+    p = bridge("run", "--json", "--journal", str(journal), "--tool-timeout", "1", "hi", "--", *fake)
+    receipt = json.loads(p.stdout.strip().splitlines()[-1])
+    assert (receipt["state"], receipt["reason"]) == ("failed", "stalled"), p.stderr
+    notes = [json.loads(line)["note"] for line in journal.read_text().splitlines() if '"note"' in line[:8]]
+    (stop,) = [n for n in notes if n.get("event") == "stop"]
+    assert stop["by"] == "stall" and "a tool ran for 1 s" in stop["why"]
+    assert "--tool-timeout" in bridge("run", "--help").stdout

@@ -1656,7 +1656,7 @@ def test_a_stall_is_measured_from_the_runs_last_line_and_stops_it_as_the_bridges
     while a tool runs it is looked at again one stall timeout later), and when it passes the
     bridge signals ``stalled``, notes its stop ``by: stall``, aborts, and decides
     ``failed``/``stalled``; a stop that is not obeyed ends ``settle-timeout``."""
-    h = Harness(small_config(stall_timeout=4.0))
+    h = Harness(small_config(stall_timeout=4.0, tool_timeout=None))
     generation = ready_engine(h, "p1")
     assert h.lc.state.deadlines["stall"] == 4.0
     h.now = 3.0
@@ -1687,6 +1687,36 @@ def test_a_stall_is_measured_from_the_runs_last_line_and_stops_it_as_the_bridges
     out = h.advance(h.cfg.stop_grace)
     (give_up,) = of(out, GiveUp)
     assert (give_up.request, give_up.why) == ("p2", "settle")
+
+
+def test_a_tool_that_shows_nothing_past_the_tool_timeout_stops_its_prompt_as_a_stall() -> None:
+    """Issue 42: the stall timer rests while a tool runs, and a tool that blocked (a stopped Pi
+    during ``sleep 3``) held its prompt for ever. While a tool runs the deadline is the tool
+    bound from the last line; a line (a tool's output) moves it; when it passes the bridge
+    signals ``stalled`` (``after``: the tool bound), stops the run ``by: stall`` naming the
+    tool, and decides ``failed``/``stalled``."""
+    h = Harness(small_config(stall_timeout=4.0, tool_timeout=20.0))
+    generation = ready_engine(h, "p1")
+    h.now = 1.0
+    h.feed(Activity(generation, "p1", at=1.0, pause=math.inf))  # a tool starts at 1 s
+    assert h.lc.state.deadlines["stall"] == 21.0
+    h.now = 15.0
+    h.feed(Activity(generation, "p1", at=15.0, pause=math.inf))  # its output at 15 s
+    assert h.lc.state.deadlines["stall"] == 35.0
+    assert h.advance(19.9) == []
+    out = h.advance(0.2)
+    assert payloads(out) == [{"signal": "stalled", "request": "p1", "after": 20.0, "stop": "stop-1"}]
+    (note,) = notes(out, "stop")
+    assert note["by"] == "stall" and "a tool ran for 20 s" in note["why"]
+    out = h.settle("p1", Facts(tracker=("failed", "interrupted"), stop_by=note["by"]), stop=note["stop"])
+    assert delivered(out) == {"p1": ("failed", "stalled")}
+
+
+def test_the_tool_timeout_has_a_default_so_no_tool_waits_for_ever() -> None:
+    """The timeouts page says every wait is bounded: a tool's too, by default."""
+    assert BridgeConfig().tool_timeout == 1800.0
+    with pytest.raises(ValueError, match="tool_timeout must be more than 0"):
+        BridgeConfig(tool_timeout=0)
 
 
 def test_a_prompt_without_a_stall_timeout_has_no_stall_deadline() -> None:

@@ -124,7 +124,9 @@ BEHAVIOUR (missing keys = Pi's default; unknown keys are warned about on stderr)
   quadratic older engines), ``tools`` (int, default 0: that many tool calls before the reply:
   an assistant ``toolUse`` message, ``tool_execution_start``/``_update`` × ``tool_updates``
   (default 2, accumulated ``partialResult`` growing by ``tool_output_bytes``, default 64)/
-  ``_end``, a ``toolResult`` message, ``turn_end``, then a new ``turn_start`` for the reply).
+  ``_end``, a ``toolResult`` message, ``turn_end``, then a new ``turn_start`` for the reply);
+  ``tool_hang`` (default false): the first tool call hangs after its ``tool_execution_start``
+  (a tool that blocks: nothing more until an ``abort``).
 * Retries: ``retries`` K (default 0) failed attempts before the final one. Attempt 1 is
   ``agent_start``, ``turn_start``, the user message, assistant ``message_start``/``message_end``
   (``stopReason:"error"``, ``errorMessage`` = ``retry_error``, default ``"529 overloaded_error:
@@ -262,6 +264,7 @@ BEHAVIOUR_DEFAULTS: dict[str, Any] = {
     "tools": 0,
     "tool_updates": 2,
     "tool_output_bytes": 64,
+    "tool_hang": False,
     "retries": 0,
     "retry_delay": 0.0,
     "max_retries": None,
@@ -786,6 +789,8 @@ class Story:
         self.emit({"type": "message_end", "message": am})
         self.run_messages.append(am)
         self.emit({"type": "tool_execution_start", "toolCallId": call_id, "toolName": "bash", "args": args})
+        if b.get("tool_hang"):
+            yield ("hang",)
         out = ""
         for _ in range(int(b.get("tool_updates", 2))):
             out += "y" * int(b.get("tool_output_bytes", 64)) + "\n"

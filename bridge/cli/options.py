@@ -278,7 +278,15 @@ def add_bridge_options(p: argparse.ArgumentParser, *, journal_by_default: bool =
         default=300.0,
         metavar="S",
         help="no engine line for S seconds while a prompt's run waits on the model (not while a tool "
-        "runs): stop it, failed/stalled; 0 turns it off (default 300)",
+        "runs): stop it, failed/stalled; 0 turns it off, and --tool-timeout with it (default 300)",
+    )
+    g.add_argument(
+        "--tool-timeout",
+        type=_stall_seconds,
+        default=1800.0,
+        metavar="S",
+        help="no engine line for S seconds while one of a prompt's tools runs (a tool that blocks): stop it "
+        "as a stall, failed/stalled; 0 lets a tool run silent for ever (default 1800)",
     )
     g.add_argument(
         "--dialog-timeout",
@@ -451,6 +459,7 @@ def bridge_config(args: argparse.Namespace) -> Any:
         ack_timeout=args.ack_timeout,
         settle_timeout=args.timeout,
         stall_timeout=args.stall_timeout or None,
+        tool_timeout=args.tool_timeout or None,
         dialog_timeout=args.dialog_timeout,
         thinking=args.thinking,
         taint_grace=args.taint_grace,

@@ -57,6 +57,7 @@ because the session saw exactly what the journal holds, in that order.
 from __future__ import annotations
 
 import collections
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -326,6 +327,8 @@ class Supervision:
         self._launches: dict[int, LaunchFacts] = {}
         #: When the current engine's last line of its own was read (the stall counts from it).
         self._last_seen: float | None = None
+        #: The held prompt and whether a tool of its ran, as last told to the lifecycle.
+        self._tool_told: tuple[str, bool] | None = None
         #: Our own commands awaiting their answers: the start-up check's, a prompt's
         #: configuration's (for ``_config_for``), the controller's questions'.
         self._startup_waiting: dict[str, dict[str, Any] | None] = {}
@@ -621,6 +624,23 @@ class Supervision:
             # The stall timeout counts from the engine's own lines: answers to the bridge's
             # questions (a controller asking for the models) say nothing of the run.
             self._last_seen = t
+            self._tool_moved(t)
+
+    def _tool_moved(self, t: float) -> None:
+        """A tool of the held prompt started or ended in this read: the lifecycle learns it now,
+        not at the stall deadline's next tick, since the tool bound (``tool_timeout``) may be
+        nearer than the deadline armed (issue 42: a 1 s tool bound fired at the 300 s stall).
+        One dictionary look-up a read."""
+        state = self.lifecycle.state
+        held = state.held
+        if held is None or "stall" not in state.deadlines or self.config.tool_timeout is None:
+            return
+        pause = self.session.stall_pause(held)
+        told = (held, pause == math.inf)
+        if told != self._tool_told:
+            self._tool_told = told
+            self._queue(Activity(self.generation, held, t, pause))
+            self._drain()
 
     def _handle(self, events: Sequence[Event]) -> None:
         """The session's events: receipts and signals become the lifecycle's inputs, text and

@@ -56,6 +56,13 @@ HELD_DEADLINES: Final = ("config", "ack", "settle", "stall", "stop", "taint", "c
 
 #: The default stall timeout, seconds (docs: guide/events.md#stalls says why this long).
 DEFAULT_STALL_TIMEOUT: Final = 300.0
+#: The default bound on a tool that shows nothing, seconds: a tool call during which the engine
+#: writes no line for this long stops its prompt as a stall. Without it, a tool that blocks
+#: (a ``sleep`` in a stopped Pi, a hung child) held its prompt for ever: the stall timer rests
+#: while a tool runs and the settle timeout has no default (issue 42). Half an hour: a build or
+#: a test suite that prints nothing for that long is rare, and its output (each
+#: ``tool_execution_update``) counts as a line.
+DEFAULT_TOOL_TIMEOUT: Final = 1800.0
 #: The default time a controller has to answer an extension dialog, seconds.
 DEFAULT_DIALOG_TIMEOUT: Final = 120.0
 
@@ -82,6 +89,16 @@ class BridgeConfig:
 
     @stall_timeout.validator
     def _stall_positive(self, attribute: Any, value: float | None) -> None:
+        if value is not None:
+            _positive(self, attribute, value)
+
+    #: No engine line for this long while one of the held prompt's tools runs: stop it as a
+    #: stall (``failed``/``stalled``). None: a tool may run silent for ever. It rides on the
+    #: stall deadline: with no stall timeout there is none either.
+    tool_timeout: float | None = attrs.field(default=DEFAULT_TOOL_TIMEOUT)
+
+    @tool_timeout.validator
+    def _tool_positive(self, attribute: Any, value: float | None) -> None:
         if value is not None:
             _positive(self, attribute, value)
 

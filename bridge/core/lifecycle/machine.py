@@ -471,11 +471,16 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
             or rec.stall is None
         ):
             return
-        if ev.pause == math.inf:
-            # A tool runs: nothing to measure, so look again one stall timeout from now.
+        since = max(ev.at, rec.written or 0.0, rec.resumed or 0.0)
+        rec.tool_quiet = ev.pause == math.inf and self.config.tool_timeout is not None
+        if rec.tool_quiet:
+            # A tool runs: the engine's silence is bounded by the tool bound (issue 42).
+            s.deadlines["stall"] = since + (self.config.tool_timeout or 0.0)
+        elif ev.pause == math.inf:
+            # A tool runs, unbounded: nothing to measure, so look again one stall timeout from now.
             s.deadlines["stall"] = self._now + rec.stall
         else:
-            s.deadlines["stall"] = max(ev.at, rec.written or 0.0, rec.resumed or 0.0) + ev.pause + rec.stall
+            s.deadlines["stall"] = since + ev.pause + rec.stall
 
     # -- time ----------------------------------------------------------------------
 
@@ -510,8 +515,13 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
             # sent now went unanswered and ended it settle-timeout (issue 42).
             self._deadline_ack()
             return
-        self._send_stop(rec, StopBy.STALL, f"the run showed nothing for {rec.stall:g} s while it waited on the model")
-        self._signal(StalledSignal(rec.request, rec.stall, rec.stop).to_json())
+        if rec.tool_quiet and self.config.tool_timeout is not None:
+            after = self.config.tool_timeout
+            why = f"a tool ran for {after:g} s and the engine showed nothing (--tool-timeout)"
+        else:
+            after, why = rec.stall, f"the run showed nothing for {rec.stall:g} s while it waited on the model"
+        self._send_stop(rec, StopBy.STALL, why)
+        self._signal(StalledSignal(rec.request, after, rec.stop).to_json())
         self.state.deadlines["stop"] = self._now + self.config.stop_grace
 
     def _deadline_stop(self) -> None:

@@ -29,6 +29,8 @@ class PromptRec:
     timeout: float | None = None
     #: Its stall timeout (None: none).
     stall: float | None = None
+    #: Its stall deadline is the tool bound's (a tool runs, :attr:`BridgeConfig.tool_timeout`).
+    tool_quiet: bool = False
     submitted: float = 0.0
     #: When it was written to the engine.
     written: float | None = None
