@@ -285,10 +285,24 @@ def _session_problems(session_file: Any, session: bool, config_dir: str | None) 
     return []
 
 
+#: What ``get_state`` shows for its model when Pi found none it has a key for (Pi 1.6.0).
+NO_MODEL: Final = {"provider": "unknown", "id": "unknown"}
+
+
 def _provider_problems(model: Any, provider: str | None) -> list[str]:
-    """``get_state.model``: the provider the profile asked for."""
+    """``get_state.model``: the provider the profile asked for; and a model at all. With none
+    (no provider given, and no key for any), every prompt was refused by Pi with its
+    five-line "No API key found ... Use /login" advice, as a receipt (``rejected``/``engine``,
+    exit 1) -- the first thing a new user's ``bridge run hi`` did (issue 42). It is a set-up
+    problem, said once, before any prompt."""
     if provider and isinstance(model, Mapping) and model.get("provider") != provider:
         return [f"Pi selected provider {model.get('provider')!r}, not the requested {provider!r}"]
+    if not provider and isinstance(model, Mapping) and all(model.get(k) == v for k, v in NO_MODEL.items()):
+        return [
+            "Pi has no model to run: no provider was given and it has a key for none. Give --provider and "
+            "--model with --api-key-env VAR (the variable holding your key), or --models-json FILE for your own "
+            "model server (docs: guide/run.md); `bridge demo` runs with neither"
+        ]
     return []
 
 
