@@ -76,17 +76,19 @@ def assert_ordinary_tool_error(out: dict[str, Any], *errors: str) -> None:
 
 
 #: Allocates 512 MiB in one process.
-BIG = 'python3 -c "b = bytearray(512 << 20); print(\'allocated\')"'
+BIG = "python3 -c \"b = bytearray(512 << 20); print('allocated')\""
 #: Eight processes of 40 MiB each: none as large as Pi's Node (~120 MiB resident), so at the
 #: limit the OOM killer would pick Pi -- unless the tools' oom_score_adj is above Pi's.
-MANY = 'for i in 1 2 3 4 5 6 7 8; do python3 -c "b = bytearray(40 << 20); import time; time.sleep(3)" & done; wait; exit 9'
+MANY = (
+    'for i in 1 2 3 4 5 6 7 8; do python3 -c "b = bytearray(40 << 20); import time; time.sleep(3)" & done; wait; exit 9'
+)
 #: 200 processes that live 3 s.
 FORKS = (
     "python3 -c 'import os, time\n"
     "for i in range(200):\n"
     "    if os.fork() == 0:\n"
     "        time.sleep(3); os._exit(0)\n"
-    "print(\"forked 200\")'"
+    'print("forked 200")\''
 )
 #: 64 MiB into /tmp, and into the working folder.
 TMP_FILL = "dd if=/dev/zero of=/tmp/fill bs=1M count=64 && echo filled"
@@ -203,3 +205,27 @@ def test_sizes_parse_and_zero_lifts():
     assert Limits(memory="none").memory is None and Limits().processes == 512
     with pytest.raises(ValueError):
         parse_size("lots")
+
+
+@needs_cgroup
+def test_a_killed_bridges_cgroup_is_swept_by_the_next(tmp_path: Path):
+    """Named for a bridge pid that is gone: removed; one of a live bridge (ours) stays."""
+    import subprocess
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    root = find_cgroup_root()
+    assert root is not None
+    left = [os.path.join(f, f"pi-bridge-{gone.pid}-1") for f in sorted(set(root.folders.values()))]
+    ours = EngineLimits.make(SMALL, own_cwd=True)
+    for folder in left:
+        os.mkdir(folder)
+    try:
+        assert sorted(sweep_cgroups()) == sorted(left)
+        assert not any(os.path.exists(f) for f in left) and all(os.path.exists(f) for f in ours.cgroups)
+    finally:
+        ours.remove()
+        for folder in left:
+            if os.path.exists(folder):
+                os.rmdir(folder)
+    assert not any(os.path.exists(f) for f in ours.cgroups)
