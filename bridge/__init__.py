@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from bridge.live.supervisor import BridgeConfig as BridgeConfig
     from bridge.profiles.command import CommandProfile as CommandProfile
     from bridge.profiles.command import ProfileError as ProfileError
+    from bridge.profiles.limits import Limits as Limits
     from bridge.profiles.pi import PiProfile as PiProfile
     from bridge.profiles.pi import scripted_profile as scripted_profile
     from bridge.profiles.sandbox import Sandbox as Sandbox
@@ -64,6 +65,7 @@ _HOMES = {
     "DialogError": "bridge.live.handles",
     "EngineQuestionError": "bridge.live.steering",
     "JournalError": "bridge.live.journal",
+    "Limits": "bridge.profiles.limits",
     "PiProfile": "bridge.profiles.pi",
     "Pool": "bridge.live.pool",
     "PoolHandle": "bridge.live.pool_handle",

@@ -143,8 +143,17 @@ def test_without_the_tools_oom_score_many_small_tools_get_pi_killed(tmp_path: Pa
     assert out["first"].state != "finished", out["first"]
 
 
-def journal_header(path: Path) -> dict[str, Any]:
-    return dict(json.loads(path.read_text().splitlines()[0]))
+def test_without_a_cgroup_each_tool_process_has_rlimit_data(tmp_path: Path, server_for: Any, monkeypatch: Any):
+    """Where no cgroup can be made (forced here): the big allocation fails in the tool
+    (``MemoryError``) under RLIMIT_DATA, which the probe saw as a tool sees it; Pi is not held to it."""
+    monkeypatch.setattr("bridge.profiles.limits.find_cgroup_root", lambda: None)
+    processes = None if os.geteuid() == 0 else 64  # RLIMIT_NPROC does not bind root: refused there
+    out = attack(tmp_path, server_for(BIG), Limits(memory="256M", processes=processes, tmp="16M", disk="16M"))
+    assert_ordinary_tool_error(out, "MemoryError")
+    lines = [json.loads(x) for x in (tmp_path / "j.jsonl").read_text().splitlines()]
+    assert lines[0]["seal"]["sandbox"]["limits"]["memory"].startswith("256 MiB (RLIMIT_DATA")
+    [note] = [x["note"] for x in lines if isinstance(x.get("note"), dict) and x["note"]["event"] == "confinement"]
+    assert note["verified"]["limits"]["tool_rlimit_data_kib"] == str(256 << 10)
 
 
 @needs_cgroup
@@ -177,12 +186,12 @@ def test_a_given_working_folder_is_not_bounded_and_the_header_says_so(tmp_path: 
 def test_without_a_cgroup_root_cannot_keep_a_process_limit(tmp_path: Path):
     if os.geteuid() != 0:
         made = EngineLimits.make(SMALL, own_cwd=True, root=None)
-        assert "ulimit -H -S -u 64" in made.tool_shell and "ulimit -H -S -d 262144" in made.tool_shell
+        assert "ulimit -H -S -u 64 " in made.tool_shell and "ulimit -H -S -d 262144 " in made.tool_shell
         return
     with pytest.raises(ProfileError, match="--engine-processes 0"):
         EngineLimits.make(SMALL, own_cwd=True, root=None)
     made = EngineLimits.make(Limits(memory="256M", processes=0), own_cwd=True, root=None)
-    assert "ulimit -H -S -d 262144" in made.tool_shell and "RLIMIT_DATA" in made.header["memory"]
+    assert "ulimit -H -S -d 262144 " in made.tool_shell and "RLIMIT_DATA" in made.header["memory"]
     assert made.prefix == [] and made.header["processes"] == "none"
 
 

@@ -273,7 +273,7 @@ class EngineLimits:
             header["cgroup"] = list(self.cgroups)
         else:
             if lim.memory is not None:
-                shell.append(f"ulimit -H -S -d {lim.memory // 1024}")
+                shell.append(f"ulimit -H -S -d {lim.memory // 1024} 2>/dev/null")
                 header["memory"] = f"{format_size(lim.memory)} (RLIMIT_DATA of each tool process: no cgroup here)"
             else:
                 header["memory"] = "none"
@@ -285,7 +285,7 @@ class EngineLimits:
                         "the bridge as another user or in a delegated cgroup, or pass --engine-processes 0 "
                         "(in the Python API: Limits(processes=None)) to run without one"
                     )
-                shell.append(f"ulimit -H -S -u {lim.processes}")
+                shell.append(f"ulimit -H -S -u {lim.processes} 2>/dev/null")
                 header["processes"] = f"{lim.processes} (RLIMIT_NPROC, per uid: no cgroup here)"
             else:
                 header["processes"] = "none"
@@ -473,7 +473,10 @@ def check_limits(seen: Mapping[str, list[str]], expect: Mapping[str, Any]) -> tu
         if want is not None and got != -(-want // page) * page:
             problems.append(f"{what} holds {got} bytes in the sandbox, not the {want} asked for")
     oom = (seen.get("tool-oom") or ["?"])[0]
-    if oom != str(TOOL_OOM_SCORE_ADJ):
+    if oom == "?":
+        # Pi runs its tools with sh where there is no bash, and sh reads no BASH_ENV.
+        problems.append("no bash in the sandbox ran the tools' shell: the tools' limits and OOM score are not applied")
+    elif oom != str(TOOL_OOM_SCORE_ADJ):
         problems.append(
             f"a tool's oom_score_adj is {oom}, not {TOOL_OOM_SCORE_ADJ}: Pi is not protected from the OOM killer"
         )
