@@ -238,3 +238,40 @@ def test_a_killed_bridges_cgroup_is_swept_by_the_next(tmp_path: Path):
             if os.path.exists(folder):
                 os.rmdir(folder)
     assert not any(os.path.exists(f) for f in ours.cgroups)
+
+
+@needs_cgroup
+def test_a_sigkilled_bridges_cgroup_is_emptied_and_the_next_bridge_removes_it(tmp_path: Path, server_for: Any):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    server = server_for("sleep 30")
+    models = server.write_models(str(tmp_path))
+    cli = [sys.executable, "-m", "bridge", "run", "--json", "--no-journal", "--models-json", models]
+    cli += ["--provider", "scripted", "--model", "scripted-model"]
+    root = find_cgroup_root()
+    assert root is not None
+    first = subprocess.Popen([*cli, "go"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        pattern = f"pi-bridge-{first.pid}-"
+        deadline = time.monotonic() + 60
+        made: list[str] = []
+        while time.monotonic() < deadline and len(server.requests) < 1:
+            time.sleep(0.05)
+        for folder in sorted(set(root.folders.values())):
+            made += [os.path.join(folder, n) for n in os.listdir(folder) if n.startswith(pattern)]
+        assert len(made) == len(set(root.folders.values())), made
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(Path(f, "cgroup.procs").read_text().strip() for f in made):
+        time.sleep(0.05)
+    assert all(os.path.isdir(f) and not Path(f, "cgroup.procs").read_text().strip() for f in made)
+    server2 = server_for("true")
+    cli[cli.index(models)] = server2.write_models(str(tmp_path))
+    done = subprocess.run([*cli, "again"], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert not any(os.path.exists(f) for f in made), "the next bridge left the killed one's cgroup"

@@ -10,7 +10,11 @@ journal header says which way (:attr:`EngineLimits.header`). The rules, and wher
    - *cgroup v2*: the bridge's own cgroup (``0::PATH`` in ``/proc/self/cgroup``) is writable and
      has ``memory`` and ``pids`` in its ``cgroup.subtree_control`` (a delegated subtree,
      ``Documentation/admin-guide/cgroup-v2.rst`` "Delegation"): a child ``pi-bridge-PID-N`` with
-     ``memory.max``, ``memory.swap.max`` 0 and ``pids.max``.
+     ``memory.max``, ``memory.swap.max`` 0 and ``pids.max``. v2's "no internal processes" rule
+     lets only the root cgroup (or one without processes) enable controllers for its children,
+     and the bridge is in its own: in practice v2 is used when the bridge runs in the root
+     cgroup. Moving the bridge into a leaf, or a launcher-made scope per engine (``systemd-run
+     --scope``), would widen it; not done (no v2 controllers on this machine to try them).
    - *cgroup v1*: the ``memory`` and ``pids`` hierarchies, the bridge's own cgroup in each
      writable (root, as CI here; kernel 6.18 still has both): a child in each, with
      ``memory.limit_in_bytes`` (and ``memory.memsw.limit_in_bytes``, so swap does not extend it,
@@ -41,8 +45,10 @@ journal header says which way (:attr:`EngineLimits.header`). The rules, and wher
    raise them again; Pi itself is not limited): ``RLIMIT_DATA`` for memory (per process: ten
    processes may take ten times it), not ``RLIMIT_AS``, which counts address space V8 only
    reserves (Node needs gigabytes of it for its heap cage and WebAssembly, and fails to start
-   under a small one); ``RLIMIT_NPROC`` for processes, which counts the uid's processes (per user
-   namespace since Linux 5.14) and which the kernel never enforces for root (``kernel/fork.c``
+   under a small one); ``RLIMIT_NPROC`` for processes, which counts the uid's tasks in the
+   sandbox's own user namespace (ucounts, Linux 5.14: measured, 30 processes of the same uid
+   outside did not count, 19 forks inside passed a limit of 20), and which the kernel never
+   enforces for root (``kernel/fork.c``
    ``copy_process``: ``INIT_USER`` passes): as root with no cgroup to make, a process limit
    cannot be kept and is refused (fail closed; ``--engine-processes 0`` runs without).
 
