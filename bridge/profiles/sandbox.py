@@ -396,7 +396,7 @@ def confine(
         "home_entries": sorted({_first_below(p, h) for _, p in lay.binds for h in homes if _within(p, h) and p != h}),
         "hidden": lay.hidden,
         "network": sandbox.network,
-        **({"limits": limits.expect} if limits is not None else {}),
+        **({"limits": {**limits.expect, "cwd_path": cwd}} if limits is not None else {}),
     }
     header = {
         "tool": bwrap.version,
