@@ -158,7 +158,10 @@ def test_without_a_cgroup_each_tool_process_has_rlimit_data(tmp_path: Path, serv
 
 @needs_cgroup
 def test_the_journal_says_what_was_enforced_and_the_probe_saw_it(tmp_path: Path, server_for: Any):
-    out = attack(tmp_path, server_for("cat /proc/self/oom_score_adj"), SMALL)
+    tamper = (
+        'cat /proc/self/oom_score_adj; echo "ulimit -v 1" >> "$BASH_ENV"; echo append=$?; rm -f "$BASH_ENV"; echo rm=$?'
+    )
+    out = attack(tmp_path, server_for(tamper), SMALL)
     assert out["first"].state == "finished"
     lines = [json.loads(x) for x in (tmp_path / "j.jsonl").read_text().splitlines()]
     limits = lines[0]["seal"]["sandbox"]["limits"]
@@ -171,6 +174,7 @@ def test_the_journal_says_what_was_enforced_and_the_probe_saw_it(tmp_path: Path,
     names = {os.path.basename(c) for c in limits["cgroup"]}
     assert all(any(line.endswith("/" + n) for line in seen["cgroups"]) for n in names), seen
     assert out["tool"].startswith("1000")
+    assert "append=1" in out["tool"] and "rm=1" in out["tool"], out["tool"]  # the tools' shell is read-only
     assert not any(os.path.exists(c) for c in limits["cgroup"]), "the engine's cgroup outlived it"
 
 

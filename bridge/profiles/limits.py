@@ -256,8 +256,7 @@ class EngineLimits:
         """Make the cgroup (or plan the rlimits) for one engine. ``root``: where cgroups go (True:
         :func:`find_cgroup_root`; None: nowhere). Raises :class:`ProfileError` for a limit that
         cannot be kept here (rule 3), naming the fix."""
-        where = find_cgroup_root() if root is True else root
-        assert where is None or isinstance(where, CgroupRoot)
+        where = find_cgroup_root() if root is True else root if isinstance(root, CgroupRoot) else None
         made = cls(limits=limits, cwd_tmpfs=own_cwd and limits.disk is not None)
         try:
             made._apply(where)
@@ -292,12 +291,14 @@ class EngineLimits:
                         "(in the Python API: Limits(processes=None)) to run without one"
                     )
                 shell.append(f"ulimit -H -S -u {lim.processes} 2>/dev/null")
-                header["processes"] = f"{lim.processes} (RLIMIT_NPROC, per uid: no cgroup here)"
+                header["processes"] = (
+                    f"{lim.processes} (RLIMIT_NPROC of each tool, the uid's in the sandbox: no cgroup here)"
+                )
             else:
                 header["processes"] = "none"
         header["tmp"] = f"{format_size(lim.tmp)} (tmpfs)" if lim.tmp else "none (tmpfs of half the RAM)"
         if self.cwd_tmpfs:
-            header["working_folder"] = f"{format_size(lim.disk)} (tmpfs)"  # type: ignore[arg-type]
+            header["working_folder"] = f"{format_size(lim.disk or 0)} (tmpfs)"
         elif lim.disk is None:
             header["working_folder"] = "none"
         else:
@@ -418,7 +419,7 @@ def sweep_cgroups(root: CgroupRoot | bool | None = True) -> list[str]:
     that is gone; rule 1). Returns what was removed."""
     where = find_cgroup_root() if root is True else root
     if not isinstance(where, CgroupRoot):
-        return []
+        return []  # (nowhere to look)
     removed = []
     for parent in sorted(set(where.folders.values())):
         try:
