@@ -153,12 +153,12 @@ LIMIT_OPTIONS: Final = (
         "processes and threads of the engine (a cgroup; else RLIMIT_NPROC, which does not bind root: refused "
         "there); a tool's fork past it fails (default 512; 0: none)",
     ),
-    ("--engine-tmp-size", "size", "size of the engine's private /tmp (a tmpfs; default 1G; 0: half the RAM)"),
+    ("--engine-tmp-size", "size", "size of the engine's private /tmp (a tmpfs; default 512M; 0: half the RAM)"),
     (
         "--engine-disk",
         "size",
         "size of the working folder the bridge makes for the engine (a tmpfs; a given --engine-cwd is not "
-        "bounded; default 1G; 0: none)",
+        "bounded; default 512M; 0: none)",
     ),
 )
 

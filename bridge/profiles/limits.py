@@ -137,10 +137,12 @@ class Limits:
     memory: int | None = attrs.field(default=2 << 30, converter=parse_size)
     #: Processes (tasks, threads included, in a cgroup; the uid's without one). Default 512.
     processes: int | None = attrs.field(default=512, converter=parse_count)
-    #: The private ``/tmp`` (a tmpfs). Default 1 GiB.
-    tmp: int | None = attrs.field(default=1 << 30, converter=parse_size)
-    #: The private working folder (a tmpfs; a given ``--engine-cwd`` is not bounded). Default 1 GiB.
-    disk: int | None = attrs.field(default=1 << 30, converter=parse_size)
+    #: The private ``/tmp`` (a tmpfs). Default 512 MiB: both tmpfs full leave Pi and its tools
+    #: half the default memory (their pages count in the memory cgroup, and without swap they
+    #: cannot be reclaimed: at the limit the OOM killer takes the tools, then Pi).
+    tmp: int | None = attrs.field(default=512 << 20, converter=parse_size)
+    #: The private working folder (a tmpfs; a given ``--engine-cwd`` is not bounded). Default 512 MiB.
+    disk: int | None = attrs.field(default=512 << 20, converter=parse_size)
 
 
 DEFAULT_LIMITS: Final = Limits()
