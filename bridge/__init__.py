@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from bridge.profiles.command import ProfileError as ProfileError
     from bridge.profiles.conversation import list_conversations as list_conversations
     from bridge.profiles.conversation import remove_conversation as remove_conversation
+    from bridge.profiles.limits import Limits as Limits
     from bridge.profiles.pi import PiProfile as PiProfile
     from bridge.profiles.pi import scripted_profile as scripted_profile
     from bridge.profiles.sandbox import Sandbox as Sandbox
@@ -67,6 +68,7 @@ _HOMES = {
     "DialogError": "bridge.live.handles",
     "EngineQuestionError": "bridge.live.steering",
     "JournalError": "bridge.live.journal",
+    "Limits": "bridge.profiles.limits",
     "PiProfile": "bridge.profiles.pi",
     "Pool": "bridge.live.pool",
     "PoolHandle": "bridge.live.pool_handle",

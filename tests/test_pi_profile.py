@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from bridge.profiles.command import Launch, ProfileError
+from bridge.profiles.limits import TOOL_SHELL_FILE
 from bridge.profiles.pi import PI_PACKAGE, PI_PIN, PiProfile, find_install, scripted_profile
 from bridge.profiles.sandbox import PROBE_FILE, Sandbox
 from bridge.profiles.seal import SEAL_FLAGS, check_seal
@@ -284,7 +285,7 @@ def test_prepare_config_dir_and_argv(
     cfg = Path(launch.env["PI_CODING_AGENT_DIR"])
     assert cfg.name.startswith("pi-bridge-pi-") and cfg != tmp_path / "users-own-pi"
     assert mode(cfg) == 0o700
-    assert sorted(os.listdir(cfg)) == ["auth.json", "models.json", "settings.json"]
+    assert sorted(os.listdir(cfg)) == ["auth.json", "models.json", "settings.json", TOOL_SHELL_FILE]
     for f in cfg.iterdir():
         assert mode(f) == 0o600, f
     assert (cfg / "models.json").read_bytes() == Path(models_json).read_bytes()
@@ -404,12 +405,13 @@ def test_env_allowlist_narrows(
         "PI_SKIP_VERSION_CHECK",
         "PI_TELEMETRY",
         "NODE_COMPILE_CACHE",  # the confined engine's, read-only (bridge.profiles.sandbox)
+        "BASH_ENV",  # the tools' shell, read-only (bridge.profiles.limits)
     }
     # No key given: no auth.json; no models.json without one.
-    assert sorted(os.listdir(env["PI_CODING_AGENT_DIR"])) == ["models.json", "settings.json"]
+    assert sorted(os.listdir(env["PI_CODING_AGENT_DIR"])) == ["models.json", "settings.json", TOOL_SHELL_FILE]
     launch2 = PiProfile(pi_dir=str(root)).prepare()
     launches.append(launch2)
-    assert os.listdir(launch2.env["PI_CODING_AGENT_DIR"]) == ["settings.json"]
+    assert sorted(os.listdir(launch2.env["PI_CODING_AGENT_DIR"])) == ["settings.json", TOOL_SHELL_FILE]
 
 
 def test_session_cwd_and_extensions(tmp_path: Path, launches: list[Launch], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -685,7 +687,14 @@ def test_real_pi_sealed_smoke(scripted_server: Any, tmp_path: Path, launches: li
         assert eng.proc.wait(timeout=5) == 0
         # Pi itself only added its empty stores to the isolated folder.
         cfg = launch.env["PI_CODING_AGENT_DIR"]
-        assert set(os.listdir(cfg)) <= {"models.json", "settings.json", "auth.json", "models-store.json", PROBE_FILE}
+        assert set(os.listdir(cfg)) <= {
+            "models.json",
+            "settings.json",
+            "auth.json",
+            "models-store.json",
+            PROBE_FILE,
+            TOOL_SHELL_FILE,
+        }
         assert not any(Path(launch.cwd or "").iterdir())
     finally:
         eng.kill()

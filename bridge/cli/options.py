@@ -135,6 +135,47 @@ def _add_confinement_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="cut the engine off the network but for its provider (a --models-json provider on this machine)",
     )
+    for flag, kind, what in LIMIT_OPTIONS:
+        g.add_argument(flag, type=_limit(kind), default=None, metavar="N" if kind == "count" else "SIZE", help=what)
+
+
+#: The limits of the confined engine (docs: guide/confinement.md#limits): flag, kind, help.
+LIMIT_OPTIONS: Final = (
+    (
+        "--engine-memory",
+        "size",
+        "memory of the engine, Pi and its tools together (a cgroup where the bridge may make one; else each "
+        "tool process's data, RLIMIT_DATA); a tool past it is killed, its call fails (default 2G; 0: none)",
+    ),
+    (
+        "--engine-processes",
+        "count",
+        "processes and threads of the engine (a cgroup; else RLIMIT_NPROC, which does not bind root: refused "
+        "there); a tool's fork past it fails (default 512; 0: none)",
+    ),
+    ("--engine-tmp-size", "size", "size of the engine's private /tmp (a tmpfs; default 512M; 0: half the RAM)"),
+    (
+        "--engine-disk",
+        "size",
+        "size of the working folder the bridge makes for the engine (a tmpfs; a given --engine-cwd is not "
+        "bounded; default 512M; 0: none)",
+    ),
+)
+
+
+def _limit(kind: str) -> Any:
+    """A ``--engine-*`` limit: a size (``512M``, ``2G``) or a count; ``0``/``none`` lifts it."""
+
+    def parse(text: str) -> Any:
+        from bridge.profiles.limits import parse_count, parse_size
+
+        try:
+            return (parse_size if kind == "size" else parse_count)(text) or 0
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = kind
+    return parse
 
 
 def positive(kind: type) -> Any:
@@ -391,6 +432,7 @@ def _pi_profile(args: argparse.Namespace) -> EngineProfile:
     return PiProfile(
         settings=_pi_settings(args),
         sandbox=sandbox,
+        limits=_limits(args),
         pi_dir=args.pi_dir,
         allow_other_version=args.allow_other_pi_version,
         provider=args.provider,
@@ -402,6 +444,25 @@ def _pi_profile(args: argparse.Namespace) -> EngineProfile:
         env_allowlist=args.env_allow,
         extensions=tuple(args.extension),
     )
+
+
+def _limits(args: argparse.Namespace) -> Any:
+    """The ``--engine-*`` limits given, over the defaults (0: lifted)."""
+    import attrs
+
+    from bridge.profiles.limits import DEFAULT_LIMITS
+
+    given = {f: getattr(args, a) for f, a in _LIMIT_FIELDS if getattr(args, a, None) is not None}
+    return attrs.evolve(DEFAULT_LIMITS, **given)
+
+
+#: ``Limits`` field -> the ``--engine-*`` option's dest.
+_LIMIT_FIELDS: Final = (
+    ("memory", "engine_memory"),
+    ("processes", "engine_processes"),
+    ("tmp", "engine_tmp_size"),
+    ("disk", "engine_disk"),
+)
 
 
 def _pi_settings(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -448,7 +509,12 @@ def _confinement_options(args: argparse.Namespace) -> list[str]:
     """The confinement options given, as typed (``--no-sandbox`` first)."""
     given = ["--no-sandbox"] if args.no_sandbox else []
     given += [f"--allow-read {p}" for p in args.allow_read] + [f"--allow-write {p}" for p in args.allow_write]
-    return given + (["--no-network"] if args.no_network else [])
+    given += ["--no-network"] if args.no_network else []
+    return given + [
+        f"{flag} {getattr(args, dest)}"
+        for (flag, *_), (_, dest) in zip(LIMIT_OPTIONS, _LIMIT_FIELDS, strict=True)
+        if getattr(args, dest, None) is not None
+    ]
 
 
 def bridge_config(args: argparse.Namespace) -> Any:

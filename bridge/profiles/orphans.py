@@ -40,8 +40,12 @@ def remove_orphans(tmp: str | None = None) -> list[str]:
     return removed
 
 
-def remove_orphans_once() -> None:
+def remove_orphans_once() -> bool:
+    """Once per process: :func:`remove_orphans`. Returns whether it ran now (the caller sweeps
+    what else is named for a bridge's pid: :func:`bridge.profiles.limits.sweep_cgroups`)."""
     global _orphans_checked
-    if not _orphans_checked:
-        _orphans_checked = True
-        remove_orphans()
+    if _orphans_checked:
+        return False
+    _orphans_checked = True
+    remove_orphans()
+    return True

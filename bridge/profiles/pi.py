@@ -32,6 +32,7 @@ import attrs
 
 from bridge.profiles.command import PI_CLEARING, Launch, ProfileError, filtered_env
 from bridge.profiles.conversation import Conversation, EngineConversation
+from bridge.profiles.limits import DEFAULT_LIMITS, TOOL_SHELL_FILE, EngineLimits, Limits, sweep_cgroups
 from bridge.profiles.netjail import ProviderLink, provider_address, relay_lines
 from bridge.profiles.orphans import remove_orphans, remove_orphans_once
 from bridge.profiles.pi_versions import (
@@ -387,6 +388,9 @@ class PiProfile:
     unsealed_extensions: Sequence[str] = ()
     #: The confinement (:mod:`bridge.profiles.sandbox`); ``Sandbox(enabled=False)``: ``--no-sandbox``.
     sandbox: Sandbox = attrs.field(factory=Sandbox)
+    #: The confined engine's memory, process and disk limits (:mod:`bridge.profiles.limits`);
+    #: a field ``None`` lifts that one. Without the sandbox there are none.
+    limits: Limits = DEFAULT_LIMITS
     name: str = "pi"
     #: Check at start that Pi runs the ``model`` asked for and offers it (seal rule 9). Off
     #: only for ``bridge models``, which lists what Pi offers (a wrong ``--model`` included).
@@ -450,7 +454,8 @@ class PiProfile:
         self._validate()
         ext_args = self._extension_args()
         models_bytes = self._read_models()
-        remove_orphans_once()
+        if remove_orphans_once():
+            sweep_cgroups()
         folders = _PrivateFolders(
             Path(tempfile.mkdtemp(prefix=f"pi-bridge-pi-{os.getpid()}-", dir=self._config_base()))
         )
@@ -546,6 +551,11 @@ class PiProfile:
         (:mod:`bridge.profiles.netjail`), closed with the folders."""
         needs = [install.root, os.path.join(install.root, "node_modules"), install.cli, install.node]
         needs += [str(Path(install.node).resolve().parents[1])] + ext_args[1::2]
+        folders.limits = EngineLimits.make(self.limits, own_cwd=folders.own_cwd is not None)
+        tool_shell = folders.config / TOOL_SHELL_FILE
+        _write_private(tool_shell, folders.limits.tool_shell.encode())
+        # Read-only in the sandbox (a tool must not rewrite the next tool's limits).
+        env["BASH_ENV"] = str(tool_shell)
         cache = compile_cache(
             bwrap, install.version, [install.node, install.cli], needs=needs, env=env, scratch=str(folders.config)
         )
@@ -566,12 +576,14 @@ class PiProfile:
             argv,
             cwd=cwd,
             config=str(folders.config),
-            needs=needs,
+            needs=[*needs, str(tool_shell)],
             own_cwd=folders.own_cwd is not None,
             relay=relay,
             provider=provider,
             cache=cache,
             watch_fd=folders.watch[0],
+            limits=folders.limits,
+            tool_shell=str(tool_shell),
         )
 
     def _read_models(self) -> bytes | None:
@@ -727,6 +739,8 @@ class _PrivateFolders:
     link: ProviderLink | None = None
     #: The sandbox's watch on the bridge: (read end, write end) (:data:`bridge.profiles.sandbox.WATCH`).
     watch: tuple[int, int] | None = None
+    #: The engine's cgroup, if one was made (:mod:`bridge.profiles.limits`).
+    limits: EngineLimits | None = None
 
     def remove(self) -> None:
         """Close the link and the watch, remove the folders (those even if a close failed)."""
@@ -742,6 +756,8 @@ class _PrivateFolders:
                     except OSError:
                         pass  # (closed already)
         finally:
+            if self.limits is not None:
+                self.limits.remove()
             shutil.rmtree(self.config, ignore_errors=True)
             if self.own_cwd is not None:
                 shutil.rmtree(self.own_cwd, ignore_errors=True)
@@ -765,6 +781,7 @@ class PiOptions(TypedDict, total=False):
     extensions: Sequence[str]
     unsealed_extensions: Sequence[str]
     sandbox: Sandbox
+    limits: Limits
     name: str
     check_model: bool
 
