@@ -161,3 +161,51 @@ def test_what_the_endpoint_cannot_serve_is_refused_in_one_line(pinned_pi: object
     )  # fmt: skip
     with pytest.raises(ProfileError, match="--key-inside and --no-network do not go together"):
         profile.prepare()
+
+
+def test_the_bridge_verifies_the_providers_certificate(tmp_path: Path) -> None:
+    """https upstream: the TLS is the bridge's, verified (a self-signed certificate is refused,
+    502 naming why), never relaxed for the engine."""
+    import shutil
+    import ssl
+    import subprocess
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+         "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    seen: list[str] = []
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            seen.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(cert), str(key))
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    base = f"https://127.0.0.1:{httpd.server_address[1]}/v1"
+    keys = plan(provider="scripted", model="scripted-model", key=KEY, models=models_json(base), pi_root="/")
+    endpoint = KeyEndpoint.on_loopback(keys)
+    endpoint.gate = "p1"
+    try:
+        assert endpoint.port is not None and keys.auth is not None
+        status, body = call(endpoint.port, "/p0/chat/completions", {"Authorization": f"Bearer {keys.auth}"})
+        assert status == 502 and b"CERTIFICATE_VERIFY_FAILED" in body, body
+        assert seen == []  # nothing (no key) was sent to a server that could not prove its name
+    finally:
+        endpoint.close()
+        httpd.shutdown()
+        httpd.server_close()
