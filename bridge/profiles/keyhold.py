@@ -316,6 +316,19 @@ class _Scrubber:
         return value
 
 
+_tls_context: list[ssl.SSLContext] = []
+_tls_lock = threading.Lock()
+
+
+def _tls() -> ssl.SSLContext:
+    """The bridge's TLS context (the system's certificates, names checked): made at the first
+    https call, shared after (loading the certificates took ~85 ms: not at every engine start)."""
+    with _tls_lock:
+        if not _tls_context:
+            _tls_context.append(ssl.create_default_context())
+        return _tls_context[0]
+
+
 #: ``report(request, usage)``: a call was forwarded while ``request`` held the gate.
 Report = Callable[[str | None, Usage | None], None]
 
@@ -335,7 +348,6 @@ class KeyEndpoint:
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._closed = False
-        self._ssl = ssl.create_default_context()
         threading.Thread(target=self._accept, name="pi-bridge-key-endpoint", daemon=True).start()
 
     @classmethod
@@ -523,7 +535,7 @@ class _Handler(BaseHTTPRequestHandler):
         conn = self._upstream.get(route.name)
         if conn is None:
             if scheme == "https":
-                conn = http.client.HTTPSConnection(host, port, timeout=_CONNECT_TIMEOUT, context=self.endpoint._ssl)
+                conn = http.client.HTTPSConnection(host, port, timeout=_CONNECT_TIMEOUT, context=_tls())
             else:
                 conn = http.client.HTTPConnection(host, port, timeout=_CONNECT_TIMEOUT)
             conn.connect()
