@@ -56,6 +56,27 @@ def test_the_scrubber_finds_a_secret_split_across_reads_and_holds_back_only_a_po
     assert scrub.text("a SECRET b") == "a pib-t b"
 
 
+def test_openai_responses_and_google_usage() -> None:
+    completed = {
+        "type": "response.completed",
+        "response": {"usage": {"input_tokens": 50, "output_tokens": 5, "input_tokens_details": {"cached_tokens": 10}}},
+    }
+    reader = UsageReader("text/event-stream")
+    reader.feed(b'event: response.created\ndata: {"type":"response.created"}\n\n')
+    reader.feed(b"event: response.completed\ndata: " + json.dumps(completed).encode() + b"\n\n")
+    assert reader.usage == Usage(input=40, output=5, cache_read=10, total_tokens=55)
+    google = UsageReader("text/event-stream")
+    for n in (3, 8):  # each chunk's usage so far; the last is the call's
+        meta = {
+            "promptTokenCount": 30,
+            "cachedContentTokenCount": 4,
+            "candidatesTokenCount": n,
+            "thoughtsTokenCount": 2,
+        }
+        google.feed(b"data: " + json.dumps({"candidates": [], "usageMetadata": meta}).encode() + b"\r\n\r\n")
+    assert google.usage == Usage(input=26, output=10, cache_read=4, total_tokens=40)
+
+
 def test_a_plain_answer_an_unknown_one_and_prices() -> None:
     reader = UsageReader("application/json")
     reader.feed(json.dumps({"usage": {"prompt_tokens": 1000, "completion_tokens": 50}}).encode())

@@ -17,10 +17,16 @@ held prompt's budget (:mod:`bridge.core.budget`, rule 5). The rules, with their 
    ``message.usage`` (``input_tokens``, ``cache_read_input_tokens``,
    ``cache_creation_input_tokens``, ``output_tokens``), each ``message_delta`` a cumulative
    ``usage.output_tokens``; a plain answer carries ``usage`` at the top.
-3. **Anything else** (another API, a body that is neither JSON nor Server-Sent Events, a
+3. **OpenAI responses** (``openai-responses``, Pi's built-in ``openai``): the stream's
+   ``response.completed`` carries ``response.usage`` (``input_tokens`` with
+   ``input_tokens_details.cached_tokens`` among them, ``output_tokens``); a plain answer carries
+   ``usage`` at the top. **Google** (``google-generative-ai``): each streamed chunk's
+   ``usageMetadata`` (``promptTokenCount``, ``cachedContentTokenCount`` among them,
+   ``candidatesTokenCount``, ``thoughtsTokenCount``), the last one the call's.
+4. **Anything else** (another API, a body that is neither JSON nor Server-Sent Events, a
    stream cut before its usage) is a call with no usage known: counted as a call, never
    estimated (the budget page says what that leaves open).
-4. **Prices**: a usage's ``cost`` is computed as Pi computes it, from the model's configured
+5. **Prices**: a usage's ``cost`` is computed as Pi computes it, from the model's configured
    prices per million tokens (``models.json``'s ``cost``, or Pi's own catalogue for a built-in
    provider): :func:`priced`.
 
@@ -51,8 +57,8 @@ class UsageReader:
         self._sse = "event-stream" in content_type.lower()
         self._buffer = bytearray()
         self._dropping = False
-        #: OpenAI's: the last usage seen; Anthropic's: its parts, merged.
-        self._openai: dict[str, Any] | None = None
+        #: The last usage seen, as a Usage (OpenAI's, Google's); Anthropic's: its parts, merged.
+        self._last: Usage | None = None
         self._anthropic: dict[str, int] = {}
 
     def feed(self, data: bytes) -> None:
@@ -84,8 +90,8 @@ class UsageReader:
         if not self._sse and self._buffer and not self._dropping:
             self._record(_json(bytes(self._buffer)))
             self._buffer.clear()
-        if self._openai is not None:
-            return _from_openai(self._openai)
+        if self._last is not None:
+            return self._last
         if self._anthropic:
             a = self._anthropic
             inp, out = a.get("input_tokens", 0), a.get("output_tokens", 0)
@@ -106,12 +112,25 @@ class UsageReader:
         if not isinstance(obj, dict):
             return
         kind = obj.get("type")
+        usage = obj.get("usage")
         if kind == "message_start" and isinstance(obj.get("message"), dict):
             self._anthropic_usage(obj["message"].get("usage"))
         elif kind == "message_delta" or kind == "message":
-            self._anthropic_usage(obj.get("usage"))
-        elif isinstance(obj.get("usage"), dict) and "prompt_tokens" in obj["usage"]:
-            self._openai = obj["usage"]
+            self._anthropic_usage(usage)
+        elif isinstance(usage, dict) and "prompt_tokens" in usage:
+            self._last = _from_openai(usage)
+        elif kind == "response.completed" and isinstance(obj.get("response"), dict):
+            self._record(obj["response"])
+        elif isinstance(usage, dict) and "input_tokens" in usage:  # a responses API answer
+            self._last = _cached_apart(
+                usage.get("input_tokens"), usage.get("output_tokens"), usage, "input_tokens_details"
+            )
+        elif isinstance(obj.get("usageMetadata"), dict):
+            u = obj["usageMetadata"]
+            out = _int(u.get("candidatesTokenCount")) + _int(u.get("thoughtsTokenCount"))
+            cached = _int(u.get("cachedContentTokenCount"))
+            inp = max(0, _int(u.get("promptTokenCount")) - cached)
+            self._last = Usage(input=inp, output=out, cache_read=cached, total_tokens=inp + out + cached)
 
     def _anthropic_usage(self, usage: Any) -> None:
         if isinstance(usage, dict):
@@ -138,11 +157,15 @@ def _int(value: Any) -> int:
 
 
 def _from_openai(u: Mapping[str, Any]) -> Usage:
-    details = u.get("prompt_tokens_details")
+    return _cached_apart(u.get("prompt_tokens"), u.get("completion_tokens"), u, "prompt_tokens_details")
+
+
+def _cached_apart(prompt: Any, completion: Any, u: Mapping[str, Any], details_key: str) -> Usage:
+    """Input tokens with the cached ones among them (OpenAI's two APIs), counted apart as Pi does."""
+    details = u.get(details_key)
     cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
-    prompt, completion = _int(u.get("prompt_tokens")), _int(u.get("completion_tokens"))
-    inp = max(0, prompt - cached)
-    return Usage(input=inp, output=completion, cache_read=cached, total_tokens=inp + completion + cached)
+    inp, out = max(0, _int(prompt) - cached), _int(completion)
+    return Usage(input=inp, output=out, cache_read=cached, total_tokens=inp + out + cached)
 
 
 def priced(usage: Usage, cost: Mapping[str, Any] | None) -> Usage:
