@@ -57,8 +57,9 @@ def add_engine_options(p: argparse.ArgumentParser, *, engine_cwd: bool = True, c
     g.add_argument(
         "--api-key-env",
         metavar="NAME",
-        help="environment variable holding the provider's API key (the engine's private config refers to it "
-        "by name: the key itself is never written to disk nor put on a command line)",
+        help="environment variable holding the provider's API key: the bridge holds the key and the engine gets "
+        "only a per-engine token for it (its model calls go through the bridge's key endpoint, which puts the key "
+        "in); the variable is never passed to the engine",
     )
     g.add_argument(
         "--models-json", metavar="PATH", help="a Pi models.json with custom providers (copied into the private config)"
@@ -98,7 +99,9 @@ def add_engine_options(p: argparse.ArgumentParser, *, engine_cwd: bool = True, c
         "--env-allow",
         metavar="NAME",
         action="append",
-        help="pass only these environment variables to the engine (plus PATH, HOME, LANG, LC_ALL, TZ, TMPDIR); repeatable",
+        help="pass this environment variable to the engine too: the sealed Pi gets only PATH, HOME, LANG, LC_*, TERM, "
+        "TZ and TMPDIR (/tmp in the sandbox) besides its own; a -- engine gets only these names (plus PATH, HOME, "
+        "LANG, LC_ALL, TZ, TMPDIR) once one is given; repeatable",
     )
     g.add_argument(
         "--clearing",
@@ -133,7 +136,15 @@ def _add_confinement_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--no-network",
         action="store_true",
-        help="cut the engine off the network but for its provider (a --models-json provider on this machine)",
+        help="cut the engine off the network but for the bridge's key endpoint, which forwards its model calls to "
+        "its provider (any host)",
+    )
+    g.add_argument(
+        "--key-inside",
+        action="store_true",
+        help="hand the sealed Pi the provider key itself (in its private auth.json/models.json and, with "
+        "--api-key-env, its environment), where its tools can read it, instead of a token for the bridge's key "
+        "endpoint; not with --no-network (said in the journal header)",
     )
     for flag, kind, what in LIMIT_OPTIONS:
         g.add_argument(flag, type=_limit(kind), default=None, metavar="N" if kind == "count" else "SIZE", help=what)
@@ -421,8 +432,9 @@ def _pi_profile(args: argparse.Namespace) -> EngineProfile:
 
     if args.allow_other_pi_version:
         _warn_other_version(args)
-    if args.no_sandbox and _confinement_options(args)[1:]:
-        _refuse(f"bridge {args.command}: {_confinement_options(args)[1]} has no effect with --no-sandbox")
+    idle = [o for o in _confinement_options(args)[1:] if o != "--key-inside"]  # the key is held either way
+    if args.no_sandbox and idle:
+        _refuse(f"bridge {args.command}: {idle[0]} has no effect with --no-sandbox")
     sandbox = Sandbox(
         enabled=not args.no_sandbox,
         allow_read=tuple(args.allow_read),
@@ -442,6 +454,7 @@ def _pi_profile(args: argparse.Namespace) -> EngineProfile:
         session=args.pi_session,
         cwd=getattr(args, "engine_cwd", None),
         env_allowlist=args.env_allow,
+        key_inside=args.key_inside,
         extensions=tuple(args.extension),
     )
 
@@ -510,6 +523,7 @@ def _confinement_options(args: argparse.Namespace) -> list[str]:
     given = ["--no-sandbox"] if args.no_sandbox else []
     given += [f"--allow-read {p}" for p in args.allow_read] + [f"--allow-write {p}" for p in args.allow_write]
     given += ["--no-network"] if args.no_network else []
+    given += ["--key-inside"] if getattr(args, "key_inside", False) else []
     return given + [
         f"{flag} {getattr(args, dest)}"
         for (flag, *_), (_, dest) in zip(LIMIT_OPTIONS, _LIMIT_FIELDS, strict=True)
