@@ -188,7 +188,8 @@ def test_without_the_sandbox_the_same_call_writes_everywhere(tmp_path: Path, ser
     assert out.returncode == 0, out.stderr
     said = tool_output(journal)
     assert "home=0" in said and "outside=0" in said and planted["token"] in said
-    assert read_journal(journal)[0]["seal"]["sandbox"] == {"enabled": False, "why": "--no-sandbox"}
+    sandbox = read_journal(journal)[0]["seal"]["sandbox"]
+    assert sandbox == {"enabled": False, "why": "--no-sandbox", "tools": "unconfined (--no-sandbox)"}
 
 
 def test_allow_write_and_allow_read_open_one_path_each(tmp_path: Path, server_for: Any, planted: Any):

@@ -40,8 +40,16 @@ def remove_orphans(tmp: str | None = None) -> list[str]:
     return removed
 
 
+#: Where else private folders are made: a sandboxed engine's config folder when the temporary
+#: folder is one its tools may write (``bridge.profiles.pi.CONFIG_BASES``).
+OTHER_BASES = ("/var/tmp",)
+
+
 def remove_orphans_once() -> None:
     global _orphans_checked
     if not _orphans_checked:
         _orphans_checked = True
         remove_orphans()
+        for base in OTHER_BASES:
+            if os.path.realpath(base) != os.path.realpath(tempfile.gettempdir()):
+                remove_orphans(base)

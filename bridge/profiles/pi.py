@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -33,17 +34,19 @@ import attrs
 from bridge.profiles.command import PI_CLEARING, Launch, ProfileError, filtered_env
 from bridge.profiles.conversation import Conversation, EngineConversation
 from bridge.profiles.netjail import ProviderLink, provider_address, relay_lines
-from bridge.profiles.orphans import remove_orphans, remove_orphans_once
+from bridge.profiles.orphans import OTHER_BASES, remove_orphans, remove_orphans_once
 from bridge.profiles.pi_versions import FEATURES, OPTIONAL_FLAGS, features_of, needs_message, probe_flags
 from bridge.profiles.sandbox import (
     Bwrap,
     Confined,
     Sandbox,
+    Tools,
     check_probe,
     compile_cache,
     confine,
     disabled_header,
     find_bwrap,
+    find_landlock,
 )
 from bridge.profiles.seal import (
     DEFAULT_SETTINGS,
@@ -56,6 +59,7 @@ from bridge.profiles.seal import (
     check_seal,
     startup_refusal,
 )
+from bridge.profiles.toolshell import script as tool_shell_script
 
 __all__ = [
     "NODE_MIN",
@@ -405,6 +409,11 @@ class PiProfile:
                 raise ProfileError(f"{self.api_key_env} cannot hold an API key: the seal sets or drops it")
             if not os.environ.get(self.api_key_env):
                 raise ProfileError(f"the API key variable {self.api_key_env} is not set (or empty)")
+        if self.settings and self.sandbox.enabled and TOOL_SETTING in self.settings:
+            raise ProfileError(
+                f"setting {TOOL_SETTING} is the sandbox's: Pi's bash tool runs through the tool shell, "
+                "which confines every tool (leave it out, or pass --no-sandbox)"
+            )
         if self.settings:
             bad = sorted(RESOURCE_SETTINGS & set(self.settings))
             if bad:
@@ -434,6 +443,7 @@ class PiProfile:
         """One sealed Pi's launch. Its private folders are made here; ``Launch.cleanup`` removes them.
         Confined unless the sandbox is off; a sandbox that cannot be made is a :class:`ProfileError`."""
         bwrap = find_bwrap() if self.sandbox.enabled else None
+        landlock = find_landlock() if self.sandbox.enabled else 0
         install = find_install(self.pi_dir, allow_other_version=self.allow_other_version, bwrap=bwrap)
         self._validate()
         ext_args = self._extension_args()
@@ -443,7 +453,7 @@ class PiProfile:
             Path(tempfile.mkdtemp(prefix=f"pi-bridge-pi-{os.getpid()}-", dir=self._config_base()))
         )
         try:
-            return self._launch(install, bwrap, folders, ext_args, models_bytes)
+            return self._launch(install, bwrap, folders, ext_args, models_bytes, landlock)
         except BaseException:
             # Whatever stops it once the folder is made (a KeyboardInterrupt too): nothing is left.
             folders.remove()
@@ -456,9 +466,12 @@ class PiProfile:
         folders: _PrivateFolders,
         ext_args: list[str],
         models_bytes: bytes | None,
+        landlock: int = 0,
     ) -> Launch:
-        """The launch in the private ``folders`` (made; the caller removes them if this raises)."""
-        key_kind = self._write_config(folders.config, models_bytes)
+        """The launch in the private ``folders`` (made; the caller removes them if this raises).
+        ``landlock``: the kernel's Landlock ABI when confined (the tool shell's)."""
+        tool_shell = folders.config / TOOL_SHELL if bwrap is not None else None
+        key_kind = self._write_config(folders.config, models_bytes, tool_shell)
         cwd = self._working_folder(folders)
         conv = None
         if self.conversation is not None:
@@ -468,7 +481,9 @@ class PiProfile:
         env, removed = self._env(folders.config)
         confined: Confined | None = None
         if bwrap is not None:
-            confined = self._confine(bwrap, install, argv, cwd, folders, ext_args, models_bytes, env)
+            assert tool_shell is not None
+            tools = self._tools(tool_shell, landlock, cwd)
+            confined = self._confine(bwrap, install, argv, cwd, folders, ext_args, models_bytes, env, tools)
             argv, env["TMPDIR"] = confined.argv, "/tmp"
         header = self._header(install, ext_args, key_kind, own_cwd=folders.own_cwd is not None, removed=removed)
         header["seal"]["sandbox"] = confined.header if confined is not None else disabled_header()
@@ -510,13 +525,38 @@ class PiProfile:
         )
 
     def _config_base(self) -> str | None:
-        """Where the private config folder is made: the temporary folder, unless ``--no-network``
-        needs a unix socket in it (``provider.sock``) and its path would pass the 107 bytes a
-        socket's path may have (a deep ``$TMPDIR``, as pytest-xdist's): then ``/tmp``."""
+        """Where the private config folder is made: the temporary folder, unless
+
+        - ``--no-network`` needs a unix socket in it (``provider.sock``) and its path would pass
+          the 107 bytes a socket's path may have (a deep ``$TMPDIR``, as pytest-xdist's): then
+          ``/tmp``;
+        - the sandbox is on and the folder would lie beneath one that tools may write (the
+          sandbox's rule 11: ``/tmp``, the working folder, ``--allow-write``): Landlock allows a
+          folder and everything beneath it, across mounts, and has no rule that takes a folder
+          back out, so a config folder in ``/tmp`` -- the default -- would be writable by every
+          tool (its ``settings.json`` read-only all the same). Then :data:`CONFIG_BASES`' first
+          that is not (``/var/tmp``); none: a :class:`ProfileError` naming the fix.
+        """
         base = tempfile.gettempdir()
-        if self.sandbox.network or len(base) <= _SOCKET_BASE_MAX or not os.access("/tmp", os.W_OK):
-            return None
-        return "/tmp"
+        if not self.sandbox.network and len(base) > _SOCKET_BASE_MAX and os.access("/tmp", os.W_OK):
+            base = "/tmp"
+        if not self.sandbox.enabled:
+            return None if base == tempfile.gettempdir() else base
+        writable = ["/tmp", *([self.cwd] if self.cwd else []), *self.sandbox.allow_write]
+        reals = [os.path.realpath(os.path.expanduser(w)) for w in writable]
+
+        def tool_writable(folder: str) -> bool:
+            real = os.path.realpath(folder)
+            return any(real == w or real.startswith(w.rstrip("/") + "/") for w in reals)
+
+        for candidate in [base, *CONFIG_BASES]:
+            if not tool_writable(candidate) and os.path.isdir(candidate) and os.access(candidate, os.W_OK):
+                return None if candidate == tempfile.gettempdir() else candidate
+        raise ProfileError(
+            f"the engine's private config folder would be writable by its tools: the temporary folder {base} "
+            f"lies in a folder they may write, and {', '.join(CONFIG_BASES)} cannot be used: set TMPDIR "
+            "to a folder outside /tmp, the working folder and --allow-write"
+        )
 
     def _confine(
         self,
@@ -528,6 +568,7 @@ class PiProfile:
         ext_args: list[str],
         models_bytes: bytes | None,
         env: dict[str, str],
+        tools: Tools | None = None,
     ) -> Confined:
         """Pi's argv wrapped in bubblewrap (:mod:`bridge.profiles.sandbox`), with Node's compile
         cache read-only (set in ``env``); with ``--no-network`` the provider link too
@@ -560,7 +601,20 @@ class PiProfile:
             provider=provider,
             cache=cache,
             watch_fd=folders.watch[0],
+            tools=tools,
         )
+
+    def _tools(self, shell: Path, landlock: int, cwd: str) -> Tools:
+        """Write the tool shell (:mod:`bridge.profiles.toolshell`) into the config folder, 0500:
+        tools write only beneath the working folder, ``/tmp``, ``/dev`` and ``--allow-write``;
+        it runs with this interpreter, which the sandbox shows read-only with its prefix."""
+        python = os.path.realpath(sys.executable)
+        write = [os.path.realpath(cwd), "/tmp", "/dev", *(os.path.realpath(w) for w in self.sandbox.allow_write)]
+        real = "/bin/bash" if os.access("/bin/bash", os.X_OK) else shutil.which("bash") or "/bin/sh"
+        _write_private(shell, tool_shell_script(python, {"write": write, "shell": real}).encode())
+        os.chmod(shell, 0o500)
+        needs = (python, os.path.realpath(sys.base_prefix), str(shell.parent / "settings.json"))
+        return Tools(shell=str(shell), abi=landlock, write=tuple(write), needs=needs)
 
     def _read_models(self) -> bytes | None:
         """The given models.json, checked to be JSON in the shape Pi 1.6.0 reads (an object whose
@@ -582,12 +636,15 @@ class PiProfile:
             )
         return models_bytes
 
-    def _write_config(self, config_dir: Path, models_bytes: bytes | None) -> str:
-        """Fill the private config folder (rules 3, 6); return how the key was given, for the header."""
+    def _write_config(self, config_dir: Path, models_bytes: bytes | None, tool_shell: Path | None = None) -> str:
+        """Fill the private config folder (rules 3, 6; ``tool_shell``: Pi's ``shellPath``, the
+        sandbox's rule 11); return how the key was given, for the header."""
         os.chmod(config_dir, 0o700)
         if models_bytes is not None:
             _write_private(config_dir / "models.json", models_bytes)
         settings = _merge(DEFAULT_SETTINGS, self.settings or {})
+        if tool_shell is not None:
+            settings[TOOL_SETTING] = str(tool_shell)
         _write_private(config_dir / "settings.json", json.dumps(settings, indent=2).encode())
         if self.api_key_env is not None:
             value, key_kind = "${" + self.api_key_env + "}", f"env:{self.api_key_env}"
@@ -663,6 +720,15 @@ class PiProfile:
             },
         }
 
+
+#: The tool shell's name in the private config folder, and the setting that names it (Pi
+#: 1.6.0: ``settings.json``'s ``shellPath``, read when the session's runtime is built).
+TOOL_SHELL: Final = "tool-shell"
+TOOL_SETTING: Final = "shellPath"
+
+#: Where a sandboxed engine's private config folder is made when the temporary folder lies in
+#: one its tools may write (:meth:`PiProfile._config_base`); swept for orphans too.
+CONFIG_BASES: Final = OTHER_BASES
 
 #: The longest temporary folder whose ``pi-bridge-pi-PID-XXXXXXXX/provider.sock`` still fits in
 #: a unix socket's 107-byte path.

@@ -45,6 +45,19 @@ where it comes from (``bwrap(1)`` of 0.8.0; verified on this machine, see the te
    into the seal check's problems and the journal's ``confinement`` note.
 10. **Node's compile cache**, shared by the confined engines, read-only to them
     (:func:`compile_cache`).
+11. **Tools one Landlock domain deeper than Pi** (issue 41, "evidence only from the engine"):
+    Pi's ``bash`` tool runs through the tool shell (:mod:`bridge.profiles.toolshell`, Pi's
+    ``shellPath``), which confines itself with Landlock before it becomes ``bash``: no ptrace
+    of Pi or the init (so no ``/proc/<pi>/fd/*``, ``/proc/<pi>/mem``, ``pidfd_getfd``), no
+    signals to them (ABI ≥ 6), writes only beneath the working folder, ``/tmp``, ``/dev`` and
+    the ``--allow-write`` paths (:class:`Tools`). The tool shell, ``settings.json`` (its
+    ``shellPath``) and the interpreter are shown read-only (a read-only bind on a file in the
+    writable config folder is a mount point: it cannot be written, renamed or removed, by a
+    tool or by Pi's own ``write`` tool). Fail closed (:func:`find_landlock`): a kernel without
+    Landlock is a :class:`~bridge.profiles.command.ProfileError` naming the fix; the probe (rule
+    9) runs the tool shell and checks from inside that it cannot open the init's
+    ``/proc/1/fd/*``, signal it or write the config folder. The engine's stdio being sockets
+    (:mod:`bridge.live.engine`) covers what runs inside Pi's own process.
 """
 
 from __future__ import annotations
@@ -64,6 +77,7 @@ from typing import Any, Final
 
 import attrs
 
+from bridge.profiles import toolshell
 from bridge.profiles.command import ProfileError
 
 __all__ = [
@@ -72,9 +86,11 @@ __all__ = [
     "Bwrap",
     "Confined",
     "Sandbox",
+    "Tools",
     "check_probe",
     "confine",
     "find_bwrap",
+    "find_landlock",
 ]
 
 #: Names the ``bwrap`` to use (default: ``bwrap`` on PATH).
@@ -142,6 +158,53 @@ def find_bwrap() -> Bwrap:
         raise ProfileError(f"bubblewrap ({path}) cannot create the engine sandbox here ({why}): {_USERNS_FIX}")
     found = _found[path] = Bwrap(path=path, version=version or "bubblewrap ?", disable_userns=disable_userns)
     return found
+
+
+_LANDLOCK_FIX = (
+    "the engine's tools are confined with Landlock, which this kernel does not offer (Linux ≥ 5.13 "
+    "built with CONFIG_SECURITY_LANDLOCK=y and landlock in its lsm= list; ≥ 6.12 also scopes "
+    "signals): boot such a kernel, or pass --no-sandbox to run the engine unconfined"
+)
+
+
+def find_landlock() -> int:
+    """The kernel's Landlock ABI (rule 11), ≥ 1. Raises :class:`ProfileError` naming the fix:
+    no silent fallback to unconfined tools."""
+    try:
+        abi = toolshell.abi_version()
+    except (OSError, AttributeError) as e:
+        raise ProfileError(f"{_LANDLOCK_FIX} ({e})") from e
+    if abi < 1:
+        raise ProfileError(_LANDLOCK_FIX)
+    return abi
+
+
+@attrs.frozen
+class Tools:
+    """The tool shell (rule 11): the script in the config folder Pi's ``shellPath`` names,
+    what it lets tools write, and the interpreter it runs with."""
+
+    #: The script (:func:`bridge.profiles.toolshell.script`), inside the config folder.
+    shell: str
+    #: The kernel's Landlock ABI (:func:`find_landlock`).
+    abi: int
+    #: Folders tools may write beneath.
+    write: tuple[str, ...]
+    #: What the sandbox shows read-only for it: the interpreter, its prefix, ``settings.json``.
+    needs: tuple[str, ...]
+
+    def header(self) -> dict[str, Any]:
+        """The journal header's ``tools``: what was enforced on every tool."""
+        return {
+            "confined": f"landlock ABI {self.abi}",
+            "shell": self.shell,
+            "write": list(self.write),
+            "ptrace": "none out of the tool's domain (no /proc/<pi>/fd, /proc/<pi>/mem, pidfd_getfd)",
+            "signals": "none out of the tool's domain"
+            if self.abi >= 6
+            else f"not scoped (Landlock ABI {self.abi} < 6)",
+            "settings": "read-only",
+        }
 
 
 def _run(argv: list[str], path: str) -> subprocess.CompletedProcess[str]:
@@ -306,11 +369,15 @@ def confine(
     provider: str | None = None,
     cache: str | None = None,
     watch_fd: int | None = None,
+    tools: Tools | None = None,
 ) -> Confined:
     """Wrap ``argv`` (Pi's) in bwrap and the probe. ``needs``: what Pi reads (its install,
     its Node, extensions), bound back read-only wherever it is; ``relay``: ``sh`` lines run
     before Pi (``--no-network``'s); ``cache``: Node's compile cache, read-only; ``watch_fd``:
-    the read end of a pipe only the bridge writes to (:data:`WATCH`), passed to bwrap."""
+    the read end of a pipe only the bridge writes to (:data:`WATCH`), passed to bwrap;
+    ``tools``: the tool shell (rule 11), shown read-only with what it needs, run by the probe."""
+    if tools is not None:
+        needs = [*needs, tools.shell, *tools.needs]
     reads = _existing(sandbox.allow_read, "--allow-read")
     writes = _existing(sandbox.allow_write, "--allow-write")
     cwd, config = _real(cwd), _real(config)
@@ -359,6 +426,9 @@ def confine(
     script = _probe_script(probe, refused=refused, writable=writable, homes=homes, hidden=lay.hidden)
     watch = WATCH.replace("{fd}", str(int(watch_fd))) if watch_fd is not None else ""
     script = script.replace("{watch}", watch).replace("{relay}", relay)
+    script = script.replace(
+        "{tools}", _tool_probe(tools, config=config, cwd=cwd if own_cwd else None) if tools is not None else ""
+    )
     full = [bwrap.path, *_bwrap_args(lay, sandbox, bwrap, cwd), "--", "/bin/sh", "-c", script]
     expect = {
         "refused": refused,
@@ -367,6 +437,7 @@ def confine(
         "home_entries": sorted({_first_below(p, h) for _, p in lay.binds for h in homes if _within(p, h) and p != h}),
         "hidden": lay.hidden,
         "network": sandbox.network,
+        "tools": {"abi": tools.abi, "cwd": own_cwd} if tools else None,
     }
     header = {
         "tool": bwrap.version,
@@ -380,6 +451,7 @@ def confine(
         "capabilities": "none",
         "compile_cache": f"{cache} (read-only)" if cache else None,
         "network": "host" if sandbox.network else f"none but the provider at {provider}",
+        **({"tools": tools.header()} if tools is not None else {}),
     }
     return Confined(argv=[*full, "pi-bridge-probe", *argv], header=header, probe=probe, expect=expect)
 
@@ -487,7 +559,7 @@ def _first_below(path: str, folder: str) -> str:
 
 def disabled_header() -> dict[str, Any]:
     """The header's ``sandbox`` when the user opted out."""
-    return {"enabled": False, "why": "--no-sandbox"}
+    return {"enabled": False, "why": "--no-sandbox", "tools": "unconfined (--no-sandbox)"}
 
 
 # --------------------------------------------------------------------------- the probe
@@ -510,7 +582,7 @@ done
 for d in {homes}; do ls -A "$d" 2>/dev/null | sed 's/^/home-entry=/'; done
 for d in {hidden}; do echo "hidden-entries=$(ls -A "$d" 2>/dev/null | wc -l) $d"; done
 sed -n '3,$s/^ *\([^:]*\):.*/net=\1/p' /proc/net/dev
-} > {probe} 2>/dev/null
+{tools}} > {probe} 2>/dev/null
 {watch}{relay}"$@"
 exit $?
 """
@@ -522,6 +594,35 @@ exit $?
 #: exits. A path, not a redirection: ``dash`` takes no fd above 9, and opening an anonymous
 #: pipe through ``/proc`` never blocks. ``-KILL -1``, not ``-s KILL -1`` (dash refuses it).
 WATCH: Final = "(cat /proc/self/fd/{fd} >/dev/null 2>&1; kill -KILL -1) </dev/null >/dev/null 2>&1 &\n"
+
+
+#: Run by the tool shell inside the probe (rule 11; ``bash -c``): a tool must not open the
+#: init's descriptors (its stdio are sockets, which no one can open through ``/proc``; the
+#: watch is a pipe, which anyone who may ptrace the init can), read where they lead, signal
+#: it, or write the config folder; it must write the working folder. ``{…}``: shell-quoted.
+TOOL_PROBE: Final = r"""echo tool-run=1
+for f in /proc/1/fd/*; do
+  if (true < "$f") 2>/dev/null; then echo "tool-opened=$f"; fi
+  if readlink "$f" >/dev/null 2>&1; then echo "tool-readlink=$f"; fi
+done
+if kill -0 1 2>/dev/null; then echo tool-signal=sent; else echo tool-signal=refused; fi
+if (true > {config}/.pi-bridge-probe) 2>/dev/null; then rm -f {config}/.pi-bridge-probe; echo tool-config=writable
+else echo tool-config=refused; fi
+"""
+#: Added to :data:`TOOL_PROBE` when the working folder is the engine's own (the probe leaves
+#: a user's folder alone, as rule 9's writes do).
+TOOL_PROBE_CWD: Final = r"""if (true > {cwd}/.pi-bridge-probe) 2>/dev/null; then rm -f {cwd}/.pi-bridge-probe; echo tool-cwd=wrote
+else echo tool-cwd=unwritable; fi
+"""
+
+
+def _tool_probe(tools: Tools, *, config: str, cwd: str | None) -> str:
+    """The probe's lines that run :data:`TOOL_PROBE` through the tool shell (its errors kept);
+    ``cwd``: the engine's own working folder, tried too."""
+    body = TOOL_PROBE.replace("{config}", shlex.quote(config))
+    body += TOOL_PROBE_CWD.replace("{cwd}", shlex.quote(cwd)) if cwd is not None else ""
+    run = f"{shlex.quote(tools.shell)} -c {shlex.quote(body)} 2>&1 | sed '/^tool-/!s/^/tool-error=/'\n"
+    return run
 
 
 def _probe_script(probe: str, *, refused: list[str], writable: list[str], homes: list[str], hidden: list[str]) -> str:
@@ -574,6 +675,9 @@ def check_probe(probe: str, expect: Mapping[str, Any]) -> tuple[list[str], dict[
     nets = sorted(set(seen.get("net", [])) - {"lo"})
     if not expect["network"] and nets:
         problems.append(f"--no-network, but the engine sees the network interfaces {', '.join(nets)}")
+    tools = expect.get("tools")
+    if tools:
+        problems += _tool_problems(seen, tools)
     verified = {
         "pid": pid,
         "init": init,
@@ -584,4 +688,29 @@ def check_probe(probe: str, expect: Mapping[str, Any]) -> tuple[list[str], dict[
         "hidden_entries": {e.partition(" ")[2]: e.partition(" ")[0] for e in seen.get("hidden-entries", [])},
         "network_interfaces": seen.get("net", []),
     }
+    if tools:
+        verified["tools"] = {
+            "ran": bool(seen.get("tool-run")),
+            "init_fds_opened": seen.get("tool-opened", []),
+            "init_fds_read": seen.get("tool-readlink", []),
+            "signal_to_init": (seen.get("tool-signal") or ["?"])[0],
+            "config_write": (seen.get("tool-config") or ["?"])[0],
+            "cwd_write": (seen.get("tool-cwd") or ["?"])[0],
+        }
     return problems, verified
+
+
+def _tool_problems(seen: Mapping[str, list[str]], tools: Mapping[str, Any]) -> list[str]:
+    """The seal check's problems with the tool shell (rule 11) as :data:`TOOL_PROBE` saw it."""
+    if not seen.get("tool-run"):
+        why = "; ".join(seen.get("tool-error", [])[-3:]) or "no output"
+        return [f"the tool shell did not run in the sandbox ({why}): tools cannot be confined"]
+    problems = [f"a tool could open the sandbox init's {f}" for f in seen.get("tool-opened", [])]
+    problems += [f"a tool could read where the sandbox init's {f} leads" for f in seen.get("tool-readlink", [])]
+    if tools["abi"] >= 6 and seen.get("tool-signal") != ["refused"]:
+        problems.append("a tool could signal the sandbox's init (Landlock's signal scope is not in force)")
+    if seen.get("tool-config") != ["refused"]:
+        problems.append("a tool could write the engine's private config folder")
+    if tools["cwd"] and seen.get("tool-cwd") != ["wrote"]:
+        problems.append("a tool cannot write the engine's working folder")
+    return problems
