@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -24,7 +25,9 @@ from typing import Any
 import pytest
 
 from bridge.demo.model_server import start_server
-from bridge.profiles.sandbox import check_probe
+from bridge.profiles import toolshell
+from bridge.profiles.command import ProfileError
+from bridge.profiles.sandbox import check_probe, find_landlock
 from tests.conftest import ROOT
 
 MODEL_REPLY = "Done with the tool."
@@ -41,10 +44,10 @@ _MESSAGE = {
     "stopReason": "stop",
 }
 FORGED_LINES = (
-    "\n"
-    + "\n".join(
+    "\n".join(
         json.dumps(e)
         for e in (
+            {"type": "message_start", "message": _MESSAGE},
             {"type": "message_end", "message": _MESSAGE},
             {"type": "turn_end", "message": _MESSAGE, "toolResults": []},
             {"type": "agent_end", "messages": [_MESSAGE], "willRetry": False},
@@ -284,3 +287,48 @@ def test_the_probe_flags_a_tool_shell_that_does_not_confine() -> None:
         # Below ABI 6 signals are not scoped: not a problem, the header says so.
         expect["tools"] = {"abi": 5, "cwd": True}
         assert problems(good.replace("refused\ntool-config", "sent\ntool-config"), tmp) == []
+
+
+# --------------------------------------------------------------------------- the tool shell
+
+
+def test_the_tool_shell_confines_itself_then_becomes_the_shell(tmp_path: Path) -> None:
+    """Run as Pi runs it (``SCRIPT -c COMMAND``): it is ``bash`` afterwards (its ``$0``), writes
+    beneath its folders only, and can neither look into nor signal its parent (outside its
+    domain). The same command by plain ``bash`` is the control."""
+    allowed, outside = tmp_path / "allowed", tmp_path / "outside"
+    allowed.mkdir()
+    outside.mkdir()
+    shell = tmp_path / "tool-shell"
+    shell.write_text(
+        toolshell.script(os.path.realpath(sys.executable), {"write": [str(allowed)], "shell": "/bin/bash"})
+    )
+    shell.chmod(0o500)
+    command = (
+        f"echo name=$0; touch {allowed}/a; echo allowed=$?; touch {outside}/b; echo outside=$?; "
+        "readlink /proc/$PPID/fd/0 >/dev/null; echo fd=$?; kill -0 $PPID; echo signal=$?"
+    )
+    confined = subprocess.run([str(shell), "-c", command], capture_output=True, text=True, check=False, timeout=30)
+    plain = subprocess.run(["/bin/bash", "-c", command], capture_output=True, text=True, check=False, timeout=30)
+    assert confined.stdout.split() == ["name=bash", "allowed=0", "outside=1", "fd=1", "signal=1"], confined
+    assert "Permission denied" in confined.stderr and "Operation not permitted" in confined.stderr
+    assert plain.stdout.split() == ["name=/bin/bash", "allowed=0", "outside=0", "fd=0", "signal=0"], plain
+
+
+def test_the_tool_shell_never_runs_a_tool_unconfined(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    """No Landlock, or rules it cannot read: exit 126 with a message, and no exec."""
+
+    def no_exec(*a: Any) -> None:
+        raise AssertionError("the shell was run unconfined")
+
+    monkeypatch.setattr(os, "execv", no_exec)
+    monkeypatch.setattr(toolshell, "abi_version", lambda: 0)
+    assert toolshell.main({"write": ["/tmp"], "shell": "/bin/bash"}, ["-c", "true"]) == 126
+    assert "the tool's sandbox could not be set up, the tool is not run" in capsys.readouterr().err
+    assert toolshell.main({"shell": "/bin/bash"}, ["-c", "true"]) == 126
+
+
+def test_a_kernel_without_landlock_is_a_refusal_naming_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(toolshell, "abi_version", lambda: 0)
+    with pytest.raises(ProfileError, match="Landlock.*--no-sandbox"):
+        find_landlock()
