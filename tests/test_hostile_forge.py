@@ -23,10 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from bridge.demo.model_server import start_server
+from bridge.live.api import open_bridge
 from bridge.profiles import toolshell
 from bridge.profiles.command import ProfileError
+from bridge.profiles.pi import scripted_profile
 from bridge.profiles.sandbox import check_probe, find_landlock
 from tests.conftest import ROOT
 
@@ -332,3 +335,34 @@ def test_a_kernel_without_landlock_is_a_refusal_naming_the_fix(monkeypatch: pyte
     monkeypatch.setattr(toolshell, "abi_version", lambda: 0)
     with pytest.raises(ProfileError, match="Landlock.*--no-sandbox"):
         find_landlock()
+
+
+async def test_after_a_new_session_the_tools_are_still_confined(pinned_pi: Any, tmp_path: Path) -> None:
+    """Pi reads ``shellPath`` again when a new session's runtime is built (``new_session``): a
+    tool plants a project ``.pi/settings.json`` naming plain ``bash`` in the working folder (Pi
+    reads none: ``--no-approve``) and tries the config folder's; after ``new_conversation`` and a
+    ``configure`` (``set_thinking_level`` persists to the read-only ``settings.json``: Pi keeps
+    it in memory), the next prompt's tool is still in its Landlock domain."""
+    plant = (
+        'mkdir -p .pi; echo \'{"shellPath": "/bin/bash"}\' > .pi/settings.json; echo project=$?; '
+        'echo \'{"shellPath": "/bin/bash"}\' > "$PI_CODING_AGENT_DIR/settings.json"; echo settings=$?'
+    )
+    probe = 'kill -0 $PPID; echo signal=$?; echo x > "$PI_CODING_AGENT_DIR/x"; echo config=$?'
+    server = start_server([bash(plant), {"text": MODEL_REPLY}, bash(probe), {"text": MODEL_REPLY}])
+    journal = tmp_path / "j.jsonl"
+    try:
+        with trio.fail_after(90):
+            async with open_bridge(scripted_profile(server.write_models(str(tmp_path))), journal=journal) as bridge:
+                first = await bridge.prompt("plant")
+                bridge.new_conversation()
+                bridge.configure(thinking="off")
+                second = await bridge.prompt("probe")
+    finally:
+        server.close()
+    assert_the_models_reply(first.to_json())
+    assert_the_models_reply(second.to_json())
+    planted, probed = tool_outputs(journal)
+    assert "project=0" in planted and "settings=1" in planted, planted
+    assert "signal=1" in probed and "config=1" in probed, probed
+    sends = [json.loads(line).get("send", {}).get("type") for line in journal.read_text().splitlines()]
+    assert "new_session" in sends, sends

@@ -543,7 +543,8 @@ class PiProfile:
         if not self.sandbox.enabled:
             return None if base == tempfile.gettempdir() else base
         writable = ["/tmp", *([self.cwd] if self.cwd else []), *self.sandbox.allow_write]
-        reals = [os.path.realpath(os.path.expanduser(w)) for w in writable]
+        # "/" is refused by the sandbox with its own words (confine): not judged here.
+        reals = [r for r in (os.path.realpath(os.path.expanduser(w)) for w in writable) if r != "/"]
 
         def tool_writable(folder: str) -> bool:
             real = os.path.realpath(folder)

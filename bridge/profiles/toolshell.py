@@ -33,7 +33,12 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-from typing import Any
+
+#: ``typing`` alone costs about as much as the rest of the start (``-X importtime``): it is
+#: read by the type checker only (mypy takes any name ``TYPE_CHECKING`` as true).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 #: x86_64 and aarch64 (asm-generic) share these numbers.
 SYS_CREATE_RULESET = 444
