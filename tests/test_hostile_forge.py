@@ -186,16 +186,18 @@ def test_a_tool_cannot_take_pis_stdout_with_pidfd_getfd_or_ptrace_it(tmp_path: P
 
 
 def test_a_tool_cannot_open_pis_memory_or_descriptors(tmp_path: Path, server_for: Any) -> None:
-    """``/proc/<pi>/mem`` (write it and Pi says what the tool wants) and the links of
-    ``/proc/<pi>/fd``: both need ptrace access, which Landlock denies. Before: opened."""
+    """``/proc/<pi>/mem`` (write it and Pi says what the tool wants), the links of
+    ``/proc/<pi>/fd`` and ``/proc/<pi>/environ``: all need ptrace access, which Landlock denies.
+    Before: opened, read."""
     command = (
         "if exec 3<>/proc/$PPID/mem; then echo mem=opened; else echo mem=refused; fi; "
-        "if readlink /proc/$PPID/fd/1; then echo fd=read; else echo fd=refused; fi"
+        "if readlink /proc/$PPID/fd/1; then echo fd=read; else echo fd=refused; fi; "
+        "if cat /proc/$PPID/environ >/dev/null; then echo environ=read; else echo environ=refused; fi"
     )
     receipt, journal = attack(tmp_path, server_for, [bash(command)])
     assert_the_models_reply(receipt)
     [said] = tool_outputs(journal)
-    assert "mem=refused" in said and "fd=refused" in said, said
+    assert "mem=refused" in said and "fd=refused" in said and "environ=refused" in said, said
 
 
 # --------------------------------------------------------------------------- signals

@@ -40,7 +40,7 @@ stdout and stderr for reading. What the pipes gave is kept: closing the bridge's
 is the engine's EOF (no other process holds the pair: the bridge's ends are not inheritable,
 the engine's ends are closed here once it is spawned); a closed peer gives EPIPE on write
 (SIGPIPE is ignored by Python) and EOF on read; one ``recv`` takes every queued message up to
-:data:`READ_SIZE`, as one pipe read did. The per-engine buffer: see :data:`F_SETPIPE_SZ`.
+:data:`READ_SIZE`, as one pipe read did. The per-engine buffer: see :data:`PIPE_BUDGET`.
 
 Writes are serialised by a lock (a trio stream allows one sender at a time).
 A write to an engine that has stopped reading blocks when the socket's buffer fills: the
