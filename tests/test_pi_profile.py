@@ -260,9 +260,10 @@ def test_prepare_config_dir_and_argv(
     cfg = Path(launch.env["PI_CODING_AGENT_DIR"])
     assert cfg.name.startswith("pi-bridge-pi-") and cfg != tmp_path / "users-own-pi"
     assert mode(cfg) == 0o700
-    assert sorted(os.listdir(cfg)) == ["auth.json", "models.json", "settings.json"]
+    # tool-shell: what Pi's bash tool runs through (sandbox rule 11).
+    assert sorted(os.listdir(cfg)) == ["auth.json", "models.json", "settings.json", "tool-shell"]
     for f in cfg.iterdir():
-        assert mode(f) == 0o600, f
+        assert mode(f) == (0o500 if f.name == "tool-shell" else 0o600), f
     assert (cfg / "models.json").read_bytes() == Path(models_json).read_bytes()
     settings = json.loads((cfg / "settings.json").read_text())
     # The caller's retry merges over nothing (Pi's defaults), telemetry is off.
@@ -382,10 +383,10 @@ def test_env_allowlist_narrows(
         "NODE_COMPILE_CACHE",  # the confined engine's, read-only (bridge.profiles.sandbox)
     }
     # No key given: no auth.json; no models.json without one.
-    assert sorted(os.listdir(env["PI_CODING_AGENT_DIR"])) == ["models.json", "settings.json"]
+    assert sorted(os.listdir(env["PI_CODING_AGENT_DIR"])) == ["models.json", "settings.json", "tool-shell"]
     launch2 = PiProfile(pi_dir=str(root)).prepare()
     launches.append(launch2)
-    assert os.listdir(launch2.env["PI_CODING_AGENT_DIR"]) == ["settings.json"]
+    assert sorted(os.listdir(launch2.env["PI_CODING_AGENT_DIR"])) == ["settings.json", "tool-shell"]
 
 
 def test_session_cwd_and_extensions(tmp_path: Path, launches: list[Launch], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -661,7 +662,14 @@ def test_real_pi_sealed_smoke(scripted_server: Any, tmp_path: Path, launches: li
         assert eng.proc.wait(timeout=5) == 0
         # Pi itself only added its empty stores to the isolated folder.
         cfg = launch.env["PI_CODING_AGENT_DIR"]
-        assert set(os.listdir(cfg)) <= {"models.json", "settings.json", "auth.json", "models-store.json", PROBE_FILE}
+        assert set(os.listdir(cfg)) <= {
+            "models.json",
+            "settings.json",
+            "auth.json",
+            "models-store.json",
+            PROBE_FILE,
+            "tool-shell",
+        }
         assert not any(Path(launch.cwd or "").iterdir())
     finally:
         eng.kill()

@@ -41,8 +41,10 @@ def remove_orphans(tmp: str | None = None) -> list[str]:
 
 
 #: Where else private folders are made: a sandboxed engine's config folder when the temporary
-#: folder is one its tools may write (``bridge.profiles.pi.CONFIG_BASES``).
-OTHER_BASES = ("/var/tmp",)
+#: folder is one its tools may write (``bridge.profiles.pi.PiProfile._config_base``): a folder
+#: of the user's own in ``/var/tmp`` (0700), which every sandbox hides
+#: (``bridge.profiles.sandbox.TEMP_DIRS``).
+OTHER_BASES = (f"/var/tmp/pi-bridge-{os.getuid()}",)
 
 
 def remove_orphans_once() -> None:

@@ -535,7 +535,9 @@ class PiProfile:
           folder and everything beneath it, across mounts, and has no rule that takes a folder
           back out, so a config folder in ``/tmp`` -- the default -- would be writable by every
           tool (its ``settings.json`` read-only all the same). Then :data:`CONFIG_BASES`' first
-          that is not (``/var/tmp``); none: a :class:`ProfileError` naming the fix.
+          that can be made (``/var/tmp/pi-bridge-UID``, 0700, hidden in every sandbox: the
+          sandbox's :data:`~bridge.profiles.sandbox.TEMP_DIRS`); none: a :class:`ProfileError`
+          naming the fix.
         """
         base = tempfile.gettempdir()
         if not self.sandbox.network and len(base) > _SOCKET_BASE_MAX and os.access("/tmp", os.W_OK):
@@ -550,9 +552,16 @@ class PiProfile:
             real = os.path.realpath(folder)
             return any(real == w or real.startswith(w.rstrip("/") + "/") for w in reals)
 
-        for candidate in [base, *CONFIG_BASES]:
-            if not tool_writable(candidate) and os.path.isdir(candidate) and os.access(candidate, os.W_OK):
-                return None if candidate == tempfile.gettempdir() else candidate
+        if not tool_writable(base) and os.path.isdir(base) and os.access(base, os.W_OK):
+            return None if base == tempfile.gettempdir() else base
+        for candidate in CONFIG_BASES:
+            try:
+                os.makedirs(candidate, mode=0o700, exist_ok=True)
+                os.chmod(candidate, 0o700)
+            except OSError:
+                continue
+            if not tool_writable(candidate):
+                return candidate
         raise ProfileError(
             f"the engine's private config folder would be writable by its tools: the temporary folder {base} "
             f"lies in a folder they may write, and {', '.join(CONFIG_BASES)} cannot be used: set TMPDIR "
@@ -728,7 +737,8 @@ TOOL_SHELL: Final = "tool-shell"
 TOOL_SETTING: Final = "shellPath"
 
 #: Where a sandboxed engine's private config folder is made when the temporary folder lies in
-#: one its tools may write (:meth:`PiProfile._config_base`); swept for orphans too.
+#: one its tools may write (:meth:`PiProfile._config_base`); swept for orphans too, hidden by
+#: every sandbox.
 CONFIG_BASES: Final = OTHER_BASES
 
 #: The longest temporary folder whose ``pi-bridge-pi-PID-XXXXXXXX/provider.sock`` still fits in

@@ -12,7 +12,7 @@ where it comes from (``bwrap(1)`` of 0.8.0; verified on this machine, see the te
    private ``/tmp`` (``--tmpfs``; ``TMPDIR`` is set to it), and each ``--allow-write PATH``.
 3. **The user's home hidden**: an empty tmpfs over ``$HOME``, remounted read-only (a write
    there fails with ``EROFS``), unless a ``--allow-read`` / ``--allow-write`` path is the home
-   or holds it. ``--allow-read PATH`` shows one path read-only. What Pi itself needs is bound
+   or holds it; the bridge's own folder in ``/var/tmp`` likewise (:data:`TEMP_DIRS`). ``--allow-read PATH`` shows one path read-only. What Pi itself needs is bound
    back read-only wherever it lives (its install, its Node, explicit extensions).
 4. **The journals out of sight**: each folder in :attr:`Sandbox.hidden` (the bridge's journal
    folder) gets an empty read-only tmpfs *after* the allowed paths, so allowing a parent does
@@ -79,6 +79,7 @@ import attrs
 
 from bridge.profiles import toolshell
 from bridge.profiles.command import ProfileError
+from bridge.profiles.orphans import OTHER_BASES
 
 __all__ = [
     "BWRAP_ENV",
@@ -283,24 +284,28 @@ class _Layout:
     binds: list[tuple[str, str]]
     #: Folders hidden on top of the binds (those not already out of sight).
     hidden: list[str]
+    #: :data:`TEMP_DIRS` that exist, hidden like a home.
+    hidden_temp: list[str] = attrs.field(factory=list)
 
 
 def _layout(sandbox: Sandbox, reads: list[str], writes: list[str], needed: list[str], own: list[str]) -> _Layout:
     homes = user_homes()
     hidden_homes = [h for h in homes if not any(_within(h, a) for a in reads + writes)]
+    temps = sorted({_real(d) for d in TEMP_DIRS if os.path.isdir(d)} - {"/", "/tmp"} - set(homes))
+    hidden_temp = [d for d in temps if not any(_within(d, a) for a in reads + writes)]
     writable = writes + own
     again = [p for p in needed if any(_within(p, w) for w in writable)]
     binds = [("--ro-bind", p) for p in needed + reads] + [("--bind", p) for p in writable]
     binds += [("--bind", d) for d in _pinned(again, writable)]
     binds += [("--ro-bind", p) for p in again]
-    covered = ["/tmp", *hidden_homes]
+    covered = ["/tmp", *hidden_homes, *hidden_temp]
     hidden = sorted(
         h
         for h in {_real(h) for h in sandbox.hidden if os.path.isdir(h)} - {"/"}
         # Under the private /tmp or a hidden home it is out of sight already, unless a bind shows it.
         if not any(_within(h, c) for c in covered) or any(_within(h, p) for _, p in binds)
     )
-    return _Layout(homes=homes, hidden_homes=hidden_homes, binds=binds, hidden=hidden)
+    return _Layout(homes=homes, hidden_homes=hidden_homes, binds=binds, hidden=hidden, hidden_temp=hidden_temp)
 
 
 def _pinned(again: list[str], writable: list[str]) -> list[str]:
@@ -320,6 +325,12 @@ def _pinned(again: list[str], writable: list[str]) -> list[str]:
     return sorted(pins, key=lambda d: (d.count("/"), d))
 
 
+#: Hidden like a home (rule 3): the folder a sandboxed engine's private config folder is made
+#: in when the temporary folder is one its tools may write (rule 11;
+#: ``bridge.profiles.pi.CONFIG_BASES``): every other engine's must stay out of sight, as those
+#: in ``/tmp`` are behind the private ``/tmp``; the engine's own is bound back on top.
+TEMP_DIRS: Final = OTHER_BASES
+
 #: What ``--no-network`` hides under an empty read-only tmpfs (rule 7): the host's unix sockets
 #: (docker, databases, D-Bus) live there, and a read-only mount does not stop a ``connect()``.
 RUN_DIRS: Final = ("/run", "/var/run")
@@ -334,7 +345,7 @@ def _bwrap_args(lay: _Layout, sandbox: Sandbox, bwrap: Bwrap, cwd: str) -> list[
     """The mounts in order (rules 1–4: later ones go on top), then the namespaces (5–7)."""
     args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     runs = [] if sandbox.network else _run_dirs()
-    for d in runs + lay.hidden_homes:
+    for d in runs + lay.hidden_homes + lay.hidden_temp:
         args += ["--tmpfs", d]
     for flag, p in lay.binds:
         args += [flag, p, p]
@@ -344,7 +355,7 @@ def _bwrap_args(lay: _Layout, sandbox: Sandbox, bwrap: Bwrap, cwd: str) -> list[
             if _within(p, h) and p != h:
                 args += [flag, p, p]
         args += ["--remount-ro", h]
-    for d in runs + lay.hidden_homes:
+    for d in runs + lay.hidden_homes + lay.hidden_temp:
         args += ["--remount-ro", d]
     # Not --die-with-parent: its PR_SET_PDEATHSIG belongs to the *thread* that forked bwrap, and
     # trio forks in a worker thread that ends after 10 s idle -- which killed every engine 10 s
@@ -421,7 +432,7 @@ def confine(
     homes = lay.hidden_homes
     writable = [config, "/tmp"] + ([cwd] if own_cwd else [])
     runs = [] if sandbox.network else _run_dirs()
-    refused = [p for p in homes + lay.hidden + runs + ["/"] if not any(_within(p, w) for w in writes)]
+    refused = [p for p in homes + lay.hidden + runs + lay.hidden_temp + ["/"] if not any(_within(p, w) for w in writes)]
     probe = os.path.join(config, PROBE_FILE)
     script = _probe_script(probe, refused=refused, writable=writable, homes=homes, hidden=lay.hidden)
     watch = WATCH.replace("{fd}", str(int(watch_fd))) if watch_fd is not None else ""
@@ -446,6 +457,7 @@ def confine(
         "read": reads,
         "home": _home_words(lay),
         "hidden": lay.hidden,
+        "temp": [f"{d} hidden (empty, read-only)" for d in lay.hidden_temp],
         "pid_namespace": True,
         "die_with_parent": False,
         "capabilities": "none",
