@@ -5,6 +5,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,13 +37,20 @@ def bridge_argv() -> list[str]:
 
 
 @pytest.fixture
-def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The temporary folder the profile makes its private folders in, under ``tmp_path``: a
-    test lists it afterwards to see that nothing was left behind."""
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+def private_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The temporary folder the profile makes its private folders in: a test lists it
+    afterwards to see that nothing was left behind. In ``/var/tmp``, not under ``tmp_path``:
+    a sandboxed engine's config folder is made elsewhere when the temporary folder lies in
+    ``/tmp``, which its tools may write (``PiProfile._config_base``)."""
+    tmp = Path(tempfile.mkdtemp(prefix="pi-bridge-test-tmp-", dir=private_base()))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
-    return tmp
+    yield tmp
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def private_base() -> str:
+    """Where a test's own temporary folder goes when the engine's config folder must be in it."""
+    return "/var/tmp"
 
 
 @pytest.fixture(scope="module")

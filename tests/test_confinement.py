@@ -188,7 +188,8 @@ def test_without_the_sandbox_the_same_call_writes_everywhere(tmp_path: Path, ser
     assert out.returncode == 0, out.stderr
     said = tool_output(journal)
     assert "home=0" in said and "outside=0" in said and planted["token"] in said
-    assert read_journal(journal)[0]["seal"]["sandbox"] == {"enabled": False, "why": "--no-sandbox"}
+    sandbox = read_journal(journal)[0]["seal"]["sandbox"]
+    assert sandbox == {"enabled": False, "why": "--no-sandbox", "tools": "unconfined (--no-sandbox)"}
 
 
 def test_allow_write_and_allow_read_open_one_path_each(tmp_path: Path, server_for: Any, planted: Any):
@@ -472,7 +473,19 @@ def test_journal_says_what_was_enforced_and_verified_and_diagnose_shows_it(tmp_p
     verified = note["verified"]
     assert verified["pid"] == "1" and verified["capabilities"] == "0000000000000000"
     assert home in verified["writes_refused"] and "/" in verified["writes_refused"]
-    assert "/tmp" in verified["writes_allowed"] and set(verified["home_entries"]) <= {".cache"}  # the compile cache
+    # The compile cache, and the interpreter the tool shell runs with when it lives in the home.
+    prefix = os.path.realpath(sys.base_prefix)
+    python = {prefix[len(home) + 1 :].split("/")[0]} if prefix.startswith(home + "/") else set()
+    assert "/tmp" in verified["writes_allowed"] and set(verified["home_entries"]) <= {".cache"} | python
+    assert verified["tools"] == {
+        "ran": True,
+        "init_fds_opened": [],
+        "init_fds_read": [],
+        "signal_to_init": "refused",
+        "config_write": "refused",
+        "cwd_write": "wrote",
+    }
+    assert sandbox["tools"]["confined"].startswith("landlock ABI ") and sandbox["tools"]["settings"] == "read-only"
     text = subprocess.run(
         [sys.executable, "-m", "bridge", "diagnose", str(journal)], capture_output=True, text=True, check=False
     ).stdout

@@ -285,9 +285,13 @@ def test_prepare_config_dir_and_argv(
     cfg = Path(launch.env["PI_CODING_AGENT_DIR"])
     assert cfg.name.startswith("pi-bridge-pi-") and cfg != tmp_path / "users-own-pi"
     assert mode(cfg) == 0o700
-    assert sorted(os.listdir(cfg)) == ["auth.json", "models.json", "settings.json", TOOL_SHELL_FILE]
+    # tool-shell: what Pi's bash tool runs through (sandbox rule 11); TOOL_SHELL_FILE: the limits'
+    # BASH_ENV (rule 12).
+    assert sorted(os.listdir(cfg)) == sorted(
+        ["auth.json", "models.json", "settings.json", "tool-shell", TOOL_SHELL_FILE]
+    )
     for f in cfg.iterdir():
-        assert mode(f) == 0o600, f
+        assert mode(f) == (0o500 if f.name == "tool-shell" else 0o600), f
     # The key held outside (issue 41): models.json names the bridge's key endpoint and holds a
     # token where the key was; otherwise it is the given one.
     given, held = json.loads(Path(models_json).read_text()), json.loads((cfg / "models.json").read_text())
@@ -423,10 +427,14 @@ def test_env_allowlist_narrows(
         "BASH_ENV",  # the tools' shell, read-only (bridge.profiles.limits)
     }
     # No key given: no auth.json; no models.json without one.
-    assert sorted(os.listdir(env["PI_CODING_AGENT_DIR"])) == ["models.json", "settings.json", TOOL_SHELL_FILE]
+    assert sorted(os.listdir(env["PI_CODING_AGENT_DIR"])) == sorted(
+        ["models.json", "settings.json", "tool-shell", TOOL_SHELL_FILE]
+    )
     launch2 = PiProfile(pi_dir=str(root)).prepare()
     launches.append(launch2)
-    assert sorted(os.listdir(launch2.env["PI_CODING_AGENT_DIR"])) == ["settings.json", TOOL_SHELL_FILE]
+    assert sorted(os.listdir(launch2.env["PI_CODING_AGENT_DIR"])) == sorted(
+        ["settings.json", "tool-shell", TOOL_SHELL_FILE]
+    )
     # The allowlist is the default (issue 41): nothing else of the bridge's environment.
     assert "UNRELATED_VAR" not in launch2.env and "KEEP_ME" not in launch2.env
     assert {k for k in launch2.env if not k.startswith("LC_")} <= {
@@ -725,6 +733,7 @@ def test_real_pi_sealed_smoke(scripted_server: Any, tmp_path: Path, launches: li
             "models-store.json",
             PROBE_FILE,
             TOOL_SHELL_FILE,
+            "tool-shell",
         }
         assert not any(Path(launch.cwd or "").iterdir())
     finally:

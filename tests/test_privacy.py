@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +26,7 @@ from bridge.live.api import Bridge, open_bridge
 from bridge.live.supervisor import BridgeConfig
 from bridge.profiles.command import Launch
 from bridge.profiles.pi import PiProfile, scripted_profile
+from tests.conftest import private_base
 
 SECRET = "sk-test-do-not-leak-0123456789"
 
@@ -70,8 +73,7 @@ def test_a_killed_bridges_private_folders_are_removed_by_the_next_bridge(tmp_pat
     import json
     import subprocess
 
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    tmp = Path(tempfile.mkdtemp(prefix="pi-bridge-test-tmp-", dir=private_base()))  # see private_tmp
     server = start_server([{"text": "hi"}])
     try:
         server.write_models(str(tmp_path))
@@ -106,6 +108,7 @@ def test_a_killed_bridges_private_folders_are_removed_by_the_next_bridge(tmp_pat
     finally:
         server.close()
     assert sorted(p.name for p in tmp.iterdir()) == ["pi-bridge-pi-1-kept"]
+    shutil.rmtree(tmp)
 
 
 # -- nothing left behind, however the bridge ends ------------------------------------------------

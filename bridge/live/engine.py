@@ -27,9 +27,24 @@ whatever is left below it, wherever it went (``setsid``, double forks, ``nohup``
 with the engine's status. The ladder's last rung then asks the reaper first (SIGUSR1: it
 SIGKILLs the engine and the rest), then SIGKILLs the group.
 
+**Evidence only from the engine** (issue 41): the engine's stdin, stdout and stderr are
+AF_UNIX stream socketpairs, not pipes. A pipe's end can be opened again through
+``/proc/<pid>/fd/N`` by any process that may look into the engine's ``/proc`` (even the read
+end, for writing): a tool of the engine's -- a ``bash`` call, or Pi's own in-process ``write``
+tool given the path ``/proc/self/fd/1`` -- then wrote ``agent_end``/``agent_settled`` lines into
+the bridge's stdout and a receipt settled ``finished`` on them (reproduced on Pi 1.6.0). A
+socket cannot be opened through ``/proc`` at all (``open`` fails with ``ENXIO``: the kernel's
+``sock_no_open``; checked here for Pi's own process as well as a child's). Each pair is made
+one-way (:func:`_stdio_pairs`): the engine's end of stdin is shut for writing, its end of
+stdout and stderr for reading. What the pipes gave is kept: closing the bridge's end of stdin
+is the engine's EOF (no other process holds the pair: the bridge's ends are not inheritable,
+the engine's ends are closed here once it is spawned); a closed peer gives EPIPE on write
+(SIGPIPE is ignored by Python) and EOF on read; one ``recv`` takes every queued message up to
+:data:`READ_SIZE`, as one pipe read did. The per-engine buffer: see :data:`PIPE_BUDGET`.
+
 Writes are serialised by a lock (a trio stream allows one sender at a time).
-A write to an engine that has stopped reading blocks when the pipe fills: the
-caller bounds every write with a timeout. A write counts the bytes the pipe took
+A write to an engine that has stopped reading blocks when the socket's buffer fills: the
+caller bounds every write with a timeout. A write counts the bytes the socket took
 (:attr:`Engine.writing`; trio's ``send_all`` does not say how many went in before
 it failed): a line of which no byte went in was certainly never read by the engine
 (:attr:`EngineGone.written` is 0), one cut short may have been.
@@ -41,7 +56,7 @@ import collections
 import errno
 import os
 import signal
-import subprocess
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -80,22 +95,36 @@ def under_reaper(launch: Launch) -> bool:
     return not launch.contained and sys.platform.startswith("linux")
 
 
-#: Linux's fcntl to resize a pipe (F_SETPIPE_SZ). How much engine output may
-#: wait in pipes, shared by the engines of this process: a 64 KiB pipe (the
-#: default) wakes the reader for every 64 KiB (the per-read cost shows on one
-#: busy engine: 1.5x an orjson loop with 64 KiB, 1.7x with 256 KiB); but every
-#: byte queued ahead of an ``agent_settled`` delays its receipt: the whole pipe
-#: is read before it (one engine, 5 MB prompts: settle median 3.5 ms with a
-#: 1 MiB pipe, 1.5 ms with 256 KiB, 0.9 ms with 64 KiB; the stream's time the
-#: same with 256 KiB as with 1 MiB, 1.5x with 64 KiB; issue 18), and with many
-#: engines busy at once that adds up (32 engines: settle p99 15 ms with 64 KiB
-#: pipes, 31 ms with 256 KiB, 79 ms with 1 MiB; tools/bench). So each engine
-#: gets its share of PIPE_BUDGET, between the default and PIPE_MAX (one read's
-#: size: a reader that keeps up takes the whole pipe in one read).
-F_SETPIPE_SZ = 1031
+#: How much engine output may wait unread, shared by the engines of this process. Measured
+#: with pipes (F_SETPIPE_SZ): a 64 KiB pipe (the default) wakes the reader for every 64 KiB
+#: (the per-read cost shows on one busy engine: 1.5x an orjson loop with 64 KiB, 1.7x with
+#: 256 KiB); but every byte queued ahead of an ``agent_settled`` delays its receipt: the whole
+#: pipe is read before it (one engine, 5 MB prompts: settle median 3.5 ms with a 1 MiB pipe,
+#: 1.5 ms with 256 KiB, 0.9 ms with 64 KiB; the stream's time the same with 256 KiB as with
+#: 1 MiB, 1.5x with 64 KiB; issue 18), and with many engines busy at once that adds up (32
+#: engines: settle p99 15 ms with 64 KiB pipes, 31 ms with 256 KiB, 79 ms with 1 MiB;
+#: tools/bench). So each engine gets its share of PIPE_BUDGET, between PIPE_MIN and PIPE_MAX
+#: (one read's size: a reader that keeps up takes the whole queue in one read).
+#:
+#: Now that stdout is a socket (the header): what may wait in an AF_UNIX stream socket is
+#: bounded by the *writer's* ``SO_SNDBUF`` alone (the reader's ``SO_RCVBUF`` changes nothing;
+#: measured here: 100-byte writes fill 27.8 KB of the default 208 KiB, 1000-byte ones 93 KB,
+#: 64 KiB ones 233 KB, whatever the reader's ``SO_RCVBUF``), counted with each message's
+#: bookkeeping, and the kernel doubles the value set for that (socket(7)); one message more
+#: than the limit goes in (up to half of it). So the engine's end of stdout gets ``SO_SNDBUF`` =
+#: a quarter of the share, set before the spawn (:data:`SNDBUF_PART`). Measured with
+#: ``tools/bench --sections scale`` (2 rounds, against the pipes' code run just before; shared
+#: machine): with the whole share set, 32 engines' settle p50/p99 was 108/158 ms (pipes:
+#: 71/95 and 38/60 ms), with half 86/120 ms, with a quarter 39/80 ms, the bridge's throughput
+#: 144 MB/s (pipes: 64 and 100), one idle engine's settle p50 1.8 ms (pipes: 2.5 and 2.0).
+#: Unlike a pipe it cannot be resized afterwards: the bridge must not keep the engine's end (it
+#: would never see EOF). An engine keeps the share it started with (the count of engines then,
+#: itself included).
 PIPE_BUDGET = 2 << 20
 PIPE_MIN = 64 << 10
 PIPE_MAX = 256 << 10
+#: The part of an engine's share set as its stdout's ``SO_SNDBUF`` (above).
+SNDBUF_PART = 4
 _live_engines: set[Engine] = set()
 
 
@@ -106,22 +135,34 @@ def errno_name(e: BaseException) -> str | None:
     return errno.errorcode.get(code) if isinstance(code, int) else None
 
 
-def _pipe_share() -> int:
-    share = PIPE_BUDGET // max(1, len(_live_engines))
+def _pipe_share(starting: int = 0) -> int:
+    share = PIPE_BUDGET // max(1, len(_live_engines) + starting)
     return max(PIPE_MIN, min(PIPE_MAX, share))
 
 
-def _resize_pipes() -> None:
-    """Best effort (a smaller pipe only costs wake-ups; shrinking a full one is refused)."""
-    size = _pipe_share()
-    for engine in _live_engines:
-        stream = engine.process.stdout if engine.process is not None else None
+def _stdio_pairs(sndbuf: int) -> tuple[list[socket.socket], list[socket.socket]]:
+    """The engine's stdin, stdout and stderr as one-way socketpairs (the header): (the bridge's
+    ends, the engine's ends), in that order. The engine's end of stdout gets ``SO_SNDBUF``
+    ``sndbuf`` (:data:`PIPE_BUDGET`; best effort: a smaller buffer only costs wake-ups)."""
+    ours: list[socket.socket] = []
+    theirs: list[socket.socket] = []
+    try:
+        for k in range(3):
+            mine, engine = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            ours.append(mine)
+            theirs.append(engine)
+            # One way only: the engine reads its stdin and writes its stdout and stderr.
+            engine.shutdown(socket.SHUT_WR if k == 0 else socket.SHUT_RD)
+            mine.shutdown(socket.SHUT_RD if k == 0 else socket.SHUT_WR)
         try:
-            import fcntl
-
-            fcntl.fcntl(stream.fileno(), F_SETPIPE_SZ, size)  # type: ignore[union-attr]
-        except (OSError, AttributeError, ValueError):
+            theirs[1].setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+        except OSError:
             pass
+    except BaseException:
+        for s in ours + theirs:
+            s.close()
+        raise
+    return ours, theirs
 
 
 class EngineGone(Exception):
@@ -152,6 +193,10 @@ class Engine:
         self.sink = sink
         self.max_line = max_line
         self.process: trio.Process | None = None
+        #: The bridge's ends of the engine's stdin, stdout and stderr (sockets: the header).
+        self.stdin: trio.lowlevel.FdStream | None = None
+        self.stdout: trio.lowlevel.FdStream | None = None
+        self.stderr: trio.lowlevel.FdStream | None = None
         self.pid: int | None = None
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_RING)
         self.exited = trio.Event()
@@ -193,12 +238,13 @@ class Engine:
             status = os.pipe()
             argv = [sys.executable, "-I", "-S", REAPER, str(status[1]), "--", *argv]
             pass_fds = (*pass_fds, status[1])
+        ours, theirs = _stdio_pairs(_pipe_share(starting=1) // SNDBUF_PART)
         try:
             engine.process = await trio.lowlevel.open_process(
                 argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
+                stdin=theirs[0].fileno(),
+                stdout=theirs[1].fileno(),
+                stderr=theirs[2].fileno(),
                 env=launch.env,
                 cwd=launch.cwd,
                 start_new_session=True,
@@ -207,15 +253,19 @@ class Engine:
         except BaseException:
             if status is not None:
                 os.close(status[0])
+            for s in ours:
+                s.close()
             raise
         finally:
             if status is not None:
                 os.close(status[1])
+            for s in theirs:
+                s.close()
+        engine.stdin, engine.stdout, engine.stderr = (trio.lowlevel.FdStream(s.detach()) for s in ours)
         if status is not None:
             await engine._launched(status[0])
         engine.pid = engine.process.pid
         _live_engines.add(engine)
-        _resize_pipes()
         nursery.start_soon(engine._read_stdout)
         nursery.start_soon(engine._drain_stderr)
         nursery.start_soon(engine._wait)
@@ -231,7 +281,7 @@ class Engine:
             while chunk := await pipe.receive_some(64):
                 told += chunk
         if told:
-            for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            for stream in (self.stdin, self.stdout, self.stderr):
                 if stream is not None:
                     await stream.aclose()
             await self.process.wait()  # the reaper exits at once (127)
@@ -249,16 +299,16 @@ class Engine:
         await self.send_bytes(dumps(cmd) + b"\n")
 
     async def send_bytes(self, data: bytes) -> None:
-        """Write ``data`` whole (one writer at a time). Ends when the pipe took it; raises
+        """Write ``data`` whole (one writer at a time). Ends when the socket took it; raises
         :class:`EngineGone` if the engine is gone or stopped reading. Unbounded here: the
         bridge's writer task bounds it (``write_timeout``)."""
-        proc = self.process
-        if proc is None or proc.stdin is None or self.exited.is_set():
+        stdin = self.stdin
+        if self.process is None or stdin is None or self.exited.is_set():
             raise EngineGone("the engine has exited")
         async with self._send_lock:
             self.writing = 0
             try:
-                await self._send_all(proc.stdin, data)
+                await self._send_all(stdin, data)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as e:
                 name = errno_name(e) or e.__class__.__name__
                 raise EngineGone(f"the engine stopped reading its stdin ({name})", self.writing) from None
@@ -266,8 +316,8 @@ class Engine:
                 self.writing = None
 
     async def _send_all(self, stdin: Any, data: bytes) -> None:
-        """trio's ``FdStream.send_all``, counting what the pipe took in :attr:`writing`. Ends
-        when the pipe took all of ``data``; raises OSError (EPIPE: the engine closed its stdin;
+        """trio's ``FdStream.send_all``, counting what the socket took in :attr:`writing`. Ends
+        when the socket took all of ``data``; raises OSError (EPIPE: the engine closed its stdin;
         EBADF) or trio.ClosedResourceError (the stream was closed while it waited). The
         descriptor is asked for at each write: a stream closed meanwhile (the close ladder)
         gives -1 (EBADF), never a number the process has reused."""
@@ -285,8 +335,8 @@ class Engine:
     async def _read_stdout(self) -> None:
         """Read stdout into lines for the sink. Ends at EOF (the engine, and every process that
         inherited its stdout, closed it) or when :meth:`_wait` cancels it after the drain grace."""
-        assert self.process is not None and self.process.stdout is not None
-        stdout = self.process.stdout
+        assert self.stdout is not None
+        stdout = self.stdout
         # Runs of long message_update lines stay in the read (framing.UpdateRun): the session
         # takes them in bulk without a copy.
         splitter = LineSplitter(self.max_line)
@@ -297,7 +347,7 @@ class Engine:
                     data = await stdout.receive_some(READ_SIZE)
                     if not data:
                         break
-                    lines = splitter.feed_runs(data, MESSAGE_UPDATE, b"}")  # type: ignore[arg-type]  # FdStream reads bytes
+                    lines = splitter.feed_runs(data, MESSAGE_UPDATE, b"}")
                     if lines:
                         sink_lines(self, lines)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
@@ -311,8 +361,8 @@ class Engine:
     async def _drain_stderr(self) -> None:
         """Read stderr a line at a time into the ring and the sink. Ends at EOF or when
         :meth:`_wait` cancels it once the engine has exited."""
-        assert self.process is not None and self.process.stderr is not None
-        stderr = self.process.stderr
+        assert self.stderr is not None
+        stderr = self.stderr
         splitter = LineSplitter(STDERR_LINE_MAX)
         with self._stderr_scope:
             try:
@@ -320,7 +370,7 @@ class Engine:
                     data = await stderr.receive_some(64 * 1024)
                     if not data:
                         break
-                    for line in splitter.feed(data):  # type: ignore[arg-type]  # FdStream reads bytes
+                    for line in splitter.feed(data):
                         self._stderr_line(line)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass
@@ -356,7 +406,6 @@ class Engine:
         self._reader_scope.cancel()
         self._stderr_scope.cancel()
         _live_engines.discard(self)
-        _resize_pipes()
         status = self.process.returncode
         sig = -status if status is not None and status < 0 else None
         self.sink.exited(self, status if sig is None else None, sig)
@@ -400,9 +449,10 @@ class Engine:
         if proc is None:
             return
         with trio.CancelScope(shield=True):
-            if proc.stdin is not None:
+            if self.stdin is not None:
                 try:
-                    await proc.stdin.aclose()
+                    # Closing our end (no other process holds it) is the engine's EOF.
+                    await self.stdin.aclose()
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     pass
             # Waits for the waiter to reap the engine, never reaps it here: the waiter kills
@@ -428,7 +478,7 @@ class Engine:
                 self.abandon()
                 with trio.move_on_after(1.0):
                     await self.exited.wait()
-            for stream in (proc.stdout, proc.stderr):
+            for stream in (self.stdout, self.stderr):
                 if stream is not None:
                     try:
                         await stream.aclose()

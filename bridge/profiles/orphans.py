@@ -40,12 +40,23 @@ def remove_orphans(tmp: str | None = None) -> list[str]:
     return removed
 
 
+#: Where else private folders are made: a sandboxed engine's config folder when the temporary
+#: folder is one its tools may write (``bridge.profiles.pi.PiProfile._config_base``): a folder
+#: of the user's own in ``/var/tmp`` (0700), which every sandbox hides
+#: (``bridge.profiles.sandbox.TEMP_DIRS``).
+OTHER_BASES = (f"/var/tmp/pi-bridge-{os.getuid()}",)
+
+
 def remove_orphans_once() -> bool:
-    """Once per process: :func:`remove_orphans`. Returns whether it ran now (the caller sweeps
-    what else is named for a bridge's pid: :func:`bridge.profiles.limits.sweep_cgroups`)."""
+    """Once per process: :func:`remove_orphans`, in the temporary folder and :data:`OTHER_BASES`.
+    Returns whether it ran now (the caller sweeps what else is named for a bridge's pid:
+    :func:`bridge.profiles.limits.sweep_cgroups`)."""
     global _orphans_checked
     if _orphans_checked:
         return False
     _orphans_checked = True
     remove_orphans()
+    for base in OTHER_BASES:
+        if os.path.realpath(base) != os.path.realpath(tempfile.gettempdir()):
+            remove_orphans(base)
     return True

@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -35,7 +36,7 @@ from bridge.profiles.conversation import Conversation, EngineConversation
 from bridge.profiles.keyhold import RELAY_PORT, KeyEndpoint, hold
 from bridge.profiles.limits import DEFAULT_LIMITS, TOOL_SHELL_FILE, EngineLimits, Limits, sweep_cgroups
 from bridge.profiles.netjail import relay_lines
-from bridge.profiles.orphans import remove_orphans, remove_orphans_once
+from bridge.profiles.orphans import OTHER_BASES, remove_orphans, remove_orphans_once
 from bridge.profiles.pi_versions import (
     FEATURES,
     OPTIONAL_FLAGS,
@@ -48,11 +49,13 @@ from bridge.profiles.sandbox import (
     Bwrap,
     Confined,
     Sandbox,
+    Tools,
     check_probe,
     compile_cache,
     confine,
     disabled_header,
     find_bwrap,
+    find_landlock,
 )
 from bridge.profiles.seal import (
     DEFAULT_SETTINGS,
@@ -66,6 +69,7 @@ from bridge.profiles.seal import (
     engine_env,
     startup_refusal,
 )
+from bridge.profiles.toolshell import script as tool_shell_script
 
 __all__ = [
     "NODE_MIN",
@@ -428,6 +432,11 @@ class PiProfile:
                 raise ProfileError(f"{self.api_key_env} cannot hold an API key: the seal sets or drops it")
             if not os.environ.get(self.api_key_env):
                 raise ProfileError(f"the API key variable {self.api_key_env} is not set (or empty)")
+        if self.settings and self.sandbox.enabled and TOOL_SETTING in self.settings:
+            raise ProfileError(
+                f"setting {TOOL_SETTING} is the sandbox's: Pi's bash tool runs through the tool shell, "
+                "which confines every tool (leave it out, or pass --no-sandbox)"
+            )
         if self.settings:
             bad = sorted(RESOURCE_SETTINGS & set(self.settings))
             if bad:
@@ -459,6 +468,7 @@ class PiProfile:
         """One sealed Pi's launch. Its private folders are made here; ``Launch.cleanup`` removes them.
         Confined unless the sandbox is off; a sandbox that cannot be made is a :class:`ProfileError`."""
         bwrap = find_bwrap() if self.sandbox.enabled else None
+        landlock = find_landlock() if self.sandbox.enabled else 0
         install = find_install(self.pi_dir, allow_other_version=self.allow_other_version, bwrap=bwrap)
         self._validate()
         ext_args = self._extension_args()
@@ -469,7 +479,7 @@ class PiProfile:
             Path(tempfile.mkdtemp(prefix=f"pi-bridge-pi-{os.getpid()}-", dir=self._config_base()))
         )
         try:
-            return self._launch(install, bwrap, folders, ext_args, models_bytes)
+            return self._launch(install, bwrap, folders, ext_args, models_bytes, landlock)
         except BaseException:
             # Whatever stops it once the folder is made (a KeyboardInterrupt too): nothing is left.
             folders.remove()
@@ -482,8 +492,10 @@ class PiProfile:
         folders: _PrivateFolders,
         ext_args: list[str],
         models_bytes: bytes | None,
+        landlock: int = 0,
     ) -> Launch:
-        """The launch in the private ``folders`` (made; the caller removes them if this raises)."""
+        """The launch in the private ``folders`` (made; the caller removes them if this raises).
+        ``landlock``: the kernel's Landlock ABI when confined (the tool shell's)."""
         key = os.environ[self.api_key_env] if self.api_key_env is not None else self.api_key
         no_network = self.sandbox.enabled and not self.sandbox.network
         keys = (
@@ -492,7 +504,8 @@ class PiProfile:
             else hold(self.provider, self.model, key, models_bytes, install.root, folders.config, no_network=no_network)
         )
         folders.link = keys[0] if keys is not None else None
-        key_kind = self._write_config(folders.config, models_bytes, keys)
+        tool_shell = folders.config / TOOL_SHELL if bwrap is not None else None
+        key_kind = self._write_config(folders.config, models_bytes, keys, tool_shell)
         cwd = self._working_folder(folders)
         conv = None
         if self.conversation is not None:
@@ -502,7 +515,9 @@ class PiProfile:
         env, removed = self._env(folders.config)
         confined: Confined | None = None
         if bwrap is not None:
-            confined = self._confine(bwrap, install, argv, cwd, folders, ext_args, models_bytes, env)
+            assert tool_shell is not None
+            tools = self._tools(tool_shell, landlock, cwd)
+            confined = self._confine(bwrap, install, argv, cwd, folders, ext_args, models_bytes, env, tools)
             argv, env["TMPDIR"] = confined.argv, "/tmp"
         header = self._header(install, ext_args, key_kind, own_cwd=folders.own_cwd is not None, removed=removed)
         header["seal"]["env"] = sorted(env)
@@ -547,13 +562,48 @@ class PiProfile:
         )
 
     def _config_base(self) -> str | None:
-        """Where the private config folder is made: the temporary folder, unless ``--no-network``
-        needs a unix socket in it (``provider.sock``) and its path would pass the 107 bytes a
-        socket's path may have (a deep ``$TMPDIR``, as pytest-xdist's): then ``/tmp``."""
+        """Where the private config folder is made: the temporary folder, unless
+
+        - ``--no-network`` needs a unix socket in it (``provider.sock``) and its path would pass
+          the 107 bytes a socket's path may have (a deep ``$TMPDIR``, as pytest-xdist's): then
+          ``/tmp``;
+        - the sandbox is on and the folder would lie beneath one that tools may write (the
+          sandbox's rule 11: ``/tmp``, the working folder, ``--allow-write``): Landlock allows a
+          folder and everything beneath it, across mounts, and has no rule that takes a folder
+          back out, so a config folder in ``/tmp`` -- the default -- would be writable by every
+          tool (its ``settings.json`` read-only all the same). Then :data:`CONFIG_BASES`' first
+          that can be made (``/var/tmp/pi-bridge-UID``, 0700, hidden in every sandbox: the
+          sandbox's :data:`~bridge.profiles.sandbox.TEMP_DIRS`); none: a :class:`ProfileError`
+          naming the fix.
+        """
         base = tempfile.gettempdir()
-        if self.sandbox.network or len(base) <= _SOCKET_BASE_MAX or not os.access("/tmp", os.W_OK):
-            return None
-        return "/tmp"
+        if not self.sandbox.network and len(base) > _SOCKET_BASE_MAX and os.access("/tmp", os.W_OK):
+            base = "/tmp"
+        if not self.sandbox.enabled:
+            return None if base == tempfile.gettempdir() else base
+        writable = ["/tmp", *([self.cwd] if self.cwd else []), *self.sandbox.allow_write]
+        # "/" is refused by the sandbox with its own words (confine): not judged here.
+        reals = [r for r in (os.path.realpath(os.path.expanduser(w)) for w in writable) if r != "/"]
+
+        def tool_writable(folder: str) -> bool:
+            real = os.path.realpath(folder)
+            return any(real == w or real.startswith(w.rstrip("/") + "/") for w in reals)
+
+        if not tool_writable(base) and os.path.isdir(base) and os.access(base, os.W_OK):
+            return None if base == tempfile.gettempdir() else base
+        for candidate in CONFIG_BASES:
+            try:
+                os.makedirs(candidate, mode=0o700, exist_ok=True)
+                os.chmod(candidate, 0o700)
+            except OSError:
+                continue
+            if not tool_writable(candidate):
+                return candidate
+        raise ProfileError(
+            f"the engine's private config folder would be writable by its tools: the temporary folder {base} "
+            f"lies in a folder they may write, and {', '.join(CONFIG_BASES)} cannot be used: set TMPDIR "
+            "to a folder outside /tmp, the working folder and --allow-write"
+        )
 
     def _confine(
         self,
@@ -565,6 +615,7 @@ class PiProfile:
         ext_args: list[str],
         models_bytes: bytes | None,
         env: dict[str, str],
+        tools: Tools | None = None,
     ) -> Confined:
         """Pi's argv wrapped in bubblewrap (:mod:`bridge.profiles.sandbox`), with Node's compile
         cache read-only (set in ``env``); with ``--no-network`` the provider link too
@@ -572,10 +623,10 @@ class PiProfile:
         needs = [install.root, os.path.join(install.root, "node_modules"), install.cli, install.node]
         needs += [str(Path(install.node).resolve().parents[1])] + ext_args[1::2]
         folders.limits = EngineLimits.make(self.limits, own_cwd=folders.own_cwd is not None)
-        tool_shell = folders.config / TOOL_SHELL_FILE
-        _write_private(tool_shell, folders.limits.tool_shell.encode())
+        limits_file = folders.config / TOOL_SHELL_FILE
+        _write_private(limits_file, folders.limits.tool_shell.encode())
         # Read-only in the sandbox (a tool must not rewrite the next tool's limits).
-        env["BASH_ENV"] = str(tool_shell)
+        env["BASH_ENV"] = str(limits_file)
         cache = compile_cache(
             bwrap, install.version, [install.node, install.cli], needs=needs, env=env, scratch=str(folders.config)
         )
@@ -595,15 +646,28 @@ class PiProfile:
             argv,
             cwd=cwd,
             config=str(folders.config),
-            needs=[*needs, str(tool_shell)],
+            needs=[*needs, str(limits_file)],
             own_cwd=folders.own_cwd is not None,
             relay=relay,
             provider=provider,
             cache=cache,
             watch_fd=folders.watch[0],
             limits=folders.limits,
-            tool_shell=str(tool_shell),
+            tool_shell=str(limits_file),
+            tools=tools,
         )
+
+    def _tools(self, shell: Path, landlock: int, cwd: str) -> Tools:
+        """Write the tool shell (:mod:`bridge.profiles.toolshell`) into the config folder, 0500:
+        tools write only beneath the working folder, ``/tmp``, ``/dev`` and ``--allow-write``;
+        it runs with this interpreter, which the sandbox shows read-only with its prefix."""
+        python = os.path.realpath(sys.executable)
+        write = [os.path.realpath(cwd), "/tmp", "/dev", *(os.path.realpath(w) for w in self.sandbox.allow_write)]
+        real = "/bin/bash" if os.access("/bin/bash", os.X_OK) else shutil.which("bash") or "/bin/sh"
+        _write_private(shell, tool_shell_script(python, {"write": write, "shell": real}).encode())
+        os.chmod(shell, 0o500)
+        needs = (python, os.path.realpath(sys.base_prefix), str(shell.parent / "settings.json"))
+        return Tools(shell=str(shell), abi=landlock, write=tuple(write), needs=needs)
 
     def _read_models(self) -> bytes | None:
         """The given models.json, checked to be JSON in the shape Pi 1.6.0 reads (an object whose
@@ -625,14 +689,23 @@ class PiProfile:
             )
         return models_bytes
 
-    def _write_config(self, config_dir: Path, models_bytes: bytes | None, keys: tuple[KeyEndpoint, str] | None) -> str:
-        """Fill the private config folder (rules 3, 6); return how the key was given, for the header.
-        With the key endpoint, ``models.json`` and ``auth.json`` hold its tokens, never a key."""
+    def _write_config(
+        self,
+        config_dir: Path,
+        models_bytes: bytes | None,
+        keys: tuple[KeyEndpoint, str] | None,
+        tool_shell: Path | None = None,
+    ) -> str:
+        """Fill the private config folder (rules 3, 6; ``tool_shell``: Pi's ``shellPath``, the
+        sandbox's rule 11); return how the key was given, for the header. With the key endpoint,
+        ``models.json`` and ``auth.json`` hold its tokens, never a key."""
         os.chmod(config_dir, 0o700)
         models = keys[0].plan.models_bytes(keys[1]) if keys is not None else models_bytes
         if models is not None:
             _write_private(config_dir / "models.json", models)
         settings = _merge(DEFAULT_SETTINGS, self.settings or {})
+        if tool_shell is not None:
+            settings[TOOL_SETTING] = str(tool_shell)
         _write_private(config_dir / "settings.json", json.dumps(settings, indent=2).encode())
         kind = f"env:{self.api_key_env}" if self.api_key_env is not None else "literal"
         if keys is not None and keys[0].plan.auth is not None:
@@ -705,6 +778,16 @@ class PiProfile:
             },
         }
 
+
+#: The tool shell's name in the private config folder, and the setting that names it (Pi
+#: 1.6.0: ``settings.json``'s ``shellPath``, read when the session's runtime is built).
+TOOL_SHELL: Final = "tool-shell"
+TOOL_SETTING: Final = "shellPath"
+
+#: Where a sandboxed engine's private config folder is made when the temporary folder lies in
+#: one its tools may write (:meth:`PiProfile._config_base`); swept for orphans too, hidden by
+#: every sandbox.
+CONFIG_BASES: Final = OTHER_BASES
 
 #: The longest temporary folder whose ``pi-bridge-pi-PID-XXXXXXXX/provider.sock`` still fits in
 #: a unix socket's 107-byte path.

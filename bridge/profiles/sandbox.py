@@ -12,7 +12,7 @@ where it comes from (``bwrap(1)`` of 0.8.0; verified on this machine, see the te
    private ``/tmp`` (``--tmpfs``; ``TMPDIR`` is set to it), and each ``--allow-write PATH``.
 3. **The user's home hidden**: an empty tmpfs over ``$HOME``, remounted read-only (a write
    there fails with ``EROFS``), unless a ``--allow-read`` / ``--allow-write`` path is the home
-   or holds it. ``--allow-read PATH`` shows one path read-only. What Pi itself needs is bound
+   or holds it; the bridge's own folder in ``/var/tmp`` likewise (:data:`TEMP_DIRS`). ``--allow-read PATH`` shows one path read-only. What Pi itself needs is bound
    back read-only wherever it lives (its install, its Node, explicit extensions).
 4. **The journals out of sight**: each folder in :attr:`Sandbox.hidden` (the bridge's journal
    folder) gets an empty read-only tmpfs *after* the allowed paths, so allowing a parent does
@@ -45,7 +45,20 @@ where it comes from (``bwrap(1)`` of 0.8.0; verified on this machine, see the te
    into the seal check's problems and the journal's ``confinement`` note.
 10. **Node's compile cache**, shared by the confined engines, read-only to them
     (:func:`compile_cache`).
-11. **Limits** (:mod:`bridge.profiles.limits`): the engine joins its cgroup before ``bwrap``
+11. **Tools one Landlock domain deeper than Pi** (issue 41, "evidence only from the engine"):
+    Pi's ``bash`` tool runs through the tool shell (:mod:`bridge.profiles.toolshell`, Pi's
+    ``shellPath``), which confines itself with Landlock before it becomes ``bash``: no ptrace
+    of Pi or the init (so no ``/proc/<pi>/fd/*``, ``/proc/<pi>/mem``, ``pidfd_getfd``), no
+    signals to them (ABI ≥ 6), writes only beneath the working folder, ``/tmp``, ``/dev`` and
+    the ``--allow-write`` paths (:class:`Tools`). The tool shell, ``settings.json`` (its
+    ``shellPath``) and the interpreter are shown read-only (a read-only bind on a file in the
+    writable config folder is a mount point: it cannot be written, renamed or removed, by a
+    tool or by Pi's own ``write`` tool). Fail closed (:func:`find_landlock`): a kernel without
+    Landlock is a :class:`~bridge.profiles.command.ProfileError` naming the fix; the probe (rule
+    9) runs the tool shell and checks from inside that it cannot open the init's
+    ``/proc/1/fd/*``, signal it or write the config folder. The engine's stdio being sockets
+    (:mod:`bridge.live.engine`) covers what runs inside Pi's own process.
+12. **Limits** (:mod:`bridge.profiles.limits`): the engine joins its cgroup before ``bwrap``
     runs (an argv prefix), ``/tmp`` and a working folder the bridge made are sized tmpfs
     (``--size``, bubblewrap ≥ 0.7.0), and the probe reads from inside what it can verify.
 """
@@ -67,9 +80,11 @@ from typing import Any, Final
 
 import attrs
 
+from bridge.profiles import toolshell
 from bridge.profiles.command import ProfileError
 from bridge.profiles.limits import PROBE as LIMITS_PROBE
 from bridge.profiles.limits import EngineLimits, check_limits
+from bridge.profiles.orphans import OTHER_BASES
 
 __all__ = [
     "BWRAP_ENV",
@@ -77,9 +92,11 @@ __all__ = [
     "Bwrap",
     "Confined",
     "Sandbox",
+    "Tools",
     "check_probe",
     "confine",
     "find_bwrap",
+    "find_landlock",
 ]
 
 #: Names the ``bwrap`` to use (default: ``bwrap`` on PATH).
@@ -152,6 +169,53 @@ def find_bwrap() -> Bwrap:
         path=path, version=version or "bubblewrap ?", disable_userns=disable_userns, tmpfs_size=sized
     )
     return found
+
+
+_LANDLOCK_FIX = (
+    "the engine's tools are confined with Landlock, which this kernel does not offer (Linux ≥ 5.13 "
+    "built with CONFIG_SECURITY_LANDLOCK=y and landlock in its lsm= list; ≥ 6.12 also scopes "
+    "signals): boot such a kernel, or pass --no-sandbox to run the engine unconfined"
+)
+
+
+def find_landlock() -> int:
+    """The kernel's Landlock ABI (rule 11), ≥ 1. Raises :class:`ProfileError` naming the fix:
+    no silent fallback to unconfined tools."""
+    try:
+        abi = toolshell.abi_version()
+    except (OSError, AttributeError) as e:
+        raise ProfileError(f"{_LANDLOCK_FIX} ({e})") from e
+    if abi < 1:
+        raise ProfileError(_LANDLOCK_FIX)
+    return abi
+
+
+@attrs.frozen
+class Tools:
+    """The tool shell (rule 11): the script in the config folder Pi's ``shellPath`` names,
+    what it lets tools write, and the interpreter it runs with."""
+
+    #: The script (:func:`bridge.profiles.toolshell.script`), inside the config folder.
+    shell: str
+    #: The kernel's Landlock ABI (:func:`find_landlock`).
+    abi: int
+    #: Folders tools may write beneath.
+    write: tuple[str, ...]
+    #: What the sandbox shows read-only for it: the interpreter, its prefix, ``settings.json``.
+    needs: tuple[str, ...]
+
+    def header(self) -> dict[str, Any]:
+        """The journal header's ``tools``: what was enforced on every tool."""
+        return {
+            "confined": f"landlock ABI {self.abi}",
+            "shell": self.shell,
+            "write": list(self.write),
+            "ptrace": "none out of the tool's domain (no /proc/<pi>/fd, /proc/<pi>/mem, pidfd_getfd)",
+            "signals": "none out of the tool's domain"
+            if self.abi >= 6
+            else f"not scoped (Landlock ABI {self.abi} < 6)",
+            "settings": "read-only",
+        }
 
 
 def _run(argv: list[str], path: str) -> subprocess.CompletedProcess[str]:
@@ -230,24 +294,28 @@ class _Layout:
     binds: list[tuple[str, str]]
     #: Folders hidden on top of the binds (those not already out of sight).
     hidden: list[str]
+    #: :data:`TEMP_DIRS` that exist, hidden like a home.
+    hidden_temp: list[str] = attrs.field(factory=list)
 
 
 def _layout(sandbox: Sandbox, reads: list[str], writes: list[str], needed: list[str], own: list[str]) -> _Layout:
     homes = user_homes()
     hidden_homes = [h for h in homes if not any(_within(h, a) for a in reads + writes)]
+    temps = sorted({_real(d) for d in TEMP_DIRS if os.path.isdir(d)} - {"/", "/tmp"} - set(homes))
+    hidden_temp = [d for d in temps if not any(_within(d, a) for a in reads + writes)]
     writable = writes + own
     again = [p for p in needed if any(_within(p, w) for w in writable)]
     binds = [("--ro-bind", p) for p in needed + reads] + [("--bind", p) for p in writable]
     binds += [("--bind", d) for d in _pinned(again, writable)]
     binds += [("--ro-bind", p) for p in again]
-    covered = ["/tmp", *hidden_homes]
+    covered = ["/tmp", *hidden_homes, *hidden_temp]
     hidden = sorted(
         h
         for h in {_real(h) for h in sandbox.hidden if os.path.isdir(h)} - {"/"}
         # Under the private /tmp or a hidden home it is out of sight already, unless a bind shows it.
         if not any(_within(h, c) for c in covered) or any(_within(h, p) for _, p in binds)
     )
-    return _Layout(homes=homes, hidden_homes=hidden_homes, binds=binds, hidden=hidden)
+    return _Layout(homes=homes, hidden_homes=hidden_homes, binds=binds, hidden=hidden, hidden_temp=hidden_temp)
 
 
 def _pinned(again: list[str], writable: list[str]) -> list[str]:
@@ -267,6 +335,12 @@ def _pinned(again: list[str], writable: list[str]) -> list[str]:
     return sorted(pins, key=lambda d: (d.count("/"), d))
 
 
+#: Hidden like a home (rule 3): the folder a sandboxed engine's private config folder is made
+#: in when the temporary folder is one its tools may write (rule 11;
+#: ``bridge.profiles.pi.CONFIG_BASES``): every other engine's must stay out of sight, as those
+#: in ``/tmp`` are behind the private ``/tmp``; the engine's own is bound back on top.
+TEMP_DIRS: Final = OTHER_BASES
+
 #: What ``--no-network`` hides under an empty read-only tmpfs (rule 7): the host's unix sockets
 #: (docker, databases, D-Bus) live there, and a read-only mount does not stop a ``connect()``.
 RUN_DIRS: Final = ("/run", "/var/run")
@@ -284,7 +358,7 @@ def _bwrap_args(lay: _Layout, sandbox: Sandbox, bwrap: Bwrap, cwd: str, limits: 
     args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     args += [*(["--size", str(tmp)] if tmp else []), "--tmpfs", "/tmp"]
     runs = [] if sandbox.network else _run_dirs()
-    for d in runs + lay.hidden_homes:
+    for d in runs + lay.hidden_homes + lay.hidden_temp:
         args += ["--tmpfs", d]
     for flag, p in lay.binds:
         if p == cwd and limits is not None and limits.cwd_tmpfs:
@@ -297,7 +371,7 @@ def _bwrap_args(lay: _Layout, sandbox: Sandbox, bwrap: Bwrap, cwd: str, limits: 
             if _within(p, h) and p != h:
                 args += [flag, p, p]
         args += ["--remount-ro", h]
-    for d in runs + lay.hidden_homes:
+    for d in runs + lay.hidden_homes + lay.hidden_temp:
         args += ["--remount-ro", d]
     # Not --die-with-parent: its PR_SET_PDEATHSIG belongs to the *thread* that forked bwrap, and
     # trio forks in a worker thread that ends after 10 s idle -- which killed every engine 10 s
@@ -324,12 +398,16 @@ def confine(
     watch_fd: int | None = None,
     limits: EngineLimits | None = None,
     tool_shell: str | None = None,
+    tools: Tools | None = None,
 ) -> Confined:
     """Wrap ``argv`` (Pi's) in bwrap and the probe. ``needs``: what Pi reads (its install,
     its Node, extensions), bound back read-only wherever it is; ``relay``: ``sh`` lines run
     before Pi (``--no-network``'s); ``cache``: Node's compile cache, read-only; ``watch_fd``:
     the read end of a pipe only the bridge writes to (:data:`WATCH`), passed to bwrap;
-    ``limits``: the engine's (rule 11), ``tool_shell`` their file (in ``needs``: read-only)."""
+    ``tools``: the tool shell (rule 11), shown read-only with what it needs, run by the probe;
+    ``limits``: the engine's (rule 12), ``tool_shell`` their file (in ``needs``: read-only)."""
+    if tools is not None:
+        needs = [*needs, tools.shell, *tools.needs]
     if limits is not None and (limits.limits.tmp or limits.cwd_tmpfs) and not bwrap.tmpfs_size:
         raise ProfileError(
             f"{bwrap.version} cannot size the engine's /tmp and working folder (--size needs bubblewrap 0.7.0 or "
@@ -378,7 +456,7 @@ def confine(
     homes = lay.hidden_homes
     writable = [config, "/tmp"] + ([cwd] if own_cwd else [])
     runs = [] if sandbox.network else _run_dirs()
-    refused = [p for p in homes + lay.hidden + runs + ["/"] if not any(_within(p, w) for w in writes)]
+    refused = [p for p in homes + lay.hidden + runs + lay.hidden_temp + ["/"] if not any(_within(p, w) for w in writes)]
     probe = os.path.join(config, PROBE_FILE)
     script = _probe_script(probe, refused=refused, writable=writable, homes=homes, hidden=lay.hidden)
     watch = WATCH.replace("{fd}", str(int(watch_fd))) if watch_fd is not None else ""
@@ -387,6 +465,9 @@ def confine(
         shell = shlex.quote(tool_shell) if tool_shell else "/dev/null"
         limit_lines = LIMITS_PROBE.replace("{cwd}", shlex.quote(cwd)).replace("{shell}", shell)
     script = script.replace("{limits}", limit_lines).replace("{watch}", watch).replace("{relay}", relay)
+    script = script.replace(
+        "{tools}", _tool_probe(tools, config=config, cwd=cwd if own_cwd else None) if tools is not None else ""
+    )
     prefix = limits.prefix if limits is not None else []
     full = [*prefix, bwrap.path, *_bwrap_args(lay, sandbox, bwrap, cwd, limits), "--", "/bin/sh", "-c", script]
     expect = {
@@ -397,6 +478,7 @@ def confine(
         "hidden": lay.hidden,
         "network": sandbox.network,
         **({"limits": {**limits.expect, "cwd_path": cwd}} if limits is not None else {}),
+        "tools": {"abi": tools.abi, "cwd": own_cwd} if tools else None,
     }
     header = {
         "tool": bwrap.version,
@@ -405,12 +487,14 @@ def confine(
         "read": reads,
         "home": _home_words(lay),
         "hidden": lay.hidden,
+        "temp": [f"{d} hidden (empty, read-only)" for d in lay.hidden_temp],
         "pid_namespace": True,
         "die_with_parent": False,
         "capabilities": "none",
         "compile_cache": f"{cache} (read-only)" if cache else None,
         "network": "host" if sandbox.network else f"none but the provider at {provider}",
         "limits": limits.header if limits is not None else "none",
+        **({"tools": tools.header()} if tools is not None else {}),
     }
     return Confined(argv=[*full, "pi-bridge-probe", *argv], header=header, probe=probe, expect=expect)
 
@@ -518,7 +602,7 @@ def _first_below(path: str, folder: str) -> str:
 
 def disabled_header() -> dict[str, Any]:
     """The header's ``sandbox`` when the user opted out."""
-    return {"enabled": False, "why": "--no-sandbox"}
+    return {"enabled": False, "why": "--no-sandbox", "tools": "unconfined (--no-sandbox)"}
 
 
 # --------------------------------------------------------------------------- the probe
@@ -541,7 +625,7 @@ done
 for d in {homes}; do ls -A "$d" 2>/dev/null | sed 's/^/home-entry=/'; done
 for d in {hidden}; do echo "hidden-entries=$(ls -A "$d" 2>/dev/null | wc -l) $d"; done
 sed -n '3,$s/^ *\([^:]*\):.*/net=\1/p' /proc/net/dev
-{limits}} > {probe} 2>/dev/null
+{limits}{tools}} > {probe} 2>/dev/null
 {watch}{relay}"$@"
 exit $?
 """
@@ -553,6 +637,35 @@ exit $?
 #: exits. A path, not a redirection: ``dash`` takes no fd above 9, and opening an anonymous
 #: pipe through ``/proc`` never blocks. ``-KILL -1``, not ``-s KILL -1`` (dash refuses it).
 WATCH: Final = "(cat /proc/self/fd/{fd} >/dev/null 2>&1; kill -KILL -1) </dev/null >/dev/null 2>&1 &\n"
+
+
+#: Run by the tool shell inside the probe (rule 11; ``bash -c``): a tool must not open the
+#: init's descriptors (its stdio are sockets, which no one can open through ``/proc``; the
+#: watch is a pipe, which anyone who may ptrace the init can), read where they lead, signal
+#: it, or write the config folder; it must write the working folder. ``{…}``: shell-quoted.
+TOOL_PROBE: Final = r"""echo tool-run=1
+for f in /proc/1/fd/*; do
+  if (true < "$f") 2>/dev/null; then echo "tool-opened=$f"; fi
+  if readlink "$f" >/dev/null 2>&1; then echo "tool-readlink=$f"; fi
+done
+if kill -0 1 2>/dev/null; then echo tool-signal=sent; else echo tool-signal=refused; fi
+if (true > {config}/.pi-bridge-probe) 2>/dev/null; then rm -f {config}/.pi-bridge-probe; echo tool-config=writable
+else echo tool-config=refused; fi
+"""
+#: Added to :data:`TOOL_PROBE` when the working folder is the engine's own (the probe leaves
+#: a user's folder alone, as rule 9's writes do).
+TOOL_PROBE_CWD: Final = r"""if (true > {cwd}/.pi-bridge-probe) 2>/dev/null; then rm -f {cwd}/.pi-bridge-probe; echo tool-cwd=wrote
+else echo tool-cwd=unwritable; fi
+"""
+
+
+def _tool_probe(tools: Tools, *, config: str, cwd: str | None) -> str:
+    """The probe's lines that run :data:`TOOL_PROBE` through the tool shell (its errors kept);
+    ``cwd``: the engine's own working folder, tried too."""
+    body = TOOL_PROBE.replace("{config}", shlex.quote(config))
+    body += TOOL_PROBE_CWD.replace("{cwd}", shlex.quote(cwd)) if cwd is not None else ""
+    run = f"{shlex.quote(tools.shell)} -c {shlex.quote(body)} 2>&1 | sed '/^tool-/!s/^/tool-error=/'\n"
+    return run
 
 
 def _probe_script(probe: str, *, refused: list[str], writable: list[str], homes: list[str], hidden: list[str]) -> str:
@@ -609,6 +722,9 @@ def check_probe(probe: str, expect: Mapping[str, Any]) -> tuple[list[str], dict[
     if "limits" in expect:
         more, limited = check_limits(seen, expect["limits"])
         problems += more
+    tools = expect.get("tools")
+    if tools:
+        problems += _tool_problems(seen, tools)
     verified = {
         "pid": pid,
         "init": init,
@@ -620,4 +736,29 @@ def check_probe(probe: str, expect: Mapping[str, Any]) -> tuple[list[str], dict[
         "network_interfaces": seen.get("net", []),
         **({"limits": limited} if limited is not None else {}),
     }
+    if tools:
+        verified["tools"] = {
+            "ran": bool(seen.get("tool-run")),
+            "init_fds_opened": seen.get("tool-opened", []),
+            "init_fds_read": seen.get("tool-readlink", []),
+            "signal_to_init": (seen.get("tool-signal") or ["?"])[0],
+            "config_write": (seen.get("tool-config") or ["?"])[0],
+            "cwd_write": (seen.get("tool-cwd") or ["?"])[0],
+        }
     return problems, verified
+
+
+def _tool_problems(seen: Mapping[str, list[str]], tools: Mapping[str, Any]) -> list[str]:
+    """The seal check's problems with the tool shell (rule 11) as :data:`TOOL_PROBE` saw it."""
+    if not seen.get("tool-run"):
+        why = "; ".join(seen.get("tool-error", [])[-3:]) or "no output"
+        return [f"the tool shell did not run in the sandbox ({why}): tools cannot be confined"]
+    problems = [f"a tool could open the sandbox init's {f}" for f in seen.get("tool-opened", [])]
+    problems += [f"a tool could read where the sandbox init's {f} leads" for f in seen.get("tool-readlink", [])]
+    if tools["abi"] >= 6 and seen.get("tool-signal") != ["refused"]:
+        problems.append("a tool could signal the sandbox's init (Landlock's signal scope is not in force)")
+    if seen.get("tool-config") != ["refused"]:
+        problems.append("a tool could write the engine's private config folder")
+    if tools["cwd"] and seen.get("tool-cwd") != ["wrote"]:
+        problems.append("a tool cannot write the engine's working folder")
+    return problems

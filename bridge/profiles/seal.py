@@ -30,7 +30,15 @@ is enforced:
    ``extensions/``, ``skills/``, ``prompts/``, ``themes/``, ``trust.json`` …);
    ``SYSTEM.md`` / ``APPEND_SYSTEM.md`` are covered by no ``--no-*`` flag, so the folder must
    simply not contain them (NOTES §2). So the user's own ``~/.pi/agent`` is never read.
-   Resource lists in ``settings`` (:data:`RESOURCE_SETTINGS`) are refused.
+   Resource lists in ``settings`` (:data:`RESOURCE_SETTINGS`) are refused. Sandboxed, the
+   folder also holds the tool shell, which ``settings.json``'s ``shellPath`` names (Pi 1.6.0
+   runs its ``bash`` tool through it: ``getShellConfig``); both are read-only inside, the
+   folder out of the tools' Landlock rules, and a caller's ``shellPath`` is refused
+   (:mod:`bridge.profiles.sandbox` rule 11). Pi writes ``settings.json`` only to persist a
+   change (``set_model``, ``set_thinking_level``: ``SettingsManager.save``), catches the
+   failure (``enqueueWrite``) and keeps the change in memory; project settings
+   (``.pi/settings.json`` in the working folder, which tools may write) are not read
+   (``--no-approve``: the project is not trusted).
 4. **No session file unless asked**: ``--no-session``; with ``session=True`` the session
    lives in ``CONFIG/sessions`` (``--session-dir``, which also beats a project
    ``sessionDir`` — docs/security.md reads it before trust).
