@@ -608,8 +608,11 @@ def disabled_header() -> dict[str, Any]:
 # --------------------------------------------------------------------------- the probe
 
 #: Run by ``/bin/sh`` as the sandbox's PID 1, before it runs Pi (rules 5 and 9). ``{…}`` are
-#: filled with shell-quoted words. ``true > F`` rather than ``: > F``: a failed redirection
-#: of a special builtin ends ``sh``.
+#: filled with shell-quoted words. Its standard input is ``/dev/null``, not the engine's stdin: that
+#: is a socket (:mod:`bridge.live.engine`), and a ``bash`` whose stdin is a socket takes itself
+#: for one started by ``sshd`` and reads ``/etc/bash.bashrc`` instead of ``BASH_ENV`` (Debian's
+#: bash, ``SSH_SOURCE_BASHRC``; found when the limits' probe saw a tool's ``oom_score_adj`` 0).
+#: ``true > F`` rather than ``: > F``: a failed redirection of a special builtin ends ``sh``.
 PROBE: Final = r"""{
 echo "pid=$$"
 echo "init=$(cat /proc/1/comm 2>/dev/null)"
@@ -625,7 +628,7 @@ done
 for d in {homes}; do ls -A "$d" 2>/dev/null | sed 's/^/home-entry=/'; done
 for d in {hidden}; do echo "hidden-entries=$(ls -A "$d" 2>/dev/null | wc -l) $d"; done
 sed -n '3,$s/^ *\([^:]*\):.*/net=\1/p' /proc/net/dev
-{limits}{tools}} > {probe} 2>/dev/null
+{limits}{tools}} </dev/null > {probe} 2>/dev/null
 {watch}{relay}"$@"
 exit $?
 """
