@@ -37,11 +37,15 @@ def bridge_argv() -> list[str]:
 
 @pytest.fixture
 def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The temporary folder the profile makes its private folders in, under ``tmp_path``: a
-    test lists it afterwards to see that nothing was left behind."""
+    """The temporary folder the profile makes its private folders in, under ``tmp_path`` (the
+    bridges' per-user root, bridge/profiles/orphans.py, and ``TMPDIR``): a test lists it
+    afterwards to see that nothing was left behind."""
+    from bridge.profiles import orphans
+
     tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    tmp.mkdir(mode=0o700)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setattr(orphans, "ROOT", str(tmp))
     return tmp
 
 

@@ -63,6 +63,9 @@ class Launch:
     #: namespace): it does not run under :mod:`bridge.live.reaper`. By default, whether the
     #: launch is confined (has a :attr:`confinement`).
     contained: bool = attrs.field(default=attrs.Factory(lambda self: self.confinement is not None, takes_self=True))
+    #: A pool's clean-up between tenants (R13 of :mod:`bridge.core.pool`): puts the engine's
+    #: private config folder back as the launch wrote it (:mod:`bridge.live.tenants`, step 5).
+    tenant_clean: Callable[[], None] | None = None
 
     def run_cleanup(self) -> None:
         if self.cleanup is not None:

@@ -33,7 +33,7 @@ import attrs
 from bridge.profiles.command import PI_CLEARING, Launch, ProfileError, filtered_env
 from bridge.profiles.conversation import Conversation, EngineConversation
 from bridge.profiles.netjail import ProviderLink, provider_address, relay_lines
-from bridge.profiles.orphans import remove_orphans, remove_orphans_once
+from bridge.profiles.orphans import private_folder, private_root, registered_hidden, remove_orphans
 from bridge.profiles.pi_versions import (
     FEATURES,
     OPTIONAL_FLAGS,
@@ -43,6 +43,7 @@ from bridge.profiles.pi_versions import (
     probe_flags,
 )
 from bridge.profiles.sandbox import (
+    PROBE_FILE,
     Bwrap,
     Confined,
     Sandbox,
@@ -167,7 +168,7 @@ def find_install(
             f"{_setup_hint()}, or pass --allow-other-pi-version to run it anyway"
         )
     cli = _pi_cli(pkg_dir, meta)
-    with tempfile.TemporaryDirectory(prefix="pi-bridge-probe-") as scratch:
+    with tempfile.TemporaryDirectory(prefix=f"pi-bridge-probe-{os.getpid()}-", dir=private_root()) as scratch:
         wrap = _confined_runner(bwrap, root, str(cli), scratch) if bwrap is not None else None
         node, node_version = _find_node(root, _engines_min(meta), version, wrap)
         probing = version != PI_PIN and probe
@@ -194,8 +195,10 @@ def _confined_runner(bwrap: Bwrap, root: Path, cli: str, scratch: str) -> _Wrap:
     def wrap(argv: list[str]) -> list[str]:
         node = argv[0]
         needs = [str(root), str(root / "node_modules"), cli, node, str(Path(node).resolve().parents[1])]
+        hidden = Sandbox(network=False, hidden=tuple(registered_hidden()))
+        private = str(private_root())
         return confine(
-            Sandbox(network=False), bwrap, argv, cwd=scratch, config=scratch, needs=needs, own_cwd=False
+            hidden, bwrap, argv, cwd=scratch, config=scratch, needs=needs, own_cwd=False, private=private
         ).argv
 
     return wrap
@@ -450,10 +453,7 @@ class PiProfile:
         self._validate()
         ext_args = self._extension_args()
         models_bytes = self._read_models()
-        remove_orphans_once()
-        folders = _PrivateFolders(
-            Path(tempfile.mkdtemp(prefix=f"pi-bridge-pi-{os.getpid()}-", dir=self._config_base()))
-        )
+        folders = _PrivateFolders(private_folder("pi"))
         try:
             return self._launch(install, bwrap, folders, ext_args, models_bytes)
         except BaseException:
@@ -471,6 +471,7 @@ class PiProfile:
     ) -> Launch:
         """The launch in the private ``folders`` (made; the caller removes them if this raises)."""
         key_kind = self._write_config(folders.config, models_bytes)
+        written = _ConfigAsWritten.of(folders.config)
         cwd = self._working_folder(folders)
         conv = None
         if self.conversation is not None:
@@ -519,16 +520,8 @@ class PiProfile:
             refusal=startup_refusal,
             pass_fds=(folders.watch[0],) if folders.watch is not None else (),
             settled=conv.settled if conv else None,
+            tenant_clean=written.restore,
         )
-
-    def _config_base(self) -> str | None:
-        """Where the private config folder is made: the temporary folder, unless ``--no-network``
-        needs a unix socket in it (``provider.sock``) and its path would pass the 107 bytes a
-        socket's path may have (a deep ``$TMPDIR``, as pytest-xdist's): then ``/tmp``."""
-        base = tempfile.gettempdir()
-        if self.sandbox.network or len(base) <= _SOCKET_BASE_MAX or not os.access("/tmp", os.W_OK):
-            return None
-        return "/tmp"
 
     def _confine(
         self,
@@ -560,8 +553,10 @@ class PiProfile:
         # The sandbox's watch on the bridge (sandbox.WATCH): the read end goes to the engine, the
         # write end stays here (not inheritable), closed with the folders once the engine is gone.
         folders.watch = os.pipe()
+        # Every bridge's private folders and the folders live bridges registered (orphans rules 1-3).
+        sandbox = attrs.evolve(self.sandbox, hidden=(*self.sandbox.hidden, *registered_hidden()))
         return confine(
-            self.sandbox,
+            sandbox,
             bwrap,
             argv,
             cwd=cwd,
@@ -572,6 +567,7 @@ class PiProfile:
             provider=provider,
             cache=cache,
             watch_fd=folders.watch[0],
+            private=str(private_root()),
         )
 
     def _read_models(self) -> bytes | None:
@@ -615,7 +611,7 @@ class PiProfile:
         """The given ``cwd``, or a private temp folder of our own (rule 7)."""
         if self.cwd is not None:
             return str(Path(self.cwd).resolve())
-        folders.own_cwd = Path(tempfile.mkdtemp(prefix=f"pi-bridge-cwd-{os.getpid()}-"))
+        folders.own_cwd = private_folder("cwd")
         return str(folders.own_cwd)
 
     def _argv(
@@ -676,11 +672,6 @@ class PiProfile:
         }
 
 
-#: The longest temporary folder whose ``pi-bridge-pi-PID-XXXXXXXX/provider.sock`` still fits in
-#: a unix socket's 107-byte path.
-_SOCKET_BASE_MAX: Final = 60
-
-
 def _sha256(path: str) -> str | None:
     """The file's SHA-256 (hex), or None if it cannot be read now."""
     try:
@@ -714,6 +705,47 @@ class _Probe:
 
     def verified(self) -> dict[str, Any]:
         return {"enforced": self.confined.header if self.confined else None, "verified": self._verified}
+
+
+@attrs.frozen
+class _ConfigAsWritten:
+    """The private config folder's files as the launch wrote them, to put back between a pool's
+    tenants (:mod:`bridge.live.tenants`, step 5): a tool may write there (Pi must), and Pi reads
+    ``settings.json`` again when a session's runtime is built (its ``shellPath`` runs every bash
+    call of the next prompt)."""
+
+    folder: Path
+    files: dict[str, bytes]
+
+    #: What the bridge or Pi keep there besides those: the probe's report, ``--no-network``'s
+    #: socket and its ready mark, the session files (a pool's scrub removes those).
+    KEPT = frozenset({PROBE_FILE, "provider.sock", "provider.ready", "sessions"})
+
+    @classmethod
+    def of(cls, folder: Path) -> _ConfigAsWritten:
+        return cls(folder, {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()})
+
+    def restore(self) -> None:
+        """Remove what else is there, write back each file that changed. Raises OSError."""
+        for entry in os.scandir(self.folder):
+            if entry.name in self.files or entry.name in self.KEPT:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+        for name, data in self.files.items():
+            path = self.folder / name
+            try:
+                same = not path.is_symlink() and path.read_bytes() == data
+            except OSError:
+                same = False
+            if not same:
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink(missing_ok=True)
+                _write_private(path, data)
 
 
 @attrs.define

@@ -14,9 +14,13 @@ where it comes from (``bwrap(1)`` of 0.8.0; verified on this machine, see the te
    there fails with ``EROFS``), unless a ``--allow-read`` / ``--allow-write`` path is the home
    or holds it. ``--allow-read PATH`` shows one path read-only. What Pi itself needs is bound
    back read-only wherever it lives (its install, its Node, explicit extensions).
-4. **The journals out of sight**: each folder in :attr:`Sandbox.hidden` (the bridge's journal
-   folder) gets an empty read-only tmpfs *after* the allowed paths, so allowing a parent does
-   not show it; a folder the engine needs inside it is bound back on top.
+4. **The journals and the private folders out of sight**: each folder in
+   :attr:`Sandbox.hidden` (the bridge's journal folder, those other live bridges registered)
+   and the per-user root of every bridge's private folders (``private``:
+   :mod:`bridge.profiles.orphans`, whatever ``TMPDIR`` is) gets an empty read-only tmpfs
+   *after* the allowed paths, so allowing a parent does not show it; a folder the engine needs
+   inside it (its own config and working folders in the root) is bound back on top. The probe
+   lists each and expects exactly those.
 5. **Nothing outlives the engine**: a new PID namespace (``--unshare-pid``) whose init (PID 1)
    is the probe's ``sh`` (``--as-pid-1``), which runs Pi as its child, reaps whatever is
    orphaned to it while it waits, and exits with Pi's status. When PID 1 exits, the kernel
@@ -222,7 +226,9 @@ class _Layout:
     hidden: list[str]
 
 
-def _layout(sandbox: Sandbox, reads: list[str], writes: list[str], needed: list[str], own: list[str]) -> _Layout:
+def _layout(
+    sandbox: Sandbox, reads: list[str], writes: list[str], needed: list[str], own: list[str], private: str | None = None
+) -> _Layout:
     homes = user_homes()
     hidden_homes = [h for h in homes if not any(_within(h, a) for a in reads + writes)]
     writable = writes + own
@@ -233,7 +239,7 @@ def _layout(sandbox: Sandbox, reads: list[str], writes: list[str], needed: list[
     covered = ["/tmp", *hidden_homes]
     hidden = sorted(
         h
-        for h in {_real(h) for h in sandbox.hidden if os.path.isdir(h)} - {"/"}
+        for h in {_real(h) for h in [*sandbox.hidden, *([private] if private else [])] if os.path.isdir(h)} - {"/"}
         # Under the private /tmp or a hidden home it is out of sight already, unless a bind shows it.
         if not any(_within(h, c) for c in covered) or any(_within(h, p) for _, p in binds)
     )
@@ -306,11 +312,14 @@ def confine(
     provider: str | None = None,
     cache: str | None = None,
     watch_fd: int | None = None,
+    private: str | None = None,
 ) -> Confined:
     """Wrap ``argv`` (Pi's) in bwrap and the probe. ``needs``: what Pi reads (its install,
     its Node, extensions), bound back read-only wherever it is; ``relay``: ``sh`` lines run
     before Pi (``--no-network``'s); ``cache``: Node's compile cache, read-only; ``watch_fd``:
-    the read end of a pipe only the bridge writes to (:data:`WATCH`), passed to bwrap."""
+    the read end of a pipe only the bridge writes to (:data:`WATCH`), passed to bwrap;
+    ``private``: the per-user root of the bridges' private folders (rule 4), which holds
+    ``cwd`` and ``config``."""
     reads = _existing(sandbox.allow_read, "--allow-read")
     writes = _existing(sandbox.allow_write, "--allow-write")
     cwd, config = _real(cwd), _real(config)
@@ -328,8 +337,11 @@ def confine(
                 f"{flag} {w} is inside {inside}, which the engine runs from (Pi's install, its Node, "
                 "an extension or its compile cache) and the sandbox shows read-only: give another folder"
             )
-    lay = _layout(sandbox, reads, writes, needed, [cwd, config])
+    private = _real(private) if private else None
+    lay = _layout(sandbox, reads, writes, needed, [cwd, config], private)
     for h in lay.hidden:
+        if h == private:
+            continue  # the engine's own folders in it are bound back
         # The hidden folder would be mounted over what was asked for: Pi would see it empty and
         # read-only, and say nothing (found by new-user trials of bridge acp and of the sandbox).
         if _within(cwd, h):
@@ -355,6 +367,7 @@ def confine(
     writable = [config, "/tmp"] + ([cwd] if own_cwd else [])
     runs = [] if sandbox.network else _run_dirs()
     refused = [p for p in homes + lay.hidden + runs + ["/"] if not any(_within(p, w) for w in writes)]
+    shown = {h: sorted({_first_below(p, h) for _, p in lay.binds if _within(p, h) and p != h}) for h in lay.hidden}
     probe = os.path.join(config, PROBE_FILE)
     script = _probe_script(probe, refused=refused, writable=writable, homes=homes, hidden=lay.hidden)
     watch = WATCH.replace("{fd}", str(int(watch_fd))) if watch_fd is not None else ""
@@ -366,6 +379,7 @@ def confine(
         "home": ", ".join(homes) or None,
         "home_entries": sorted({_first_below(p, h) for _, p in lay.binds for h in homes if _within(p, h) and p != h}),
         "hidden": lay.hidden,
+        "hidden_shown": shown,
         "network": sandbox.network,
     }
     header = {
@@ -508,7 +522,7 @@ for d in {writable}; do
   else echo "unwritable=$d"; fi
 done
 for d in {homes}; do ls -A "$d" 2>/dev/null | sed 's/^/home-entry=/'; done
-for d in {hidden}; do echo "hidden-entries=$(ls -A "$d" 2>/dev/null | wc -l) $d"; done
+for d in {hidden}; do echo "hidden-entries=$(ls -A "$d" 2>/dev/null | wc -l) $d"; ls -A "$d" 2>/dev/null | sed "s|^|hidden-entry=$d/|"; done
 sed -n '3,$s/^ *\([^:]*\):.*/net=\1/p' /proc/net/dev
 } > {probe} 2>/dev/null
 {watch}{relay}"$@"
@@ -567,9 +581,12 @@ def check_probe(probe: str, expect: Mapping[str, Any]) -> tuple[list[str], dict[
     extra = sorted(set(seen.get("home-entry", [])) - set(expect["home_entries"]))
     if extra:
         problems.append(f"the hidden home {expect['home']} shows {', '.join(extra[:5])}")
+    shown: Mapping[str, list[str]] = expect.get("hidden_shown", {})
     for entry in seen.get("hidden-entries", []):
         count, _, folder = entry.partition(" ")
-        if count.strip() != "0":
+        listed = [e[len(folder) + 1 :] for e in seen.get("hidden-entry", []) if e.startswith(folder + "/")]
+        extra = sorted(set(listed) - set(shown.get(folder, [])))
+        if count.strip() != str(len(shown.get(folder, []))) or extra:
             problems.append(f"the hidden folder {folder} shows {count.strip()} entries to the engine")
     nets = sorted(set(seen.get("net", [])) - {"lo"})
     if not expect["network"] and nets:
