@@ -593,9 +593,7 @@ class Pool:
         bridge = engine.bridge if engine is not None else None
         process = bridge.engine if bridge is not None else None
         why: str | None = None
-        if process is None:
-            why = "the engine process is not running"
-        else:
+        if process is not None and process.alive:
             t0 = trio.current_time()
             try:
                 with trio.CancelScope(shield=True):
@@ -604,7 +602,7 @@ class Pool:
                 why = str(e)
             if why is None and (bridge is None or bridge.engine is not process or not process.alive):
                 why = "the engine process ended while it was cleaned"
-            if why is None:
+            if why is None:  # (no engine process: its sandbox ended with everything in it)
                 ms = round((trio.current_time() - t0) * 1000, 1)
                 self._heard.notify({"type": "pool", "event": "engine-cleaned", "engine": number, "ms": ms})
         if why is None:

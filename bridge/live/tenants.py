@@ -14,14 +14,17 @@ prompt until it has. The steps, each with what it rests on:
    cannot leave its PID namespace: ``pid_namespaces(7)``). The sandbox's own are the init and
    every process that started no later than Pi (``/proc/PID/stat`` field 22, clock ticks since
    boot): the init starts the watch on the bridge and ``--no-network``'s relay, then Pi; a tool
-   runs only after Pi has started, so it started later. Pi is the init's child whose argv is
-   the launch's.
+   runs only after Pi has started, so it started later. Pi is the earliest of the init's
+   children whose argv is the launch's or Pi's title (``process.title = "pi-rpc"``): a tool's
+   process may take that title too, but never starts before Pi.
 2. **Kill the rest.** ``SIGKILL`` to each, again until a scan finds none alive (a process
    forking while it is killed is found by the next scan; a zombie is dead: the init or Pi reaps
    it). Bounded (:data:`KILL_ROUNDS`): a tree that keeps growing past it is a failure.
 3. **Empty** the working folder (when the engine's own, never one the user gave), the
    sandbox's ``/tmp`` and ``/dev/shm``, reached through ``/proc/INIT/root`` (the kernel
-   resolves the rest of such a path in the sandbox's mount namespace), and remove what is in
+   resolves the rest of such a path in the sandbox's mount namespace) -- but not its mount
+   points (``/proc/INIT/mountinfo``): the engine's own folders are bound in under ``/tmp``
+   (the private root), and the folders leading to them are kept too -- and remove what is in
    its ``/dev`` beyond what bwrap puts there (:data:`DEV_ENTRIES`). ``shutil.rmtree`` removes a
    link without following it, and uses file descriptors (``openat``), so nothing a tool left
    redirects it outside (and nothing runs there to race it: step 2 came first).
@@ -40,6 +43,7 @@ a few milliseconds plus ``nsenter``'s spawn.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -58,6 +62,8 @@ DEV_ENTRIES: Final = frozenset(
     {"console", "core", "fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty"}
     | {"urandom", "zero"}
 )
+#: Pi's argv once it has set ``process.title`` (``pi-rpc`` in RPC mode, Pi 1.6.0's ``main.js``).
+PI_TITLES: Final = (["pi-rpc"], ["pi"])
 _IPC_TIMEOUT = 10.0
 
 
@@ -84,9 +90,12 @@ def _ns(pid: int) -> str | None:
 
 def _argv(pid: int) -> list[str]:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
         return []
+    while argv and not argv[-1]:  # (a process.title is padded with NULs over the old argv)
+        argv.pop()
+    return argv
 
 
 def _init_of(bwrap: int) -> int:
@@ -111,22 +120,41 @@ def sandbox_processes(bwrap: int, pi_argv: list[str]) -> tuple[int, set[int], se
             st = _stat(int(entry))
             if st is not None:
                 members[int(entry)] = st
-    pis = [p for p, (ppid, _, _) in members.items() if ppid == init and _argv(p) == pi_argv]
-    if len(pis) != 1:
+    pis = [p for p, (ppid, _, _) in members.items() if ppid == init and _argv(p) in (pi_argv, *PI_TITLES)]
+    if not pis:
         raise CleanError("Pi is not running in the engine's sandbox")
-    started = members[pis[0]][2]
+    # The earliest: a tool's process may take Pi's title, never start before Pi.
+    started = min(members[p][2] for p in pis)
     own = {init} | {p for p, (_, _, t) in members.items() if t <= started}
     others = {p for p, (_, state, _) in members.items() if p not in own and state not in ("Z", "X")}
     return init, own, others
 
 
-def _empty(folder: str) -> None:
-    """Remove everything in ``folder`` (links unfollowed), leaving the folder."""
+def _empty(folder: str, mounts: frozenset[str] = frozenset(), inside: str = "") -> None:
+    """Remove everything in ``folder`` (links unfollowed), leaving the folder. ``mounts``: mount
+    points as the sandbox sees them, ``inside`` the sandbox's path of ``folder``: a mount point
+    (the engine's own folders, bound into the private root under its ``/tmp``) and the folders
+    leading to one are kept, their other entries removed."""
     for entry in os.scandir(folder):
-        if entry.is_dir(follow_symlinks=False):
+        here = f"{inside}/{entry.name}"
+        if here in mounts:
+            continue
+        if any(m.startswith(here + "/") for m in mounts):
+            _empty(entry.path, mounts, here)
+        elif entry.is_dir(follow_symlinks=False):
             shutil.rmtree(entry.path)
         else:
             os.unlink(entry.path)
+
+
+def _mounts(init: int) -> frozenset[str]:
+    """The sandbox's mount points (``/proc/INIT/mountinfo``'s fifth field, octal escapes undone)."""
+    points = set()
+    for line in Path(f"/proc/{init}/mountinfo").read_text().splitlines():
+        fields = line.split(" ")
+        if len(fields) > 4:
+            points.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[4]))
+    return frozenset(points)
 
 
 def clean(engine: Engine) -> None:
@@ -143,10 +171,11 @@ def clean(engine: Engine) -> None:
     try:
         if launch.header.get("seal", {}).get("cwd") == "private-temp" and launch.cwd:
             _empty(launch.cwd)
-        _empty(f"{root}/tmp")
-        _empty(f"{root}/dev/shm")
+        mounts = _mounts(init)
+        _empty(f"{root}/tmp", mounts, "/tmp")
+        _empty(f"{root}/dev/shm", mounts, "/dev/shm")
         for entry in os.scandir(f"{root}/dev"):
-            if entry.name not in DEV_ENTRIES:
+            if entry.name not in DEV_ENTRIES and f"/dev/{entry.name}" not in mounts:
                 if entry.is_dir(follow_symlinks=False):
                     shutil.rmtree(entry.path)
                 else:

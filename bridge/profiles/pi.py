@@ -718,8 +718,9 @@ class _ConfigAsWritten:
     files: dict[str, bytes]
 
     #: What the bridge or Pi keep there besides those: the probe's report, ``--no-network``'s
-    #: socket and its ready mark, the session files (a pool's scrub removes those).
-    KEPT = frozenset({PROBE_FILE, "provider.sock", "provider.ready", "sessions"})
+    #: socket and its ready mark, the session files (a pool's scrub removes those), and Pi's own
+    #: ``models-store.json`` (Pi writes it at its start).
+    KEPT = frozenset({PROBE_FILE, "provider.sock", "provider.ready", "sessions", "models-store.json"})
 
     @classmethod
     def of(cls, folder: Path) -> _ConfigAsWritten:
