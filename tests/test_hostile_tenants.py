@@ -17,7 +17,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -283,5 +282,3 @@ def test_the_conversation_store_and_its_parents_are_0700(tmp_path: Path, monkeyp
     (state / "pi-bridge").chmod(0o755)  # an older bridge's: tightened at the next open
     Conversation.open("mine").close()
     assert stat.S_IMODE((state / "pi-bridge").stat().st_mode) == 0o700
-
-

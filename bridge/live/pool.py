@@ -62,9 +62,9 @@ from bridge.live.notifications import Notifications
 from bridge.live.pool_handle import PoolHandle
 from bridge.live.pool_moves import PoolConversations
 from bridge.live.submits import check_submit
-from bridge.live.tenants import CleanError, clean
 from bridge.live.submits import seconds as _seconds
 from bridge.live.supervisor import CLOSE_BACKSTOP, Bridge
+from bridge.live.tenants import CleanError, clean
 from bridge.profiles.command import EngineProfile, Launch, ProfileError
 from bridge.profiles.pi import PiProfile
 

@@ -122,7 +122,8 @@ def sandbox_processes(bwrap: int, pi_argv: list[str]) -> tuple[int, set[int], se
                 members[int(entry)] = st
     pis = [p for p, (ppid, _, _) in members.items() if ppid == init and _argv(p) in (pi_argv, *PI_TITLES)]
     if not pis:
-        raise CleanError("Pi is not running in the engine's sandbox")
+        children = sorted(" ".join(_argv(p))[:40] for p, (ppid, _, _) in members.items() if ppid == init)
+        raise CleanError(f"Pi is not running in the engine's sandbox (the init's children: {children})")
     # The earliest: a tool's process may take Pi's title, never start before Pi.
     started = min(members[p][2] for p in pis)
     own = {init} | {p for p, (_, _, t) in members.items() if t <= started}
@@ -208,7 +209,9 @@ def _remove_ipc(init: int) -> None:
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=_IPC_TIMEOUT, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise CleanError(f"the sandbox's System V IPC objects could not be removed ({e}; nsenter is util-linux's)") from None
+        raise CleanError(
+            f"the sandbox's System V IPC objects could not be removed ({e}; nsenter is util-linux's)"
+        ) from None
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
         raise CleanError(f"the sandbox's System V IPC objects could not be removed ({why})")
