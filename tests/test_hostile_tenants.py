@@ -158,9 +158,11 @@ async def test_in_a_pool_the_next_users_prompt_finds_nothing_of_the_last_ones(tm
     user C's prompt (no key, the same engine: the pool has one) looks for all of it."""
     mark = uuid.uuid4().hex[:12]
     pin, password = f"PIN-{uuid.uuid4().hex[:6]}", f"pw-{uuid.uuid4().hex[:10]}"
+    # The PIN and password the session files hold, kept short (Pi shows a long output's tail only).
+    steal = 'grep -ho "PIN-[0-9a-f]*\\|pw-[0-9a-f]*" "$PI_CODING_AGENT_DIR"/sessions/*.jsonl 2>/dev/null'
     loop = (
-        'while :; do cat "$PI_CODING_AGENT_DIR"/sessions/*.jsonl >> /tmp/stolen.txt 2>/dev/null; '
-        'cat "$PI_CODING_AGENT_DIR"/sessions/*.jsonl >> "$0"/stolen.txt 2>/dev/null; sleep 0.1; done'
+        f"while :; do {steal} >> /tmp/stolen.txt; sort -u -o /tmp/stolen.txt /tmp/stolen.txt; "
+        'cp /tmp/stolen.txt "$0"/stolen.txt; sleep 0.1; done'
     )
     plant = (
         f"echo a-was-here > left-{mark}.txt; echo a-was-here > /tmp/left-{mark}.txt; "
@@ -189,7 +191,7 @@ async def test_in_a_pool_the_next_users_prompt_finds_nothing_of_the_last_ones(tm
                 assert b.state == "finished", b
                 c = await pool.prompt("user C")
                 assert c.state == "finished", c
-                assert with_marker(f"spy-{mark}") == [], "user A's process outlived A's prompt"
+                alive = with_marker(f"spy-{mark}")
                 assert set(pool.journals) == {1}, [t for t in told if t.get("type") == "pool"]
     finally:
         server.close()
@@ -200,6 +202,7 @@ async def test_in_a_pool_the_next_users_prompt_finds_nothing_of_the_last_ones(tm
     assert "a-was-here" not in looked and pin not in looked and password not in looked, looked
     seen = [line for line in looked.splitlines() if f"left-{mark}" in line or "stolen" in line or "/sessions/" in line]
     assert all("No such file or directory" in line for line in seen), looked
+    assert alive == [], "user A's process outlived A's prompt"
 
 
 # --------------------------------------------------------------------------- leftovers
