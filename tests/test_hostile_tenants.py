@@ -167,11 +167,16 @@ async def test_in_a_pool_the_next_users_prompt_finds_nothing_of_the_last_ones(tm
     plant = (
         f"echo a-was-here > left-{mark}.txt; echo a-was-here > /tmp/left-{mark}.txt; "
         f"echo a-was-here > /dev/shm/left-{mark}; echo a-was-here > /dev/left-{mark}; "
+        # The engine's config folder is writable: a file of A's there, and a changed settings.json
+        f'echo a-was-here > "$PI_CODING_AGENT_DIR/left-{mark}"; '
+        """printf '{"a-was-here": true}\\n' > "$PI_CODING_AGENT_DIR/settings.json"; """
+        'echo a-was-here >> "$PI_CODING_AGENT_DIR/models-store.json"; '
         f"setsid nohup sh -c '{loop}' \"$PWD\" spy-{mark} >/dev/null 2>&1 & sleep 0.3; echo planted"
     )
     look = (
         f"ls -A . /tmp /dev/shm; cat left-{mark}.txt /tmp/left-{mark}.txt /dev/shm/left-{mark} /dev/left-{mark}; "
         "cat stolen.txt /tmp/stolen.txt; sleep 0.5; cat stolen.txt /tmp/stolen.txt; "
+        f'cat "$PI_CODING_AGENT_DIR/left-{mark}"; grep -h a-was-here "$PI_CODING_AGENT_DIR"/*.json; '
         # (the PIN in two halves: this command, which C's own session file records, does not hold it)
         f'grep -rlF "$(printf %s%s {pin[:4]} {pin[4:]})" . /tmp /dev /dev/shm "$PI_CODING_AGENT_DIR" 2>/dev/null | head; '
         "echo looked"

@@ -513,6 +513,7 @@ class PiProfile:
                 )
                 + (conv.problems(responses) if conv else [])
                 + probe.problems()
+                + written.at_check()
             ),
             confinement=probe.verified if confined is not None else None,
             cleanup=folders.remove,
@@ -707,29 +708,49 @@ class _Probe:
         return {"enforced": self.confined.header if self.confined else None, "verified": self._verified}
 
 
-@attrs.frozen
+#: What stays in the config folder between a pool's tenants besides :class:`_ConfigAsWritten`'s
+#: files: the probe's report, ``--no-network``'s socket and its ready mark, the session files (a
+#: pool's scrub removes those: :mod:`bridge.live.pool_moves`).
+_CONFIG_KEPT: Final = frozenset({PROBE_FILE, "provider.sock", "provider.ready", "sessions"})
+
+
+@attrs.define
 class _ConfigAsWritten:
-    """The private config folder's files as the launch wrote them, to put back between a pool's
-    tenants (:mod:`bridge.live.tenants`, step 5): a tool may write there (Pi must), and Pi reads
-    ``settings.json`` again when a session's runtime is built (its ``shellPath`` runs every bash
-    call of the next prompt)."""
+    """The private config folder's files as they were before any tool ran, to put back between a
+    pool's tenants (:mod:`bridge.live.tenants`, step 5): a tool may write there (Pi must), and Pi
+    reads ``settings.json`` again when a session's runtime is built (its ``shellPath`` runs every
+    bash call of the next prompt). Taken when the launch has written them, and again at the
+    start-up check (Pi writes its ``models-store.json`` as it starts)."""
 
     folder: Path
-    files: dict[str, bytes]
-
-    #: What the bridge or Pi keep there besides those: the probe's report, ``--no-network``'s
-    #: socket and its ready mark, the session files (a pool's scrub removes those), and Pi's own
-    #: ``models-store.json`` (Pi writes it at its start).
-    KEPT = frozenset({PROBE_FILE, "provider.sock", "provider.ready", "sessions", "models-store.json"})
+    files: dict[str, bytes] = attrs.field(factory=dict)
 
     @classmethod
     def of(cls, folder: Path) -> _ConfigAsWritten:
-        return cls(folder, {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()})
+        written = cls(folder)
+        written.take()
+        return written
+
+    def take(self) -> None:
+        """What is there now. Raises OSError."""
+        self.files = {
+            p.name: p.read_bytes()
+            for p in sorted(self.folder.iterdir())
+            if p.name not in _CONFIG_KEPT and p.is_file() and not p.is_symlink()
+        }
+
+    def at_check(self) -> list[str]:
+        """:meth:`take` at the start-up check (before any prompt); its problem, if any."""
+        try:
+            self.take()
+        except OSError as e:
+            return [f"the engine's config folder could not be read at its start ({e})"]
+        return []
 
     def restore(self) -> None:
         """Remove what else is there, write back each file that changed. Raises OSError."""
         for entry in os.scandir(self.folder):
-            if entry.name in self.files or entry.name in self.KEPT:
+            if entry.name in self.files or entry.name in _CONFIG_KEPT:
                 continue
             if entry.is_dir(follow_symlinks=False):
                 shutil.rmtree(entry.path)
