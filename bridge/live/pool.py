@@ -73,6 +73,9 @@ __all__ = ["Pool", "PoolConfig", "PoolHandle", "open_pool"]
 #: A drain past its bound: each engine's bridge is shut down with this bound, so its running
 #: prompt is stopped as past it (``failed``/``timeout``) at once.
 EXPIRED_DRAIN = 1e-3
+#: R13: how long a clean-up that failed waits to see whether the engine process has ended (then
+#: nothing of it is left, and the engine is clean) before it takes the engine out.
+ENDED_GRACE = 2.0
 
 
 @attrs.define
@@ -600,12 +603,18 @@ class Pool:
                     await trio.to_thread.run_sync(clean, process)
             except CleanError as e:
                 why = str(e)
-            if why is None and (bridge is None or bridge.engine is not process or not process.alive):
-                why = "the engine process ended while it was cleaned"
-            if why is None:  # (no engine process: its sandbox ended with everything in it)
+            if why is None and (bridge is None or bridge.engine is not process):
+                why = "the engine process was replaced while it was cleaned"
+            if why is not None:
+                # An engine process that ended took its sandbox with it (its PID namespace, /tmp)
+                # and its private folders go with its launch: nothing is left to clean.
+                with trio.move_on_after(ENDED_GRACE):
+                    await process.exited.wait()
+                why = None if process.exited.is_set() else why
+            if why is None:
                 ms = round((trio.current_time() - t0) * 1000, 1)
                 self._heard.notify({"type": "pool", "event": "engine-cleaned", "engine": number, "ms": ms})
-        if why is None:
+        if why is None:  # (also with no engine process: nothing of one is left)
             self._drive(lambda: self.rules.cleaned(number, self.now()))
         else:
             failed = why
