@@ -11,12 +11,15 @@ prompt until it has. The steps, each with what it rests on:
 1. **Find the sandbox's processes by PID namespace.** The engine process is the outer
    ``bwrap``; its one child is the sandbox's init (``--as-pid-1``), whose ``/proc/PID/ns/pid``
    names the namespace. Every process whose ``ns/pid`` link is the same is inside (a process
-   cannot leave its PID namespace: ``pid_namespaces(7)``). The sandbox's own are the init and
-   every process that started no later than Pi (``/proc/PID/stat`` field 22, clock ticks since
-   boot): the init starts the watch on the bridge and ``--no-network``'s relay, then Pi; a tool
-   runs only after Pi has started, so it started later. Pi is the earliest of the init's
-   children whose argv is the launch's or Pi's title (``process.title = "pi-rpc"``): a tool's
-   process may take that title too, but never starts before Pi.
+   cannot leave its PID namespace: ``pid_namespaces(7)``). The sandbox's own are the init, its
+   children that started no later than Pi (``/proc/PID/stat`` field 22, clock ticks since
+   boot) and what those (but Pi) started: the init starts the watch on the bridge (a subshell
+   and its ``cat``, which may start after Pi) and ``--no-network``'s relay, then Pi; a tool runs
+   only after Pi has started, as Pi's descendant or, orphaned, as the init's child started
+   later (no subreaper in the sandbox: ``PR_SET_CHILD_SUBREAPER`` is set by none of the init's
+   children). Pi is the earliest of the init's children whose argv is the launch's or Pi's
+   title (``process.title = "pi-rpc"``): a tool's process may take that title, but never starts
+   before Pi.
 2. **Kill the rest.** ``SIGKILL`` to each, again until a scan finds none alive (a process
    forking while it is killed is found by the next scan; a zombie is dead: the init or Pi reaps
    it). Bounded (:data:`KILL_ROUNDS`): a tree that keeps growing past it is a failure.
@@ -128,8 +131,17 @@ def sandbox_processes(bwrap: int, pi_argv: list[str]) -> tuple[int, set[int], se
         children = sorted(" ".join(_argv(p))[:40] for p, (ppid, _, _) in members.items() if ppid == init)
         raise CleanError(f"Pi is not running in the engine's sandbox (the init's children: {children})")
     # The earliest: a tool's process may take Pi's title, never start before Pi.
-    started = min(members[p][2] for p in pis)
-    own = {init} | {p for p, (_, _, t) in members.items() if t <= started}
+    pi = min(pis, key=lambda p: (members[p][2], p))
+    started = members[pi][2]
+    roots = {p for p, (ppid, _, t) in members.items() if ppid == init and t <= started}
+    # With what those start (the watch's ``cat``: under load it started after Pi, and was
+    # killed, and the watch then ended the whole sandbox), but not what Pi starts (the tools).
+    own, below = {init} | roots, sorted(roots - {pi})
+    while below:
+        parent = below.pop()
+        kids = [p for p, (ppid, _, _) in members.items() if ppid == parent and p not in own]
+        own.update(kids)
+        below += kids
     others = {p for p, (_, state, _) in members.items() if p not in own and state not in ("Z", "X")}
     return init, own, others
 
@@ -194,7 +206,7 @@ def clean(engine: Engine) -> None:
 def _kill_the_rest(bwrap: int, pi_argv: list[str]) -> int:
     """Steps 1-2: returns the init's pid once nothing but the sandbox's own is alive."""
     for _ in range(KILL_ROUNDS):
-        init, _own, others = _scan(bwrap, pi_argv)
+        init, _own, others = sandbox_processes(bwrap, pi_argv)
         if not others:
             return init
         for pid in others:
@@ -204,21 +216,6 @@ def _kill_the_rest(bwrap: int, pi_argv: list[str]) -> int:
                 pass
         time.sleep(0.005)  # (SIGKILL is delivered as the process next runs)
     raise CleanError(f"processes the tools started were still alive after {KILL_ROUNDS} rounds of SIGKILL")
-
-
-def _scan(bwrap: int, pi_argv: list[str], tries: int = 3) -> tuple[int, set[int], set[int]]:
-    """:func:`sandbox_processes`, asked again (after 20 ms) when it did not find Pi: a scan of
-    ``/proc`` is not a snapshot. (A clean-up that found no Pi was seen twice in ~15 runs of
-    tests/test_hostile_tenants.py on a machine at load 13-28, its cause not found; the engine
-    was then taken out, as a failed clean-up is.)"""
-    for attempt in range(tries):
-        try:
-            return sandbox_processes(bwrap, pi_argv)
-        except CleanError:
-            if attempt == tries - 1:
-                raise
-            time.sleep(0.02)
-    raise AssertionError("unreachable")
 
 
 def _remove_ipc(init: int) -> None:
