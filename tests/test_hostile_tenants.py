@@ -198,6 +198,7 @@ async def test_in_a_pool_the_next_users_prompt_finds_nothing_of_the_last_ones(tm
                 assert c.state == "finished", c
                 alive = with_marker(f"spy-{mark}")
                 assert set(pool.journals) == {1}, [t for t in told if t.get("type") == "pool"]
+                assert a.pid == b.pid == c.pid, "one engine process: the clean-ups killed nothing of the sandbox's own"
     finally:
         server.close()
         for pid in with_marker(f"spy-{mark}"):
