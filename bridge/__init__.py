@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from bridge.live.handles import Message as Message
     from bridge.live.handles import PromptHandle as PromptHandle
     from bridge.live.journal import JournalError as JournalError
+    from bridge.live.otel import use_tracer_provider as use_tracer_provider
     from bridge.live.pool import Pool as Pool
     from bridge.live.pool import open_pool as open_pool
     from bridge.live.pool_handle import PoolHandle as PoolHandle
@@ -48,6 +49,9 @@ if TYPE_CHECKING:
     from bridge.live.supervisor import BridgeConfig as BridgeConfig
     from bridge.profiles.command import CommandProfile as CommandProfile
     from bridge.profiles.command import ProfileError as ProfileError
+    from bridge.profiles.conversation import list_conversations as list_conversations
+    from bridge.profiles.conversation import remove_conversation as remove_conversation
+    from bridge.profiles.limits import Limits as Limits
     from bridge.profiles.pi import PiProfile as PiProfile
     from bridge.profiles.pi import scripted_profile as scripted_profile
     from bridge.profiles.sandbox import Sandbox as Sandbox
@@ -64,6 +68,7 @@ _HOMES = {
     "DialogError": "bridge.live.handles",
     "EngineQuestionError": "bridge.live.steering",
     "JournalError": "bridge.live.journal",
+    "Limits": "bridge.profiles.limits",
     "PiProfile": "bridge.profiles.pi",
     "Pool": "bridge.live.pool",
     "PoolHandle": "bridge.live.pool_handle",
@@ -77,6 +82,9 @@ _HOMES = {
     "open_bridge": "bridge.live.api",
     "open_pool": "bridge.live.pool",
     "query": "bridge.live.api",
+    "list_conversations": "bridge.profiles.conversation",
+    "remove_conversation": "bridge.profiles.conversation",
+    "use_tracer_provider": "bridge.live.otel",
     "Message": "bridge.live.handles",
     "scripted_profile": "bridge.profiles.pi",
 }

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from bridge.core.budget import Budget, Spend
-from bridge.core.lifecycle import Acked, Deliver, GiveUp, Spent, StopEngine, Submit, Write
+from bridge.core.lifecycle import Acked, Deliver, GiveUp, ModelCalled, Spent, StopEngine, Submit, Write
 from bridge.core.receipts import Facts, Usage
 from bridge.core.supervision import Progress, Tell
 from tests.test_lifecycle import Harness, delivered, notes, of, ready_engine, small_config
@@ -55,6 +55,56 @@ def test_a_spend_past_the_prompts_budget_stops_it_as_the_bridges_and_decides_fai
     out = h.settle("p1", Facts(tracker=("failed", "interrupted"), stop_by="budget"), stop=stop["stop"])
     assert delivered(out) == {"p1": ("failed", "budget")}
     assert h.lc.state.deadlines == {}
+    h.drive_to_completion()
+
+
+def test_model_calls_the_messages_do_not_account_for_spend_the_prompts_budget() -> None:
+    """Rule 5 (issue 41): the key endpoint's calls count for the prompt holding the gate; its spend
+    is, count by count, the larger of its messages' and its calls'; Pi's own calls (the same
+    tokens, reported by both) are not counted twice; a tool's call passes the budget and stops it."""
+    h = Harness()
+    submit(h, "p1", tokens=1000)
+    generation = ready_engine(h)
+    h.acked.add("p1")
+    h.feed(Acked(generation, "p1"))
+    assert h.lc.model_gate() == "p1"
+    # Pi's own call: the endpoint reports it, and Pi's message says the same.
+    out = h.feed(ModelCalled(generation, "p1", usage(tokens=300)))
+    assert notes(out, "model-call")[0]["usage"]["totalTokens"] == 300 and not notes(out, "stop")
+    assert h.feed(Spent(generation, "p1", usage(tokens=300))) == []
+    rec = h.lc.state.prompts["p1"]
+    assert (rec.spent, rec.called, rec.calls) == (Spend(0, 300), Spend(0, 300), 1)
+    assert h.lc.state.spent == Spend(0, 300)  # once, not twice
+    # A call with no usage read counts as a call, with no tokens.
+    assert not notes(h.feed(ModelCalled(generation, "p1", None)), "stop")
+    assert (rec.calls, h.lc.state.spent) == (2, Spend(0, 300))
+    # A tool's own call with the token: no message of Pi's accounts for it; past 1000, stopped.
+    h.now = 2.0
+    out = h.feed(ModelCalled(generation, "p1", usage(tokens=800)))
+    (budget,) = notes(out, "budget")
+    assert budget["spent"]["tokens"] == 1100 and budget["calls"] == 3
+    assert notes(out, "stop")[0]["by"] == "budget"
+    assert h.lc.state.spent == Spend(0, 1100)
+    # Stopped: the gate is closed (the endpoint refuses more calls).
+    assert h.lc.model_gate() is None
+    out = h.settle("p1", Facts(tracker=("failed", "interrupted"), stop_by="budget"), stop=notes(out, "stop")[0]["stop"])
+    assert delivered(out) == {"p1": ("failed", "budget")}
+    h.drive_to_completion()
+
+
+def test_the_key_endpoints_gate_is_open_only_while_a_prompt_holds_the_slot() -> None:
+    h = Harness()
+    assert h.lc.model_gate() is None  # no prompt
+    submit(h, "p1")
+    generation = ready_engine(h)
+    h.acked.add("p1")
+    h.feed(Acked(generation, "p1"))
+    assert h.lc.model_gate() == "p1"
+    h.settle("p1", Facts(tracker=("finished", None)))
+    assert h.lc.model_gate() is None  # after its receipt
+    # A call reported late (begun before the receipt) counts toward the total alone.
+    h.feed(ModelCalled(generation, None, usage(tokens=50)))
+    assert h.lc.state.spent == Spend(0, 50)
     h.drive_to_completion()
 
 

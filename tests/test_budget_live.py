@@ -91,10 +91,15 @@ def test_a_prompt_whose_spend_passes_its_budget_is_stopped_failed_budget_with_it
     p1 = ran["receipts"]["p1"]
     assert (p1.state, p1.reason) == ("failed", "budget"), p1
     assert p1.stop is not None and p1.usage is not None
-    # Stopped at the message that took it past 0.02, the second (0.023); a third counts only
-    # if the model finished it before Pi read the abort (Pi's aborted message says 0 tokens).
-    assert 2 * PER_MESSAGE - 1e-9 <= p1.usage.cost <= 3 * PER_MESSAGE + 1e-9, p1.usage
+    # Stopped at the model call that took it past 0.02, the second (0.023). The key endpoint
+    # reports a call when the provider's answer ends, which can be before Pi ends its message:
+    # then Pi's aborted message says 0 tokens and the receipt's usage (Pi's own) is one
+    # message's; the ``budget`` note's spend is the call's. A third counts only if the model
+    # finished it before Pi read the abort.
+    assert PER_MESSAGE - 1e-9 <= p1.usage.cost <= 3 * PER_MESSAGE + 1e-9, p1.usage
     assert 2 <= p1.usage.messages <= 3
+    budget = [n["note"] for n in journal_lines(ran) if n.get("note", {}).get("event") == "budget"][0]
+    assert budget["request"] == "p1" and 0.02 < budget["spent"]["usd"] <= 3 * PER_MESSAGE + 1e-9, budget
     tools = [m for m in ran["seen"]["p1"] if isinstance(m, ToolStart)]
     assert 1 <= len(tools) <= 2, "the model never stops calling tools: the budget ended the run"
 
@@ -103,7 +108,10 @@ def test_the_bridges_total_stops_the_prompt_that_passes_it_then_rejects_budget(r
     p1, p2, p3 = (ran["receipts"][r] for r in ("p1", "p2", "p3"))
     assert (p2.state, p2.reason) == ("failed", "budget"), p2
     assert p1.usage is not None and p2.usage is not None
-    assert p1.usage.cost + p2.usage.cost > 0.05
+    # The total the bridge counted passed 0.05 in p2 (its ``budget`` note; the receipts' usage is
+    # Pi's own, which can lag the key endpoint's count by the call that passed it).
+    budgets = [n["note"] for n in journal_lines(ran) if n.get("note", {}).get("event") == "budget"]
+    assert [b["request"] for b in budgets] == ["p1", "p2"] and budgets[1]["total"]["usd"] > 0.05
     assert p1.usage.cost <= 0.05  # p2 was written: some was left
     assert (p3.state, p3.reason) == ("rejected", "budget"), p3
     assert p3.native_error is not None and "of the bridge's 0.05 spent" in p3.native_error
@@ -118,6 +126,10 @@ def test_the_bridges_total_stops_the_prompt_that_passes_it_then_rejects_budget(r
     words = {f["request"]: json.dumps(f) for f in findings}
     assert "the prompt's budget was passed" in words["p1"] and "budgetUsd" in words["p1"]
     assert "the bridge's total budget was passed" in words["p2"]
+
+
+def journal_lines(ran: dict[str, Any]) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in ran["journal"].read_text().splitlines()[1:]]
 
 
 def spans_of(ran: dict[str, Any]) -> tuple[dict[str, ReadableSpan], list[ReadableSpan]]:
@@ -194,7 +206,9 @@ async def test_a_compaction_counts_toward_the_prompt_it_was_made_for(pinned_pi: 
     finally:
         server.close()
     assert (receipt.state, receipt.reason) == ("failed", "budget"), receipt
-    assert receipt.usage is not None and receipt.usage.cost == pytest.approx(PER_MESSAGE), receipt.usage
+    # Pi's own usage of the run: its first message, or nothing when the key endpoint's report of
+    # that call (which passed the budget) came before Pi ended the message (then aborted, 0 tokens).
+    assert receipt.usage is not None and receipt.usage.cost in (0, pytest.approx(PER_MESSAGE)), receipt.usage
     assert spent == pytest.approx(5 * PER_MESSAGE)  # two prompts, two summary calls, one message
     notes = [json.loads(line).get("note") for line in journal.read_text().splitlines()[1:]]
     (budget,) = [n for n in notes if isinstance(n, dict) and n.get("event") == "budget"]
@@ -233,5 +247,7 @@ def test_serve_takes_budget_usd_per_prompt_over_its_budget_usd_option(pinned_pi:
         "s1": ("failed", "budget"),
         "s2": ("failed", "budget"),
     }, receipts
-    assert 0.02 < receipts["s1"]["usage"]["cost"] <= 3 * PER_MESSAGE + 1e-9
-    assert 0.04 < receipts["s2"]["usage"]["cost"] <= 5 * PER_MESSAGE + 1e-9
+    # Pi's own usage on the receipt may lack the call that passed the budget (the key endpoint
+    # reports it when the provider's answer ends, possibly before Pi ends its message).
+    assert 0.02 - PER_MESSAGE < receipts["s1"]["usage"]["cost"] <= 3 * PER_MESSAGE + 1e-9
+    assert 0.04 - PER_MESSAGE < receipts["s2"]["usage"]["cost"] <= 5 * PER_MESSAGE + 1e-9

@@ -334,16 +334,30 @@ def test_run_into_a_closed_pipe_ends_quietly_with_every_receipt():
 
 
 def test_a_receipt_line_is_one_line_even_when_the_engine_error_is_not():
-    """``bridge run hi`` with no provider (what a new user runs first): the real, sealed Pi
-    refuses the prompt with a five-line "No API key found" error. Its receipt line kept the
-    line breaks and spread over five lines, cut in the middle of a path. ``--env-allow LANG``
-    keeps any provider key of this machine's environment from the engine."""
-    p = bridge("run", "hi", "--no-journal", "--env-allow", "LANG")
+    """An engine refusing a prompt with a five-line error (Pi's "No API key found ... Use
+    /login" was one): the receipt line kept the line breaks and spread over five lines, cut in
+    the middle of a path. Now one line, the breaks shown as `` | ``."""
+    error = "No API key found for the selected model.\nUse /login to log in.\nSee:\n/a/path\n/another"
+    fake = [sys.executable, str(ROOT / "tools" / "fake_engine.py"), "--scenario-json"]
+    fake.append(json.dumps({"prompts": [{"reject": error}]}))
+    p = bridge("run", "hi", "--no-journal", "--", *fake)
     assert p.returncode == 1, p.stderr
     lines = [line for line in p.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("p1: rejected (engine) ["), lines
     assert "error: No API key found for the selected model. | Use /login" in lines[0], lines
     assert lines[0].endswith("]"), lines
+
+
+def test_the_first_run_with_no_provider_is_one_set_up_line_and_exit_2():
+    """Issue 42: ``bridge run hi`` with no options (what a new user runs first) gave a
+    ``rejected (engine)`` receipt carrying Pi's "Use /login" advice, and exit 1. Pi has no
+    model then: the start-up check says so in one line naming what to give, exit 2, as the
+    other set-up errors. ``--env-allow LANG`` keeps any provider key of this machine's
+    environment from the engine."""
+    p = bridge("run", "hi", "--no-journal", "--env-allow", "LANG")
+    assert p.returncode == 2, p.stderr
+    assert "Pi has no model to run" in p.stderr and "--api-key-env" in p.stderr and "--models-json" in p.stderr
+    assert "/login" not in p.stderr
 
 
 @pytest.mark.parametrize("json_mode", [False, True])

@@ -392,12 +392,39 @@ def test_no_network_reaches_the_provider_and_nothing_else(
         assert len(seen) == 1
 
 
-def test_no_network_refuses_a_provider_it_cannot_keep_reachable(tmp_path: Path):
-    models = tmp_path / "models.json"
-    models.write_text(json.dumps({"providers": {"far": {"baseUrl": "https://api.example.com/v1", "models": []}}}))
-    out = run_cli("run", "hi", "--no-network", "--models-json", str(models), "--provider", "far", "--model", "m")
-    assert out.returncode == 2
-    assert out.stderr.count("\n") == 1 and "--no-network keeps only a provider on this machine" in out.stderr
+def _outward_address() -> str | None:
+    """This machine's address on its default route (a UDP connect sends nothing), or None."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))
+            address = str(s.getsockname()[0])
+    except OSError:
+        return None
+    return None if address.startswith("127.") else address
+
+
+def test_no_network_reaches_a_provider_off_loopback_through_the_key_endpoint(tmp_path: Path):
+    """The provider need not be on loopback any more (it was refused before the key endpoint):
+    the bridge forwards to it, and the tool still cannot reach it itself."""
+    from bridge.demo.model_server.server import models_json
+
+    address = _outward_address()
+    if address is None:
+        pytest.skip("this machine has no address but loopback")
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        port = s.getsockname()[1]
+    command = f"curl -sS -m 5 -o /dev/null http://{address}:{port}/v1/models; echo curl=$?"
+    with start_server(tool_script(command), host="0.0.0.0", port=port) as far:
+        models = tmp_path / "models.json"
+        models.write_text(json.dumps(models_json(f"http://{address}:{far.port}/v1")))
+        journal = tmp_path / "j.jsonl"
+        flags = ["--models-json", str(models), "--provider", "scripted", "--model", "scripted-model"]
+        out = run_cli("run", "go", "--json", "--no-network", "--journal", str(journal), *flags)
+        assert out.returncode == 0, out.stderr
+        [r] = [json.loads(line) for line in out.stdout.splitlines()]
+        assert r["state"] == "finished" and r["reply"] == MODEL_REPLY and len(far.requests) == 2
+        assert "curl=7" in tool_output(journal)  # the tool itself reaches nothing
 
 
 # --------------------------------------------------------------------------- fail closed, journal, diagnose

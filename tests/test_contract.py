@@ -880,6 +880,33 @@ async def test_full_disk_loses_no_receipt_serve(tmp_path: Path) -> None:
         await sp.kill()
 
 
+async def test_full_disk_closes_a_pool_with_one_line_and_exit_1(tmp_path: Path) -> None:
+    """Issue 42: ``serve --engines`` whose journals' disk filled exited 0 with nothing on stderr,
+    rejecting every later prompt ``engine-down`` one engine at a time. Now, as plain ``serve``:
+    every prompt still gets its receipt, the pool closes (what waited is rejected ``closing``,
+    none ``engine-down``), one line on stderr naming the failure, exit 1."""
+    folder = tmp_path / "journals"
+    argv = serve_argv("--engines", "2", "--journal", str(folder), engine=fake_engine_argv({}))
+    sp = await start_serve(tmp_path, argv, preexec_fn=small_files)
+    try:
+        ids = [f"big{n}" for n in range(12)]
+        with trio.fail_after(90):
+            for n, rid in enumerate(ids):
+                await sp.send({"type": "prompt", "id": rid, "message": str(n % 10) * (100 * 1024)})
+            await sp.read_all(timeout=80)
+            code = await sp.wait()
+        got = by_id(sp)
+        assert set(got) == set(ids), sorted(got)
+        assert not [r for r in got.values() if r["reason"] == "engine-down"], got
+        assert code == 1, sp.stderr
+        last = sp.stderr.strip().splitlines()[-1]
+        assert last.startswith("bridge serve: ") and "every receipt went to the controller" in last, sp.stderr
+        assert "Traceback" not in sp.stderr
+        await engines_gone(sp.engine_pids())
+    finally:
+        await sp.kill()
+
+
 def test_full_disk_loses_no_receipt_run(tmp_path: Path) -> None:
     journal = tmp_path / "j.jsonl"
     prompts = [str(n) * (100 * 1024) for n in range(5)]

@@ -93,7 +93,7 @@ def test_the_docs_site_builds_strict(tmp_path: Path) -> None:
     )
     assert p.returncode == 0, p.stderr[-4000:]
     assert (tmp_path / "site" / "index.html").is_file()
-    api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text()
+    api = (tmp_path / "site" / "reference" / "api.html").read_text()
     for name in ("open_bridge", "query", "Receipt"):
         assert f'id="bridge.{name}"' in api, name
 
@@ -127,3 +127,65 @@ def test_every_python_example_runs_as_written(code: str, scripted_folder: Path) 
     done = run_block(code, scripted_folder)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
     assert "Traceback" not in done.stderr, done.stderr[-4000:]
+
+
+# -- issue 42, point 12: what a new user's docs left broken -------------------------------------------
+
+
+def test_the_built_sites_links_are_pages_not_folders(tmp_path: Path) -> None:
+    """Opened from disk (``file://…/.site/``), a link to ``guide/run/`` opened a folder
+    listing: the site is built with ``use_directory_urls: false`` (``guide/run.html``)."""
+    config = (ROOT / "docs" / "mkdocs.yml").read_text()
+    assert re.search(r"^use_directory_urls: false$", config, re.M)
+
+
+def test_the_otel_extra_installs_what_the_trace_example_imports() -> None:
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    names = {re.split(r"[<>=!~ ]", r, maxsplit=1)[0] for r in extras["otel"]}
+    guide = (PAGES / "guide" / "budgets-and-traces.md").read_text()
+    imported = set(re.findall(r"^from (opentelemetry(?:\.\w+)?)", guide, re.M))
+    assert imported, "the traces guide imports OpenTelemetry"
+    for module in imported:
+        package = "opentelemetry-sdk" if module.startswith("opentelemetry.sdk") else "opentelemetry-api"
+        assert package in names, f"{module} is imported by the guide but the otel extra lacks {package}"
+
+
+def test_the_install_page_names_every_extra_tools_setup_installs() -> None:
+    setup = (ROOT / "tools" / "setup").read_text()
+    found = re.search(r'-e "\$root\[([a-z,]+)\]"', setup)
+    assert found, "tools/setup installs the package with its extras"
+    page = (PAGES / "guide" / "install.md").read_text()
+    assert f"pip install -e '.[{found.group(1)}]'" in page
+
+
+def test_the_api_reference_shows_open_bridge_as_a_context_manager_and_lists_the_helpers() -> None:
+    """The reference showed ``open_bridge`` returning an ``AsyncIterator`` (the generator under
+    ``@asynccontextmanager``); ``remove_conversation`` and ``use_tracer_provider`` were neither
+    exported nor in it."""
+    import inspect
+
+    import bridge
+
+    assert "AbstractAsyncContextManager" in str(inspect.signature(bridge.open_bridge).return_annotation)
+    for name in ("remove_conversation", "list_conversations", "use_tracer_provider"):
+        assert name in bridge.__all__ and callable(getattr(bridge, name))
+
+
+def test_the_testing_guides_examples_pass_a_users_mypy_strict(tmp_path: Path) -> None:
+    """The testing guide's asyncio example failed ``mypy --strict`` (its steps a
+    ``list[object]``): every example of the guide is checked as a user's own file would be."""
+    for page, n, code, why in python_blocks():
+        if why is None and page == "guide/testing.md":
+            (tmp_path / f"example_{n}.py").write_text(code, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MYPY_CACHE_DIR": str(tmp_path / ".mypy_cache")}
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", "."],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from bridge.profiles.command import Launch, ProfileError
+from bridge.profiles.limits import TOOL_SHELL_FILE
 from bridge.profiles.pi import PI_PACKAGE, PI_PIN, PiProfile, find_install, scripted_profile
 from bridge.profiles.sandbox import PROBE_FILE, Sandbox
 from bridge.profiles.seal import SEAL_FLAGS, check_seal
@@ -284,16 +285,24 @@ def test_prepare_config_dir_and_argv(
     cfg = Path(launch.env["PI_CODING_AGENT_DIR"])
     assert cfg.name.startswith("pi-bridge-pi-") and cfg != tmp_path / "users-own-pi"
     assert mode(cfg) == 0o700
-    assert sorted(os.listdir(cfg)) == ["auth.json", "models.json", "settings.json"]
+    assert sorted(os.listdir(cfg)) == ["auth.json", "models.json", "settings.json", TOOL_SHELL_FILE]
     for f in cfg.iterdir():
         assert mode(f) == 0o600, f
-    assert (cfg / "models.json").read_bytes() == Path(models_json).read_bytes()
+    # The key held outside (issue 41): models.json names the bridge's key endpoint and holds a
+    # token where the key was; otherwise it is the given one.
+    given, held = json.loads(Path(models_json).read_text()), json.loads((cfg / "models.json").read_text())
+    entry = held["providers"]["scripted"]
+    assert entry.pop("baseUrl").startswith("http://127.0.0.1:") and entry.pop("apiKey").startswith("pib-")
+    del given["providers"]["scripted"]["baseUrl"], given["providers"]["scripted"]["apiKey"]
+    assert held == given
     settings = json.loads((cfg / "settings.json").read_text())
     # The caller's retry merges over nothing (Pi's defaults), telemetry is off.
     assert settings["retry"] == {"maxRetries": 1}
     assert settings["enableInstallTelemetry"] is False
     assert "compaction" not in settings
-    assert json.loads((cfg / "auth.json").read_text()) == {"scripted": {"type": "api_key", "key": "${SECRET_KEY_VAR}"}}
+    token = json.loads((cfg / "auth.json").read_text())["scripted"]["key"]
+    assert token.startswith("pib-") and launch.endpoint is not None
+    assert launch.endpoint.plan.secrets[token] == "sk-from-env"  # the bridge holds the key
 
     inst = find_install()
     argv = pi_argv(launch.argv)
@@ -306,7 +315,7 @@ def test_prepare_config_dir_and_argv(
 
     env = launch.env
     assert env["PI_OFFLINE"] == "1" and env["PI_SKIP_VERSION_CHECK"] == "1" and env["PI_TELEMETRY"] == "0"
-    assert env["SECRET_KEY_VAR"] == "sk-from-env"
+    assert "SECRET_KEY_VAR" not in env  # never passed: the engine holds a token
     assert "PI_PACKAGE_DIR" not in env and "NODE_OPTIONS" not in env
     assert {k for k in env if k.startswith("PI_")} == {
         "PI_CODING_AGENT_DIR",
@@ -327,7 +336,7 @@ def test_prepare_config_dir_and_argv(
     assert launch.header["node"].startswith("v24.")
     assert seal["config_dir"] == "isolated" and seal["session"] is False
     assert seal["extensions"] == [] and seal["provider"] == "scripted"
-    assert seal["api_key"] == "env:SECRET_KEY_VAR"
+    assert seal["api_key"] == "env:SECRET_KEY_VAR (held outside)" and seal["key"]["held"] == "outside"
     assert "PI_CODING_AGENT_DIR" in seal["env_removed"] and "NODE_OPTIONS" in seal["env_removed"]
     assert "sk-from-env" not in json.dumps(launch.header)
 
@@ -347,21 +356,24 @@ def test_literal_key_stays_off_argv_and_env(models_json: str, launches: list[Lau
     assert key not in launch.env.values()
     cfg = Path(launch.env["PI_CODING_AGENT_DIR"])
     assert mode(cfg / "auth.json") == 0o600
-    assert launch.header["seal"]["api_key"] == "literal"
+    assert key not in (cfg / "auth.json").read_text() and key not in (cfg / "models.json").read_text()
+    assert launch.header["seal"]["api_key"] == "literal (held outside)"
 
 
 @needs_pi
+@pytest.mark.parametrize("inside", [False, True], ids=["held-outside", "key-inside"])
 @pytest.mark.parametrize("how", ["literal", "env"])
 def test_pi_reads_the_key_back(
-    how: str, models_json: str, launches: list[Launch], monkeypatch: pytest.MonkeyPatch
+    how: str, inside: bool, models_json: str, launches: list[Launch], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The real Pi resolves auth.json to the exact key (no $/! interpretation)."""
+    """The real Pi resolves auth.json to the exact key (no $/! interpretation) with
+    ``--key-inside``; by default to the engine's token, which the bridge maps to that exact key."""
     key = "!sk-$HOME-${USER}-$$x"
     if how == "env":
         monkeypatch.setenv("MY_PROVIDER_KEY", key)
-        prof = scripted_profile(models_json, api_key_env="MY_PROVIDER_KEY")
+        prof = scripted_profile(models_json, api_key_env="MY_PROVIDER_KEY", key_inside=inside)
     else:
-        prof = scripted_profile(models_json, api_key=key)
+        prof = scripted_profile(models_json, api_key=key, key_inside=inside)
     launch = prof.prepare()
     launches.append(launch)
     out = subprocess.run(
@@ -374,7 +386,10 @@ def test_pi_reads_the_key_back(
         stdin=subprocess.DEVNULL,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == key
+    if inside:
+        assert out.stdout.strip() == key and launch.endpoint is None
+    else:
+        assert launch.endpoint is not None and launch.endpoint.plan.secrets[out.stdout.strip()] == key
 
 
 def test_env_allowlist_narrows(
@@ -397,6 +412,7 @@ def test_env_allowlist_narrows(
         "HOME",
         "LANG",
         "LC_ALL",
+        "TERM",
         "TZ",
         "TMPDIR",
         "PI_CODING_AGENT_DIR",
@@ -404,12 +420,27 @@ def test_env_allowlist_narrows(
         "PI_SKIP_VERSION_CHECK",
         "PI_TELEMETRY",
         "NODE_COMPILE_CACHE",  # the confined engine's, read-only (bridge.profiles.sandbox)
+        "BASH_ENV",  # the tools' shell, read-only (bridge.profiles.limits)
     }
     # No key given: no auth.json; no models.json without one.
-    assert sorted(os.listdir(env["PI_CODING_AGENT_DIR"])) == ["models.json", "settings.json"]
+    assert sorted(os.listdir(env["PI_CODING_AGENT_DIR"])) == ["models.json", "settings.json", TOOL_SHELL_FILE]
     launch2 = PiProfile(pi_dir=str(root)).prepare()
     launches.append(launch2)
-    assert os.listdir(launch2.env["PI_CODING_AGENT_DIR"]) == ["settings.json"]
+    assert sorted(os.listdir(launch2.env["PI_CODING_AGENT_DIR"])) == ["settings.json", TOOL_SHELL_FILE]
+    # The allowlist is the default (issue 41): nothing else of the bridge's environment.
+    assert "UNRELATED_VAR" not in launch2.env and "KEEP_ME" not in launch2.env
+    assert {k for k in launch2.env if not k.startswith("LC_")} <= {
+        "PATH", "HOME", "LANG", "TERM", "TZ", "TMPDIR", "PI_CODING_AGENT_DIR", "PI_OFFLINE",
+        "PI_SKIP_VERSION_CHECK", "PI_TELEMETRY", "NODE_COMPILE_CACHE", "BASH_ENV",
+    }  # fmt: skip
+    # The key's variable is never passed, even when named.
+    monkeypatch.setenv("THE_KEY", "sk-named")
+    launch3 = PiProfile(
+        pi_dir=str(root), models_json=models_json, provider="scripted", model="scripted-model",
+        api_key_env="THE_KEY", env_allowlist=["THE_KEY"],
+    ).prepare()  # fmt: skip
+    launches.append(launch3)
+    assert "THE_KEY" not in launch3.env and "sk-named" not in json.dumps(launch3.env)
 
 
 def test_session_cwd_and_extensions(tmp_path: Path, launches: list[Launch], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -668,6 +699,8 @@ def test_real_pi_sealed_smoke(scripted_server: Any, tmp_path: Path, launches: li
         answers = eng.responses({c["id"] for c in launch.startup})
         assert launch.check is not None
         assert launch.check(answers) == []
+        assert launch.endpoint is not None  # the models.json's key is held outside (issue 41)
+        launch.endpoint.gate = "p1"  # what the bridge does while p1 holds the slot
         eng.send({"id": "p1", "type": "prompt", "message": "hi"})
         seen: list[str] = []
         while True:
@@ -685,7 +718,14 @@ def test_real_pi_sealed_smoke(scripted_server: Any, tmp_path: Path, launches: li
         assert eng.proc.wait(timeout=5) == 0
         # Pi itself only added its empty stores to the isolated folder.
         cfg = launch.env["PI_CODING_AGENT_DIR"]
-        assert set(os.listdir(cfg)) <= {"models.json", "settings.json", "auth.json", "models-store.json", PROBE_FILE}
+        assert set(os.listdir(cfg)) <= {
+            "models.json",
+            "settings.json",
+            "auth.json",
+            "models-store.json",
+            PROBE_FILE,
+            TOOL_SHELL_FILE,
+        }
         assert not any(Path(launch.cwd or "").iterdir())
     finally:
         eng.kill()

@@ -133,6 +133,12 @@ def test_the_real_sealed_pi_runs_inside_a_ray_actor(cluster: Any, pinned_pi: obj
     assert all(r.pid is not None and r.where is not None for r in receipts)
     assert {"hi", "and again", "once more"} <= set(seen), "each prompt reached the model, from the actors"
     assert all(r.config is not None for r in receipts), "the sealed Pi's start-up check verified its model"
+    # Issue 42: each prompt starts afresh on its actor's engine (user 3's request carried user
+    # 0's secret): every model request carries its own prompt alone.
+    for r in model.requests:
+        if r.is_completion:
+            users = [m for m in r.messages if m.get("role") == "user"]
+            assert len(users) == 1, f"{r.user_text!r} carried earlier prompts: {users}"
 
 
 def test_a_pool_whose_engine_cannot_start_says_why_and_leaves_no_actor(cluster: Any, tmp_path: Path) -> None:

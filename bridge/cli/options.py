@@ -57,8 +57,9 @@ def add_engine_options(p: argparse.ArgumentParser, *, engine_cwd: bool = True, c
     g.add_argument(
         "--api-key-env",
         metavar="NAME",
-        help="environment variable holding the provider's API key (the engine's private config refers to it "
-        "by name: the key itself is never written to disk nor put on a command line)",
+        help="environment variable holding the provider's API key: the bridge holds the key and the engine gets "
+        "only a per-engine token for it (its model calls go through the bridge's key endpoint, which puts the key "
+        "in); the variable is never passed to the engine",
     )
     g.add_argument(
         "--models-json", metavar="PATH", help="a Pi models.json with custom providers (copied into the private config)"
@@ -98,7 +99,9 @@ def add_engine_options(p: argparse.ArgumentParser, *, engine_cwd: bool = True, c
         "--env-allow",
         metavar="NAME",
         action="append",
-        help="pass only these environment variables to the engine (plus PATH, HOME, LANG, LC_ALL, TZ, TMPDIR); repeatable",
+        help="pass this environment variable to the engine too: the sealed Pi gets only PATH, HOME, LANG, LC_*, TERM, "
+        "TZ and TMPDIR (/tmp in the sandbox) besides its own; a -- engine gets only these names (plus PATH, HOME, "
+        "LANG, LC_ALL, TZ, TMPDIR) once one is given; repeatable",
     )
     g.add_argument(
         "--clearing",
@@ -133,8 +136,57 @@ def _add_confinement_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--no-network",
         action="store_true",
-        help="cut the engine off the network but for its provider (a --models-json provider on this machine)",
+        help="cut the engine off the network but for the bridge's key endpoint, which forwards its model calls to "
+        "its provider (any host)",
     )
+    g.add_argument(
+        "--key-inside",
+        action="store_true",
+        help="hand the sealed Pi the provider key itself (in its private auth.json/models.json and, with "
+        "--api-key-env, its environment), where its tools can read it, instead of a token for the bridge's key "
+        "endpoint; not with --no-network (said in the journal header)",
+    )
+    for flag, kind, what in LIMIT_OPTIONS:
+        g.add_argument(flag, type=_limit(kind), default=None, metavar="N" if kind == "count" else "SIZE", help=what)
+
+
+#: The limits of the confined engine (docs: guide/confinement.md#limits): flag, kind, help.
+LIMIT_OPTIONS: Final = (
+    (
+        "--engine-memory",
+        "size",
+        "memory of the engine, Pi and its tools together (a cgroup where the bridge may make one; else each "
+        "tool process's data, RLIMIT_DATA); a tool past it is killed, its call fails (default 2G; 0: none)",
+    ),
+    (
+        "--engine-processes",
+        "count",
+        "processes and threads of the engine (a cgroup; else RLIMIT_NPROC, which does not bind root: refused "
+        "there); a tool's fork past it fails (default 512; 0: none)",
+    ),
+    ("--engine-tmp-size", "size", "size of the engine's private /tmp (a tmpfs; default 512M; 0: half the RAM)"),
+    (
+        "--engine-disk",
+        "size",
+        "size of the working folder the bridge makes for the engine (a tmpfs; a given --engine-cwd is not "
+        "bounded; default 512M; 0: none)",
+    ),
+)
+
+
+def _limit(kind: str) -> Any:
+    """A ``--engine-*`` limit: a size (``512M``, ``2G``) or a count; ``0``/``none`` lifts it."""
+
+    def parse(text: str) -> Any:
+        from bridge.profiles.limits import parse_count, parse_size
+
+        try:
+            return (parse_size if kind == "size" else parse_count)(text) or 0
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = kind
+    return parse
 
 
 def positive(kind: type) -> Any:
@@ -380,8 +432,9 @@ def _pi_profile(args: argparse.Namespace) -> EngineProfile:
 
     if args.allow_other_pi_version:
         _warn_other_version(args)
-    if args.no_sandbox and _confinement_options(args)[1:]:
-        _refuse(f"bridge {args.command}: {_confinement_options(args)[1]} has no effect with --no-sandbox")
+    idle = [o for o in _confinement_options(args)[1:] if o != "--key-inside"]  # the key is held either way
+    if args.no_sandbox and idle:
+        _refuse(f"bridge {args.command}: {idle[0]} has no effect with --no-sandbox")
     sandbox = Sandbox(
         enabled=not args.no_sandbox,
         allow_read=tuple(args.allow_read),
@@ -391,6 +444,7 @@ def _pi_profile(args: argparse.Namespace) -> EngineProfile:
     return PiProfile(
         settings=_pi_settings(args),
         sandbox=sandbox,
+        limits=_limits(args),
         pi_dir=args.pi_dir,
         allow_other_version=args.allow_other_pi_version,
         provider=args.provider,
@@ -400,8 +454,28 @@ def _pi_profile(args: argparse.Namespace) -> EngineProfile:
         session=args.pi_session,
         cwd=getattr(args, "engine_cwd", None),
         env_allowlist=args.env_allow,
+        key_inside=args.key_inside,
         extensions=tuple(args.extension),
     )
+
+
+def _limits(args: argparse.Namespace) -> Any:
+    """The ``--engine-*`` limits given, over the defaults (0: lifted)."""
+    import attrs
+
+    from bridge.profiles.limits import DEFAULT_LIMITS
+
+    given = {f: getattr(args, a) for f, a in _LIMIT_FIELDS if getattr(args, a, None) is not None}
+    return attrs.evolve(DEFAULT_LIMITS, **given)
+
+
+#: ``Limits`` field -> the ``--engine-*`` option's dest.
+_LIMIT_FIELDS: Final = (
+    ("memory", "engine_memory"),
+    ("processes", "engine_processes"),
+    ("tmp", "engine_tmp_size"),
+    ("disk", "engine_disk"),
+)
 
 
 def _pi_settings(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -448,7 +522,13 @@ def _confinement_options(args: argparse.Namespace) -> list[str]:
     """The confinement options given, as typed (``--no-sandbox`` first)."""
     given = ["--no-sandbox"] if args.no_sandbox else []
     given += [f"--allow-read {p}" for p in args.allow_read] + [f"--allow-write {p}" for p in args.allow_write]
-    return given + (["--no-network"] if args.no_network else [])
+    given += ["--no-network"] if args.no_network else []
+    given += ["--key-inside"] if getattr(args, "key_inside", False) else []
+    return given + [
+        f"{flag} {getattr(args, dest)}"
+        for (flag, *_), (_, dest) in zip(LIMIT_OPTIONS, _LIMIT_FIELDS, strict=True)
+        if getattr(args, dest, None) is not None
+    ]
 
 
 def bridge_config(args: argparse.Namespace) -> Any:

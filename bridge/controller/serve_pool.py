@@ -26,6 +26,7 @@ The same lines in and out as :mod:`bridge.controller.serve`, with these differen
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -110,6 +111,10 @@ async def serve_pool(
             with trio.CancelScope(shield=True):
                 await out.flush(signalled)
             outer.cancel_scope.cancel()
+    pool = state["pool"]
+    if pool is not None and pool.journal_failed:
+        print(f"bridge serve: {pool.journal_failed}; every receipt went to the controller", file=sys.stderr)
+        return int(state["status"]) or 1
     if out.failed is not None:
         return int(state["status"]) or 1
     return int(state["status"])

@@ -25,6 +25,14 @@ messages a receipt's :class:`~bridge.core.receipts.Usage` sums). The rules:
    (SPEC §5) -- decided the same by replay, from the journaled stop.
 4. **Nothing left.** A prompt submitted, or reaching the slot, when the bridge's total is
    spent (at or past it) is never written: ``rejected``/``budget``.
+5. **Calls the engine's messages do not account for.** The key endpoint
+   (:mod:`bridge.core.model_calls`) reports every model call it forwarded, with the usage read
+   from the provider's answer, for the prompt that held the slot when the call came. Pi's own
+   calls are among them (every call Pi makes goes through it), so a prompt's spend is, count by
+   count, the *larger* of what its messages say (rule 1) and what its forwarded calls say:
+   a tool that calls the model with the engine's token spends the prompt's budget, and Pi's
+   own calls are not counted twice. The bridge's total grows by what a prompt's spend grew.
+   A call whose usage could not be read counts as a call (``calls``), with no tokens.
 
 Pure values (no clock, no I/O), for :mod:`bridge.core.lifecycle.budgets`.
 """
@@ -69,6 +77,17 @@ class Spend:
         """This spend with one more message's usage added."""
         tokens = usage.total_tokens or (usage.input + usage.output + usage.cache_read + usage.cache_write)
         return Spend(self.usd + usage.cost, self.tokens + tokens)
+
+    def most(self, other: Spend) -> Spend:
+        """Rule 5: count by count, the larger of the two."""
+        return Spend(max(self.usd, other.usd), max(self.tokens, other.tokens))
+
+    def grown(self, before: Spend) -> Spend:
+        """What this spend has more than ``before`` (never less than nothing)."""
+        return Spend(max(0.0, self.usd - before.usd), max(0, self.tokens - before.tokens))
+
+    def plus(self, other: Spend) -> Spend:
+        return Spend(self.usd + other.usd, self.tokens + other.tokens)
 
     def to_json(self) -> dict[str, Any]:
         return {"usd": self.usd, "tokens": self.tokens}

@@ -20,6 +20,7 @@ an engine wrote lines            :meth:`lines` (one read's lines at a time)
 an engine wrote to stderr        :meth:`stderr`
 a write to an engine failed      :meth:`write_failed`
 an engine exited                 :meth:`exited`
+the key endpoint forwarded       :meth:`model_called` (a model call, with its usage)
 a deadline passed                :meth:`tick` (sleep until :meth:`next_deadline`)
 the journal failed               :meth:`journal_failed`
 a command is written by hand     :meth:`sent_raw` (``send_raw``: unsealing on purpose)
@@ -99,6 +100,7 @@ from bridge.core.lifecycle import (
     Input,
     JournalFailed,
     Lifecycle,
+    ModelCalled,
     Note,
     Notify,
     NotWritten,
@@ -119,7 +121,7 @@ from bridge.core.lifecycle import (
 )
 from bridge.core.notices import JournalFailedSignal
 from bridge.core.progress import DELTA_TYPES, PROGRESS_TYPES, ProgressEvent, UsageEvent, join_deltas
-from bridge.core.receipts import Receipt
+from bridge.core.receipts import Receipt, Usage
 from bridge.core.session import Session
 from bridge.core.stderr import StderrBudget
 from bridge.core.steering import from_state
@@ -349,6 +351,11 @@ class Supervision:
     def generation(self) -> int:
         return self.lifecycle.state.engine.generation
 
+    def model_gate(self) -> str | None:
+        """The prompt the key endpoint may forward model calls for now (None: it refuses them):
+        the held prompt, written and not stopped (:mod:`bridge.core.lifecycle.budgets`)."""
+        return self.lifecycle.model_gate()
+
     @property
     def stderr_tail(self) -> list[str]:
         """The current engine's last stderr lines."""
@@ -423,6 +430,11 @@ class Supervision:
         """Engine ``generation`` exited; ``unsent`` are the prompts none of whose bytes reached its
         pipe (still queued for its writer, or being written with nothing taken yet)."""
         return self._run(now, None, lambda: self._exited(generation, code, signal, unsent, now))
+
+    def model_called(self, generation: int, request: str | None, usage: Usage | None, now: float) -> list[Action]:
+        """Engine ``generation``'s key endpoint forwarded a model call while ``request`` held the
+        gate (:meth:`model_gate`); ``usage``: what the provider's answer said it cost."""
+        return self._run(now, ModelCalled(generation, request, usage))
 
     def tick(self, now: float) -> list[Action]:
         """The next deadline passed (or time jumped): every deadline at or before ``now`` fires."""

@@ -48,8 +48,7 @@ __all__ = [
 ]
 
 
-@asynccontextmanager
-async def open_bridge(
+def open_bridge(
     profile: EngineProfile,
     *,
     journal: str | Path | bool | None = True,
@@ -58,7 +57,7 @@ async def open_bridge(
     collect: bool = False,
     start_engine: bool = True,
     conversation: str | None = None,
-) -> AsyncIterator[BridgeAPI]:
+) -> AbstractAsyncContextManager[BridgeAPI]:
     """Open a bridge on an engine profile; close it (every receipt settled) on exit.
 
     The same under trio and asyncio: the running library is found (``sniffio``). Under asyncio
@@ -100,8 +99,10 @@ async def open_bridge(
             state, every engine of this bridge resumes it, and the bridge holds its lock until
             it closes. Default: ``config``'s ``conversation`` (``--conversation``).
 
-    Yields:
-        The open bridge: a :class:`~bridge.live.supervisor.Bridge` (trio), an :class:`~bridge.live.aio.AsyncioBridge`.
+    Returns:
+        An async context manager (``async with open_bridge(...) as bridge``) whose block gets
+        the open bridge: a :class:`~bridge.live.supervisor.Bridge` (trio), an
+        :class:`~bridge.live.aio.AsyncioBridge` (asyncio).
 
     Raises:
         ProfileError: One line, for what the CLI refuses, after everything is cleaned up
@@ -119,6 +120,31 @@ async def open_bridge(
         ValueError: ``journal`` is neither a boolean, None nor a non-empty path.
         RuntimeError: Called outside ``trio.run`` or ``asyncio.run``.
     """
+    return _open_bridge(
+        profile,
+        journal=journal,
+        config=config,
+        drain_on_exit=drain_on_exit,
+        collect=collect,
+        start_engine=start_engine,
+        conversation=conversation,
+    )
+
+
+@asynccontextmanager
+async def _open_bridge(
+    profile: EngineProfile,
+    *,
+    journal: str | Path | bool | None,
+    config: BridgeConfig | None,
+    drain_on_exit: bool,
+    collect: bool,
+    start_engine: bool,
+    conversation: str | None,
+) -> AsyncIterator[BridgeAPI]:
+    """:func:`open_bridge`'s block (a plain function in front of it, so that what the reference
+    and a reader see is a context manager, not a generator). Its exit ends when the bridge has
+    closed."""
 
     def opener() -> AbstractAsyncContextManager[Bridge]:
         return _open_on_trio(

@@ -17,7 +17,7 @@ import trio
 
 from bridge.core.framing import Oversize, UpdateRun
 from bridge.core.lifecycle import BridgeConfig, SpawnFailed, StdoutClosed
-from bridge.core.receipts import Receipt
+from bridge.core.receipts import Receipt, Usage
 from bridge.core.supervision import Action, Supervision
 from bridge.live.engine import Engine, EngineGone
 from bridge.live.journal import Journal
@@ -103,11 +103,36 @@ class EngineSide:
                 launch.run_cleanup()  # anything else that ends the spawn leaves nothing behind either
                 raise
             self.current = engine
+            if launch.endpoint is not None:
+                launch.endpoint.report = self._model_calls(generation)
             send, recv = trio.open_memory_channel[_Item](math.inf)
             self._writers[engine] = (send, recv)
             self._nursery.start_soon(self._writer, engine, recv)
             started = launch
             self._drive(lambda: self._sup.spawned(generation, engine.pid, started, self._now()))
+
+    def _model_calls(self, generation: int) -> Callable[[str | None, Usage | None], None]:
+        """What engine ``generation``'s key endpoint calls (from its own threads) for each model
+        call it forwarded: handed to trio, where the supervision hears it. Once the bridge's trio
+        run has ended nothing hears it any more (the endpoint is closed with the folders)."""
+        token = trio.lowlevel.current_trio_token()
+
+        def report(request: str | None, usage: Usage | None) -> None:
+            door: Door = lambda: self._sup.model_called(generation, request, usage, self._now())  # noqa: E731
+            try:
+                token.run_sync_soon(self._drive, door)
+            except trio.RunFinishedError:
+                pass
+
+        return report
+
+    def gate(self) -> None:
+        """Open or close the current engine's key endpoint as the supervision says
+        (:meth:`~bridge.core.supervision.Supervision.model_gate`): after every step."""
+        engine = self.current
+        endpoint = engine.launch.endpoint if engine is not None and engine.launch is not None else None
+        if endpoint is not None:
+            endpoint.gate = self._sup.model_gate()
 
     def clean_up(self) -> None:
         """Remove the private folders of every launch prepared for this bridge that are still

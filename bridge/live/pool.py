@@ -135,6 +135,9 @@ class Pool:
         self._engines: dict[int, _Engine] = {}
         #: Every journal the pool's engines wrote, engine number -> path.
         self.journals: dict[int, Path] = {}
+        #: Why an engine's journal could not be written (a full disk), the first time: the pool
+        #: then closes at once, as a bridge does (SPEC §5; ``serve --engines`` exits 1 saying it).
+        self.journal_failed: str | None = None
         self._ids = itertools.count(1)
         self._doors: collections.deque[Callable[[], list[PoolAction]]] = collections.deque()
         self._stepping = False
@@ -645,6 +648,13 @@ class Pool:
                     # Closed on its own (its journal could not be written, say), not by the rules.
                     why = bridge.journal_failed or bridge.down_reason or "its bridge closed"
                     self._drive(lambda: self.rules.failed(number, f"engine {number}: {why}", self.now()))
+                if bridge.journal_failed and self.journal_failed is None:
+                    # The journals share a folder, and a journal that cannot be written is the
+                    # end of a bridge (SPEC §5): the pool closes, its waiting prompts rejected
+                    # closing, each running one stopped -- not 376 of 400 turned away
+                    # engine-down one engine at a time, and an exit 0 (issue 42).
+                    self.journal_failed = bridge.journal_failed
+                    self.close_now()
         except (ProfileError, JournalError) as e:
             engine.error = e
             why = str(e)

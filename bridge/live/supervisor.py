@@ -638,6 +638,7 @@ class Bridge(Steering):
             if self._unjournaled:
                 self._resolve_unjournaled()  # never held past the steps that made them
         if self.supervision.steps != steps:
+            self.engines.gate()  # the key endpoint's gate follows the steps (a prompt held, settled)
             # Only a step moves a deadline or the outstanding count: a read that stepped
             # nothing (most of a stream's) wakes neither the clock nor a drain.
             self._poke()

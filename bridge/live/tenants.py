@@ -23,8 +23,9 @@ prompt until it has. The steps, each with what it rests on:
 2. **Kill the rest.** ``SIGKILL`` to each, again until a scan finds none alive (a process
    forking while it is killed is found by the next scan; a zombie is dead: the init or Pi reaps
    it). Bounded (:data:`KILL_ROUNDS`): a tree that keeps growing past it is a failure.
-3. **Empty** the working folder (when the engine's own, never one the user gave), the
-   sandbox's ``/tmp`` and ``/dev/shm``, reached through ``/proc/INIT/root`` (the kernel
+3. **Empty** the working folder (when the engine's own, never one the user gave; a bind of the
+   host's folder or a sized tmpfs), the sandbox's ``/tmp`` and ``/dev/shm``, all reached
+   through ``/proc/INIT/root`` (the kernel
    resolves the rest of such a path in the sandbox's mount namespace) -- but not its mount
    points (``/proc/INIT/mountinfo``): the engine's own folders are bound in under ``/tmp``
    (the private root), and the folders leading to them are kept too -- and remove what is in
@@ -185,9 +186,10 @@ def clean(engine: Engine) -> None:
     init = _kill_the_rest(engine.pid, pi_argv)
     root = f"/proc/{init}/root"
     try:
-        if launch.header.get("seal", {}).get("cwd") == "private-temp" and launch.cwd:
-            _empty(launch.cwd)
         mounts = _mounts(init)
+        if launch.header.get("seal", {}).get("cwd") == "private-temp" and launch.cwd:
+            # Through the sandbox: the working folder may be a sized tmpfs there (the limits').
+            _empty(f"{root}{launch.cwd}", mounts, launch.cwd)
         _empty(f"{root}/tmp", mounts, "/tmp")
         _empty(f"{root}/dev/shm", mounts, "/dev/shm")
         for entry in os.scandir(f"{root}/dev"):

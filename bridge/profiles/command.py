@@ -21,11 +21,22 @@ from typing import Any, Protocol
 
 import attrs
 
-from bridge.core.receipts import Receipt
+from bridge.core.receipts import Receipt, Usage
 
 
 class ProfileError(Exception):
     """The engine cannot be launched as asked; the message says how to fix it."""
+
+
+class ModelGate(Protocol):
+    """The key endpoint a launch's engine calls its provider through
+    (:class:`bridge.profiles.keyhold.KeyEndpoint`), as the I/O layer drives it: it sets the
+    gate from the supervision's ``model_gate()`` and hears each forwarded call."""
+
+    #: The prompt calls are forwarded for; None: they are refused.
+    gate: str | None
+    #: ``report(request, usage)`` for each call forwarded (set when the engine starts).
+    report: Callable[[str | None, Usage | None], None] | None
 
 
 @attrs.define
@@ -63,8 +74,10 @@ class Launch:
     #: namespace): it does not run under :mod:`bridge.live.reaper`. By default, whether the
     #: launch is confined (has a :attr:`confinement`).
     contained: bool = attrs.field(default=attrs.Factory(lambda self: self.confinement is not None, takes_self=True))
+    #: The key endpoint the engine's model calls go through (:mod:`bridge.profiles.keyhold`), or None.
+    endpoint: ModelGate | None = None
     #: A pool's clean-up between tenants (R13 of :mod:`bridge.core.pool`): puts the engine's
-    #: private config folder back as the launch wrote it (:mod:`bridge.live.tenants`, step 5).
+    #: private config folder back as it was at the start-up check (:mod:`bridge.live.tenants`, step 5).
     tenant_clean: Callable[[], None] | None = None
 
     def run_cleanup(self) -> None:

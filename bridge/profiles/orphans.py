@@ -200,11 +200,19 @@ def _locks_held(folder: str) -> bool:
     return False
 
 
-def remove_orphans_once() -> None:
+def remove_orphans_once() -> bool:
+    """Once per process: :func:`remove_orphans`, and the engine cgroups bridges that died left
+    (:func:`bridge.profiles.limits.sweep_cgroups`: named for their pid too). Returns whether it
+    ran now."""
     global _orphans_checked
-    if not _orphans_checked:
-        _orphans_checked = True
-        remove_orphans()
+    if _orphans_checked:
+        return False
+    _orphans_checked = True
+    remove_orphans()
+    from bridge.profiles.limits import sweep_cgroups  # (limits stands on command; not the reverse)
+
+    sweep_cgroups()
+    return True
 
 
 def private_tree(folder: Path, ours: int = 1) -> None:

@@ -30,9 +30,11 @@ from typing import Any, Final, TypedDict, Unpack
 
 import attrs
 
-from bridge.profiles.command import PI_CLEARING, Launch, ProfileError, filtered_env
+from bridge.profiles.command import PI_CLEARING, Launch, ProfileError
 from bridge.profiles.conversation import Conversation, EngineConversation
-from bridge.profiles.netjail import ProviderLink, provider_address, relay_lines
+from bridge.profiles.keyhold import RELAY_PORT, KeyEndpoint, hold
+from bridge.profiles.limits import DEFAULT_LIMITS, TOOL_SHELL_FILE, EngineLimits, Limits
+from bridge.profiles.netjail import relay_lines
 from bridge.profiles.orphans import private_folder, private_root, registered_hidden, remove_orphans
 from bridge.profiles.pi_versions import (
     FEATURES,
@@ -62,6 +64,7 @@ from bridge.profiles.seal import (
     STARTUP,
     UNSEAL_ENV,
     check_seal,
+    engine_env,
     startup_refusal,
 )
 
@@ -380,7 +383,12 @@ class PiProfile:
     conversation: Conversation | None = None
     #: Pi's working folder; default a private temp folder removed at cleanup.
     cwd: str | None = None
+    #: Names passed to the engine besides :data:`~bridge.profiles.seal.ENV_ALLOWED` (``--env-allow``);
+    #: the key's variable never is (unless ``key_inside``).
     env_allowlist: Sequence[str] | None = None
+    #: Hand the engine the key itself (``--key-inside``): no key endpoint (with the host's
+    #: network), the key in ``auth.json`` / its variable in the environment, as before issue 41.
+    key_inside: bool = False
     #: The allowlist of extensions (``--extension PATH``; Pi's ``-e``): only these load, the
     #: start-up check verifies it, and their dialogs go to the controller (:mod:`bridge.core.dialogs`).
     extensions: Sequence[str] = ()
@@ -390,6 +398,9 @@ class PiProfile:
     unsealed_extensions: Sequence[str] = ()
     #: The confinement (:mod:`bridge.profiles.sandbox`); ``Sandbox(enabled=False)``: ``--no-sandbox``.
     sandbox: Sandbox = attrs.field(factory=Sandbox)
+    #: The confined engine's memory, process and disk limits (:mod:`bridge.profiles.limits`);
+    #: a field ``None`` lifts that one. Without the sandbox there are none.
+    limits: Limits = DEFAULT_LIMITS
     name: str = "pi"
     #: Check at start that Pi runs the ``model`` asked for and offers it (seal rule 9). Off
     #: only for ``bridge models``, which lists what Pi offers (a wrong ``--model`` included).
@@ -429,6 +440,8 @@ class PiProfile:
                 )
         if self.cwd is not None and not Path(self.cwd).is_dir():
             raise ProfileError(f"the engine's working folder {self.cwd} does not exist")
+        if self.key_inside and self.sandbox.enabled and not self.sandbox.network:
+            raise ProfileError("--key-inside and --no-network do not go together: the key endpoint is the only way out")
 
     def _extension_args(self) -> list[str]:
         out: list[str] = []
@@ -470,7 +483,15 @@ class PiProfile:
         models_bytes: bytes | None,
     ) -> Launch:
         """The launch in the private ``folders`` (made; the caller removes them if this raises)."""
-        key_kind = self._write_config(folders.config, models_bytes)
+        key = os.environ[self.api_key_env] if self.api_key_env is not None else self.api_key
+        no_network = self.sandbox.enabled and not self.sandbox.network
+        keys = (
+            None
+            if self.key_inside
+            else hold(self.provider, self.model, key, models_bytes, install.root, folders.config, no_network=no_network)
+        )
+        folders.link = keys[0] if keys is not None else None
+        key_kind = self._write_config(folders.config, models_bytes, keys)
         written = _ConfigAsWritten.of(folders.config)
         cwd = self._working_folder(folders)
         conv = None
@@ -484,6 +505,8 @@ class PiProfile:
             confined = self._confine(bwrap, install, argv, cwd, folders, ext_args, models_bytes, env)
             argv, env["TMPDIR"] = confined.argv, "/tmp"
         header = self._header(install, ext_args, key_kind, own_cwd=folders.own_cwd is not None, removed=removed)
+        header["seal"]["env"] = sorted(env)
+        header["seal"]["key"] = keys[0].plan.header if keys is not None else {"held": "inside (--key-inside)"}
         header["seal"]["sandbox"] = confined.header if confined is not None else disabled_header()
         if conv:
             header["conversation"] = header["seal"]["conversation"] = conv.conversation.name
@@ -521,6 +544,7 @@ class PiProfile:
             refusal=startup_refusal,
             pass_fds=(folders.watch[0],) if folders.watch is not None else (),
             settled=conv.settled if conv else None,
+            endpoint=keys[0] if keys is not None else None,
             tenant_clean=written.restore,
         )
 
@@ -540,17 +564,21 @@ class PiProfile:
         (:mod:`bridge.profiles.netjail`), closed with the folders."""
         needs = [install.root, os.path.join(install.root, "node_modules"), install.cli, install.node]
         needs += [str(Path(install.node).resolve().parents[1])] + ext_args[1::2]
+        folders.limits = EngineLimits.make(self.limits, own_cwd=folders.own_cwd is not None)
+        tool_shell = folders.config / TOOL_SHELL_FILE
+        _write_private(tool_shell, folders.limits.tool_shell.encode())
+        # Read-only in the sandbox (a tool must not rewrite the next tool's limits).
+        env["BASH_ENV"] = str(tool_shell)
         cache = compile_cache(
             bwrap, install.version, [install.node, install.cli], needs=needs, env=env, scratch=str(folders.config)
         )
         if cache is not None:
             env["NODE_COMPILE_CACHE"] = cache
         relay, provider = "", None
-        if not self.sandbox.network:
-            host, port, listen = provider_address(self.provider, models_bytes)
+        if not self.sandbox.network and folders.link is not None:
             sock, ready = folders.config / "provider.sock", folders.config / "provider.ready"
-            folders.link = ProviderLink(sock, host, port)
-            relay, provider = relay_lines(install.node, str(sock), str(ready), port, listen), f"{host}:{port}"
+            relay = relay_lines(install.node, str(sock), str(ready), RELAY_PORT, ["127.0.0.1"])
+            provider = f"127.0.0.1:{RELAY_PORT} (the bridge's key endpoint)"
         # The sandbox's watch on the bridge (sandbox.WATCH): the read end goes to the engine, the
         # write end stays here (not inheritable), closed with the folders once the engine is gone.
         folders.watch = os.pipe()
@@ -562,12 +590,14 @@ class PiProfile:
             argv,
             cwd=cwd,
             config=str(folders.config),
-            needs=needs,
+            needs=[*needs, str(tool_shell)],
             own_cwd=folders.own_cwd is not None,
             relay=relay,
             provider=provider,
             cache=cache,
             watch_fd=folders.watch[0],
+            limits=folders.limits,
+            tool_shell=str(tool_shell),
             private=str(private_root()),
         )
 
@@ -591,22 +621,26 @@ class PiProfile:
             )
         return models_bytes
 
-    def _write_config(self, config_dir: Path, models_bytes: bytes | None) -> str:
-        """Fill the private config folder (rules 3, 6); return how the key was given, for the header."""
+    def _write_config(self, config_dir: Path, models_bytes: bytes | None, keys: tuple[KeyEndpoint, str] | None) -> str:
+        """Fill the private config folder (rules 3, 6); return how the key was given, for the header.
+        With the key endpoint, ``models.json`` and ``auth.json`` hold its tokens, never a key."""
         os.chmod(config_dir, 0o700)
-        if models_bytes is not None:
-            _write_private(config_dir / "models.json", models_bytes)
+        models = keys[0].plan.models_bytes(keys[1]) if keys is not None else models_bytes
+        if models is not None:
+            _write_private(config_dir / "models.json", models)
         settings = _merge(DEFAULT_SETTINGS, self.settings or {})
         _write_private(config_dir / "settings.json", json.dumps(settings, indent=2).encode())
-        if self.api_key_env is not None:
-            value, key_kind = "${" + self.api_key_env + "}", f"env:{self.api_key_env}"
-        elif self.api_key is not None:
-            value, key_kind = _escape_key(self.api_key), "literal"
+        kind = f"env:{self.api_key_env}" if self.api_key_env is not None else "literal"
+        if keys is not None and keys[0].plan.auth is not None:
+            value, kind = keys[0].plan.auth, f"{kind} (held outside)"
+        elif self.api_key_env is not None or self.api_key is not None:
+            value = "${" + self.api_key_env + "}" if self.api_key_env is not None else _escape_key(self.api_key or "")
         else:
             return "none"
-        auth = {self.provider: {"type": "api_key", "key": value}}
-        _write_private(config_dir / "auth.json", json.dumps(auth).encode())
-        return key_kind
+        _write_private(
+            config_dir / "auth.json", json.dumps({self.provider: {"type": "api_key", "key": value}}).encode()
+        )
+        return kind
 
     def _working_folder(self, folders: _PrivateFolders) -> str:
         """The given ``cwd``, or a private temp folder of our own (rule 7)."""
@@ -634,14 +668,9 @@ class PiProfile:
         return argv + ext_args
 
     def _env(self, config_dir: Path) -> tuple[dict[str, str], list[str]]:
-        """Pi's environment (rule 5), and the inherited names it dropped (for the header)."""
-        env = filtered_env(self.env_allowlist)
-        removed = sorted(k for k in env if k.startswith("PI_") or k in UNSEAL_ENV)
-        for k in removed:
-            del env[k]
-        if self.api_key_env is not None:
-            env[self.api_key_env] = os.environ[self.api_key_env]
-        env.update(SEAL_ENV)
+        """Pi's environment (rule 5: :func:`~bridge.profiles.seal.engine_env`), and the dropped names (for the header)."""
+        passed = self.api_key_env if self.key_inside else None
+        env, removed = engine_env(self.env_allowlist or (), never=self.api_key_env, passed=passed)
         env["PI_CODING_AGENT_DIR"] = str(config_dir)
         return env, removed
 
@@ -777,10 +806,12 @@ class _PrivateFolders:
 
     config: Path
     own_cwd: Path | None = None
-    #: ``--no-network``: the bridge's end of the relay to the provider.
-    link: ProviderLink | None = None
+    #: The key endpoint (:mod:`bridge.profiles.keyhold`), closed with the folders.
+    link: KeyEndpoint | None = None
     #: The sandbox's watch on the bridge: (read end, write end) (:data:`bridge.profiles.sandbox.WATCH`).
     watch: tuple[int, int] | None = None
+    #: The engine's cgroup, if one was made (:mod:`bridge.profiles.limits`).
+    limits: EngineLimits | None = None
 
     def remove(self) -> None:
         """Close the link and the watch, remove the folders (those even if a close failed)."""
@@ -796,6 +827,8 @@ class _PrivateFolders:
                     except OSError:
                         pass  # (closed already)
         finally:
+            if self.limits is not None:
+                self.limits.remove()
             shutil.rmtree(self.config, ignore_errors=True)
             if self.own_cwd is not None:
                 shutil.rmtree(self.own_cwd, ignore_errors=True)
@@ -816,9 +849,11 @@ class PiOptions(TypedDict, total=False):
     conversation: Conversation | None
     cwd: str | None
     env_allowlist: Sequence[str] | None
+    key_inside: bool
     extensions: Sequence[str]
     unsealed_extensions: Sequence[str]
     sandbox: Sandbox
+    limits: Limits
     name: str
     check_model: bool
 

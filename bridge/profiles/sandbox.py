@@ -49,6 +49,9 @@ where it comes from (``bwrap(1)`` of 0.8.0; verified on this machine, see the te
    into the seal check's problems and the journal's ``confinement`` note.
 10. **Node's compile cache**, shared by the confined engines, read-only to them
     (:func:`compile_cache`).
+11. **Limits** (:mod:`bridge.profiles.limits`): the engine joins its cgroup before ``bwrap``
+    runs (an argv prefix), ``/tmp`` and a working folder the bridge made are sized tmpfs
+    (``--size``, bubblewrap ≥ 0.7.0), and the probe reads from inside what it can verify.
 """
 
 from __future__ import annotations
@@ -69,6 +72,8 @@ from typing import Any, Final
 import attrs
 
 from bridge.profiles.command import ProfileError
+from bridge.profiles.limits import PROBE as LIMITS_PROBE
+from bridge.profiles.limits import EngineLimits, check_limits
 
 __all__ = [
     "BWRAP_ENV",
@@ -120,6 +125,8 @@ class Bwrap:
     version: str
     #: ``--disable-userns`` (bubblewrap ≥ 0.8.0).
     disable_userns: bool
+    #: ``--size`` for ``--tmpfs`` (bubblewrap ≥ 0.7.0: its ``--help`` lists it).
+    tmpfs_size: bool = True
 
 
 _found: dict[str, Bwrap] = {}
@@ -144,7 +151,10 @@ def find_bwrap() -> Bwrap:
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
         raise ProfileError(f"bubblewrap ({path}) cannot create the engine sandbox here ({why}): {_USERNS_FIX}")
-    found = _found[path] = Bwrap(path=path, version=version or "bubblewrap ?", disable_userns=disable_userns)
+    sized = "--size" in _run([path, "--help"], path).stdout
+    found = _found[path] = Bwrap(
+        path=path, version=version or "bubblewrap ?", disable_userns=disable_userns, tmpfs_size=sized
+    )
     return found
 
 
@@ -273,14 +283,20 @@ def _run_dirs() -> list[str]:
     return sorted({_real(d) for d in RUN_DIRS if os.path.isdir(d)} - {"/"})
 
 
-def _bwrap_args(lay: _Layout, sandbox: Sandbox, bwrap: Bwrap, cwd: str) -> list[str]:
-    """The mounts in order (rules 1–4: later ones go on top), then the namespaces (5–7)."""
-    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+def _bwrap_args(lay: _Layout, sandbox: Sandbox, bwrap: Bwrap, cwd: str, limits: EngineLimits | None) -> list[str]:
+    """The mounts in order (rules 1–4: later ones go on top), then the namespaces (5–7); the
+    sizes of ``/tmp`` and of a working folder the bridge made (rule 11)."""
+    tmp = limits.limits.tmp if limits is not None else None
+    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    args += [*(["--size", str(tmp)] if tmp else []), "--tmpfs", "/tmp"]
     runs = [] if sandbox.network else _run_dirs()
     for d in runs + lay.hidden_homes:
         args += ["--tmpfs", d]
     for flag, p in lay.binds:
-        args += [flag, p, p]
+        if p == cwd and limits is not None and limits.cwd_tmpfs:
+            args += ["--size", str(limits.limits.disk), "--tmpfs", p]
+        else:
+            args += [flag, p, p]
     for h in lay.hidden:
         args += ["--tmpfs", h]
         for flag, p in lay.binds:
@@ -312,14 +328,22 @@ def confine(
     provider: str | None = None,
     cache: str | None = None,
     watch_fd: int | None = None,
+    limits: EngineLimits | None = None,
+    tool_shell: str | None = None,
     private: str | None = None,
 ) -> Confined:
     """Wrap ``argv`` (Pi's) in bwrap and the probe. ``needs``: what Pi reads (its install,
     its Node, extensions), bound back read-only wherever it is; ``relay``: ``sh`` lines run
     before Pi (``--no-network``'s); ``cache``: Node's compile cache, read-only; ``watch_fd``:
     the read end of a pipe only the bridge writes to (:data:`WATCH`), passed to bwrap;
+    ``limits``: the engine's (rule 11), ``tool_shell`` their file (in ``needs``: read-only);
     ``private``: the per-user root of the bridges' private folders (rule 4), which holds
     ``cwd`` and ``config``."""
+    if limits is not None and (limits.limits.tmp or limits.cwd_tmpfs) and not bwrap.tmpfs_size:
+        raise ProfileError(
+            f"{bwrap.version} cannot size the engine's /tmp and working folder (--size needs bubblewrap 0.7.0 or "
+            "later): upgrade bubblewrap, or pass --engine-tmp-size 0 --engine-disk 0 to run without those limits"
+        )
     reads = _existing(sandbox.allow_read, "--allow-read")
     writes = _existing(sandbox.allow_write, "--allow-write")
     cwd, config = _real(cwd), _real(config)
@@ -371,8 +395,13 @@ def confine(
     probe = os.path.join(config, PROBE_FILE)
     script = _probe_script(probe, refused=refused, writable=writable, homes=homes, hidden=lay.hidden)
     watch = WATCH.replace("{fd}", str(int(watch_fd))) if watch_fd is not None else ""
-    script = script.replace("{watch}", watch).replace("{relay}", relay)
-    full = [bwrap.path, *_bwrap_args(lay, sandbox, bwrap, cwd), "--", "/bin/sh", "-c", script]
+    limit_lines = ""
+    if limits is not None:
+        shell = shlex.quote(tool_shell) if tool_shell else "/dev/null"
+        limit_lines = LIMITS_PROBE.replace("{cwd}", shlex.quote(cwd)).replace("{shell}", shell)
+    script = script.replace("{limits}", limit_lines).replace("{watch}", watch).replace("{relay}", relay)
+    prefix = limits.prefix if limits is not None else []
+    full = [*prefix, bwrap.path, *_bwrap_args(lay, sandbox, bwrap, cwd, limits), "--", "/bin/sh", "-c", script]
     expect = {
         "refused": refused,
         "writable": writable,
@@ -381,6 +410,7 @@ def confine(
         "hidden": lay.hidden,
         "hidden_shown": shown,
         "network": sandbox.network,
+        **({"limits": {**limits.expect, "cwd_path": cwd}} if limits is not None else {}),
     }
     header = {
         "tool": bwrap.version,
@@ -394,6 +424,7 @@ def confine(
         "capabilities": "none",
         "compile_cache": f"{cache} (read-only)" if cache else None,
         "network": "host" if sandbox.network else f"none but the provider at {provider}",
+        "limits": limits.header if limits is not None else "none",
     }
     return Confined(argv=[*full, "pi-bridge-probe", *argv], header=header, probe=probe, expect=expect)
 
@@ -524,7 +555,7 @@ done
 for d in {homes}; do ls -A "$d" 2>/dev/null | sed 's/^/home-entry=/'; done
 for d in {hidden}; do echo "hidden-entries=$(ls -A "$d" 2>/dev/null | wc -l) $d"; ls -A "$d" 2>/dev/null | sed "s|^|hidden-entry=$d/|"; done
 sed -n '3,$s/^ *\([^:]*\):.*/net=\1/p' /proc/net/dev
-} > {probe} 2>/dev/null
+{limits}} > {probe} 2>/dev/null
 {watch}{relay}"$@"
 exit $?
 """
@@ -591,6 +622,10 @@ def check_probe(probe: str, expect: Mapping[str, Any]) -> tuple[list[str], dict[
     nets = sorted(set(seen.get("net", [])) - {"lo"})
     if not expect["network"] and nets:
         problems.append(f"--no-network, but the engine sees the network interfaces {', '.join(nets)}")
+    limited: dict[str, Any] | None = None
+    if "limits" in expect:
+        more, limited = check_limits(seen, expect["limits"])
+        problems += more
     verified = {
         "pid": pid,
         "init": init,
@@ -600,5 +635,6 @@ def check_probe(probe: str, expect: Mapping[str, Any]) -> tuple[list[str], dict[
         "home_entries": seen.get("home-entry", []),
         "hidden_entries": {e.partition(" ")[2]: e.partition(" ")[0] for e in seen.get("hidden-entries", [])},
         "network_interfaces": seen.get("net", []),
+        **({"limits": limited} if limited is not None else {}),
     }
     return problems, verified

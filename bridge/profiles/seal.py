@@ -34,7 +34,11 @@ is enforced:
 4. **No session file unless asked**: ``--no-session``; with ``session=True`` the session
    lives in ``CONFIG/sessions`` (``--session-dir``, which also beats a project
    ``sessionDir`` — docs/security.md reads it before trust).
-5. **The environment.** Every inherited ``PI_*`` variable is dropped and only ours are set:
+5. **The environment** is an allowlist (issue 41: a tool reads Pi's through ``/proc/1/environ``
+   and its own): ``PATH``, ``HOME``, ``LANG``, ``LC_*``, ``TERM``, ``TZ``, ``TMPDIR`` (``/tmp`` in
+   the sandbox) and the names the user gives (``--env-allow``;
+   :data:`bridge.profiles.pi.ENV_ALLOWED`). Every inherited ``PI_*`` variable is dropped, named
+   or not, and only ours are set:
    ``PI_CODING_AGENT_DIR`` and :data:`SEAL_ENV` (``PI_OFFLINE=1``,
    ``PI_SKIP_VERSION_CHECK=1``, ``PI_TELEMETRY=0``). Pi reads (docs/
    environment-variables.md and the bundle's ``process.env.PI_*``): ``PI_CODING_AGENT_DIR``,
@@ -48,14 +52,18 @@ is enforced:
    ``PI_STARTUP_BENCHMARK`` and the markers ``PI_CODING_AGENT`` / ``PI_SESSION_*`` a parent
    Pi leaves behind. ``NODE_OPTIONS`` and ``NODE_PATH`` are dropped too
    (:data:`UNSEAL_ENV`): they would load code into Pi's Node.
-6. **Keys never on the argv** (the profile writes them). A key goes into the private
-   ``auth.json`` (docs/models.md: ``--api-key`` first, then ``auth.json``, then
-   ``models.json``, then provider env vars). With ``api_key_env`` (preferred) the file holds
-   only the reference ``${NAME}`` (docs/models.md: ``$NAME`` / ``${NAME}`` interpolation;
-   ``auth-storage.js`` resolves it for ``auth.json`` too) and the variable is passed through
-   even under an allowlist; a literal ``api_key`` is written escaped (``$`` → ``$$``, a
-   leading ``!`` → ``$!``, so it is never read as a variable or a shell command). Both
-   verified with ``pi auth print-api-key``.
+6. **Keys never on the argv, nor anywhere the engine is** (the profile writes its config). By
+   default the bridge holds the key (:mod:`bridge.profiles.keyhold`): the private ``auth.json``
+   (docs/models.md: ``--api-key`` first, then ``auth.json``, then ``models.json``, then provider
+   env vars) and ``models.json`` hold per-engine tokens, ``baseUrl`` names the bridge's key
+   endpoint, and ``api_key_env``'s variable is never passed. With ``key_inside``
+   (``--key-inside``) the key goes into ``auth.json`` as before: with ``api_key_env`` the
+   file holds only the reference ``${NAME}`` (docs/models.md: ``$NAME`` / ``${NAME}``
+   interpolation; ``auth-storage.js`` resolves it for ``auth.json`` too) and the variable is
+   passed; a literal ``api_key`` is written escaped (``$`` → ``$$``, a leading ``!`` → ``$!``,
+   so it is never read as a variable or a shell command). Both verified with ``pi auth
+   print-api-key`` (tests/test_pi_profile.py, with the token's key looked up on the bridge's side
+   by default).
 7. **The working folder** is a fresh private temp folder unless ``cwd`` is given, so Pi's
    tools never run in the user's checkout unless asked.
 8. **Verified over the protocol** at start (SPEC §2; :data:`STARTUP`, :func:`check_seal`):
@@ -94,7 +102,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from bridge.core.words import THINKING_LEVELS
@@ -111,6 +119,7 @@ __all__ = [
     "STATE_ID",
     "UNSEAL_ENV",
     "check_seal",
+    "engine_env",
     "model_matches",
 ]
 
@@ -133,6 +142,27 @@ SEAL_ENV: Final[Mapping[str, str]] = {
 }
 #: Inherited names dropped besides every ``PI_*``: they load code into Node (rule 5).
 UNSEAL_ENV: Final = frozenset({"NODE_OPTIONS", "NODE_PATH"})
+#: What the engine's environment holds of the bridge's (rule 5; ``LC_*`` too), besides the
+#: names the user gives (``--env-allow``) and the seal's own. ``TMPDIR`` is ``/tmp`` in the sandbox.
+ENV_ALLOWED: Final = frozenset({"PATH", "HOME", "LANG", "TERM", "TZ", "TMPDIR"})
+
+
+def engine_env(named: Iterable[str], *, never: str | None, passed: str | None) -> tuple[dict[str, str], list[str]]:
+    """Rule 5: the engine's environment -- :data:`ENV_ALLOWED`, ``LC_*`` and the ``named``, then
+    :data:`SEAL_ENV`; never ``never`` (the key's variable) unless it is ``passed`` (``--key-inside``)
+    -- and the dropped names the bridge's environment had (``PI_*``, :data:`UNSEAL_ENV`, named or
+    not), for the header."""
+    keep = set(named)
+    env = {k: v for k, v in os.environ.items() if k in ENV_ALLOWED or k.startswith("LC_") or k in keep}
+    removed = sorted(k for k in os.environ if k.startswith("PI_") or k in UNSEAL_ENV)
+    for k in [*removed, *([never] if never is not None else [])]:
+        env.pop(k, None)
+    if passed is not None:
+        env[passed] = os.environ[passed]
+    env.update(SEAL_ENV)
+    return env, removed
+
+
 #: Written under the caller's ``settings`` (rule 3). Compaction and retry stay at Pi's defaults.
 #: ``cacheWarming`` defaults to "idle" in Pi (docs/settings.md): provider requests
 #: for up to 30 minutes between runs. A sealed engine does nothing unasked: "off".
@@ -285,10 +315,24 @@ def _session_problems(session_file: Any, session: bool, config_dir: str | None) 
     return []
 
 
+#: What ``get_state`` shows for its model when Pi found none it has a key for (Pi 1.6.0).
+NO_MODEL: Final = {"provider": "unknown", "id": "unknown"}
+
+
 def _provider_problems(model: Any, provider: str | None) -> list[str]:
-    """``get_state.model``: the provider the profile asked for."""
+    """``get_state.model``: the provider the profile asked for; and a model at all. With none
+    (no provider given, and no key for any), every prompt was refused by Pi with its
+    five-line "No API key found ... Use /login" advice, as a receipt (``rejected``/``engine``,
+    exit 1) -- the first thing a new user's ``bridge run hi`` did (issue 42). It is a set-up
+    problem, said once, before any prompt."""
     if provider and isinstance(model, Mapping) and model.get("provider") != provider:
         return [f"Pi selected provider {model.get('provider')!r}, not the requested {provider!r}"]
+    if not provider and isinstance(model, Mapping) and all(model.get(k) == v for k, v in NO_MODEL.items()):
+        return [
+            "Pi has no model to run: no provider was given and it has a key for none. Give --provider and "
+            "--model with --api-key-env VAR (the variable holding your key), or --models-json FILE for your own "
+            "model server (docs: guide/run.md); `bridge demo` runs with neither"
+        ]
     return []
 
 

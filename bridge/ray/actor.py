@@ -66,6 +66,8 @@ class EngineActor:
         #: touched only in the bridge's thread).
         self._submitted: set[str] = set()
         self._stop_first: set[str] = set()
+        #: A prompt ran on this actor's engine: the next starts a new conversation.
+        self._used = False
         self._thread = threading.Thread(target=self._main, name=f"pi-bridge-{name}", daemon=True)
         self._thread.start()
         # A bridge that cannot open is told by where() (its one line, as open_bridge raised
@@ -191,6 +193,12 @@ async def _prompt(
     receipt (the bridge settles every prompt's, at the latest when it closes)."""
     try:
         assert actor._bridge is not None
+        if actor._used:
+            # Each prompt starts afresh, as a pool's do (its rule R2): an actor's engine ran
+            # another prompt before, and its context held that prompt's words (issue 42: user
+            # 3's model request carried user 0's secret, and the tokens grew with each prompt).
+            actor._bridge.new_conversation()
+        actor._used = True
         handle = await actor._bridge.submit(message, request=request, events=True, **options)
         actor._submitted.add(request)
         if request in actor._stop_first:

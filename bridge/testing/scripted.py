@@ -117,6 +117,7 @@ class SeenRequest:
         body: The parsed JSON body (None for none, or a body that is not JSON).
         step: The index of the script step that answered it (None: the default step, or no step).
         time: When it came (``time.time()``).
+        key: The API key it carried (``Authorization: Bearer``, ``x-api-key`` or ``?key=``), or None.
     """
 
     method: str
@@ -124,6 +125,7 @@ class SeenRequest:
     body: Any
     step: int | None
     time: float
+    key: str | None = None
 
     @property
     def is_completion(self) -> bool:
@@ -171,6 +173,9 @@ class ScriptedModel:
         provider: The provider's name in ``models.json``.
         cost: The model's prices per million tokens (``input``, ``output``, ``cacheRead``,
             ``cacheWrite``; default 0), from which Pi computes a reply's cost.
+        require_key: The API key a chat-completions request must carry (else it is answered
+            401 and takes no step); give the same to the profile (``api_key``). What each
+            request carried is :attr:`SeenRequest.key`.
 
     Attributes:
         model_id: The model's id.
@@ -189,8 +194,10 @@ class ScriptedModel:
         model_id: str = DEFAULT_MODEL_ID,
         provider: str = DEFAULT_PROVIDER,
         cost: dict[str, float] | None = None,
+        require_key: str | None = None,
     ) -> None:
         self._steps = [validate_step(dict(s)) for s in steps]
+        self.require_key = require_key
         self._default = validate_step(dict(default)) if default is not None else None
         self.model_id = model_id
         self.provider = provider
@@ -214,7 +221,7 @@ class ScriptedModel:
             raise RuntimeError("this ScriptedModel is running already")
         folder = tempfile.mkdtemp(prefix="pi-bridge-scripted-")
         try:
-            server = start_server(self._steps, self._default, model_id=self.model_id)
+            server = start_server(self._steps, self._default, model_id=self.model_id, require_key=self.require_key)
             try:
                 path = write_models(folder, server.base_url, self.provider, self.model_id, self._cost)
             except BaseException:
@@ -307,7 +314,8 @@ class ScriptedModel:
         """Every request the server has seen so far (after the block: all it saw), in order."""
         seen = self._server.requests if self._server is not None else self._seen
         return [
-            SeenRequest(r["method"], r["path"], r.get("body"), r.get("step"), float(r.get("time", 0.0))) for r in seen
+            SeenRequest(r["method"], r["path"], r.get("body"), r.get("step"), float(r.get("time", 0.0)), r.get("key"))
+            for r in seen
         ]
 
     @property

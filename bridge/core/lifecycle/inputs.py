@@ -204,6 +204,19 @@ class Spent:
 
 
 @attrs.frozen
+class ModelCalled:
+    """The key endpoint forwarded one model call (:mod:`bridge.core.model_calls`) while
+    ``request`` held the slot (None: none did; the endpoint refuses those, so only a call begun
+    just before a receipt reports one): it counts toward that prompt's budget and the bridge's
+    total, beyond what the engine's own messages account for (:mod:`bridge.core.budget`, rule 5)."""
+
+    generation: int
+    request: str | None
+    #: What the provider's answer said it cost (None: no usage could be read; a call all the same).
+    usage: Usage | None
+
+
+@attrs.frozen
 class Decided:
     """The evidence half decided a receipt."""
 
@@ -313,6 +326,7 @@ Input = (
     | Acked
     | StopMissed
     | Spent
+    | ModelCalled
     | Decided
     | Unsealed
     | SignalSeen

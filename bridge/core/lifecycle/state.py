@@ -42,6 +42,9 @@ class PromptRec:
     #: What it may spend (its own, over the bridge's default), and what its run spent so far.
     budget: Budget = attrs.field(factory=Budget)
     spent: Spend = attrs.field(factory=Spend)
+    #: What the key endpoint's calls for it cost, and how many there were (budget rule 5).
+    called: Spend = attrs.field(factory=Spend)
+    calls: int = 0
     #: It is traced (its Write says so to the evidence half).
     traced: bool = False
     #: What the engine was verified to run it with.

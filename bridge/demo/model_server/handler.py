@@ -10,7 +10,9 @@ polls its socket, so it ends when the client disconnects or the server stops
 Routes: ``POST /v1/chat/completions`` takes the next step (:mod:`bridge.demo.model_server.script`) and answers with its
 :class:`~bridge.demo.model_server.reply.Reply`; ``GET /v1/models`` lists the one model; any
 other path is a 404. Every request is recorded (method, path, parsed JSON body, time, step
-index) in memory and, when the server has a record file, as one flushed JSON line.
+index, the key it carried) in memory and, when the server has a record file, as one flushed
+JSON line. A server started with ``require_key`` answers a completion request without that key
+401 (no step taken).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TextIO
+from urllib.parse import parse_qs, urlsplit
 
 from bridge.demo.model_server.reply import Reply, chunks, completion, make_reply
 from bridge.demo.model_server.script import Script
@@ -44,8 +47,13 @@ class ScriptedHTTPServer(ThreadingHTTPServer):
     block_on_close = False
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], script: Script, model_id: str, verbose: bool):
+    def __init__(
+        self, address: tuple[str, int], script: Script, model_id: str, verbose: bool, require_key: str | None = None
+    ):
         super().__init__(address, Handler)
+        #: A completion request must carry this key (``Authorization: Bearer``, ``x-api-key`` or
+        #: ``?key=``), else it is answered 401 and takes no step.
+        self.require_key = require_key
         self.script = script
         self.model_id = model_id
         self.verbose = verbose
@@ -62,6 +70,9 @@ class Handler(BaseHTTPRequestHandler):
     server: ScriptedHTTPServer
     protocol_version = "HTTP/1.1"
     server_version = "ScriptedModelServer/1.0"
+    #: ``TCP_NODELAY``: a stream's small writes go out at once, not after the last one's ACK
+    #: (Nagle's algorithm held a client that delays its ACKs ~40 ms a call: tools/bench_keyhold).
+    disable_nagle_algorithm = True
 
     # -- plumbing -----------------------------------------------------------
 
@@ -82,6 +93,7 @@ class Handler(BaseHTTPRequestHandler):
             "path": self.path,
             "body": body,
             "step": step_index,
+            "key": self._key(),
         }
         if raw is not None:
             entry["raw_body"] = raw
@@ -91,6 +103,16 @@ class Handler(BaseHTTPRequestHandler):
             if srv.record_file is not None:
                 srv.record_file.write(json.dumps(entry) + "\n")
                 srv.record_file.flush()
+
+    def _key(self) -> str | None:
+        """The key the request carries (``Authorization: Bearer``, ``x-api-key``, ``?key=``), if any."""
+        auth = self.headers.get("Authorization") or ""
+        if auth.lower().startswith("bearer "):
+            return auth[7:].strip()
+        if self.headers.get("x-api-key"):
+            return str(self.headers["x-api-key"])
+        query = parse_qs(urlsplit(self.path).query).get("key")
+        return query[0] if query else None
 
     def _client_gone(self) -> bool:
         """True if the peer closed its side (EOF readable) or server stopping."""
@@ -169,9 +191,14 @@ class Handler(BaseHTTPRequestHandler):
             raw_text = None
         except ValueError:
             body, raw_text = None, raw.decode("utf-8", "replace")
-        if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+        if urlsplit(self.path).path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
             self._record(body, None, raw_text)
             self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+            return
+        wanted = self.server.require_key
+        if wanted is not None and self._key() != wanted:
+            self._record(body, None, raw_text)
+            self._send_json(401, {"error": {"message": "wrong or missing API key", "type": "authentication_error"}})
             return
         index, step = self.server.script.take()
         self._record(body, index, raw_text)

@@ -154,10 +154,12 @@ def start_server(
     record: str | None = None,
     model_id: str = DEFAULT_MODEL_ID,
     verbose: bool = False,
+    require_key: str | None = None,
 ) -> ServerHandle:
-    """Start the scripted server in a daemon thread and return its handle."""
+    """Start the scripted server in a daemon thread and return its handle. ``require_key``: a
+    completion request without it (as a bearer token, ``x-api-key`` or ``?key=``) is answered 401."""
     steps = Script(script, default)
-    srv = ScriptedHTTPServer((host, port), steps, model_id, verbose)
+    srv = ScriptedHTTPServer((host, port), steps, model_id, verbose, require_key)
     # Closed by ServerHandle.close (the file lives as long as the server).
     srv.record_file = open(record, "a", encoding="utf-8") if record else None  # noqa: SIM115
     t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, name="model-server", daemon=True)

@@ -102,7 +102,16 @@ def sandbox_words(sandbox: Any) -> str | None:
         + (f"; hidden {', '.join(map(str, hidden))}" if hidden else "")
         + ("; its own PID namespace" if sandbox.get("pid_namespace") else "")
         + f"; network {sandbox.get('network', '?')}"
+        + _limit_words(sandbox.get("limits"))
     )
+
+
+def _limit_words(limits: Any) -> str:
+    """The header's ``seal.sandbox.limits`` (``bridge/profiles/limits.py``), or nothing before them."""
+    if not isinstance(limits, dict):
+        return "; limits none" if limits == "none" else ""
+    names = (("memory", "memory"), ("processes", "processes"), ("tmp", "/tmp"), ("working_folder", "working folder"))
+    return "; limits: " + ", ".join(f"{word} {limits[k]}" for k, word in names if k in limits)
 
 
 def _finding(f: Finding, advice: Advice) -> list[str]:
