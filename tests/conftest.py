@@ -38,12 +38,15 @@ def bridge_argv() -> list[str]:
 
 @pytest.fixture
 def private_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """The temporary folder the profile makes its private folders in: a test lists it
-    afterwards to see that nothing was left behind. In ``/var/tmp``, not under ``tmp_path``:
-    a sandboxed engine's config folder is made elsewhere when the temporary folder lies in
-    ``/tmp``, which its tools may write (``PiProfile._config_base``)."""
+    """The temporary folder the profile makes its private folders in (the bridges' per-user
+    root, bridge/profiles/orphans.py, and ``TMPDIR``): a test lists it afterwards to see that
+    nothing was left behind. In ``/var/tmp``, not under ``tmp_path``: the root must lie beneath
+    no folder the tools may write, ``/tmp`` among them (``PiProfile._root_out_of_reach``)."""
+    from bridge.profiles import orphans
+
     tmp = Path(tempfile.mkdtemp(prefix="pi-bridge-test-tmp-", dir=private_base()))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setattr(orphans, "ROOT", str(tmp))
     yield tmp
     shutil.rmtree(tmp, ignore_errors=True)
 

@@ -25,6 +25,7 @@ from bridge import ProfileError, State, open_bridge
 from bridge.demo.model_server import start_server
 from bridge.demo.model_server.server import models_json
 from bridge.live.aio import AsyncioBridge
+from bridge.profiles.orphans import private_root
 from bridge.profiles.pi import PiProfile, scripted_profile
 from bridge.readers.replay import replay
 from tests.helpers_live import ROOT
@@ -44,8 +45,12 @@ def models(tmp_path: Path, pinned_pi: object) -> Iterator[Any]:
         server.close()
 
 
-def _nothing_left(tmp: Path) -> None:
+def _nothing_left(tmp: Path, pid: int | None = None) -> None:
+    """Nothing private in ``tmp``, nor, given a process's ``pid``, in the bridges' per-user root."""
     left = [p.name for p in tmp.iterdir() if p.name.startswith(("pi-bridge-pi-", "pi-bridge-cwd-"))]
+    if pid is not None:
+        left += [p.name for p in private_root().iterdir() if p.name.startswith(f"pi-bridge-pi-{pid}-")]
+        left += [p.name for p in private_root().iterdir() if p.name.startswith(f"pi-bridge-cwd-{pid}-")]
     assert left == [], "a bridge's private folders (its key) are still on disk"
 
 
@@ -226,7 +231,7 @@ def test_ctrl_c_under_asyncio_settles_every_receipt_and_leaves_nothing(models: A
                 proc.kill()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
-    _nothing_left(tmp)
+    _nothing_left(tmp, proc.pid)
     receipts = {r.request: (r.state, r.reason) for r in replay(str(journal)).receipts}
     assert receipts["p1"] == ("finished", None)
     assert receipts["p2"][0] == "failed", receipts

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from bridge.profiles.orphans import private_root
 from tests.conftest import ROOT
 
 BENCH = ROOT / "tools" / "bench"
@@ -83,12 +84,14 @@ def test_quick_bench_prints_the_table_and_the_targets() -> None:
     assert not data["notes"], data["notes"]
 
 
-def _left_behind(tmp: Path) -> list[str]:
+def _left_behind(tmp: Path, pid: int | None = None) -> list[str]:
     """What a bench_sandbox run, and the bridge it drives, made in the temporary folder and
-    left there: its own ``bench-sandbox-*`` and the engines' ``pi-bridge-*`` folders. (What an
-    unconfined Pi makes there itself -- Node's compile cache, a folder named for its pid when it
-    is stopped under load -- is Pi's, not the bench's.)"""
-    return sorted(p.name for p in tmp.iterdir() if p.name.startswith(("bench-sandbox-", "pi-bridge-")))
+    left there: its own ``bench-sandbox-*`` and the engines' ``pi-bridge-*`` folders, and, given
+    the run's ``pid``, the engines' folders named for it in the bridges' per-user root
+    (bridge/profiles/orphans.py). (What an unconfined Pi makes there itself -- Node's compile
+    cache, a folder named for its pid when it is stopped under load -- is Pi's, not the bench's.)"""
+    made = sorted(p.name for p in tmp.iterdir() if p.name.startswith(("bench-sandbox-", "pi-bridge-")))
+    return made + ([] if pid is None else [p.name for p in private_root().iterdir() if f"-{pid}-" in p.name])
 
 
 def test_sandbox_bench_prints_the_ratios(tmp_path: Path) -> None:
@@ -122,7 +125,7 @@ def test_sandbox_bench_stopped_midway_removes_its_folders_and_its_engine(tmp_pat
     )
     try:
         deadline = time.monotonic() + 60
-        while not any(p.name.startswith("pi-bridge-") for p in tmp_path.iterdir()):
+        while not any(p.name.startswith(f"pi-bridge-pi-{proc.pid}-") for p in private_root().iterdir()):
             assert proc.poll() is None and time.monotonic() < deadline, "no engine was started"
             time.sleep(0.05)
         made = _left_behind(tmp_path)
@@ -133,9 +136,10 @@ def test_sandbox_bench_stopped_midway_removes_its_folders_and_its_engine(tmp_pat
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert _left_behind(tmp_path) == []
+    assert _left_behind(tmp_path, proc.pid) == []
     # The engine's private config folder named its process; none runs with it any more.
-    engines = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline_mentions(pid, str(tmp_path))]
+    mark = f"pi-bridge-pi-{proc.pid}-"
+    engines = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline_mentions(pid, mark)]
     assert engines == [], [_describe(pid) for pid in engines]
 
 

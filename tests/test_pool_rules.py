@@ -1,5 +1,5 @@
 """The pool's rules (bridge/core/pool.py), without processes: a fake clock, inputs fed, actions
-read. One test per rule (R1-R12 in the module's opening comment)."""
+read. One test per rule (R1-R13 in the module's opening comment)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from bridge.core.pool import (
+    Clean,
     Closed,
     Dispatch,
     Notice,
@@ -366,3 +367,64 @@ def test_r12_an_engine_that_fails_a_take_up_is_stopped_and_without_moves_nothing
     plain = ready(PoolConfig(engines=2))
     [p1] = of(Dispatch, plain.submit("a1", "a", 1))
     assert p1.take_up is None
+
+
+# -- R13 tenants ------------------------------------------------------------------------------
+
+
+def test_r13_an_engine_is_cleaned_after_a_prompt_without_a_key_before_the_next_prompt() -> None:
+    rules = ready(PoolConfig(engines=1, clean=True))
+    assert of(Dispatch, rules.submit("p1", None, 0)) == [Dispatch("p1", 1, False)], "a new engine is clean"
+    assert rules.submit("p2", None, 0) == []
+    actions = rules.settled("p1", 1)
+    assert of(Clean, actions) == [Clean(1)] and of(Dispatch, actions) == [], "not before it is clean"
+    assert of(StartEngine, actions) == [], "the engine being cleaned is the one coming (R4)"
+    assert rules.status()["engines"][0]["state"] == "cleaning"
+    assert of(Dispatch, rules.cleaned(1, 2)) == [Dispatch("p2", 1, True)]
+    assert of(Clean, rules.settled("p2", 3)) == [Clean(1)], "nothing a keyless prompt started outlives it"
+
+
+def test_r13_a_conversation_keeps_its_engine_uncleaned_until_it_ends() -> None:
+    rules = ready(PoolConfig(engines=1, clean=True))
+    rules.submit("p1", "a", 0)
+    actions = rules.settled("p1", 1)
+    assert of(Clean, actions) == [], "its folder is its own between its prompts"
+    assert of(Dispatch, rules.submit("p2", "a", 1)) == [Dispatch("p2", 1, False)]
+    rules.settled("p2", 2)
+    assert of(Clean, rules.end_conversation("a", 3)) == [Clean(1)]
+    assert of(Dispatch, rules.submit("p3", "b", 4)) == [], "a new key waits for the clean-up too"
+    assert of(Dispatch, rules.cleaned(1, 5)) == [Dispatch("p3", 1, True)]
+
+
+def test_r13_an_engine_evicted_at_the_cap_is_cleaned_first_and_no_second_is_evicted() -> None:
+    rules = ready(PoolConfig(engines=2, clean=True))
+    rules.submit("p1", "a", 0)
+    rules.submit("p2", "b", 0)
+    rules.settled("p1", 1)
+    rules.settled("p2", 2)
+    actions = rules.submit("p3", None, 3) + rules.submit("p4", None, 3)
+    assert of(Clean, actions) == [Clean(2)], "the one idle longest (R6), once"
+    assert of(Dispatch, actions) == [] and [w.request for w in rules.waiting] == ["p3", "p4"]
+    assert of(Dispatch, rules.cleaned(2, 4)) == [Dispatch("p3", 2, True)]
+
+
+def test_r13_a_clean_up_that_fails_stops_the_engine_and_another_is_started() -> None:
+    rules = ready(PoolConfig(engines=1, clean=True))
+    rules.submit("p1", None, 0)
+    rules.submit("p2", None, 0)
+    rules.settled("p1", 1)
+    actions = rules.unclean(1, "a process would not die", 2)
+    assert of(StopEngine, actions) == [StopEngine(1)] and of(Dispatch, actions) == []
+    assert events(actions) == ["clean-failed"]
+    assert of(StartEngine, actions) == [StartEngine(2)], "R4: the waiting prompt needs an engine"
+    assert rules.cleaned(1, 2.5) == [], "a late report changes nothing"
+    rules.gone(1, 3)
+    assert of(Dispatch, rules.started(2, 4)) == [Dispatch("p2", 2, False)]
+
+
+def test_r13_without_clean_nothing_is_cleaned() -> None:
+    rules = ready(PoolConfig(engines=1))
+    rules.submit("p1", None, 0)
+    rules.submit("p2", None, 0)
+    actions = rules.settled("p1", 1)
+    assert of(Clean, actions) == [] and of(Dispatch, actions) == [Dispatch("p2", 1, True)]

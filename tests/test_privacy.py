@@ -6,10 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +24,6 @@ from bridge.live.api import Bridge, open_bridge
 from bridge.live.supervisor import BridgeConfig
 from bridge.profiles.command import Launch
 from bridge.profiles.pi import PiProfile, scripted_profile
-from tests.conftest import private_base
 
 SECRET = "sk-test-do-not-leak-0123456789"
 
@@ -68,13 +65,21 @@ async def test_credentials_are_removed_when_the_engine_crashes_and_at_close(tmp_
 
 
 def test_a_killed_bridges_private_folders_are_removed_by_the_next_bridge(tmp_path: Path):
-    """SIGKILL leaves the sealed Pi's config and working folders behind; the next bridge
-    (same user, same temp folder) removes them, and never a live bridge's."""
+    """SIGKILL leaves the sealed Pi's config and working folders behind, in the bridges' per-user
+    root whatever TMPDIR is (bridge/profiles/orphans.py); the next bridge (same user) removes
+    them, and never a live bridge's; those an older bridge left in TMPDIR too."""
     import json
     import subprocess
 
-    tmp = Path(tempfile.mkdtemp(prefix="pi-bridge-test-tmp-", dir=private_base()))  # see private_tmp
+    from bridge.profiles.orphans import private_root
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    root = private_root()
+    old = tmp / "pi-bridge-pi-999999999-older"  # where a bridge before the root left its folder
+    old.mkdir()
     server = start_server([{"text": "hi"}])
+    live = root / "pi-bridge-pi-1-kept"  # pid 1 is alive: never touched
     try:
         server.write_models(str(tmp_path))
         env = {**os.environ, "TMPDIR": str(tmp), "PI_BRIDGE_JOURNAL_DIR": str(tmp_path / "journals")}
@@ -94,21 +99,26 @@ def test_a_killed_bridges_private_folders_are_removed_by_the_next_bridge(tmp_pat
         try:
             assert first.stdout is not None
             assert json.loads(first.stdout.readline())["type"] == "ready"
-            left = sorted(p.name for p in tmp.iterdir())
+            left = sorted(p.name for p in root.iterdir())
             assert any(n.startswith(f"pi-bridge-pi-{first.pid}-") for n in left), left
-            live = tmp / "pi-bridge-pi-1-kept"  # pid 1 is alive: never touched
-            live.mkdir()
+            assert any(n.startswith(f"pi-bridge-cwd-{first.pid}-") for n in left), left
+            assert list(tmp.iterdir()) == [], "nothing private in TMPDIR; the older bridge's folder swept"
+            live.mkdir(exist_ok=True)
             first.send_signal(signal.SIGKILL)
             first.wait(timeout=10)
         finally:
             first.kill()
-        assert any(p.name.startswith(f"pi-bridge-pi-{first.pid}-") for p in tmp.iterdir())
-        second = subprocess.run(argv, env=env, input=b"", capture_output=True, timeout=60)
-        assert second.returncode == 0, second.stderr
+        assert any(p.name.startswith(f"pi-bridge-pi-{first.pid}-") for p in root.iterdir())
+        second = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = second.communicate(b"", timeout=60)
+        assert second.returncode == 0, err
+        pids = (f"-{first.pid}-", f"-{second.pid}-", f"-{first.pid}", f"-{second.pid}")
+        assert [p.name for p in root.iterdir() if p.name.endswith(pids) or any(x in p.name for x in pids)] == []
+        assert live.is_dir()
     finally:
         server.close()
-    assert sorted(p.name for p in tmp.iterdir()) == ["pi-bridge-pi-1-kept"]
-    shutil.rmtree(tmp)
+        if live.is_dir():
+            live.rmdir()
 
 
 # -- nothing left behind, however the bridge ends ------------------------------------------------

@@ -61,6 +61,19 @@ Rules (numbered for the tests, ``tests/test_pool_rules.py``, one test per rule):
   the conversations) and after its engine process ended (its bridge starts a new one)
   (:meth:`PoolRules.restarted`). A take-up the engine fails is the prompt's receipt
   (``rejected``/``engine``, never written) and the engine is stopped (:meth:`PoolRules.unusable`).
+- R13 tenants (``PoolConfig.clean``: the I/O layer can clean an engine, as :mod:`bridge.live.tenants`
+  does for a confined Pi; issue 41). An engine that has run a prompt and holds no conversation
+  -- after a prompt without a key, or once its conversation ended, was evicted (R6) or moved
+  away (R12) -- is *cleaned* before anything else is given to it: :class:`Clean`, then
+  :meth:`PoolRules.cleaned`. Cleaning kills every process its tools left in its sandbox and
+  empties its working folder, ``/tmp`` and what else a tool could write there, so a prompt
+  without a key (and a new key's first prompt) starts with nothing of the prompts before it,
+  and nothing a keyless prompt's tools started outlives its receipt by more than the clean-up.
+  A conversation's engine is not cleaned between its own prompts (its folder is its own). While
+  it is cleaned an engine takes no prompt, and counts as one coming for R4 and R6 (no second
+  engine is started or evicted for the prompt it will take); a clean-up that fails
+  (:meth:`PoolRules.unclean`) stops the engine -- never is the dirt handed on -- and R4/R5
+  start another.
 
 Determinism: the same inputs at the same times give the same actions (no set iteration, no
 randomness).
@@ -127,7 +140,15 @@ class Closed:
     """The pool has closed: no engine runs and every prompt has its receipt."""
 
 
-PoolAction = StartEngine | Dispatch | Reject | StopEngine | Notice | Closed
+@attrs.frozen
+class Clean:
+    """R13: clean engine ``engine`` (kill what its tools left, empty its folders) and report
+    :meth:`PoolRules.cleaned` (or :meth:`PoolRules.unclean`)."""
+
+    engine: int
+
+
+PoolAction = StartEngine | Dispatch | Reject | StopEngine | Notice | Closed | Clean
 
 
 # -- what it knows --------------------------------------------------------------------------
@@ -137,6 +158,8 @@ class EngineState:
     STARTING = "starting"
     IDLE = "idle"
     BUSY = "busy"
+    #: R13: being cleaned; idle again once :meth:`PoolRules.cleaned`.
+    CLEANING = "cleaning"
     STOPPING = "stopping"
 
 
@@ -156,6 +179,8 @@ class PoolEngine:
     request: str | None = None
     #: R12: what its engine holds is :attr:`conversation`'s stored copy and what followed it.
     current: bool = False
+    #: R13: it has run a prompt since it was started or last cleaned.
+    dirty: bool = False
 
 
 @attrs.frozen
@@ -181,6 +206,8 @@ class PoolConfig:
     queue_max: int = 1024
     #: R12: conversations are kept by the pool and move between engines.
     moves: bool = False
+    #: R13: an engine is cleaned before it is given to another tenant.
+    clean: bool = False
 
     def __attrs_post_init__(self) -> None:
         if isinstance(self.engines, bool) or not isinstance(self.engines, int) or self.engines < 1:
@@ -287,6 +314,23 @@ class PoolRules:
         e.state = EngineState.STOPPING
         return [StopEngine(engine), *self._step(now)]
 
+    def cleaned(self, engine: int, now: float) -> list[PoolAction]:
+        """R13: engine ``engine`` is clean: idle again, free for any prompt."""
+        e = self.engines.get(engine)
+        if e is None or e.state != EngineState.CLEANING:
+            return self._step(now)
+        e.state, e.dirty, e.idle_since = EngineState.IDLE, False, now
+        return self._step(now)
+
+    def unclean(self, engine: int, why: str, now: float) -> list[PoolAction]:
+        """R13: engine ``engine`` could not be cleaned (``why``): stopped, never given a prompt."""
+        e = self.engines.get(engine)
+        if e is None or e.state == EngineState.STOPPING:
+            return self._step(now)
+        e.state = EngineState.STOPPING
+        note = Notice({"type": "pool", "event": "clean-failed", "engine": engine, "why": why})
+        return [note, StopEngine(engine), *self._step(now)]
+
     def gone(self, engine: int, now: float) -> list[PoolAction]:
         """Engine ``engine``'s bridge has closed (stopped, or ended on its own)."""
         e = self.engines.pop(engine, None)
@@ -333,7 +377,7 @@ class PoolRules:
         actions: list[PoolAction] = [Reject(w.request, Reason.CLOSING) for w in self.waiting]
         self.waiting.clear()
         for e in self.engines.values():
-            if e.state in (EngineState.IDLE, EngineState.BUSY):
+            if e.state in (EngineState.IDLE, EngineState.BUSY, EngineState.CLEANING):
                 e.state = EngineState.STOPPING
                 actions.append(StopEngine(e.number, drain_expired=drain_expired and e.request is not None))
         return actions + self._step(now)
@@ -379,7 +423,9 @@ class PoolRules:
     def _step(self, now: float) -> list[PoolAction]:
         if self.closed:
             return []
-        actions = self._place(now)
+        actions = self._clean()
+        actions += self._place(now)
+        actions += self._clean()
         if not self.closing:
             actions += self._start(now)
             actions += self._reap(now)
@@ -390,6 +436,21 @@ class PoolRules:
             self.closed = True
             actions.append(Closed())
         return actions
+
+    def _clean(self) -> list[PoolAction]:
+        """R13: every idle engine that has run a prompt and holds no conversation is cleaned."""
+        if not self.config.clean or self.closing:
+            return []
+        actions: list[PoolAction] = []
+        for e in self.engines.values():
+            if e.state == EngineState.IDLE and e.conversation is None and e.dirty:
+                e.state = EngineState.CLEANING
+                actions.append(Clean(e.number))
+        return actions
+
+    def _ready(self, e: PoolEngine) -> bool:
+        """Idle and free, and clean if R13 applies: a prompt without a conversation (or a new one) may have it."""
+        return e.state == EngineState.IDLE and e.conversation is None and not (self.config.clean and e.dirty)
 
     def _place(self, now: float) -> list[PoolAction]:
         """R1, R2, R3, R6: give each waiting prompt an engine, in order."""
@@ -409,6 +470,9 @@ class PoolRules:
                 if e is None and not self._start_helps():
                     e, lost = self._evict()
                     actions += lost
+                    if e is not None and self.config.clean and e.dirty:
+                        e = None  # R13: cleaned first (below), then it takes the prompt
+                        actions += self._clean()
             if e is None:
                 if w.conversation is not None:
                     blocked.add(w.conversation)
@@ -445,7 +509,7 @@ class PoolRules:
             self.held[w.conversation] = e.number
         if w.conversation is None and self.config.moves:
             e.current = False
-        e.state, e.request, e.used = EngineState.BUSY, w.request, True
+        e.state, e.request, e.used, e.dirty = EngineState.BUSY, w.request, True, True
         self.running[w.request] = e.number
         if w.conversation is not None:
             self.running_conversation[w.request] = w.conversation
@@ -457,20 +521,20 @@ class PoolRules:
         return self.config.moves and conversation is not None
 
     def _free_engine(self) -> PoolEngine | None:
-        free = [e for e in self.engines.values() if e.state == EngineState.IDLE and e.conversation is None]
+        free = [e for e in self.engines.values() if self._ready(e)]
         return max(free, key=lambda e: (e.idle_since, e.number)) if free else None
 
     def _engine_for(self, conversation: str | None) -> PoolEngine | None:
         if conversation is not None and conversation in self.held:
             e = self.engines[self.held[conversation]]
             return e if e.state == EngineState.IDLE else None
-        free = [e for e in self.engines.values() if e.state == EngineState.IDLE and e.conversation is None]
+        free = [e for e in self.engines.values() if self._ready(e)]
         return max(free, key=lambda e: (e.idle_since, e.number)) if free else None
 
     def _start_helps(self) -> bool:
         """A start is coming or can be made: no eviction yet (R6)."""
         counted = [e for e in self.engines.values() if e.state != EngineState.STOPPING]
-        starting = any(e.state == EngineState.STARTING for e in counted)
+        starting = any(e.state in (EngineState.STARTING, EngineState.CLEANING) for e in counted)
         return starting or (self.down is None and len(counted) < self.config.engines)
 
     def _evict(self) -> tuple[PoolEngine | None, list[PoolAction]]:
@@ -496,7 +560,8 @@ class PoolRules:
         if self.down is not None:
             return []
         counted = [e for e in self.engines.values() if e.state != EngineState.STOPPING]
-        starting = sum(1 for e in counted if e.state == EngineState.STARTING)
+        # R13: an engine being cleaned is a free one coming, as a start is.
+        starting = sum(1 for e in counted if e.state in (EngineState.STARTING, EngineState.CLEANING))
         free_ready = sum(1 for e in counted if e.conversation is None and e.state != EngineState.BUSY)
         # Waiting prompts that a new engine could take (a conversation's first counts once).
         unplaced = sum(1 for w in self.waiting if w.conversation is None)

@@ -32,6 +32,7 @@ from bridge.live.retention import keep_from
 from bridge.live.supervisor import Bridge
 from bridge.profiles.command import EngineProfile, ProfileError
 from bridge.profiles.conversation import Conversation, default_conversation_dir
+from bridge.profiles.orphans import register_hidden
 from bridge.profiles.pi import PiProfile
 
 __all__ = [
@@ -408,19 +409,26 @@ def query(
 
 
 def _hide_journals(profile: EngineProfile, folder: Path | None) -> EngineProfile:
-    """A confined Pi does not see the journal's folder, nor the default one (SPEC §2)."""
+    """A confined Pi does not see the journal's folder, nor the default journal and conversation
+    folders (SPEC §2): each made now (0700, parents too) so it can be hidden, and registered
+    for every other bridge's sandboxes while this process lives (rule 3 of
+    :mod:`bridge.profiles.orphans`)."""
     if not isinstance(profile, PiProfile) or not profile.sandbox.enabled:
         return profile
     folders = [default_journal_dir(), default_conversation_dir()]
     if folder is not None:
-        try:
-            private_dir(folder)  # made now, as the journal would, so it can be hidden
-        except OSError:
-            pass  # the journal says why when it is opened
         folders.append(folder)
     for hidden in folders:
+        try:
+            private_dir(hidden)  # made now, as the journal would, so it can be hidden
+        except OSError:
+            pass  # the journal says why when it is opened
         if hidden.is_dir():
             profile = profile.hiding(hidden)
+            try:
+                register_hidden(hidden)
+            except (OSError, ProfileError):
+                pass  # the engine's own start refuses a root it cannot use, naming why
     return profile
 
 

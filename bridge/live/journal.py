@@ -49,6 +49,7 @@ from typing import Any, BinaryIO
 from bridge.core.framing import AGENT_END, MESSAGE_UPDATE, RAW_LINE_NOTE, RawLine, raw_text, text_tells
 from bridge.core.receipts import Receipt
 from bridge.live.retention import Keep, hold, keep_from, sweep
+from bridge.profiles.orphans import private_tree
 from bridge.transcript import VERSION, TranscriptWriter, dumps
 
 #: Buffered bytes between flushes (each receipt flushes and fsyncs anyway).
@@ -131,10 +132,10 @@ def open_fresh() -> tuple[Path, BinaryIO]:
 
 
 def private_dir(folder: Path) -> None:
-    """Create a journal folder 0700 when it does not exist (an existing one is left as it is)."""
+    """Create a journal folder 0700 when it does not exist, and every parent it needs 0700 too (an
+    existing one is left as it is: a folder the user chose)."""
     if not folder.exists():
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(folder, 0o700)
+        private_tree(folder)
 
 
 def _open_private(path: Path) -> BinaryIO:

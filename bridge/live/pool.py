@@ -41,6 +41,7 @@ import trio
 from bridge.core.lifecycle import RECENT_IDS, BridgeConfig
 from bridge.core.notices import ReceiptNotice
 from bridge.core.pool import (
+    Clean,
     Closed,
     Dispatch,
     EngineState,
@@ -63,6 +64,7 @@ from bridge.live.pool_moves import PoolConversations
 from bridge.live.submits import check_submit
 from bridge.live.submits import seconds as _seconds
 from bridge.live.supervisor import CLOSE_BACKSTOP, Bridge
+from bridge.live.tenants import CleanError, clean
 from bridge.profiles.command import EngineProfile, Launch, ProfileError
 from bridge.profiles.pi import PiProfile
 
@@ -71,6 +73,9 @@ __all__ = ["Pool", "PoolConfig", "PoolHandle", "open_pool"]
 #: A drain past its bound: each engine's bridge is shut down with this bound, so its running
 #: prompt is stopped as past it (``failed``/``timeout``) at once.
 EXPIRED_DRAIN = 1e-3
+#: R13: how long a clean-up that failed waits to see whether the engine process has ended (then
+#: nothing of it is left, and the engine is clean) before it takes the engine out.
+ENDED_GRACE = 2.0
 
 
 @attrs.define
@@ -147,6 +152,7 @@ class Pool:
             StopEngine: self._stop_engine,
             Notice: lambda a: self._heard.notify(a.payload),
             Closed: lambda a: self._closed.set(),
+            Clean: lambda a: self._nursery.start_soon(self._clean, a.engine),
         }
 
     # -- what it says ------------------------------------------------------------------------
@@ -585,6 +591,38 @@ class Pool:
                 self._heard.notify({"type": "pool", "engine": handle.engine, **note})
         self._drive(lambda: self.rules.settled(handle.request, self.now(), kept=kept))
 
+    async def _clean(self, number: int) -> None:
+        """R13: clean engine ``number`` (:mod:`bridge.live.tenants`) in a worker thread, then tell
+        the rules it is clean -- or that it could not be, which stops it. Ends when the
+        clean-up has finished or failed."""
+        engine = self._engines.get(number)
+        bridge = engine.bridge if engine is not None else None
+        process = bridge.engine if bridge is not None else None
+        why: str | None = None
+        if process is not None and process.alive:
+            t0 = trio.current_time()
+            try:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(clean, process)
+            except CleanError as e:
+                why = str(e)
+            if why is None and (bridge is None or bridge.engine is not process):
+                why = "the engine process was replaced while it was cleaned"
+            if why is not None:
+                # An engine process that ended took its sandbox with it (its PID namespace, /tmp)
+                # and its private folders go with its launch: nothing is left to clean.
+                with trio.move_on_after(ENDED_GRACE):
+                    await process.exited.wait()
+                why = None if process.exited.is_set() else why
+            if why is None:
+                ms = round((trio.current_time() - t0) * 1000, 1)
+                self._heard.notify({"type": "pool", "event": "engine-cleaned", "engine": number, "ms": ms})
+        if why is None:  # (also with no engine process: nothing of one is left)
+            self._drive(lambda: self.rules.cleaned(number, self.now()))
+        else:
+            failed = why
+            self._drive(lambda: self.rules.unclean(number, failed, self.now()))
+
     async def _run_engine(self, number: int) -> None:
         """Engine ``number``: open its bridge, tell the rules, hold it open until it closes (the
         rules stop it, or it closes on its own). Ends when its bridge has closed."""
@@ -707,8 +745,17 @@ async def open_pool(
         RuntimeError: Called outside ``trio.run`` or ``asyncio.run``.
     """
     moves = isinstance(engine, PiProfile)  # R12: Pi's sessions can be switched to
+    # R13: a confined Pi's sandbox can be cleaned between tenants (bridge/live/tenants.py).
+    tenants = isinstance(engine, PiProfile) and engine.sandbox.enabled
     rules = PoolRules(
-        PoolConfig(engines=engines, spares=spares, idle_timeout=idle_timeout, queue_max=queue_max, moves=moves)
+        PoolConfig(
+            engines=engines,
+            spares=spares,
+            idle_timeout=idle_timeout,
+            queue_max=queue_max,
+            moves=moves,
+            clean=tenants,
+        )
     )
 
     def opener() -> Any:

@@ -2,7 +2,8 @@
 docs/pages/design/conversations.md, "A pool's conversations"). For a Pi profile the pool keeps
 each conversation key's history as a stored conversation -- the named conversations' files and
 rules (:mod:`bridge.profiles.conversation`, :mod:`bridge.core.conversation`) in a folder private
-to the pool, hidden from its engines and removed when it closes -- so a conversation's context
+to the pool (``pi-bridge-pool-PID-…`` in the bridges' per-user root, hidden from every sandbox),
+removed when it closes and swept by the next bridge when a killed pool left it -- so a conversation's context
 is the pool's copy, not one engine's memory.
 
 - **Taking a conversation up** (:meth:`PoolConversations.take_up`), before a prompt the rules
@@ -31,7 +32,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from bridge.live.steering import EngineQuestionError
 from bridge.live.supervisor import Bridge
 from bridge.profiles.command import ProfileError
 from bridge.profiles.conversation import Conversation, _lines, _write_atomic
+from bridge.profiles.orphans import private_folder
 
 
 def stored_name(key: str) -> str:
@@ -54,7 +55,9 @@ class PoolConversations:
     """The conversations of one pool, in a folder of its own (made here, removed by :meth:`close`)."""
 
     def __init__(self) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="pi-bridge-pool-conversations-"))
+        # In the per-user root, named for our pid: hidden from every sandbox, swept when a
+        # killed pool leaves it (rules 1 and 4 of bridge.profiles.orphans).
+        self.folder = private_folder("pool")
         self._open: dict[str, Conversation] = {}
         #: key -> (the bridge, its engine process's generation, the file Pi was switched to).
         self._placed: dict[str, tuple[Bridge, int, Path]] = {}

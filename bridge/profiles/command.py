@@ -76,6 +76,9 @@ class Launch:
     contained: bool = attrs.field(default=attrs.Factory(lambda self: self.confinement is not None, takes_self=True))
     #: The key endpoint the engine's model calls go through (:mod:`bridge.profiles.keyhold`), or None.
     endpoint: ModelGate | None = None
+    #: A pool's clean-up between tenants (R13 of :mod:`bridge.core.pool`): puts the engine's
+    #: private config folder back as it was at the start-up check (:mod:`bridge.live.tenants`, step 5).
+    tenant_clean: Callable[[], None] | None = None
 
     def run_cleanup(self) -> None:
         if self.cleanup is not None:

@@ -1,6 +1,7 @@
 """A named conversation's files and lock (issue 31; the rules: :mod:`bridge.core.conversation`).
 
-A conversation ``NAME`` lives in ``ROOT/NAME/`` (0700; ``ROOT`` is
+A conversation ``NAME`` lives in ``ROOT/NAME/`` (0700, and ``ROOT`` and every parent it needs made
+0700, ``pi-bridge/`` tightened: :func:`~bridge.profiles.orphans.private_tree`; ``ROOT`` is
 ``$PI_BRIDGE_CONVERSATION_DIR``, else ``$XDG_STATE_HOME/pi-bridge/conversations``, else
 ``~/.local/state/pi-bridge/conversations``: next to the journals, never in the engine's working
 folder, hidden from the confined engine as the journals are):
@@ -47,6 +48,7 @@ from bridge.core.conversation import (
 )
 from bridge.core.receipts import Receipt
 from bridge.profiles.command import ProfileError
+from bridge.profiles.orphans import private_tree
 from bridge.profiles.seal import STATE_ID
 
 #: The session file's name inside an engine's config folder.
@@ -63,9 +65,13 @@ def default_conversation_dir() -> Path:
     return base / "pi-bridge" / "conversations"
 
 
+def _default_layout(store: Path) -> bool:
+    """The store is ``.../pi-bridge/conversations`` (its parent is the bridge's own folder)."""
+    return store.name == "conversations" and store.parent.name == "pi-bridge"
+
+
 def _private_dir(folder: Path) -> None:
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(folder, 0o700)
+    private_tree(folder)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -112,7 +118,14 @@ class Conversation:
         problem = name_problem(name)
         if problem is not None:
             raise ProfileError(problem)
-        folder = (root or default_conversation_dir()) / name
+        store = root or default_conversation_dir()
+        try:
+            # The store and every parent it needs, 0700 (the parents were 0755); the store's own
+            # ``pi-bridge/conversations`` tightened if looser (orphans.private_tree says why not more).
+            private_tree(store, ours=2 if root is None and _default_layout(store) else 1)
+        except OSError as e:
+            raise ProfileError(f"conversation {name!r} cannot be opened in {store}: {e}") from None
+        folder = store / name
         fd = _take_lock(folder, name)
         try:
             conv = cls(name, folder, _read(folder, name), fd)

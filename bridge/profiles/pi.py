@@ -34,9 +34,9 @@ import attrs
 from bridge.profiles.command import PI_CLEARING, Launch, ProfileError
 from bridge.profiles.conversation import Conversation, EngineConversation
 from bridge.profiles.keyhold import RELAY_PORT, KeyEndpoint, hold
-from bridge.profiles.limits import DEFAULT_LIMITS, TOOL_SHELL_FILE, EngineLimits, Limits, sweep_cgroups
+from bridge.profiles.limits import DEFAULT_LIMITS, TOOL_SHELL_FILE, EngineLimits, Limits
 from bridge.profiles.netjail import relay_lines
-from bridge.profiles.orphans import OTHER_BASES, remove_orphans, remove_orphans_once
+from bridge.profiles.orphans import private_folder, private_root, registered_hidden, remove_orphans
 from bridge.profiles.pi_versions import (
     FEATURES,
     OPTIONAL_FLAGS,
@@ -46,6 +46,7 @@ from bridge.profiles.pi_versions import (
     probe_flags,
 )
 from bridge.profiles.sandbox import (
+    PROBE_FILE,
     Bwrap,
     Confined,
     Sandbox,
@@ -174,7 +175,7 @@ def find_install(
             f"{_setup_hint()}, or pass --allow-other-pi-version to run it anyway"
         )
     cli = _pi_cli(pkg_dir, meta)
-    with tempfile.TemporaryDirectory(prefix="pi-bridge-probe-") as scratch:
+    with tempfile.TemporaryDirectory(prefix=f"pi-bridge-probe-{os.getpid()}-", dir=private_root()) as scratch:
         wrap = _confined_runner(bwrap, root, str(cli), scratch) if bwrap is not None else None
         node, node_version = _find_node(root, _engines_min(meta), version, wrap)
         probing = version != PI_PIN and probe
@@ -201,8 +202,10 @@ def _confined_runner(bwrap: Bwrap, root: Path, cli: str, scratch: str) -> _Wrap:
     def wrap(argv: list[str]) -> list[str]:
         node = argv[0]
         needs = [str(root), str(root / "node_modules"), cli, node, str(Path(node).resolve().parents[1])]
+        hidden = Sandbox(network=False, hidden=tuple(registered_hidden()))
+        private = str(private_root())
         return confine(
-            Sandbox(network=False), bwrap, argv, cwd=scratch, config=scratch, needs=needs, own_cwd=False
+            hidden, bwrap, argv, cwd=scratch, config=scratch, needs=needs, own_cwd=False, private=private
         ).argv
 
     return wrap
@@ -473,17 +476,31 @@ class PiProfile:
         self._validate()
         ext_args = self._extension_args()
         models_bytes = self._read_models()
-        if remove_orphans_once():
-            sweep_cgroups()
-        folders = _PrivateFolders(
-            Path(tempfile.mkdtemp(prefix=f"pi-bridge-pi-{os.getpid()}-", dir=self._config_base()))
-        )
+        if self.sandbox.enabled:
+            self._root_out_of_reach()
+        folders = _PrivateFolders(private_folder("pi"))
         try:
             return self._launch(install, bwrap, folders, ext_args, models_bytes, landlock)
         except BaseException:
             # Whatever stops it once the folder is made (a KeyboardInterrupt too): nothing is left.
             folders.remove()
             raise
+
+    def _root_out_of_reach(self) -> None:
+        """The bridges' private root (:mod:`bridge.profiles.orphans`: the engine's config folder
+        in it) beneath none of the folders the tools may write: Landlock allows everything
+        beneath a rule, across mounts, and has no rule that takes a folder back out (the tool
+        shell's rules: ``/tmp``, the working folder, ``--allow-write``). Refused naming the fix."""
+        root = os.path.realpath(private_root())
+        for flag, folder in [("/tmp", "/tmp"), *([("--engine-cwd", self.cwd)] if self.cwd else [])] + [
+            ("--allow-write", w) for w in self.sandbox.allow_write
+        ]:
+            real = os.path.realpath(os.path.expanduser(str(folder)))
+            if real != "/" and (root == real or root.startswith(real.rstrip("/") + "/")):
+                raise ProfileError(
+                    f"the bridges' private folder {root} lies in {real} ({flag}), which the engine's tools may "
+                    "write: their config folders would be writable by every tool; give another folder"
+                )
 
     def _launch(
         self,
@@ -506,6 +523,7 @@ class PiProfile:
         folders.link = keys[0] if keys is not None else None
         tool_shell = folders.config / TOOL_SHELL if bwrap is not None else None
         key_kind = self._write_config(folders.config, models_bytes, keys, tool_shell)
+        written = _ConfigAsWritten.of(folders.config)
         cwd = self._working_folder(folders)
         conv = None
         if self.conversation is not None:
@@ -551,6 +569,7 @@ class PiProfile:
                 )
                 + (conv.problems(responses) if conv else [])
                 + probe.problems()
+                + written.at_check()
             ),
             confinement=probe.verified if confined is not None else None,
             cleanup=folders.remove,
@@ -559,50 +578,7 @@ class PiProfile:
             pass_fds=(folders.watch[0],) if folders.watch is not None else (),
             settled=conv.settled if conv else None,
             endpoint=keys[0] if keys is not None else None,
-        )
-
-    def _config_base(self) -> str | None:
-        """Where the private config folder is made: the temporary folder, unless
-
-        - ``--no-network`` needs a unix socket in it (``provider.sock``) and its path would pass
-          the 107 bytes a socket's path may have (a deep ``$TMPDIR``, as pytest-xdist's): then
-          ``/tmp``;
-        - the sandbox is on and the folder would lie beneath one that tools may write (the
-          sandbox's rule 11: ``/tmp``, the working folder, ``--allow-write``): Landlock allows a
-          folder and everything beneath it, across mounts, and has no rule that takes a folder
-          back out, so a config folder in ``/tmp`` -- the default -- would be writable by every
-          tool (its ``settings.json`` read-only all the same). Then :data:`CONFIG_BASES`' first
-          that can be made (``/var/tmp/pi-bridge-UID``, 0700, hidden in every sandbox: the
-          sandbox's :data:`~bridge.profiles.sandbox.TEMP_DIRS`); none: a :class:`ProfileError`
-          naming the fix.
-        """
-        base = tempfile.gettempdir()
-        if not self.sandbox.network and len(base) > _SOCKET_BASE_MAX and os.access("/tmp", os.W_OK):
-            base = "/tmp"
-        if not self.sandbox.enabled:
-            return None if base == tempfile.gettempdir() else base
-        writable = ["/tmp", *([self.cwd] if self.cwd else []), *self.sandbox.allow_write]
-        # "/" is refused by the sandbox with its own words (confine): not judged here.
-        reals = [r for r in (os.path.realpath(os.path.expanduser(w)) for w in writable) if r != "/"]
-
-        def tool_writable(folder: str) -> bool:
-            real = os.path.realpath(folder)
-            return any(real == w or real.startswith(w.rstrip("/") + "/") for w in reals)
-
-        if not tool_writable(base) and os.path.isdir(base) and os.access(base, os.W_OK):
-            return None if base == tempfile.gettempdir() else base
-        for candidate in CONFIG_BASES:
-            try:
-                os.makedirs(candidate, mode=0o700, exist_ok=True)
-                os.chmod(candidate, 0o700)
-            except OSError:
-                continue
-            if not tool_writable(candidate):
-                return candidate
-        raise ProfileError(
-            f"the engine's private config folder would be writable by its tools: the temporary folder {base} "
-            f"lies in a folder they may write, and {', '.join(CONFIG_BASES)} cannot be used: set TMPDIR "
-            "to a folder outside /tmp, the working folder and --allow-write"
+            tenant_clean=written.restore,
         )
 
     def _confine(
@@ -640,8 +616,10 @@ class PiProfile:
         # The sandbox's watch on the bridge (sandbox.WATCH): the read end goes to the engine, the
         # write end stays here (not inheritable), closed with the folders once the engine is gone.
         folders.watch = os.pipe()
+        # Every bridge's private folders and the folders live bridges registered (orphans rules 1-3).
+        sandbox = attrs.evolve(self.sandbox, hidden=(*self.sandbox.hidden, *registered_hidden()))
         return confine(
-            self.sandbox,
+            sandbox,
             bwrap,
             argv,
             cwd=cwd,
@@ -655,6 +633,7 @@ class PiProfile:
             limits=folders.limits,
             tool_shell=str(limits_file),
             tools=tools,
+            private=str(private_root()),
         )
 
     def _tools(self, shell: Path, landlock: int, cwd: str) -> Tools:
@@ -723,7 +702,7 @@ class PiProfile:
         """The given ``cwd``, or a private temp folder of our own (rule 7)."""
         if self.cwd is not None:
             return str(Path(self.cwd).resolve())
-        folders.own_cwd = Path(tempfile.mkdtemp(prefix=f"pi-bridge-cwd-{os.getpid()}-"))
+        folders.own_cwd = private_folder("cwd")
         return str(folders.own_cwd)
 
     def _argv(
@@ -784,15 +763,6 @@ class PiProfile:
 TOOL_SHELL: Final = "tool-shell"
 TOOL_SETTING: Final = "shellPath"
 
-#: Where a sandboxed engine's private config folder is made when the temporary folder lies in
-#: one its tools may write (:meth:`PiProfile._config_base`); swept for orphans too, hidden by
-#: every sandbox.
-CONFIG_BASES: Final = OTHER_BASES
-
-#: The longest temporary folder whose ``pi-bridge-pi-PID-XXXXXXXX/provider.sock`` still fits in
-#: a unix socket's 107-byte path.
-_SOCKET_BASE_MAX: Final = 60
-
 
 def _sha256(path: str) -> str | None:
     """The file's SHA-256 (hex), or None if it cannot be read now."""
@@ -827,6 +797,68 @@ class _Probe:
 
     def verified(self) -> dict[str, Any]:
         return {"enforced": self.confined.header if self.confined else None, "verified": self._verified}
+
+
+#: What stays in the config folder between a pool's tenants besides :class:`_ConfigAsWritten`'s
+#: files: the probe's report, ``--no-network``'s socket and its ready mark, the session files (a
+#: pool's scrub removes those: :mod:`bridge.live.pool_moves`).
+_CONFIG_KEPT: Final = frozenset({PROBE_FILE, "provider.sock", "provider.ready", "sessions"})
+
+
+@attrs.define
+class _ConfigAsWritten:
+    """The private config folder's files as they were before any tool ran, to put back between a
+    pool's tenants (:mod:`bridge.live.tenants`, step 5): a tool may write there (Pi must), and Pi
+    reads ``settings.json`` again when a session's runtime is built (its ``shellPath`` runs every
+    bash call of the next prompt). Taken when the launch has written them, and again at the
+    start-up check (Pi writes its ``models-store.json`` as it starts)."""
+
+    folder: Path
+    files: dict[str, bytes] = attrs.field(factory=dict)
+
+    @classmethod
+    def of(cls, folder: Path) -> _ConfigAsWritten:
+        written = cls(folder)
+        written.take()
+        return written
+
+    def take(self) -> None:
+        """What is there now. Raises OSError."""
+        self.files = {
+            p.name: p.read_bytes()
+            for p in sorted(self.folder.iterdir())
+            if p.name not in _CONFIG_KEPT and p.is_file() and not p.is_symlink()
+        }
+
+    def at_check(self) -> list[str]:
+        """:meth:`take` at the start-up check (before any prompt); its problem, if any."""
+        try:
+            self.take()
+        except OSError as e:
+            return [f"the engine's config folder could not be read at its start ({e})"]
+        return []
+
+    def restore(self) -> None:
+        """Remove what else is there, write back each file that changed. Raises OSError."""
+        for entry in os.scandir(self.folder):
+            if entry.name in self.files or entry.name in _CONFIG_KEPT:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+        for name, data in self.files.items():
+            path = self.folder / name
+            try:
+                same = not path.is_symlink() and path.read_bytes() == data
+            except OSError:
+                same = False
+            if not same:
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink(missing_ok=True)
+                _write_private(path, data)
 
 
 @attrs.define

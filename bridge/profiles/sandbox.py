@@ -12,11 +12,15 @@ where it comes from (``bwrap(1)`` of 0.8.0; verified on this machine, see the te
    private ``/tmp`` (``--tmpfs``; ``TMPDIR`` is set to it), and each ``--allow-write PATH``.
 3. **The user's home hidden**: an empty tmpfs over ``$HOME``, remounted read-only (a write
    there fails with ``EROFS``), unless a ``--allow-read`` / ``--allow-write`` path is the home
-   or holds it; the bridge's own folder in ``/var/tmp`` likewise (:data:`TEMP_DIRS`). ``--allow-read PATH`` shows one path read-only. What Pi itself needs is bound
+   or holds it. ``--allow-read PATH`` shows one path read-only. What Pi itself needs is bound
    back read-only wherever it lives (its install, its Node, explicit extensions).
-4. **The journals out of sight**: each folder in :attr:`Sandbox.hidden` (the bridge's journal
-   folder) gets an empty read-only tmpfs *after* the allowed paths, so allowing a parent does
-   not show it; a folder the engine needs inside it is bound back on top.
+4. **The journals and the private folders out of sight**: each folder in
+   :attr:`Sandbox.hidden` (the bridge's journal folder, those other live bridges registered)
+   and the per-user root of every bridge's private folders (``private``:
+   :mod:`bridge.profiles.orphans`, whatever ``TMPDIR`` is) gets an empty read-only tmpfs
+   *after* the allowed paths, so allowing a parent does not show it; a folder the engine needs
+   inside it (its own config and working folders in the root) is bound back on top. The probe
+   lists each and expects exactly those.
 5. **Nothing outlives the engine**: a new PID namespace (``--unshare-pid``) whose init (PID 1)
    is the probe's ``sh`` (``--as-pid-1``), which runs Pi as its child, reaps whatever is
    orphaned to it while it waits, and exits with Pi's status. When PID 1 exits, the kernel
@@ -84,7 +88,6 @@ from bridge.profiles import toolshell
 from bridge.profiles.command import ProfileError
 from bridge.profiles.limits import PROBE as LIMITS_PROBE
 from bridge.profiles.limits import EngineLimits, check_limits
-from bridge.profiles.orphans import OTHER_BASES
 
 __all__ = [
     "BWRAP_ENV",
@@ -294,28 +297,26 @@ class _Layout:
     binds: list[tuple[str, str]]
     #: Folders hidden on top of the binds (those not already out of sight).
     hidden: list[str]
-    #: :data:`TEMP_DIRS` that exist, hidden like a home.
-    hidden_temp: list[str] = attrs.field(factory=list)
 
 
-def _layout(sandbox: Sandbox, reads: list[str], writes: list[str], needed: list[str], own: list[str]) -> _Layout:
+def _layout(
+    sandbox: Sandbox, reads: list[str], writes: list[str], needed: list[str], own: list[str], private: str | None = None
+) -> _Layout:
     homes = user_homes()
     hidden_homes = [h for h in homes if not any(_within(h, a) for a in reads + writes)]
-    temps = sorted({_real(d) for d in TEMP_DIRS if os.path.isdir(d)} - {"/", "/tmp"} - set(homes))
-    hidden_temp = [d for d in temps if not any(_within(d, a) for a in reads + writes)]
     writable = writes + own
     again = [p for p in needed if any(_within(p, w) for w in writable)]
     binds = [("--ro-bind", p) for p in needed + reads] + [("--bind", p) for p in writable]
     binds += [("--bind", d) for d in _pinned(again, writable)]
     binds += [("--ro-bind", p) for p in again]
-    covered = ["/tmp", *hidden_homes, *hidden_temp]
+    covered = ["/tmp", *hidden_homes]
     hidden = sorted(
         h
-        for h in {_real(h) for h in sandbox.hidden if os.path.isdir(h)} - {"/"}
+        for h in {_real(h) for h in [*sandbox.hidden, *([private] if private else [])] if os.path.isdir(h)} - {"/"}
         # Under the private /tmp or a hidden home it is out of sight already, unless a bind shows it.
         if not any(_within(h, c) for c in covered) or any(_within(h, p) for _, p in binds)
     )
-    return _Layout(homes=homes, hidden_homes=hidden_homes, binds=binds, hidden=hidden, hidden_temp=hidden_temp)
+    return _Layout(homes=homes, hidden_homes=hidden_homes, binds=binds, hidden=hidden)
 
 
 def _pinned(again: list[str], writable: list[str]) -> list[str]:
@@ -335,12 +336,6 @@ def _pinned(again: list[str], writable: list[str]) -> list[str]:
     return sorted(pins, key=lambda d: (d.count("/"), d))
 
 
-#: Hidden like a home (rule 3): the folder a sandboxed engine's private config folder is made
-#: in when the temporary folder is one its tools may write (rule 11;
-#: ``bridge.profiles.pi.CONFIG_BASES``): every other engine's must stay out of sight, as those
-#: in ``/tmp`` are behind the private ``/tmp``; the engine's own is bound back on top.
-TEMP_DIRS: Final = OTHER_BASES
-
 #: What ``--no-network`` hides under an empty read-only tmpfs (rule 7): the host's unix sockets
 #: (docker, databases, D-Bus) live there, and a read-only mount does not stop a ``connect()``.
 RUN_DIRS: Final = ("/run", "/var/run")
@@ -358,7 +353,7 @@ def _bwrap_args(lay: _Layout, sandbox: Sandbox, bwrap: Bwrap, cwd: str, limits: 
     args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     args += [*(["--size", str(tmp)] if tmp else []), "--tmpfs", "/tmp"]
     runs = [] if sandbox.network else _run_dirs()
-    for d in runs + lay.hidden_homes + lay.hidden_temp:
+    for d in runs + lay.hidden_homes:
         args += ["--tmpfs", d]
     for flag, p in lay.binds:
         if p == cwd and limits is not None and limits.cwd_tmpfs:
@@ -371,7 +366,7 @@ def _bwrap_args(lay: _Layout, sandbox: Sandbox, bwrap: Bwrap, cwd: str, limits: 
             if _within(p, h) and p != h:
                 args += [flag, p, p]
         args += ["--remount-ro", h]
-    for d in runs + lay.hidden_homes + lay.hidden_temp:
+    for d in runs + lay.hidden_homes:
         args += ["--remount-ro", d]
     # Not --die-with-parent: its PR_SET_PDEATHSIG belongs to the *thread* that forked bwrap, and
     # trio forks in a worker thread that ends after 10 s idle -- which killed every engine 10 s
@@ -399,13 +394,16 @@ def confine(
     limits: EngineLimits | None = None,
     tool_shell: str | None = None,
     tools: Tools | None = None,
+    private: str | None = None,
 ) -> Confined:
     """Wrap ``argv`` (Pi's) in bwrap and the probe. ``needs``: what Pi reads (its install,
     its Node, extensions), bound back read-only wherever it is; ``relay``: ``sh`` lines run
     before Pi (``--no-network``'s); ``cache``: Node's compile cache, read-only; ``watch_fd``:
     the read end of a pipe only the bridge writes to (:data:`WATCH`), passed to bwrap;
     ``tools``: the tool shell (rule 11), shown read-only with what it needs, run by the probe;
-    ``limits``: the engine's (rule 12), ``tool_shell`` their file (in ``needs``: read-only)."""
+    ``limits``: the engine's (rule 12), ``tool_shell`` their file (in ``needs``: read-only);
+    ``private``: the per-user root of the bridges' private folders (rule 4), which holds
+    ``cwd`` and ``config``."""
     if tools is not None:
         needs = [*needs, tools.shell, *tools.needs]
     if limits is not None and (limits.limits.tmp or limits.cwd_tmpfs) and not bwrap.tmpfs_size:
@@ -430,8 +428,11 @@ def confine(
                 f"{flag} {w} is inside {inside}, which the engine runs from (Pi's install, its Node, "
                 "an extension or its compile cache) and the sandbox shows read-only: give another folder"
             )
-    lay = _layout(sandbox, reads, writes, needed, [cwd, config])
+    private = _real(private) if private else None
+    lay = _layout(sandbox, reads, writes, needed, [cwd, config], private)
     for h in lay.hidden:
+        if h == private:
+            continue  # the engine's own folders in it are bound back
         # The hidden folder would be mounted over what was asked for: Pi would see it empty and
         # read-only, and say nothing (found by new-user trials of bridge acp and of the sandbox).
         if _within(cwd, h):
@@ -456,7 +457,8 @@ def confine(
     homes = lay.hidden_homes
     writable = [config, "/tmp"] + ([cwd] if own_cwd else [])
     runs = [] if sandbox.network else _run_dirs()
-    refused = [p for p in homes + lay.hidden + runs + lay.hidden_temp + ["/"] if not any(_within(p, w) for w in writes)]
+    refused = [p for p in homes + lay.hidden + runs + ["/"] if not any(_within(p, w) for w in writes)]
+    shown = {h: sorted({_first_below(p, h) for _, p in lay.binds if _within(p, h) and p != h}) for h in lay.hidden}
     probe = os.path.join(config, PROBE_FILE)
     script = _probe_script(probe, refused=refused, writable=writable, homes=homes, hidden=lay.hidden)
     watch = WATCH.replace("{fd}", str(int(watch_fd))) if watch_fd is not None else ""
@@ -476,6 +478,7 @@ def confine(
         "home": ", ".join(homes) or None,
         "home_entries": sorted({_first_below(p, h) for _, p in lay.binds for h in homes if _within(p, h) and p != h}),
         "hidden": lay.hidden,
+        "hidden_shown": shown,
         "network": sandbox.network,
         **({"limits": {**limits.expect, "cwd_path": cwd}} if limits is not None else {}),
         "tools": {"abi": tools.abi, "cwd": own_cwd} if tools else None,
@@ -487,7 +490,6 @@ def confine(
         "read": reads,
         "home": _home_words(lay),
         "hidden": lay.hidden,
-        "temp": [f"{d} hidden (empty, read-only)" for d in lay.hidden_temp],
         "pid_namespace": True,
         "die_with_parent": False,
         "capabilities": "none",
@@ -626,7 +628,7 @@ for d in {writable}; do
   else echo "unwritable=$d"; fi
 done
 for d in {homes}; do ls -A "$d" 2>/dev/null | sed 's/^/home-entry=/'; done
-for d in {hidden}; do echo "hidden-entries=$(ls -A "$d" 2>/dev/null | wc -l) $d"; done
+for d in {hidden}; do echo "hidden-entries=$(ls -A "$d" 2>/dev/null | wc -l) $d"; ls -A "$d" 2>/dev/null | sed "s|^|hidden-entry=$d/|"; done
 sed -n '3,$s/^ *\([^:]*\):.*/net=\1/p' /proc/net/dev
 {limits}{tools}} </dev/null > {probe} 2>/dev/null
 {watch}{relay}"$@"
@@ -714,9 +716,12 @@ def check_probe(probe: str, expect: Mapping[str, Any]) -> tuple[list[str], dict[
     extra = sorted(set(seen.get("home-entry", [])) - set(expect["home_entries"]))
     if extra:
         problems.append(f"the hidden home {expect['home']} shows {', '.join(extra[:5])}")
+    shown: Mapping[str, list[str]] = expect.get("hidden_shown", {})
     for entry in seen.get("hidden-entries", []):
         count, _, folder = entry.partition(" ")
-        if count.strip() != "0":
+        listed = [e[len(folder) + 1 :] for e in seen.get("hidden-entry", []) if e.startswith(folder + "/")]
+        extra = sorted(set(listed) - set(shown.get(folder, [])))
+        if count.strip() != str(len(shown.get(folder, []))) or extra:
             problems.append(f"the hidden folder {folder} shows {count.strip()} entries to the engine")
     nets = sorted(set(seen.get("net", [])) - {"lo"})
     if not expect["network"] and nets:

@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bridge.profiles.orphans import private_root
 from bridge.readers.replay import replay
 from bridge.testing.pi_scenarios.runner import ROOT, SCENARIOS
 from bridge.transcript import open_transcript
@@ -31,8 +32,11 @@ def sanitise(text: str) -> str:
         if link.is_symlink():
             text = text.replace(str(link.resolve()), str(link.relative_to(ROOT)))
     text = text.replace(str(ROOT) + "/", "")
-    tmp = re.escape(tempfile.gettempdir().rstrip("/"))
-    return re.sub(tmp + r"/(pi-bridge-(?:cwd|pi)-)[A-Za-z0-9_]+", r"<tmp>/\1XXXXXXXX", text)
+    # The private folders are in the bridges' per-user root (bridge/profiles/orphans.py); an
+    # older recorder's in the temporary folder.
+    for base in (str(private_root()), tempfile.gettempdir().rstrip("/")):
+        text = re.sub(re.escape(base) + r"/(pi-bridge-(?:cwd|pi)-)[A-Za-z0-9_]+", r"<tmp>/\1XXXXXXXX", text)
+    return text
 
 
 def expected_json(journal: str | Path) -> str:
