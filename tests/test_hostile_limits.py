@@ -136,11 +136,24 @@ def test_without_limits_each_attack_succeeds(tmp_path: Path, server_for: Any, co
 
 
 @needs_cgroup
-def test_without_the_tools_oom_score_many_small_tools_get_pi_killed(tmp_path: Path, server_for: Any):
-    """The control of the OOM protection: a tool that puts its oom_score_adj back to Pi's (it
-    may: the kernel's floor is Pi's value) and the same eight processes get Pi killed."""
-    out = attack(tmp_path, server_for("echo 0 > /proc/self/oom_score_adj; " + MANY), SMALL)
+def test_without_the_tools_oom_score_many_small_tools_get_pi_killed(tmp_path: Path, server_for: Any, monkeypatch: Any):
+    """The control of the OOM protection: with the tools' oom_score_adj left at Pi's (the bridge's
+    value patched to 0: a tool cannot lower its own, the tool shell's Landlock rules deny its
+    writes to /proc), the same eight processes get Pi killed."""
+    monkeypatch.setattr("bridge.profiles.limits.TOOL_OOM_SCORE_ADJ", 0)
+    out = attack(
+        tmp_path, server_for("cat /proc/self/oom_score_adj; echo 1000 > /proc/self/oom_score_adj; " + MANY), SMALL
+    )
     assert out["first"].state != "finished", out["first"]
+
+
+@needs_cgroup
+def test_a_tool_cannot_lower_its_oom_score_back_to_pis(tmp_path: Path, server_for: Any):
+    """Before the tool shell, a tool could put its score back to Pi's and get Pi killed: now its
+    write to /proc is denied (the tool shell's Landlock rules) and Pi goes on."""
+    out = attack(tmp_path, server_for("echo 0 > /proc/self/oom_score_adj; echo set=$?; " + MANY), SMALL)
+    assert "set=1" in out["tool"], out["tool"]
+    assert out["first"].state == "finished", out["first"]
 
 
 def test_without_a_cgroup_each_tool_process_has_rlimit_data(tmp_path: Path, server_for: Any, monkeypatch: Any):

@@ -252,7 +252,8 @@ def test_a_sigkilled_pools_folders_are_gone_once_the_next_bridge_starts(tmp_path
         try:
             pool.wait_for("ready")
             pool.send({"type": "prompt", "id": "p1", "message": "my secret", "conversation": "k"})
-            assert pool.wait_for("receipt")["receipt"]["state"] == "finished"
+            receipt = pool.wait_for("receipt")["receipt"]
+            assert receipt["state"] == "finished", receipt
             places = [var_tmp, orphans.private_root()]
             left = [p for place in places for p in place.iterdir() if f"-{pool.proc.pid}-" in p.name]
             left += [p for p in var_tmp.iterdir() if p.name.startswith("pi-bridge-pool-conversations-")]

@@ -269,7 +269,7 @@ class EngineLimits:
 
     def _apply(self, where: CgroupRoot | None) -> None:
         lim = self.limits
-        shell = [f"echo {TOOL_OOM_SCORE_ADJ} > /proc/self/oom_score_adj 2>/dev/null"]
+        shell = [f"{{ echo {TOOL_OOM_SCORE_ADJ} > /proc/self/oom_score_adj; }} 2>/dev/null"]
         header: dict[str, Any] = {}
         wants_cgroup = lim.memory is not None or lim.processes is not None
         if wants_cgroup and where is not None:

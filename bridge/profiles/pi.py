@@ -31,6 +31,7 @@ from typing import Any, Final, TypedDict, Unpack
 
 import attrs
 
+from bridge.profiles import limits as limits_module
 from bridge.profiles.command import PI_CLEARING, Launch, ProfileError
 from bridge.profiles.conversation import Conversation, EngineConversation
 from bridge.profiles.keyhold import RELAY_PORT, KeyEndpoint, hold
@@ -643,7 +644,8 @@ class PiProfile:
         python = os.path.realpath(sys.executable)
         write = [os.path.realpath(cwd), "/tmp", "/dev", *(os.path.realpath(w) for w in self.sandbox.allow_write)]
         real = "/bin/bash" if os.access("/bin/bash", os.X_OK) else shutil.which("bash") or "/bin/sh"
-        _write_private(shell, tool_shell_script(python, {"write": write, "shell": real}).encode())
+        oom = limits_module.TOOL_OOM_SCORE_ADJ
+        _write_private(shell, tool_shell_script(python, {"write": write, "shell": real, "oom": oom}).encode())
         os.chmod(shell, 0o500)
         needs = (python, os.path.realpath(sys.base_prefix), str(shell.parent / "settings.json"))
         return Tools(shell=str(shell), abi=landlock, write=tuple(write), needs=needs)

@@ -316,6 +316,10 @@ def _layout(
         # Under the private /tmp or a hidden home it is out of sight already, unless a bind shows it.
         if not any(_within(h, c) for c in covered) or any(_within(h, p) for _, p in binds)
     )
+    # A hidden folder inside another (a pool's conversations in the bridges' private root) is
+    # out of sight with it: its own tmpfs would need a folder made in the other's, which is
+    # read-only by then (bwrap: "Can't mkdir …: Read-only file system", every start refused).
+    hidden = [h for h in hidden if not any(o != h and _within(h, o) for o in hidden)]
     return _Layout(homes=homes, hidden_homes=hidden_homes, binds=binds, hidden=hidden)
 
 
@@ -355,16 +359,21 @@ def _bwrap_args(lay: _Layout, sandbox: Sandbox, bwrap: Bwrap, cwd: str, limits: 
     runs = [] if sandbox.network else _run_dirs()
     for d in runs + lay.hidden_homes:
         args += ["--tmpfs", d]
-    for flag, p in lay.binds:
+
+    def bind(flag: str, p: str) -> list[str]:
+        # A working folder the bridge made is a sized tmpfs (rule 12), also where it is mounted
+        # again on a hidden folder that holds it (the bridges' private root, rule 4).
         if p == cwd and limits is not None and limits.cwd_tmpfs:
-            args += ["--size", str(limits.limits.disk), "--tmpfs", p]
-        else:
-            args += [flag, p, p]
+            return ["--size", str(limits.limits.disk), "--tmpfs", p]
+        return [flag, p, p]
+
+    for flag, p in lay.binds:
+        args += bind(flag, p)
     for h in lay.hidden:
         args += ["--tmpfs", h]
         for flag, p in lay.binds:
             if _within(p, h) and p != h:
-                args += [flag, p, p]
+                args += bind(flag, p)
         args += ["--remount-ro", h]
     for d in runs + lay.hidden_homes:
         args += ["--remount-ro", d]

@@ -27,8 +27,8 @@ on this machine: kernel 6.18, ABI 7):
 4. **Fail closed**: anything that goes wrong before the exec (no Landlock, a refused rule) is a
    message on stderr and exit status 126 -- a failed tool call -- never an unconfined shell.
 5. **The OOM killer's first choice**: before it confines itself, the tool shell raises its own
-   ``oom_score_adj`` to 1000 (no privilege needed to raise it; inherited by all the tool
-   starts): at an engine's memory limit the kernel then kills the tool, not Pi
+   ``oom_score_adj`` to ``RULES["oom"]`` (1000; no privilege needed to raise it; inherited by
+   all the tool starts, and the tool cannot lower it again: rule 3 denies its writes to ``/proc``): at an engine's memory limit the kernel then kills the tool, not Pi
    (:mod:`bridge.profiles.limits` rule 2 measured it). Done here because rule 3 then denies the
    write (``/proc`` is not beneath the allowed folders), so the limits' ``BASH_ENV`` line that
    does the same cannot, under the tool shell.
@@ -162,7 +162,7 @@ def main(rules: dict[str, Any], argv: list[str]) -> int:
     failure (126, rule 4)."""
     try:
         with open("/proc/self/oom_score_adj", "w") as f:  # rule 5; best effort
-            f.write("1000")
+            f.write(str(int(rules.get("oom", 1000))))
     except OSError:
         pass
     try:
