@@ -30,8 +30,8 @@ import trio
 from bridge.demo.model_server import start_server
 from bridge.live.api import open_bridge
 from bridge.live.supervisor import BridgeConfig
-from bridge.profiles.pi import scripted_profile
 from bridge.profiles.orphans import private_root
+from bridge.profiles.pi import scripted_profile
 from bridge.profiles.sandbox import BWRAP_ENV, check_probe
 from bridge.readers.diagnose import diagnose
 from tests.conftest import ROOT
