@@ -56,7 +56,11 @@ EXAMPLES: list[tuple[int, Facts, tuple[str, str | None]]] = [
     (11, Facts(tracker=("failed", "interrupted"), stop_by="timeout"), ("failed", "timeout")),
     (11, Facts(tracker=("failed", "interrupted"), stop_by="closing"), ("failed", "closing")),
     (10, Facts(tracker=("failed", "interrupted")), ("outcome-unknown", "aborted-without-stop")),
-    (10, Facts(tracker=("failed", "interrupted"), own_settled=True, aborted=True), ("outcome-unknown", "aborted-without-stop")),
+    (
+        10,
+        Facts(tracker=("failed", "interrupted"), own_settled=True, aborted=True),
+        ("outcome-unknown", "aborted-without-stop"),
+    ),
     (11, Facts(tracker=("failed", "interrupted"), stop_by="budget", own_settled=True), ("failed", "budget")),
     (12, Facts(tracker=("failed", None), stop_by="timeout", aborted=True), ("failed", "timeout")),
     (

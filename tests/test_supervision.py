@@ -886,7 +886,9 @@ def test_q3_a_second_send_while_one_is_open_is_a_named_signal_told_journaled_and
     assert list(w.replayed()["p1"]["signals"]) == list(w.receipts["p1"].to_json()["signals"])
     w.journal._writer.flush()
     journaled = [orjson.loads(x) for x in w.path.read_bytes().splitlines()]
-    (noted,) = [e["signal"] for e in journaled if isinstance(e.get("signal"), dict) and e["signal"]["signal"] == "second-prompt"]
+    (noted,) = [
+        e["signal"] for e in journaled if isinstance(e.get("signal"), dict) and e["signal"]["signal"] == "second-prompt"
+    ]
     assert (noted["request"], noted["held"]) == ("x2", "p1")
 
 
@@ -895,7 +897,9 @@ def test_q4_the_stop_on_a_receipt_read_back_is_the_evidences_not_the_records() -
 
     s = Session()
     s.send({"type": "prompt", "id": "p1", "message": "hi"})
-    s.observe({"type": "response", "id": "p1", "command": "prompt", "success": True, "data": {"disposition": "started"}})
+    s.observe(
+        {"type": "response", "id": "p1", "command": "prompt", "success": True, "data": {"disposition": "started"}}
+    )
     s.send({"type": "abort", "id": "s1"})
     recorded = {"request": "p1", "state": "outcome-unknown", "reason": "settle-timeout", "stop": "edited"}
     (event,) = s.release("p1", recorded=recorded)
