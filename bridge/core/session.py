@@ -52,7 +52,13 @@ The bridge's own rules on top (SPEC §5):
 - A prompt the bridge sent whose write then failed before one byte of it went in
   (the engine's stdin was closed: it was dying) was never read: the ``unsent`` note
   the lifecycle journals for it settles it ``rejected`` / ``engine-down``, live and
-  in replay alike. One of which part went in is not: its engine's exit decides it.
+  in replay alike, naming no stop (every stop came before it was sent: SPEC §5).
+  One of which part went in is not: its engine's exit decides it.
+- A receipt's ``stop`` is the first abort written while the prompt was held, and only
+  that decides whose stop aborted its run: an abort written before the prompt links
+  the tracker (the seed's stop link spans the attach), never the receipt
+  (``outcome-unknown`` / ``aborted-without-stop``, decide's row 10). In replay a
+  recorded receipt gives the verdict; the stop is still the evidence's.
 - When the engine exits, the held slot settles ``outcome-unknown`` /
   ``engine-exited`` if the model had it (working), else ``delivery-unknown`` /
   ``engine-exited``. Whatever the engine writes after an exit comes from a new
