@@ -52,37 +52,42 @@ EXAMPLES: list[tuple[int, Facts, tuple[str, str | None]]] = [
     (7, Facts(gave_up="taint"), ("outcome-unknown", "overlap")),
     (8, Facts(exited=True, working=True), ("outcome-unknown", "engine-exited")),
     (9, Facts(exited=True), ("delivery-unknown", "engine-exited")),
-    (10, Facts(tracker=("failed", "interrupted"), stop_by="controller", own_settled=True), ("failed", "interrupted")),
-    (10, Facts(tracker=("failed", "interrupted"), stop_by="timeout"), ("failed", "timeout")),
-    (10, Facts(tracker=("failed", "interrupted"), stop_by="closing"), ("failed", "closing")),
-    (10, Facts(tracker=("failed", "interrupted")), ("failed", "interrupted")),
-    (10, Facts(tracker=("failed", "interrupted"), stop_by="budget", own_settled=True), ("failed", "budget")),
-    (11, Facts(tracker=("failed", None), stop_by="timeout", aborted=True), ("failed", "timeout")),
+    (11, Facts(tracker=("failed", "interrupted"), stop_by="controller", own_settled=True), ("failed", "interrupted")),
+    (11, Facts(tracker=("failed", "interrupted"), stop_by="timeout"), ("failed", "timeout")),
+    (11, Facts(tracker=("failed", "interrupted"), stop_by="closing"), ("failed", "closing")),
+    (10, Facts(tracker=("failed", "interrupted")), ("outcome-unknown", "aborted-without-stop")),
     (
-        11,
+        10,
+        Facts(tracker=("failed", "interrupted"), own_settled=True, aborted=True),
+        ("outcome-unknown", "aborted-without-stop"),
+    ),
+    (11, Facts(tracker=("failed", "interrupted"), stop_by="budget", own_settled=True), ("failed", "budget")),
+    (12, Facts(tracker=("failed", None), stop_by="timeout", aborted=True), ("failed", "timeout")),
+    (
+        12,
         Facts(tracker=("outcome-unknown", "no-final-assistant-message"), stop_by="controller", aborted=True),
         ("failed", "interrupted"),
     ),
-    (11, Facts(tracker=("failed", None), stop_by="closing", aborted=True), ("failed", "closing")),
-    (11, Facts(tracker=("failed", None), stop_by="budget", aborted=True), ("failed", "budget")),
-    (12, Facts(tracker=("failed", None), stop_by="timeout", aborted=False), ("failed", None)),
-    (12, Facts(tracker=("failed", None), aborted=True), ("failed", None)),
-    (12, Facts(tracker=("finished", None), stop_by="controller"), ("finished", None)),
-    (12, Facts(tracker=("delivery-unknown", "ack-without-start")), ("delivery-unknown", "ack-without-start")),
+    (12, Facts(tracker=("failed", None), stop_by="closing", aborted=True), ("failed", "closing")),
+    (12, Facts(tracker=("failed", None), stop_by="budget", aborted=True), ("failed", "budget")),
+    (13, Facts(tracker=("failed", None), stop_by="timeout", aborted=False), ("failed", None)),
+    (13, Facts(tracker=("failed", None), aborted=True), ("failed", None)),
+    (13, Facts(tracker=("finished", None), stop_by="controller"), ("finished", None)),
+    (13, Facts(tracker=("delivery-unknown", "ack-without-start")), ("delivery-unknown", "ack-without-start")),
     (
-        12,
+        13,
         Facts(tracker=("outcome-unknown", "unrecognised-stop-reason"), stop_by="timeout", aborted=True),
         ("outcome-unknown", "unrecognised-stop-reason"),
     ),
-    (12, Facts(tracker=("finished", None), lost=True), ("finished", None)),
-    (13, Facts(lost=True, working=True), ("outcome-unknown", "node-lost")),
-    (14, Facts(lost=True), ("delivery-unknown", "node-lost")),
+    (13, Facts(tracker=("finished", None), lost=True), ("finished", None)),
+    (14, Facts(lost=True, working=True), ("outcome-unknown", "node-lost")),
+    (15, Facts(lost=True), ("delivery-unknown", "node-lost")),
 ]
 
 
 def test_the_table_has_every_row_and_only_those() -> None:
-    assert sorted(table_rows()) == list(range(1, 15))
-    assert {row for row, _, _ in EXAMPLES} == set(range(1, 15))
+    assert sorted(table_rows()) == list(range(1, 16))
+    assert {row for row, _, _ in EXAMPLES} == set(range(1, 16))
 
 
 @pytest.mark.parametrize(
@@ -98,7 +103,7 @@ def test_decide_follows_the_table_row_by_row(row: int, facts: Facts, expected: t
     # and, where it is fixed, the reason.
     if words:
         assert words[0] == state
-        if len(words) > 1 and reason is not None and row not in (10, 11):
+        if len(words) > 1 and reason is not None and row not in (11, 12):
             assert words[1] == reason
 
 

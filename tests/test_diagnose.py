@@ -340,7 +340,7 @@ def test_real_second_prompt_while_streaming():
     says(o2, "p1's run (run-1) settled at observation", "moved on to raw-2")
     assert o2["related"] == [second["n"]]
     r = one(fs, "receipt", request="p1")
-    says(r, f"unsealed first by finding {second['n']}")
+    says(r, f"unsealed first by finding {second['n']}", "tainted by second-prompt at #")  # the receipt's own signal
 
 
 def test_real_follow_up_delivery_and_handled_prompt():

@@ -183,7 +183,9 @@ async def test_refused_while_streaming(pinned_pi: Any, tmp_path: Path) -> None:
     assert o.response("raw-2")["success"] is False
     assert states(o) == {"p1": ("outcome-unknown", "overlap", None)}
     assert overlap_whys(o) == [("O2", "the slot's run settled after the slot moved on")]
-    assert signal_names(o) == ["unsealed", "O2"]  # the seal breaks when the second prompt is written
+    # The seal breaks when the second prompt is written, and the bridge's own signal says why.
+    assert signal_names(o) == ["second-prompt", "unsealed", "O2"]
+    assert [s["signal"] for s in o.receipts["p1"].signals] == ["second-prompt", "O2"]
     assert [(r.request, r.state, r.reason) for r in o.replay.receipts] == [
         ("p1", "outcome-unknown", "overlap"),
         ("raw-2", "rejected", "engine"),

@@ -450,7 +450,7 @@ def test_an_unsent_prompt_at_the_exit_is_rejected_engine_down_not_delivery_unkno
     w.agrees_with_replay()
 
 
-def test_row10_the_controllers_stop_is_failed_interrupted_and_names_that_stop(world: Any) -> None:
+def test_row11_the_controllers_stop_is_failed_interrupted_and_names_that_stop(world: Any) -> None:
     w = world()
     w.submit("p1", stream=True)
     w.lines(ack("p1"), *run_start(), delta("Hel"))
@@ -464,7 +464,7 @@ def test_row10_the_controllers_stop_is_failed_interrupted_and_names_that_stop(wo
     w.agrees_with_replay()
 
 
-def test_row10_a_timeout_is_the_bridges_stop_failed_timeout_not_the_controllers(world: Any) -> None:
+def test_row11_a_timeout_is_the_bridges_stop_failed_timeout_not_the_controllers(world: Any) -> None:
     w = world()
     w.submit("p1", timeout=10.0)
     w.lines(ack("p1"), *run_start())
@@ -476,7 +476,7 @@ def test_row10_a_timeout_is_the_bridges_stop_failed_timeout_not_the_controllers(
     w.agrees_with_replay()
 
 
-def test_row10_closing_stops_the_held_prompt_failed_closing(world: Any) -> None:
+def test_row11_closing_stops_the_held_prompt_failed_closing(world: Any) -> None:
     w = world()
     w.submit("p1")
     w.submit("p2")
@@ -491,7 +491,7 @@ def test_row10_closing_stops_the_held_prompt_failed_closing(world: Any) -> None:
     w.agrees_with_replay()
 
 
-def test_row11_a_stop_in_a_retry_backoff_is_failed_interrupted(world: Any) -> None:
+def test_row12_a_stop_in_a_retry_backoff_is_failed_interrupted(world: Any) -> None:
     w = world()
     w.submit("p1")
     w.lines(ack("p1"), *run_start())
@@ -513,7 +513,7 @@ def test_row11_a_stop_in_a_retry_backoff_is_failed_interrupted(world: Any) -> No
     w.agrees_with_replay()
 
 
-def test_row12_the_seeds_own_verdicts_failed_with_native_error_and_ack_without_start(world: Any) -> None:
+def test_row13_the_seeds_own_verdicts_failed_with_native_error_and_ack_without_start(world: Any) -> None:
     w = world()
     w.submit("p1")
     w.lines(*whole_run("p1", "", stop="error", error="401 invalid api key"))
@@ -837,3 +837,124 @@ def test_row7_a_taint_give_up_with_no_taint_kept_is_still_outcome_unknown(world:
     w.lines(ack("p1"), *run_start())
     (event,) = w.sup.session.give_up("p1", "taint", t=w.now)
     assert (event.receipt.state, event.receipt.reason) == ("outcome-unknown", "overlap")
+
+
+# --------------------------------------------------------------------------
+# Questions the table leaves open (docs: design/receipts.md#questions-the-table-leaves-open)
+
+
+def raw(w: Run, cmd: dict[str, Any]) -> None:
+    """``send_raw``: a command written by hand, outside the slot rules."""
+    w.do(w.sup.sent_raw(cmd, w.now))
+
+
+def test_q1_a_refusal_after_the_ack_is_no_rejection_the_run_decides(world: Any) -> None:
+    w = world()
+    w.submit("p1")
+    w.lines(ack("p1"), refusal("p1", "too late"))
+    assert "p1" not in w.receipts  # the engine took it: "certainly not delivered" would be false
+    w.lines(*run_start(), *run_end("done"))
+    assert w.word("p1") == ("finished", None)
+    w.agrees_with_replay()
+
+
+def test_q2_a_refusal_of_a_displaced_prompt_settles_nothing_the_taint_does(world: Any) -> None:
+    w = world(taint_grace=2.0)
+    w.submit("p1")
+    raw(w, {"type": "prompt", "id": "x2", "message": "again"})
+    w.lines(refusal("p1", "Agent is busy"))  # p1 no longer holds the slot: its responses are not read
+    assert "p1" not in w.receipts
+    w.advance(2.1)
+    assert w.word("p1") == ("outcome-unknown", "overlap")
+    w.agrees_with_replay()
+
+
+def test_q3_a_second_send_while_one_is_open_is_a_named_signal_told_journaled_and_replayed(world: Any) -> None:
+    w = world(taint_grace=2.0)
+    w.submit("p1")
+    w.lines(ack("p1"), *run_start())
+    raw(w, {"type": "prompt", "id": "x2", "message": "again"})
+    (told,) = [t for t in w.told if t.get("signal") == "second-prompt"]
+    assert (told["request"], told["held"]) == ("x2", "p1")
+    unsealed = [t for t in w.told if t.get("signal") == "unsealed"]
+    assert unsealed and unsealed[0]["cause"] == "overlap" and unsealed[0]["request"] == "p1"
+    w.lines(*run_end("done"))
+    assert w.word("p1") == ("outcome-unknown", "overlap")
+    (kept,) = [s for s in w.receipts["p1"].signals if s.get("signal") == "second-prompt"]
+    assert (kept["request"], kept["held"]) == ("x2", "p1")
+    w.agrees_with_replay()
+    assert list(w.replayed()["p1"]["signals"]) == list(w.receipts["p1"].to_json()["signals"])
+    w.journal._writer.flush()
+    journaled = [orjson.loads(x) for x in w.path.read_bytes().splitlines()]
+    (noted,) = [
+        e["signal"] for e in journaled if isinstance(e.get("signal"), dict) and e["signal"]["signal"] == "second-prompt"
+    ]
+    assert (noted["request"], noted["held"]) == ("x2", "p1")
+
+
+def test_q4_the_stop_on_a_receipt_read_back_is_the_evidences_not_the_records() -> None:
+    from bridge.core.session import Session
+
+    s = Session()
+    s.send({"type": "prompt", "id": "p1", "message": "hi"})
+    s.observe(
+        {"type": "response", "id": "p1", "command": "prompt", "success": True, "data": {"disposition": "started"}}
+    )
+    s.send({"type": "abort", "id": "s1"})
+    recorded = {"request": "p1", "state": "outcome-unknown", "reason": "settle-timeout", "stop": "edited"}
+    (event,) = s.release("p1", recorded=recorded)
+    assert event.receipt.stop == "s1"  # the first stop the journal shows sent while it was held
+
+
+def test_q5_a_never_written_prompt_names_no_stop(world: Any) -> None:
+    w = world()
+    w.submit("p1")
+    w.stop("p1")  # written after the prompt; neither reached the engine
+    assert w.sent("abort")
+    w.exit(1, unsent=("p1",))
+    assert w.word("p1") == ("rejected", "engine-down")
+    assert w.receipts["p1"].stop is None
+    w.agrees_with_replay()
+
+
+def test_q6_an_abort_sent_before_the_prompt_is_never_its_interrupted(world: Any) -> None:
+    w = world()
+    w.submit("p0")
+    w.lines(*whole_run("p0"))  # an engine running, idle: no slot held
+    raw(w, {"type": "abort", "id": "a0"})  # by hand; the seed's stop link spans the next attach
+    w.submit("p1")
+    w.lines(ack("p1"), *run_start(), *run_end("", stop="aborted", error="Request was aborted", aborted=True))
+    assert w.word("p1") == ("outcome-unknown", "aborted-without-stop")
+    assert w.receipts["p1"].stop is None
+    w.agrees_with_replay()
+
+
+def test_q7_row6_for_a_prompt_never_acked_is_outcome_unknown_unless_the_ack_deadline_came_first(world: Any) -> None:
+    w = world(taint_grace=2.0, ack_timeout=10.0)
+    w.submit("p1")
+    w.lines(b"not json")  # maybe the very ack
+    w.advance(2.1)
+    assert w.word("p1") == ("outcome-unknown", "gap")
+    assert w.receipts["p1"].ack_idx is None
+    w.agrees_with_replay()
+    v = world(taint_grace=5.0, ack_timeout=1.0)
+    v.submit("p1")
+    v.lines(b"not json")
+    v.advance(1.1)
+    assert v.word("p1") == ("delivery-unknown", "no-ack")
+
+
+def test_q8_aborted_other_than_true_is_no_evidence_of_our_stop(world: Any) -> None:
+    for aborted, expected in (("true", ("failed", None)), (1, ("failed", None)), (True, ("failed", "interrupted"))):
+        w = world()
+        w.submit("p1")
+        w.lines(ack("p1"), *run_start())
+        w.stop("p1")
+        failed = assistant("", "error", "529 overloaded")
+        w.lines(
+            line({"type": "message_end", "message": failed}),
+            line({"type": "agent_end", "messages": [failed], "willRetry": False}),
+            line({"type": "agent_settled", "aborted": aborted}),
+        )
+        assert w.word("p1") == expected, aborted
+        w.agrees_with_replay()

@@ -22,7 +22,7 @@ The rules (tests/test_dispatch.py, one test per rule):
   from a lane that was already counted lost) is dropped: never two receipts.
 - D3 a lane lost (its actor died, its node went) settles the prompt it held:
   ``outcome-unknown``/``node-lost`` if the lane had reported it running, else
-  ``delivery-unknown``/``node-lost`` (the decision table's rows 13 and 14); ``nativeError``
+  ``delivery-unknown``/``node-lost`` (the decision table's rows 14 and 15); ``nativeError``
   names the node and says where its journal stays. Such a prompt is never sent again: it may
   have been written, and a second run is not the first one's receipt.
 - D4 a queued prompt is not lost with a lane: it waits for the next live lane.

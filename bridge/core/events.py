@@ -61,6 +61,22 @@ class DispositionSignal(Wire):
     disposition: Any
 
 
+@form(tag={"signal": Signal.SECOND_PROMPT})
+@attrs.frozen
+class SecondPrompt(Wire):
+    """A ``prompt`` written while another prompt held the slot (only a deliberate ``send_raw``
+    does that): the bridge's own signal, not one of the seed's overlaps (SPEC §4). It breaks the
+    seal (``unsealed``, cause ``overlap``), and goes on the displaced prompt's receipt, so the
+    receipt says why its evidence is tainted."""
+
+    #: The last observation index when it was written (the new prompt's lines come after it).
+    idx: int
+    #: The new prompt's id.
+    request: RequestId | None
+    #: The prompt that held the slot, displaced without its receipt.
+    held: RequestId | None
+
+
 @form(tag={"signal": Signal.SEAL_DIAGNOSTIC}, omit=["answer", "ui"], flatten="detail")
 @attrs.frozen
 class Diagnostic(Wire):
@@ -136,6 +152,7 @@ Event = (
     | SealBroken
     | Acked
     | DispositionSignal
+    | SecondPrompt
     | Diagnostic
     | TextDelta
     | StopUnheard

@@ -334,9 +334,11 @@ class Facts:
     tracker: Verdict | None = None
     #: The slot's own run (or its loose settle) settled; with a taint this is the trigger.
     own_settled: bool = False
-    #: Whose stop is linked to the slot: ``controller``, ``timeout`` or ``closing``.
+    #: Whose stop is the prompt's own (the first sent while it was held): ``controller``,
+    #: ``timeout``, ``closing``, ``stall``, ``budget``; None: no stop of its own was sent.
     stop_by: StopBy | None = None
-    #: ``agent_settled.aborted`` of the settle that closed the slot's run.
+    #: ``agent_settled.aborted`` of the settle that closed the slot's run: JSON ``true`` only
+    #: (any other value is no evidence that our stop aborted it).
     aborted: bool = False
     #: A pool across machines lost the node (or the actor) the prompt was handed to, before
     #: its receipt came back (:mod:`bridge.core.dispatch`); ``working`` then says the actor had
@@ -365,12 +367,16 @@ def decide(f: Facts) -> Verdict:
     if f.exited:  # rows 8, 9: the engine died first
         return (State.OUTCOME_UNKNOWN if f.working else State.DELIVERY_UNKNOWN), Reason.ENGINE_EXITED
     if f.tracker is not None:
-        if f.tracker == (State.FAILED, Reason.INTERRUPTED):  # row 10: the seed saw our stop's abort
-            return State.FAILED, STOP_REASONS[f.stop_by or StopBy.CONTROLLER]
-        if f.tracker in _ABORTABLE and f.stop_by is not None and f.aborted:  # row 11: aborted in a backoff
+        if f.tracker == (State.FAILED, Reason.INTERRUPTED):
+            if f.stop_by is None:
+                # row 10: the seed linked a stop sent before the prompt was (its stopLink spans
+                # the attach); none was the prompt's own, so who stopped the run is not known.
+                return State.OUTCOME_UNKNOWN, Reason.ABORTED_WITHOUT_STOP
+            return State.FAILED, STOP_REASONS[f.stop_by]  # row 11: the seed saw our stop's abort
+        if f.tracker in _ABORTABLE and f.stop_by is not None and f.aborted:  # row 12: aborted in a backoff
             return State.FAILED, STOP_REASONS[f.stop_by]
-        return f.tracker  # row 12: the seed's own verdict
-    if f.lost:  # rows 13, 14: the node went with the prompt on it
+        return f.tracker  # row 13: the seed's own verdict
+    if f.lost:  # rows 14, 15: the node went with the prompt on it
         return (State.OUTCOME_UNKNOWN if f.working else State.DELIVERY_UNKNOWN), Reason.NODE_LOST
     raise ValueError(f"no trigger to decide a receipt from: {f!r}")
 

@@ -43,13 +43,22 @@ The bridge's own rules on top (SPEC §5):
   message: the receipt says ``failed`` / ``interrupted``. The tracker's own
   output stays the seed's.
 - A ``prompt`` written while another prompt holds the slot (never by the
-  bridge itself; only a deliberate ``send_raw``) breaks the seal: the engine
-  is tainted (``overlap``) and the displaced prompt, which keeps its run id and
-  its signals, settles ``outcome-unknown`` when its own run settles.
+  bridge itself; only a deliberate ``send_raw``) breaks the seal: a
+  ``second-prompt`` signal names both requests (the bridge's own, not the seed's;
+  it goes on the displaced prompt's receipt), the engine is tainted (``overlap``)
+  and the displaced prompt, which keeps its run id and its signals, settles
+  ``outcome-unknown`` when its own run settles. Its responses are no longer read
+  (the slot is the new prompt's): a refusal of it settles nothing.
 - A prompt the bridge sent whose write then failed before one byte of it went in
   (the engine's stdin was closed: it was dying) was never read: the ``unsent`` note
   the lifecycle journals for it settles it ``rejected`` / ``engine-down``, live and
-  in replay alike. One of which part went in is not: its engine's exit decides it.
+  in replay alike, naming no stop (every stop came before it was sent: SPEC §5).
+  One of which part went in is not: its engine's exit decides it.
+- A receipt's ``stop`` is the first abort written while the prompt was held, and only
+  that decides whose stop aborted its run: an abort written before the prompt links
+  the tracker (the seed's stop link spans the attach), never the receipt
+  (``outcome-unknown`` / ``aborted-without-stop``, decide's row 10). In replay a
+  recorded receipt gives the verdict; the stop is still the evidence's.
 - When the engine exits, the held slot settles ``outcome-unknown`` /
   ``engine-exited`` if the model had it (working), else ``delivery-unknown`` /
   ``engine-exited``. Whatever the engine writes after an exit comes from a new
@@ -80,6 +89,7 @@ from bridge.core.events import (
     ReceiptReady,
     Retrying,
     SealBroken,
+    SecondPrompt,
     Skipped,
     StopUnheard,
     Streamed,
@@ -201,6 +211,9 @@ class Session:
                 if slot is not None and slot.request == previous.request:
                     previous.run_id = slot.run_id
                 self._displaced.append(previous)
+                second = SecondPrompt(self.tracker.idx, request, previous.request)
+                add_signal(previous, second.to_json())
+                out.append(second)
                 self._taint(Reason.OVERLAP, self.tracker.idx, out)
             self.tracker.attach(request)
             state = PromptState(request, stream, events, traced, pid=self.pid, generation=self.generation)
@@ -457,6 +470,7 @@ class Session:
         ``recorded`` is the receipt the journal recorded for it (replay): a
         decision the session could not make from evidence alone (a timeout, a
         grace) is taken from there; without it the prompt stays ``pending``.
+        Its ``stop`` is not: the evidence names the first stop sent while it was held.
         """
         events: list[Event] = []
         state = self.open.get(request)
@@ -466,7 +480,9 @@ class Session:
                 Facts(recorded=(recorded.get("state", "pending"), recorded.get("reason"))),
                 t,
                 events,
-                stop=recorded.get("stop"),
+                # The verdict is the record's (a deadline is not in the evidence); the stop is the
+                # evidence's, the first abort the journal shows sent while it was held (so an
+                # edited stop is found, not echoed).
                 native_error=recorded.get("nativeError"),
             )
         self.tracker.release()
@@ -743,11 +759,16 @@ class Session:
             run = prompt.run_id
         if facts.recorded is None and not (state in ("failed", "rejected") or reason == "engine-exited"):
             native_error = None
+        if facts.unsent is not None:
+            # Never written: every stop came before it was sent, so none is its stop (SPEC §5).
+            stop = None
+        elif stop is None:
+            stop = prompt.stop
         receipt = Receipt(
             request=prompt.request,
             state=state,
             reason=reason,
-            stop=stop if stop is not None else prompt.stop,
+            stop=stop,
             native_error=native_error,
             run=run,
             reply=prompt.reply,

@@ -75,6 +75,7 @@ from bridge.core.events import (
     ReceiptReady,
     Retrying,
     SealBroken,
+    SecondPrompt,
     Skipped,
     StopUnheard,
     Streamed,
@@ -670,7 +671,7 @@ class Supervision:
             elif kind is SealBroken:
                 self._queue(SignalSeen(generation, event.to_json()))  # type: ignore[union-attr]
                 self._queue(Unsealed(generation, event.cause))  # type: ignore[union-attr]
-            elif kind is Overlap or kind is GapOpened or kind is DispositionSignal:
+            elif kind is Overlap or kind is GapOpened or kind is DispositionSignal or kind is SecondPrompt:
                 self._queue(SignalSeen(generation, event.to_json()))  # type: ignore[union-attr]
             elif kind is Retrying:
                 out.append(Tell(event.to_json()))  # type: ignore[union-attr]

@@ -106,6 +106,9 @@ class Signal(StrEnum):
     #: The first overlap, gap or non-``started`` disposition on an engine.
     UNSEALED = "unsealed"
     DISPOSITION = "disposition"
+    #: A ``prompt`` written (by ``send_raw``) while another prompt held the slot: the bridge's
+    #: own signal, not the seed's (SPEC §4 keeps O1-O6 the seed's); it breaks the seal.
+    SECOND_PROMPT = "second-prompt"
     SEAL_DIAGNOSTIC = "seal-diagnostic"
     SEAL_CHECK = "seal-check"
     ENGINE_DOWN = "engine-down"

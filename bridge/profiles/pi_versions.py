@@ -93,7 +93,7 @@ FEATURES: Final[tuple[Feature, ...]] = (
         "agent_settled.aborted",
         "1.3.0",
         "1.1.0: Added aborted to agent_settled",
-        "a stop during a retry backoff cannot be told from a failure (receipt row 11)",
+        "a stop during a retry backoff cannot be told from a failure (receipt row 12)",
     ),
 )
 _BY_NAME: Final = {f.name: f for f in FEATURES}
