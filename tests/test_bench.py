@@ -108,7 +108,12 @@ def test_sandbox_bench_prints_the_ratios(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _left_behind(tmp_path) == []
     modes = json.loads(proc.stdout)["modes"]
-    assert set(modes) == {"unconfined (--no-sandbox)", "sandbox (default)", "sandbox --no-network"}
+    assert set(modes) == {
+        "unconfined (--no-sandbox)",
+        "sandbox (default)",
+        "sandbox --no-network",
+        "sandbox, limits lifted",
+    }
     assert modes["unconfined (--no-sandbox)"]["ratio"] == 1.0
     for row in modes.values():
         assert set(row) == {"start_ms", "start_min_ms", "stop_ms", "ratio", "cpu_ms", "cpu_ratio"}
