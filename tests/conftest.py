@@ -7,6 +7,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -141,3 +142,20 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     stale = [entry for n, entry in enumerate(STARTED_FIRST) if n not in ranks.values()]
     if stale:
         raise pytest.UsageError(f"tests/conftest.py STARTED_FIRST names no test: {stale}")
+
+
+@pytest.fixture
+def server_for() -> Iterator[Any]:
+    """Start the scripted model server on a script (``server_for(steps)``); each is closed after
+    the test (the real-Pi sandbox tests: tests/test_confinement.py, tests/test_hostile_*.py)."""
+    from bridge.demo.model_server import start_server
+
+    servers: list[Any] = []
+
+    def start(script: list[dict[str, Any]]) -> Any:
+        servers.append(start_server(script))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.close()

@@ -35,6 +35,7 @@ from bridge.profiles.pi import scripted_profile
 from bridge.profiles.sandbox import BWRAP_ENV, check_probe
 from bridge.readers.diagnose import diagnose
 from tests.conftest import ROOT
+from tests.helpers_sandbox import notes, read_journal, tool_output
 
 MODEL_REPLY = "Done with the tool."
 
@@ -42,23 +43,6 @@ MODEL_REPLY = "Done with the tool."
 def tool_script(command: str) -> list[dict[str, Any]]:
     """The model calls Pi's bash tool with ``command``, then replies."""
     return [{"tool_call": {"name": "bash", "arguments": {"command": command}}}, {"text": MODEL_REPLY}]
-
-
-def read_journal(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def tool_output(journal: Path) -> str:
-    """What Pi's bash tool printed (its ``tool_execution_end``)."""
-    for e in read_journal(journal):
-        recv = e.get("recv")
-        if isinstance(recv, dict) and recv.get("type") == "tool_execution_end":
-            return "".join(c.get("text", "") for c in recv["result"]["content"])
-    raise AssertionError("the model's bash call never ran")
-
-
-def notes(journal: Path, event: str) -> list[dict[str, Any]]:
-    return [e["note"] for e in read_journal(journal) if isinstance(e.get("note"), dict) and e["note"]["event"] == event]
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 90) -> subprocess.CompletedProcess[str]:
@@ -95,20 +79,6 @@ def wait_for(pred: Any, timeout: float = 5.0) -> bool:
             return True
         time.sleep(0.02)
     return bool(pred())
-
-
-@pytest.fixture
-def server_for() -> Iterator[Any]:
-    """Start the scripted model server on a script; closed after the test."""
-    servers: list[Any] = []
-
-    def start(script: list[dict[str, Any]]) -> Any:
-        servers.append(start_server(script))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.close()
 
 
 def pi_args(server: Any, folder: Path) -> list[str]:

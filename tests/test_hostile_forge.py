@@ -18,7 +18,6 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from bridge.profiles.command import ProfileError
 from bridge.profiles.pi import scripted_profile
 from bridge.profiles.sandbox import check_probe, find_landlock
 from tests.conftest import ROOT
+from tests.helpers_sandbox import read_journal, tool_outputs
 
 MODEL_REPLY = "Done with the tool."
 FORGED = "FORGED by a tool"
@@ -68,33 +68,6 @@ def bash(command: str) -> dict[str, Any]:
 
 def write(path: str, content: str) -> dict[str, Any]:
     return {"tool_call": {"name": "write", "arguments": {"path": path, "content": content}}}
-
-
-@pytest.fixture
-def server_for() -> Iterator[Any]:
-    servers: list[Any] = []
-
-    def start(script: list[dict[str, Any]]) -> Any:
-        servers.append(start_server(script))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.close()
-
-
-def read_journal(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def tool_outputs(journal: Path) -> list[str]:
-    """What each of Pi's tool calls gave back (its ``tool_execution_end``), in order."""
-    out = []
-    for e in read_journal(journal):
-        recv = e.get("recv")
-        if isinstance(recv, dict) and recv.get("type") == "tool_execution_end":
-            out.append("".join(c.get("text", "") for c in recv["result"]["content"]))
-    return out
 
 
 def attack(tmp_path: Path, server_for: Any, steps: list[dict[str, Any]], *extra: str) -> tuple[dict[str, Any], Path]:

@@ -28,31 +28,11 @@ from bridge.demo.model_server.server import models_json
 from bridge.profiles.pi import PiProfile, scripted_profile
 from bridge.profiles.sandbox import Sandbox
 from bridge.testing import ScriptedModel
+from tests.helpers_sandbox import notes, read_journal, tool_output, tool_step
 
 #: The variable the bridge reads the key from (``--api-key-env``); set for each test only.
 KEY_VAR = "HOSTILE_TEST_PROVIDER_KEY"
 REPLY = "Done with the tool."
-
-
-def tool_step(command: str) -> dict[str, Any]:
-    return {"tool_call": {"name": "bash", "arguments": {"command": command}}}
-
-
-def read_journal(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def tool_output(journal: Path) -> str:
-    """What Pi's bash tool printed (its first ``tool_execution_end``)."""
-    for e in read_journal(journal):
-        recv = e.get("recv")
-        if isinstance(recv, dict) and recv.get("type") == "tool_execution_end":
-            return "".join(c.get("text", "") for c in recv["result"]["content"])
-    raise AssertionError("the model's bash call never ran")
-
-
-def notes(journal: Path, event: str) -> list[dict[str, Any]]:
-    return [e["note"] for e in read_journal(journal) if isinstance(e.get("note"), dict) and e["note"]["event"] == event]
 
 
 @pytest.fixture

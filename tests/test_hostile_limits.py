@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from bridge.demo.model_server import start_server
 from bridge.live.api import open_bridge
 from bridge.live.supervisor import BridgeConfig
 from bridge.profiles.command import ProfileError
@@ -33,20 +31,6 @@ SMALL = Limits(memory="256M", processes=64, tmp="16M", disk="16M")
 NONE = Limits(memory=None, processes=None, tmp=None, disk=None)
 
 needs_cgroup = pytest.mark.skipif(find_cgroup_root() is None, reason="no cgroup the bridge may make here")
-
-
-@pytest.fixture
-def server_for() -> Iterator[Any]:
-    servers: list[Any] = []
-
-    def start(command: str) -> Any:
-        script = [{"tool_call": {"name": "bash", "arguments": {"command": command}}}, {"text": REPLY}, {"text": AGAIN}]
-        servers.append(start_server(script))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.close()
 
 
 def attack(tmp_path: Path, server: Any, limits: Limits) -> dict[str, Any]:

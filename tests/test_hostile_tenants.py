@@ -33,22 +33,9 @@ from bridge.profiles import orphans
 from bridge.profiles.conversation import Conversation
 from bridge.profiles.pi import scripted_profile
 from tests.conftest import ROOT
+from tests.helpers_sandbox import tool_outputs, tool_step
 
 REPLY = "Done with the tool."
-
-
-def tool_step(command: str) -> dict[str, Any]:
-    return {"tool_call": {"name": "bash", "arguments": {"command": command}}}
-
-
-def tool_outputs(journal: Path) -> list[str]:
-    """What Pi's bash tool printed, each call's (``tool_execution_end``), in order."""
-    out = []
-    for line in journal.read_text().splitlines():
-        recv = json.loads(line).get("recv") if line.strip() else None
-        if isinstance(recv, dict) and recv.get("type") == "tool_execution_end":
-            out.append("".join(c.get("text", "") for c in recv["result"]["content"]))
-    return out
 
 
 def with_marker(marker: str) -> list[int]:
