@@ -33,13 +33,13 @@ journal header says which way (:attr:`EngineLimits.header`). The rules, and wher
    limit the kernel kills the task with the highest ``oom_badness`` (its RSS plus
    ``oom_score_adj`` x the limit / 1000, ``mm/oom_kill.c``). Pi's Node holds ~150 MiB, so under a
    small limit a tool's allocation could get Pi killed instead (measured: see
-   ``docs/pages/guide/confinement.md`` "Limits"). Every tool's shell raises its own
-   ``oom_score_adj`` to 1000 first (raising needs no privilege; ``proc(5)``): Pi's ``bash`` tool
-   runs ``/bin/bash -c``, which sources ``$BASH_ENV`` before the command (``bash(1)``
-   INVOCATION), and ``BASH_ENV`` names :data:`TOOL_SHELL_FILE` in the private config folder, bound
-   read-only into the sandbox. Pi stays at the bridge's value. A tool may lower its own value
-   back to Pi's (``oom_score_adj_min``), and can ``kill`` Pi anyway (same PID namespace): this
-   protects Pi from a runaway tool, not from one that means to end it.
+   ``docs/pages/guide/confinement.md`` "Limits"). Every tool raises its own ``oom_score_adj`` to
+   :data:`TOOL_OOM_SCORE_ADJ` first (raising needs no privilege; ``proc(5)``): the tool shell
+   does it before it confines itself (:mod:`bridge.profiles.toolshell` rule 5), and its Landlock
+   rules then deny the tool any write to ``/proc``, so it cannot lower it again; ``BASH_ENV``
+   (:data:`TOOL_SHELL_FILE` in the private config folder, read-only in the sandbox, sourced by
+   ``bash -c`` before the command: ``bash(1)`` INVOCATION) does the same where no tool shell
+   runs. Pi stays at the bridge's value.
 
 3. **Otherwise rlimits**, weaker, set in the same tool shell (hard and soft, so a tool cannot
    raise them again; Pi itself is not limited): ``RLIMIT_DATA`` for memory (per process: ten
