@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +154,11 @@ def test_the_endpoint_swaps_the_token_wherever_it_is_and_obeys_its_gate() -> Non
             status, body = call(port, path, headers)
             assert status == 200, body
         assert [r["key"] for r in server.requests] == [KEY, KEY, KEY]
+        # The endpoint reports a call once it has relayed the answer's end, from its own
+        # thread: the client may read that end first (seen under load). Bounded wait.
+        deadline = time.monotonic() + 10
+        while len(reports) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert [(r, u.total_tokens if u else None) for r, u in reports] == [("p1", 12)] * 3
         # A provider that echoes the request (a 404 naming the URL) echoes the token, not the key.
         status, body = call(port, f"/p0/no-such-route?key={token}", {})

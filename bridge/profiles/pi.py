@@ -27,14 +27,13 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Final, TypedDict, Unpack
 
 import attrs
 
 from bridge.profiles import limits as limits_module
 from bridge.profiles.command import PI_CLEARING, Launch, ProfileError
 from bridge.profiles.conversation import Conversation, EngineConversation
-from bridge.profiles.keyhold import RELAY_PORT, KeyEndpoint, hold
 from bridge.profiles.limits import DEFAULT_LIMITS, TOOL_SHELL_FILE, EngineLimits, Limits
 from bridge.profiles.netjail import relay_lines
 from bridge.profiles.orphans import private_folder, private_root, registered_hidden, remove_orphans
@@ -72,6 +71,12 @@ from bridge.profiles.seal import (
     startup_refusal,
 )
 from bridge.profiles.toolshell import script as tool_shell_script
+
+if TYPE_CHECKING:
+    # The key endpoint's module (the standard library's HTTP server and client, TLS) is imported
+    # when an engine is prepared, not with this module: `bridge --version`, `bridge acp` on
+    # another engine and every import of the Pi profile went without it before issue 41.
+    from bridge.profiles.keyhold import KeyEndpoint
 
 __all__ = [
     "NODE_MIN",
@@ -516,6 +521,8 @@ class PiProfile:
         ``landlock``: the kernel's Landlock ABI when confined (the tool shell's)."""
         key = os.environ[self.api_key_env] if self.api_key_env is not None else self.api_key
         no_network = self.sandbox.enabled and not self.sandbox.network
+        from bridge.profiles.keyhold import hold
+
         keys = (
             None
             if self.key_inside
@@ -612,6 +619,8 @@ class PiProfile:
         relay, provider = "", None
         if not self.sandbox.network and folders.link is not None:
             sock, ready = folders.config / "provider.sock", folders.config / "provider.ready"
+            from bridge.profiles.keyhold import RELAY_PORT
+
             relay = relay_lines(install.node, str(sock), str(ready), RELAY_PORT, ["127.0.0.1"])
             provider = f"127.0.0.1:{RELAY_PORT} (the bridge's key endpoint)"
         # The sandbox's watch on the bridge (sandbox.WATCH): the read end goes to the engine, the
