@@ -52,6 +52,13 @@ def private_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def private_left(folder: Path) -> list[Path]:
+    """What a bridge left in the private root ``folder`` (:func:`private_tmp`), less this test
+    process's own register of the folders its sandboxes hide (``pi-bridge-hides-PID``: kept
+    while the process lives, bridge/profiles/orphans.py rule 3)."""
+    return [p for p in folder.iterdir() if p.name != f"pi-bridge-hides-{os.getpid()}"]
+
+
 def private_base() -> str:
     """Where a test's own temporary folder goes when the engine's config folder must be in it."""
     return "/var/tmp"

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
+from bridge.demo.model_server import start_server
 from bridge.live.api import open_bridge
 from bridge.live.supervisor import BridgeConfig
 from bridge.profiles.command import ProfileError
@@ -28,9 +30,30 @@ REPLY = "Done with the tool."
 AGAIN = "Here again."
 #: 256 MiB, 64 tasks, 16 MiB of /tmp and of the working folder.
 SMALL = Limits(memory="256M", processes=64, tmp="16M", disk="16M")
+#: For the many small tools: Pi's Node holds 120-200 MiB (more on a loaded machine, its GC
+#: behind); under 256 MiB it was near the limit by itself on a loaded CI run, and once every
+#: tool was killed the kernel had only Pi left to kill. 384 MiB leaves Pi room while the eight
+#: 40 MiB tools (320 MiB) still pass the limit.
+ROOMY = Limits(memory="384M", processes=64, tmp="16M", disk="16M")
 NONE = Limits(memory=None, processes=None, tmp=None, disk=None)
 
 needs_cgroup = pytest.mark.skipif(find_cgroup_root() is None, reason="no cgroup the bridge may make here")
+
+
+@pytest.fixture
+def server_for() -> Iterator[Any]:
+    """This file's own (not conftest's): the model runs one bash ``command``, then replies to it
+    and to the next prompt."""
+    servers: list[Any] = []
+
+    def start(command: str) -> Any:
+        script = [{"tool_call": {"name": "bash", "arguments": {"command": command}}}, {"text": REPLY}, {"text": AGAIN}]
+        servers.append(start_server(script))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.close()
 
 
 def attack(tmp_path: Path, server: Any, limits: Limits) -> dict[str, Any]:
@@ -88,7 +111,7 @@ def test_a_tool_allocating_past_the_memory_limit_is_killed_and_pi_goes_on(tmp_pa
 
 @needs_cgroup
 def test_many_small_tools_past_the_memory_limit_are_killed_not_pi(tmp_path: Path, server_for: Any):
-    out = attack(tmp_path, server_for(MANY), SMALL)
+    out = attack(tmp_path, server_for(MANY), ROOMY)
     assert_ordinary_tool_error(out, "Killed")
 
 
@@ -126,7 +149,7 @@ def test_without_the_tools_oom_score_many_small_tools_get_pi_killed(tmp_path: Pa
     writes to /proc), the same eight processes get Pi killed."""
     monkeypatch.setattr("bridge.profiles.limits.TOOL_OOM_SCORE_ADJ", 0)
     out = attack(
-        tmp_path, server_for("cat /proc/self/oom_score_adj; echo 1000 > /proc/self/oom_score_adj; " + MANY), SMALL
+        tmp_path, server_for("cat /proc/self/oom_score_adj; echo 1000 > /proc/self/oom_score_adj; " + MANY), ROOMY
     )
     assert out["first"].state != "finished", out["first"]
 
@@ -135,7 +158,7 @@ def test_without_the_tools_oom_score_many_small_tools_get_pi_killed(tmp_path: Pa
 def test_a_tool_cannot_lower_its_oom_score_back_to_pis(tmp_path: Path, server_for: Any):
     """Before the tool shell, a tool could put its score back to Pi's and get Pi killed: now its
     write to /proc is denied (the tool shell's Landlock rules) and Pi goes on."""
-    out = attack(tmp_path, server_for("echo 0 > /proc/self/oom_score_adj; echo set=$?; " + MANY), SMALL)
+    out = attack(tmp_path, server_for("echo 0 > /proc/self/oom_score_adj; echo set=$?; " + MANY), ROOMY)
     assert "set=1" in out["tool"], out["tool"]
     assert out["first"].state == "finished", out["first"]
 

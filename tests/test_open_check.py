@@ -26,6 +26,7 @@ from bridge.demo.model_server.server import models_json
 from bridge.profiles.command import CommandProfile, Launch
 from bridge.profiles.pi import PiProfile, scripted_profile
 from bridge.transcript import open_transcript
+from tests.conftest import private_left
 
 LIBRARIES = ["asyncio", "trio"]
 
@@ -80,7 +81,7 @@ def test_a_model_pi_does_not_offer_is_a_profile_error_at_open_and_nothing_is_lef
     line = str(raised.value)
     assert line.startswith(NOT_OFFERED) and "\n" not in line, line
     # Nothing left: no private folder (its key), no engine; the model was never asked.
-    assert list(private_tmp.iterdir()) == []
+    assert private_left(private_tmp) == []
     (start,) = [n for n in entries(journal, "note") if n.get("event") == "engine-start"]
     assert reaped(start["pid"])
     assert server.requests == []
@@ -105,7 +106,7 @@ def test_a_model_pi_refuses_itself_is_a_profile_error_at_open(
 
     with pytest.raises(ProfileError, match='^the engine cannot be set up: .*Model "nope" not found'):
         run(library, main)
-    assert list(private_tmp.iterdir()) == []
+    assert private_left(private_tmp) == []
 
 
 @pytest.mark.parametrize("library", LIBRARIES)
@@ -127,7 +128,7 @@ def test_a_good_profile_opens_on_the_engine_that_runs_the_first_prompt(
     assert receipt.state is State.FINISHED and receipt.reply == "from the engine started at open"
     assert (receipt.generation, receipt.pid) == (1, pid), "one engine start in all"
     assert pid is not None and reaped(pid)
-    assert list(private_tmp.iterdir()) == []
+    assert private_left(private_tmp) == []
 
 
 @pytest.mark.parametrize("library", LIBRARIES)

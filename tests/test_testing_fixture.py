@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from bridge.testing import ScriptedModel
+from tests.conftest import private_left
 
 CONFTEST = 'pytest_plugins = ["bridge.testing.pytest_plugin"]\n'
 
@@ -171,7 +172,7 @@ def test_the_with_block_starts_the_server_and_its_end_stops_it_and_removes_model
             str(path),
             str(private_tmp),
         )
-    assert _refused(url) and not path.exists() and list(private_tmp.iterdir()) == []
+    assert _refused(url) and not path.exists() and private_left(private_tmp) == []
     assert [(r.method, r.path, r.step) for r in model.requests] == [("GET", "/v1/models", None)]
     assert model.completions == []
     model.close()  # a second close changes nothing
@@ -183,19 +184,19 @@ def test_a_block_that_raises_still_stops_the_server(private_tmp: Path) -> None:
     with pytest.raises(KeyError), ScriptedModel() as model:
         url = model.url
         raise KeyError("mine")
-    assert _refused(url) and list(private_tmp.iterdir()) == []
+    assert _refused(url) and private_left(private_tmp) == []
 
 
 def test_a_step_it_does_not_know_is_refused_before_anything_starts(private_tmp: Path) -> None:
     with pytest.raises(ValueError, match=r"unknown step keys \['txet'\]"):
         ScriptedModel([{"txet": "hi"}])  # type: ignore[typeddict-unknown-key]
-    assert list(private_tmp.iterdir()) == []
+    assert private_left(private_tmp) == []
 
 
 async def test_the_async_with_block_under_trio(private_tmp: Path) -> None:
     async with ScriptedModel() as model:
         url = model.url
-    assert _refused(url) and list(private_tmp.iterdir()) == []
+    assert _refused(url) and private_left(private_tmp) == []
 
 
 def test_the_async_with_block_under_asyncio(private_tmp: Path) -> None:
@@ -203,7 +204,7 @@ def test_the_async_with_block_under_asyncio(private_tmp: Path) -> None:
         async with ScriptedModel() as model:
             return model.url
 
-    assert _refused(asyncio.run(main())) and list(private_tmp.iterdir()) == []
+    assert _refused(asyncio.run(main())) and private_left(private_tmp) == []
 
 
 def test_importing_bridge_testing_loads_nothing_until_a_name_is_used() -> None:
