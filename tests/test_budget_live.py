@@ -209,7 +209,10 @@ async def test_a_compaction_counts_toward_the_prompt_it_was_made_for(pinned_pi: 
     # Pi's own usage of the run: its first message, or nothing when the key endpoint's report of
     # that call (which passed the budget) came before Pi ended the message (then aborted, 0 tokens).
     assert receipt.usage is not None and receipt.usage.cost in (0, pytest.approx(PER_MESSAGE)), receipt.usage
-    assert spent == pytest.approx(5 * PER_MESSAGE)  # two prompts, two summary calls, one message
+    # Two prompts, two summary calls, one message; and, on a loaded machine, the next call of the
+    # run when Pi had made it before the budget's stop reached it (the key endpoint counts every
+    # call it forwarded, and closes its gate with the stop: seen in a CI run, 6 messages' worth).
+    assert spent in (pytest.approx(5 * PER_MESSAGE), pytest.approx(6 * PER_MESSAGE)), spent
     notes = [json.loads(line).get("note") for line in journal.read_text().splitlines()[1:]]
     (budget,) = [n for n in notes if isinstance(n, dict) and n.get("event") == "budget"]
     assert budget["spent"]["usd"] == pytest.approx(3 * PER_MESSAGE)

@@ -295,6 +295,7 @@ def test_the_tool_shell_confines_itself_then_becomes_the_shell(tmp_path: Path) -
 
 def test_the_tool_shell_never_runs_a_tool_unconfined(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
     """No Landlock, or rules it cannot read: exit 126 with a message, and no exec."""
+    before = Path("/proc/self/oom_score_adj").read_text().strip()
 
     def no_exec(*a: Any) -> None:
         raise AssertionError("the shell was run unconfined")
@@ -304,6 +305,10 @@ def test_the_tool_shell_never_runs_a_tool_unconfined(monkeypatch: pytest.MonkeyP
     assert toolshell.main({"write": ["/tmp"], "shell": "/bin/bash"}, ["-c", "true"]) == 126
     assert "the tool's sandbox could not be set up, the tool is not run" in capsys.readouterr().err
     assert toolshell.main({"shell": "/bin/bash"}, ["-c", "true"]) == 126
+    # Run in-process, it must not have raised this (the caller's) oom_score_adj: every engine
+    # started after would inherit it, Pi at 1000 too (a pytest worker's limits tests then saw
+    # the kernel kill Pi).
+    assert Path("/proc/self/oom_score_adj").read_text().strip() == before
 
 
 def test_a_kernel_without_landlock_is_a_refusal_naming_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:

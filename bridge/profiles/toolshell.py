@@ -161,11 +161,6 @@ def main(rules: dict[str, Any], argv: list[str]) -> int:
     """Confine, then become the real shell with ``argv`` (Pi's ``-c COMMAND``). Returns only on
     failure (126, rule 4)."""
     try:
-        with open("/proc/self/oom_score_adj", "w") as f:  # rule 5; best effort
-            f.write(str(int(rules.get("oom", 1000))))
-    except OSError:
-        pass
-    try:
         restrict(list(rules["write"]))
     except (OSError, KeyError, TypeError) as e:
         print(
@@ -194,5 +189,19 @@ def script(python: str, rules: dict[str, Any]) -> str:
     return f"#!{python} -IS\n" + body.replace(_RULES_LINE, f"RULES: dict[str, Any] = {json.dumps(rules)}\n")
 
 
+def raise_oom_score(rules: dict[str, Any]) -> None:
+    """Rule 5, best effort: this process's ``oom_score_adj`` to ``RULES["oom"]``. Only ever in
+    the tool shell's own process (its ``__main__``), before :func:`main` confines it: a caller
+    that ran it in-process raised its own score, and every engine it started after inherited
+    it -- Pi at 1000 too, so the kernel killed Pi, the largest (found by the suite: a unit test
+    of ``main`` in a pytest worker, then that worker's limits tests)."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write(str(int(rules.get("oom", 1000))))
+    except OSError:
+        pass
+
+
 if __name__ == "__main__":
+    raise_oom_score(RULES)
     sys.exit(main(RULES, sys.argv[1:]))
