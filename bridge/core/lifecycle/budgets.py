@@ -45,10 +45,14 @@ class Budgets:
     def model_gate(self) -> str | None:
         """The prompt the key endpoint may forward model calls for: the one holding the slot
         (being configured -- a compaction before it is written calls the model -- or written),
-        not stopped (None: the gate is closed, calls are refused)."""
+        not stopped by its budget (None: the gate is closed, calls are refused). Another stop (the
+        controller's, a timeout's) leaves it open until the receipt: a call Pi has under way is
+        still counted, and refusing it raced the abort -- Pi's run then ended on the endpoint's
+        403 before the abort settled it, ``failed`` with that error instead of ``interrupted``
+        (an ACP cancel test, one run in twelve under load)."""
         s = self.state
         rec = s.prompts.get(s.held) if s.held is not None else None
-        if rec is None or rec.phase == "queued" or rec.stop is not None or rec.gave_up is not None:
+        if rec is None or rec.phase == "queued" or rec.stop_by is StopBy.BUDGET or rec.gave_up is not None:
             return None
         return rec.request
 
