@@ -43,7 +43,7 @@ The rules use only the journal: the same file always gives the same findings.
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 import attrs
 
@@ -63,14 +63,8 @@ Kind = Literal[
     "receipt-invalid",
     "cut-short",
 ]
-KINDS: Final[tuple[Kind, ...]] = (
-    "receipt-differs",
-    "answer-to-unsent",
-    "receipt-without-send",
-    "release-without-receipt",
-    "receipt-invalid",
-    "cut-short",
-)
+#: The kinds in their order, read off :data:`Kind` (declared once).
+KINDS: Final[tuple[Kind, ...]] = get_args(Kind)
 #: What a recorded receipt is compared on beyond its verdict, where the evidence decided it
 #: (wire names): what the evidence itself gives.
 COMPARED: Final = ("stop", "run", "reply", "ackIdx", "workingIdx", "settleIdx")
