@@ -26,6 +26,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     # What a type checker reads: every public name with its own type. (It does not see the
     # ``__getattr__`` below, so a misspelt name is an error there, not an ``Any``.)
+    from bridge.core.config import BridgeConfig as BridgeConfig
     from bridge.core.receipts import Receipt as Receipt
     from bridge.core.words import Reason as Reason
     from bridge.core.words import State as State
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
     from bridge.live.protocols import PromptHandleAPI as PromptHandleAPI
     from bridge.live.steering import EngineQuestionError as EngineQuestionError
     from bridge.live.supervisor import Bridge as Bridge
-    from bridge.live.supervisor import BridgeConfig as BridgeConfig
     from bridge.profiles.command import CommandProfile as CommandProfile
     from bridge.profiles.command import ProfileError as ProfileError
     from bridge.profiles.conversation import list_conversations as list_conversations
@@ -61,7 +61,7 @@ _HOMES = {
     "Bridge": "bridge.live.supervisor",
     "BridgeAPI": "bridge.live.protocols",
     "BridgeClosedError": "bridge.live.aio",
-    "BridgeConfig": "bridge.live.supervisor",
+    "BridgeConfig": "bridge.core.config",
     "CommandProfile": "bridge.profiles.command",
     "Dialog": "bridge.live.handles",
     "DialogAPI": "bridge.live.protocols",

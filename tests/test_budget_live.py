@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from bridge import open_bridge
-from bridge.core.lifecycle import BridgeConfig
+from bridge.core.config import BridgeConfig
 from bridge.core.progress import ToolStart
 from bridge.core.receipts import Receipt
 from bridge.demo.model_server import start_server

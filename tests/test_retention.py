@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from bridge.core.lifecycle import BridgeConfig
+from bridge.core.config import BridgeConfig
 from bridge.live import api
 from bridge.live.retention import Keep, keep_from, sweep
 from bridge.profiles.command import CommandProfile

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import trio
 
-from bridge.core.lifecycle import BridgeConfig
+from bridge.core.config import BridgeConfig
 from bridge.core.receipts import Receipt
 from bridge.core.session import STDERR_QUOTED
 from bridge.core.stderr import STDERR_DROPPED, TAIL_LINES, StderrBudget, tail_room

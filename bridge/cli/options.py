@@ -532,7 +532,7 @@ def _confinement_options(args: argparse.Namespace) -> list[str]:
 
 
 def bridge_config(args: argparse.Namespace) -> Any:
-    from bridge.core.lifecycle.config import BridgeConfig
+    from bridge.core.config import BridgeConfig
 
     return BridgeConfig(
         queue_max=args.queue_max,

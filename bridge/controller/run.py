@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from bridge.controller.output import silence_stdout
-from bridge.core.lifecycle import BridgeConfig
+from bridge.core.config import BridgeConfig
 from bridge.core.receipts import Receipt, exit_status
 from bridge.live.api import Bridge, PromptHandle
 from bridge.live.signals import SignalCloser, closing_signals

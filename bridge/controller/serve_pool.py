@@ -49,8 +49,8 @@ from bridge.controller.messages import (
     parse_command,
 )
 from bridge.controller.output import Output
+from bridge.core.config import BridgeConfig
 from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
-from bridge.core.lifecycle import BridgeConfig
 from bridge.live.journal import default_journal_dir
 from bridge.live.pool import Pool, open_pool
 from bridge.live.signals import closing_signals

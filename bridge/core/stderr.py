@@ -3,7 +3,7 @@
 Stderr is for people: the bridge never parses it, and a receipt quotes only its last lines
 (:data:`bridge.core.session.STDERR_QUOTED`, kept apart from this and never cut). An engine
 that writes 50 MB to stderr made a 57 MB journal; now each generation's stderr entries are
-at most :attr:`~bridge.core.lifecycle.BridgeConfig.stderr_journal_max` characters
+at most :attr:`~bridge.core.config.BridgeConfig.stderr_journal_max` characters
 (:data:`STDERR_JOURNAL_MAX` by default; None: no bound):
 
 - the first lines are journaled as they come, up to the cap less the room for the last ones

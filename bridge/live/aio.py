@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 import outcome
 import trio
 
-from bridge.core.lifecycle import BridgeConfig
+from bridge.core.config import BridgeConfig
 from bridge.core.progress import ProgressEvent
 from bridge.core.receipts import Receipt
 from bridge.core.session import Session

@@ -23,7 +23,7 @@ import sniffio
 import trio
 
 from bridge import __version__
-from bridge.core.lifecycle import BridgeConfig
+from bridge.core.config import BridgeConfig
 from bridge.live.handles import Message, PromptHandle
 from bridge.live.journal import Journal, default_journal_dir, private_dir
 from bridge.live.oneshot import Query
@@ -83,7 +83,7 @@ def open_bridge(
         journal: True (the default) for a new file in the default folder
             (``$PI_BRIDGE_JOURNAL_DIR``, else ``$XDG_STATE_HOME/pi-bridge/journals``, else
             ``~/.local/state/pi-bridge/journals``); a path, not there yet; False or None: none.
-        config: Limits and timeouts (:class:`~bridge.core.lifecycle.config.BridgeConfig`;
+        config: Limits and timeouts (:class:`~bridge.core.config.BridgeConfig`;
             default: its defaults).
         drain_on_exit: At the block's normal end, wait until every accepted prompt has its
             receipt before closing (default: the running prompt is stopped).

@@ -38,7 +38,7 @@ from typing import Any
 import attrs
 import trio
 
-from bridge.core.lifecycle import RECENT_IDS, BridgeConfig
+from bridge.core.config import RECENT_IDS, BridgeConfig
 from bridge.core.notices import ReceiptNotice
 from bridge.core.pool import (
     Clean,
@@ -730,7 +730,7 @@ async def open_pool(
         journal: True (the default): one journal per engine in the default folder; a folder's
             path: in it; False or None: none. Each is named ``...-pool-engine-N.jsonl`` for its
             engine N, and its header says ``"pool": {"engine": N}``.
-        config: Each engine's bridge settings (:class:`~bridge.core.lifecycle.config.BridgeConfig`).
+        config: Each engine's bridge settings (:class:`~bridge.core.config.BridgeConfig`).
         drain_on_exit: At the block's normal end, wait until every accepted prompt has its
             receipt before closing (default: the running prompts are stopped).
 

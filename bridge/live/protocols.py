@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from bridge.core.lifecycle import BridgeConfig
+    from bridge.core.config import BridgeConfig
     from bridge.core.progress import ProgressEvent
     from bridge.core.receipts import Receipt
     from bridge.core.session import Session

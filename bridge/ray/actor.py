@@ -28,7 +28,7 @@ from typing import Any, Final
 
 import trio
 
-from bridge.core.lifecycle import BridgeConfig
+from bridge.core.config import BridgeConfig
 from bridge.core.receipts import Receipt
 from bridge.live.api import open_bridge
 from bridge.live.protocols import BridgeAPI

@@ -30,8 +30,8 @@ try:
 except ImportError as e:  # (the extra is optional: say which one)
     raise ImportError(f"bridge.ray needs Ray: pip install 'pi-bridge[ray]' ({e})") from e
 
+from bridge.core.config import BridgeConfig
 from bridge.core.dispatch import Dispatch, Lane
-from bridge.core.lifecycle import BridgeConfig
 from bridge.core.receipts import Receipt, Where
 from bridge.live.submits import check_submit
 from bridge.profiles.command import EngineProfile

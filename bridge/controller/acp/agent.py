@@ -51,8 +51,8 @@ from bridge import __version__
 from bridge.controller.acp import protocol as acp
 from bridge.controller.acp import sessions as kept
 from bridge.controller.output import FLUSH_GRACE, Output
+from bridge.core.config import BridgeConfig
 from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
-from bridge.core.lifecycle.config import BridgeConfig
 from bridge.core.progress import TurnEnd
 from bridge.core.receipts import exit_status
 from bridge.live.retention import keep_from, sweep
