@@ -376,7 +376,7 @@ def test_a_misspelt_keyword_is_a_type_error_naming_the_call_made(library: str) -
             with pytest.raises(TypeError) as e:
                 bridge.configure(modle="m")  # type: ignore[call-arg]
             said["configure"] = str(e.value)
-            assert bridge.receipts_issued == 0 and not bridge.session.open and bridge.status()["queued"] == []
+            assert bridge.receipts_issued == 0 and bridge.status()["held"] is None and bridge.status()["queued"] == []
         return said
 
     said = asyncio.run(main()) if library == "asyncio" else trio.run(main)

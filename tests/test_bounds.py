@@ -82,6 +82,9 @@ async def test_the_supervisor_keeps_only_outstanding_prompts_and_recent_ids(tmp_
         async with api.open_bridge(profile, journal=False) as bridge:
             for n in range(40):
                 assert (await bridge.prompt("hi", request=f"r{n}")).state == "finished"
-            assert bridge.lifecycle.state.prompts == {} and len(bridge.lifecycle.state.recent) == 10
+            assert (
+                bridge.supervision.lifecycle.state.prompts == {}
+                and len(bridge.supervision.lifecycle.state.recent) == 10
+            )
             assert bridge.knows("r39") and not bridge.knows("r0")
             assert bridge.get_receipt("r39") is not None

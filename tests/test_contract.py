@@ -745,7 +745,7 @@ async def test_startup_death_counts_once_toward_the_crash_limit(tmp_path: Path, 
             seen: list[dict[str, Any]] = []
             bridge.listeners.append(seen.append)
             r = await bridge.prompt("hi")
-            crashes = list(bridge.lifecycle.state.crashes)
+            crashes = list(bridge.supervision.lifecycle.state.crashes)
     assert (r.state, r.reason) == ("rejected", "engine-down"), r
     assert r.native_error and says in r.native_error, r
     starts = notes(journal, "engine-start")
@@ -789,7 +789,7 @@ async def test_a_startup_check_the_engine_answered_with_a_refusal_is_not_retried
             first = await bridge.submit("hi")
             second = await bridge.submit("again")
             r1, r2 = await first.receipt(), await second.receipt()
-            state = bridge.lifecycle.state
+            state = bridge.supervision.lifecycle.state
             assert state.setup_failed and state.crashes == []
     problem = "Pi's session already held 3 message(s) at start-up"
     for r in (r1, r2):

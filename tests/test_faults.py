@@ -232,12 +232,12 @@ async def test_overlap_recycles_engine(tmp_path: Path) -> None:
             with trio.fail_after(5):  # the engine's own run after the settle: O1
                 while not any(n.get("signal") == "O1" for n in notes):
                     await trio.sleep(0.01)
-            assert bridge.session.sealed is False
+            assert bridge.supervision.session.sealed is False
             r2 = await bridge.prompt("two", request="r2")
             # a fresh engine and a fresh tracker: generation 2, run numbering restarts
             assert r2.state == "finished", r2
             assert r2.generation == 2 and r2.run == "run-1" and r2.signals == ()
-            assert bridge.session.sealed is True
+            assert bridge.supervision.session.sealed is True
             # an overlap while the slot is held: the held prompt is tainted, the engine recycled
             r3 = await bridge.prompt("three", request="r3")
             assert (r3.state, r3.reason) == ("outcome-unknown", "overlap"), r3

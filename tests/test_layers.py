@@ -16,6 +16,10 @@
   model server; never the controllers or the CLI (it runs ``python -m bridge serve`` as a
   subprocess). Nothing else in ``bridge/`` imports it, and it imports no pytest at module level:
   the tools import it too.
+- The doors above the core (``bridge.live``, ``bridge.controller``, ``bridge.cli``, ``bridge.ray``)
+  import it only through the supervision and the vocabulary it speaks (:data:`DOOR_CORE`): never
+  the lifecycle, the session or the tracker, which are the supervision's parts (issue 43: the
+  supervision exports its words; a door reads its frozen ``view()``).
 - ``tests/`` imports nothing from ``tools/`` (a test runs a tool as a subprocess): no ``import
   tools``, no ``sys.path`` change, no loading of a file by its path (importlib's loaders,
   ``runpy``, ``exec``).
@@ -96,6 +100,29 @@ FORBIDDEN = {
 }
 
 
+#: The core's modules the doors (:data:`DOORS`) may import, each with why. The supervision is the
+#: one object that decides; the rest are words that cross its door, or a pool's own sans-IO rules.
+DOOR_CORE = {
+    "supervision": "the one door: its requests, actions, view, and the launch facts it reads",
+    "config": "BridgeConfig and the fixed bounds, which every door builds or reads",
+    "receipts": "a receipt and its parts (Times, Usage, Where), and how a receipt is said",
+    "words": "the contract's words (State, Reason, ...)",
+    "progress": "a prompt's events, as a handle yields them",
+    "framing": "lines: a controller's stdin is split and parsed as the engine's is",
+    "prompts": "a prompt's options and their checks (PromptOptions, declared once)",
+    "budget": "a prompt's budget, as a Submit carries it",
+    "steering": "a model and thinking level asked for (Wanted), and a model's summary",
+    "images": "what an image given with a prompt must be, checked before it is accepted",
+    "notices": "what the bridge tells its listeners (a receipt's, a text's notice)",
+    "wire": "the one cattrs converter, for what a controller writes",
+    "conversation": "named conversations: their names, records and history (the CLI, acp, the pool)",
+    "pool": "the pool's own sans-IO rules (PoolRules), which bridge/live/pool.py carries out",
+    "dispatch": "the Ray pool's own sans-IO rules (Dispatch), which bridge/ray/pool.py carries out",
+}
+#: The layers above the core that reach it only through :data:`DOOR_CORE`.
+DOORS = ("live", "controller", "cli", "ray")
+
+
 def imports_of(path: Path) -> list[tuple[int, str]]:
     """Every module ``path`` imports (absolute names), with its line."""
     tree = ast.parse(path.read_text(), str(path))
@@ -129,6 +156,50 @@ def test_no_layer_imports_one_above_it(layer: str) -> None:
         if name.startswith(FORBIDDEN[layer])
     ]
     assert not wrong, "\n".join(wrong)
+
+
+def core_reached(path: Path) -> list[tuple[int, str]]:
+    """The core modules ``path`` imports that are not in :data:`DOOR_CORE` (``bridge.core.X...``)."""
+    return [
+        (line, name)
+        for line, name in imports_of(path)
+        if name.startswith("bridge.core.") and name.split(".")[2] not in DOOR_CORE
+    ]
+
+
+@pytest.mark.parametrize("layer", DOORS)
+def test_the_doors_reach_the_core_only_through_the_supervision(layer: str) -> None:
+    """``bridge/live/``, ``bridge/controller/``, ``bridge/cli/`` and ``bridge/ray/`` import the
+    core only through :mod:`bridge.core.supervision` and the vocabulary modules (:data:`DOOR_CORE`),
+    and read none of the supervision's parts (its ``lifecycle``, its ``session``)."""
+    files = modules_in(layer)
+    assert files
+    wrong = [f"{p.relative_to(ROOT)}:{line}: imports {name}" for p in files for line, name in core_reached(p)]
+    for p in files:
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(node, ast.Attribute) and node.attr in ("lifecycle", "session"):
+                owner = ast.unparse(node.value)
+                if owner.endswith("supervision") or owner.endswith("bridge") or owner == "self":
+                    wrong.append(f"{p.relative_to(ROOT)}:{node.lineno}: reads {ast.unparse(node)}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_door_check_catches_the_supervisions_parts(tmp_path: Path) -> None:
+    """The doors' check is not vacuous: importing the lifecycle, the session or the tracker is
+    caught; the supervision and the vocabulary are not."""
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "from bridge.core.lifecycle import Submit\nimport bridge.core.session\n"
+        "from bridge.core.tracker import Overlap\nfrom bridge.core.supervision import Submit\n"
+        "from bridge.core.config import BridgeConfig\nfrom bridge.core import words\n"
+    )
+    assert [name for _, name in core_reached(bad)] == [
+        "bridge.core.lifecycle",
+        "bridge.core.lifecycle.Submit",
+        "bridge.core.session",
+        "bridge.core.tracker",
+        "bridge.core.tracker.Overlap",
+    ]
 
 
 def pure_names_of(path: Path) -> set[tuple[int, str]]:

@@ -243,7 +243,7 @@ async def test_interrupted_during_a_retry_backoff_uses_the_settles_aborted_flag(
         h = await bridge.submit("retry me")
 
         def first_attempt_failed() -> bool:
-            run = bridge.session.tracker.current_run()
+            run = bridge.supervision.session.tracker.current_run()
             return run is not None and run.last_stop == "error"
 
         await until(first_attempt_failed)  # the engine now sleeps in its backoff
@@ -352,7 +352,7 @@ async def test_a_prompt_whose_write_failed_before_any_byte_went_in_is_rejected_n
         b = await bridge.submit("b", request="b")
         done = [await a.receipt(), await b.receipt()]
         done.append(await bridge.prompt("c", request="c"))
-        assert len(bridge.lifecycle.state.crashes) == 1  # the broken engine's exit, once
+        assert len(bridge.supervision.lifecycle.state.crashes) == 1  # the broken engine's exit, once
         return done
 
     run, (a, b, c) = await session(tmp_path, fake(scenario), body)
@@ -786,10 +786,14 @@ async def test_a_settle_timeout_fires_on_the_bridges_clock_not_the_wall(tmp_path
     async def body(bridge: Bridge) -> list[Receipt]:
         handle = await bridge.submit("hang on", timeout=600, stall_timeout=0)  # (no stall first)
         while not (
-            handle.request == bridge.lifecycle.state.held and bridge.lifecycle.state.prompts[handle.request].acked
+            handle.request == bridge.supervision.lifecycle.state.held
+            and bridge.supervision.lifecycle.state.prompts[handle.request].acked
         ):
             await bridge._wait_change()
-        assert bridge.lifecycle.next_deadline() is not None and bridge.lifecycle.next_deadline() > 500
+        assert (
+            bridge.supervision.lifecycle.next_deadline() is not None
+            and bridge.supervision.lifecycle.next_deadline() > 500
+        )
         mock_clock.jump(600)
         return [await handle.receipt()]
 
@@ -809,10 +813,11 @@ async def test_a_stall_fires_on_the_bridges_clock_from_the_runs_last_line(tmp_pa
         bridge.listeners.append(lambda note: signals.append(note) if note.get("type") == "signal" else None)
         handle = await bridge.submit("hang on", stall_timeout=400)
         while not (
-            handle.request == bridge.lifecycle.state.held and bridge.lifecycle.state.prompts[handle.request].acked
+            handle.request == bridge.supervision.lifecycle.state.held
+            and bridge.supervision.lifecycle.state.prompts[handle.request].acked
         ):
             await bridge._wait_change()
-        assert bridge.lifecycle.state.deadlines["stall"] > 390
+        assert bridge.supervision.lifecycle.state.deadlines["stall"] > 390
         mock_clock.jump(401)
         return [await handle.receipt()]
 
@@ -833,7 +838,8 @@ async def test_a_controller_stop_then_its_timeout_stays_interrupted(tmp_path: Pa
     async def body(bridge: Bridge) -> list[Receipt]:
         handle = await bridge.submit("hang on", timeout=600, stall_timeout=0)
         while not (
-            handle.request == bridge.lifecycle.state.held and bridge.lifecycle.state.prompts[handle.request].acked
+            handle.request == bridge.supervision.lifecycle.state.held
+            and bridge.supervision.lifecycle.state.prompts[handle.request].acked
         ):
             await bridge._wait_change()
         mock_clock.jump(598)

@@ -168,7 +168,7 @@ async def test_a_crash_at_open_is_no_profile_error_and_the_crash_rules_go_on_at_
     config = BridgeConfig(crash_limit=2, restart_backoff=(0.0,))
     with trio.fail_after(30):
         async with open_bridge(Checked(dies_in_check), journal=False, config=config) as bridge:
-            state = bridge.lifecycle.state
+            state = bridge.supervision.lifecycle.state
             assert len(state.crashes) == 1 and state.down is None and not state.setup_failed
             assert bridge.generation == 1
             receipt = await bridge.prompt("hi")

@@ -28,7 +28,6 @@ from bridge.core.lifecycle import (
     Deliver,
     Shutdown,
     Spawn,
-    SpawnFailed,
     Stop,
     StopEngine,
     Submit,
@@ -347,7 +346,7 @@ def test_row1_unsent_queue_full_cancelled_closing_and_engine_down(world: Any) ->
     assert [c["id"] for c in w.sent("prompt")] == ["p1"]  # nothing unwritten is written once closing began
     down = world(spawn=False)
     down.submit("q1")
-    down.feed(SpawnFailed(down.pending_spawn[0], "cannot start the engine 'nope': No such file"))
+    down.do(down.sup.spawn_failed(down.pending_spawn[0], "cannot start the engine 'nope': No such file", down.now))
     assert down.word("q1") == ("rejected", "engine-down")
     assert "No such file" in (down.receipts["q1"].native_error or "")
     w.agrees_with_replay()

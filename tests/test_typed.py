@@ -215,7 +215,7 @@ async def use(bridge: BridgeAPI) -> Receipt:
     async for note in bridge.signals(max_buffer=10):
         print(note["type"])
     print(bridge.status(), bridge.receipts_issued, bridge.down_reason, bridge.closing, bridge.generation)
-    print(bridge.journal_failed, bridge.profile, bridge.config.ack_timeout, bridge.session, bridge.no_prompt_follows)
+    print(bridge.journal_failed, bridge.profile, bridge.config.ack_timeout, bridge.collected().overlaps, bridge.no_prompt_follows)
     if bridge.journal is not None and bridge.engine is not None:
         print(bridge.journal.path, bridge.engine.pid)
     await bridge.drain()

@@ -64,7 +64,7 @@ def main() -> int:
                 else:
                     receipt = await b.prompt("go", request=f"go{n}")
                 assert receipt.state == "finished", receipt
-            print(f"observations {b.session.observations}", file=sys.stderr)
+            print(f"observations {b.supervision.session.observations}", file=sys.stderr)
 
     async def run(jdir: str) -> None:
         warm, warmed = trio.open_memory_channel[int](a.engines)

@@ -63,7 +63,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
             try:
                 return await bridge.models()
             except EngineQuestionError as e:
-                if bridge.lifecycle.state.setup_failed:  # a mistake to fix, as in run: exit 2
+                if bridge.view().setup_failed:  # a mistake to fix, as in run: exit 2
                     raise ProfileError(f"the engine cannot be set up: {bridge.down_reason or e}") from e
                 return str(e)
 

@@ -192,7 +192,7 @@ class Run:
     def _closing(self, bridge: Bridge) -> None:
         if bridge.journal_failed:
             self.journal_failed = bridge.journal_failed
-        if bridge.lifecycle.state.setup_failed:
+        if bridge.view().setup_failed:
             self.setup_failed = bridge.down_reason or "the engine cannot be set up"
 
     # -- after it closed

@@ -146,7 +146,7 @@ class _Server:
         """Close the bridge on each signal. Ends only when cancelled (after ``bye``)."""
         async for signum in signals:
             bridge = self.bridge
-            if bridge is None or not bridge.lifecycle.state.closed:
+            if bridge is None or not bridge.view().closed:
                 self.status = self.status or 128 + signum
             if self.signum is None:
                 self.signum = signum
@@ -220,7 +220,7 @@ class _Server:
         if self.bridge is not None and self.bridge.journal_failed:
             print(f"bridge serve: {self.bridge.journal_failed}; every receipt went to the controller", file=sys.stderr)
             return self.status or 1
-        if self.bridge is not None and self.bridge.lifecycle.state.setup_failed:
+        if self.bridge is not None and self.bridge.view().setup_failed:
             # Down for good with a problem to fix (like ``run``): every prompt was answered
             # rejected/engine-down, and the status says so too.
             print(f"bridge serve: the engine cannot be set up: {self.bridge.down_reason}", file=sys.stderr)
@@ -337,7 +337,7 @@ async def _act(bridge: Bridge, cmd: Command, lineno: int, drain_timeout: float |
             )
         case Configure():
             bridge.configure(**cmd.wanted.asked())
-            return Configured(converter.unstructure(bridge.lifecycle.state.wanted))
+            return Configured(converter.unstructure(bridge.view().wanted))
         case NewConversation():
             bridge.new_conversation()
         case CompactConversation():

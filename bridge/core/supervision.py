@@ -14,11 +14,14 @@ return the :data:`Action` list to carry out, in order:
 ===============================  ===================================================
 the world ...                    door
 ===============================  ===================================================
-the controller asks something    :meth:`feed` (``Submit``, ``Stop``, ``Close``, ...)
-an engine was launched           :meth:`spawned` (or ``feed(SpawnFailed)``)
+the controller asks something    :meth:`feed` (a :data:`Request`: ``Submit``, ``Stop``, ...)
+an engine was launched           :meth:`spawned`
+an engine could not be launched  :meth:`spawn_failed`
 an engine wrote lines            :meth:`lines` (one read's lines at a time)
 an engine wrote to stderr        :meth:`stderr`
+an engine closed its stdout      :meth:`stdout_closed`
 a write to an engine failed      :meth:`write_failed`
+a recorded write was not made    :meth:`not_written` (the journal failed between the two)
 an engine exited                 :meth:`exited`
 the key endpoint forwarded       :meth:`model_called` (a model call, with its usage)
 a deadline passed                :meth:`tick` (sleep until :meth:`next_deadline`)
@@ -49,6 +52,15 @@ Everything that decides lives here, not in the trio layer:
 - **The stall deadline** is measured from the engine's last line of its own (answers to our
   questions say nothing of the run), brought up to date only when a deadline is due.
 
+Its vocabulary is declared once (:mod:`bridge.core.doors`) and exported here, for every layer
+above it: the :data:`Request` a
+controller makes (:meth:`feed`), every :data:`Action` a door returns, and what the doors may
+read of it, a frozen :class:`View` (:meth:`view`; h11's ``Connection`` shows ``our_state``
+and ``their_state`` the same way) with :meth:`knows`, :meth:`receipt` and :meth:`collected`.
+The layers above import the core only through this module and the vocabulary modules
+(:mod:`bridge.core.config`, :mod:`bridge.core.receipts`, :mod:`bridge.core.words`, ...:
+tests/test_layers.py), never the lifecycle or the session themselves.
+
 It has no clock, no trio and no I/O: journal entries are actions (``Record*``) like the
 rest, and the journal's own failure comes back in as :meth:`journal_failed`. Replay drives
 the :class:`~bridge.core.session.Session` alone from a journal and gets the same receipts,
@@ -60,11 +72,32 @@ from __future__ import annotations
 import collections
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
-import attrs
-
+from bridge.core.config import BridgeConfig
 from bridge.core.dialogs import DIALOG_METHODS, UI_METHODS
+from bridge.core.doors import (
+    _REQUESTS,
+    Action,
+    Collected,
+    LaunchFacts,
+    Progress,
+    Record,
+    RecordExit,
+    RecordNote,
+    RecordRaw,
+    RecordReceipt,
+    RecordRecv,
+    RecordRelease,
+    RecordSend,
+    RecordSignal,
+    RecordStderr,
+    RecordUpdates,
+    Request,
+    Tell,
+    Text,
+    View,
+)
 from bridge.core.events import Acked as SessionAcked
 from bridge.core.events import (
     CompactionSpent,
@@ -86,10 +119,14 @@ from bridge.core.lifecycle import (
     Acked,
     Activity,
     Answer,
+    AnswerDialog,
     Answered,
+    Ask,
     AskDialog,
-    BridgeConfig,
+    Close,
     Closed,
+    Compact,
+    Configure,
     Configured,
     Decided,
     Deliver,
@@ -102,192 +139,83 @@ from bridge.core.lifecycle import (
     JournalFailed,
     Lifecycle,
     ModelCalled,
+    NewConversation,
+    NobodyAnswers,
     Note,
     Notify,
     NotWritten,
+    Open,
+    Shutdown,
     Signal,
     SignalSeen,
     Spawn,
     Spawned,
+    SpawnFailed,
     Spent,
     StartupChecked,
     StdoutClosed,
+    Stop,
     StopAnswer,
     StopEngine,
     StopMissed,
+    Submit,
     Tick,
     Unsealed,
     Write,
     WriteFailed,
 )
 from bridge.core.notices import JournalFailedSignal
-from bridge.core.progress import DELTA_TYPES, PROGRESS_TYPES, ProgressEvent, UsageEvent, join_deltas
+from bridge.core.progress import DELTA_TYPES, PROGRESS_TYPES, UsageEvent, join_deltas
 from bridge.core.receipts import Receipt, Usage
 from bridge.core.session import Session
 from bridge.core.stderr import StderrBudget
 from bridge.core.steering import from_state
 from bridge.core.tracker import Overlap
 
-# --------------------------------------------------------------------------
-# What an engine's launch tells the supervision (bridge.profiles.command.Launch has it)
-
-
-class LaunchFacts(Protocol):
-    """The parts of a launch the supervision reads: pure data and pure checks."""
-
-    @property
-    def argv(self) -> Sequence[str]: ...
-    @property
-    def startup(self) -> Sequence[dict[str, Any]]: ...
-    @property
-    def clearing(self) -> Sequence[str]: ...
-    @property
-    def header(self) -> dict[str, Any]: ...
-    @property
-    def dialogs(self) -> bool: ...
-    @property
-    def check(self) -> Callable[[dict[str, dict[str, Any]]], list[str]] | None: ...
-    @property
-    def confinement(self) -> Callable[[], dict[str, Any]] | None: ...
-    @property
-    def refusal(self) -> Callable[[list[str]], str | None] | None: ...
-
-
-# --------------------------------------------------------------------------
-# Actions the supervision adds to the lifecycle's (which it passes on, but for GiveUp)
-
-
-@attrs.frozen
-class RecordSend:
-    """Journal a command written to the engine (``send``)."""
-
-    cmd: dict[str, Any]
-    t: float
-
-
-@attrs.frozen
-class RecordRecv:
-    """Journal one engine line that parsed as a JSON object (``recv``)."""
-
-    idx: int
-    line: bytes
-    parsed: dict[str, Any] | None
-    t: float
-
-
-@attrs.frozen
-class RecordRaw:
-    """Journal one engine line that was not a JSON object (``recv_raw``)."""
-
-    idx: int
-    raw: RawLine
-    t: float
-
-
-@attrs.frozen
-class RecordUpdates:
-    """Journal a run of ``message_update`` lines a lean journal keeps no text of (``updates``)."""
-
-    first: int
-    count: int
-    nbytes: int
-    t: float
-
-
-@attrs.frozen
-class RecordRelease:
-    request: str | None
-    t: float
-
-
-@attrs.frozen
-class RecordStderr:
-    text: str
-    t: float
-
-
-@attrs.frozen
-class RecordExit:
-    code: int | None
-    signal: int | None
-    t: float
-
-
-@attrs.frozen
-class RecordNote:
-    payload: dict[str, Any]
-    t: float
-
-
-@attrs.frozen
-class RecordSignal:
-    payload: dict[str, Any]
-    t: float
-
-
-@attrs.frozen
-class RecordReceipt:
-    """Journal a receipt, flushed at once (the trio layer makes it durable off the loop)."""
-
-    receipt: Receipt
-    t: float
-
-
-@attrs.frozen
-class Tell:
-    """A notification for the controller, as its JSON object (signals, progress, ``ui``)."""
-
-    payload: dict[str, Any]
-
-
-@attrs.frozen
-class Text:
-    """Reply text of a prompt that streams it."""
-
-    request: str | None
-    text: str
-
-
-@attrs.frozen
-class Progress:
-    """What the engine does for a prompt that asked for its events."""
-
-    request: str | None
-    event: ProgressEvent
-
-
-Record = (
-    RecordSend
-    | RecordRecv
-    | RecordRaw
-    | RecordUpdates
-    | RecordRelease
-    | RecordStderr
-    | RecordExit
-    | RecordNote
-    | RecordSignal
-    | RecordReceipt
-)
-
-#: Everything a door returns.
-Action = (
-    Spawn
-    | Write
-    | StopEngine
-    | Deliver
-    | Notify
-    | StopAnswer
-    | Answer
-    | AskDialog
-    | DialogEnded
-    | DialogReply
-    | Closed
-    | Record
-    | Tell
-    | Text
-    | Progress
-)
-
+__all__ = [
+    "Action",
+    "Answer",
+    "AnswerDialog",
+    "Ask",
+    "AskDialog",
+    "Close",
+    "Closed",
+    "Collected",
+    "Compact",
+    "Configure",
+    "Deliver",
+    "DialogEnded",
+    "DialogReply",
+    "LaunchFacts",
+    "NewConversation",
+    "NobodyAnswers",
+    "Notify",
+    "Open",
+    "Progress",
+    "Record",
+    "RecordExit",
+    "RecordNote",
+    "RecordRaw",
+    "RecordReceipt",
+    "RecordRecv",
+    "RecordRelease",
+    "RecordSend",
+    "RecordSignal",
+    "RecordStderr",
+    "RecordUpdates",
+    "Request",
+    "Shutdown",
+    "Spawn",
+    "Stop",
+    "StopAnswer",
+    "StopEngine",
+    "Submit",
+    "Supervision",
+    "Tell",
+    "Text",
+    "View",
+    "Write",
+]
 
 # --------------------------------------------------------------------------
 # The supervision
@@ -341,6 +269,8 @@ class Supervision:
         #: Steps of the lifecycle so far: a door that made none changed no deadline, no queue
         #: and no count (the trio layer wakes its clock and its waiters only after one that did).
         self.steps = 0
+        #: The last :meth:`view`, and the step it was taken after (only a step changes it).
+        self._view: tuple[int, View] | None = None
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -351,6 +281,50 @@ class Supervision:
     @property
     def generation(self) -> int:
         return self.lifecycle.state.engine.generation
+
+    def view(self) -> View:
+        """What the doors may read of this supervision, as of its last step (the same record
+        until the next step: nothing else changes it)."""
+        cached = self._view
+        if cached is not None and cached[0] == self.steps:
+            return cached[1]
+        st = self.lifecycle.state
+        engine = st.engine
+        held = st.prompts.get(st.held) if st.held is not None else None
+        view = View(
+            generation=engine.generation,
+            engine_phase=engine.phase,
+            sealed=engine.sealed,
+            engine_config=engine.config,
+            held=st.held,
+            held_stop_by=held.stop_by if held is not None else None,
+            queued=tuple(st.queue),
+            outstanding=self.lifecycle.outstanding,
+            receipts=st.receipts,
+            down=st.down,
+            setup_failed=st.setup_failed,
+            opening=st.opening is not None,
+            draining=st.draining,
+            closing=st.closing,
+            closed=st.closed,
+            wanted=st.wanted,
+            spent=st.spent,
+        )
+        self._view = (self.steps, view)
+        return view
+
+    def knows(self, request: str) -> bool:
+        """True if ``request`` is outstanding or among the last ``RECENT_IDS`` settled."""
+        return self.lifecycle.knows(request)
+
+    def receipt(self, request: str) -> Receipt | None:
+        """``request``'s receipt if it is among the last ``RECENT_IDS`` settled, else None."""
+        return self.lifecycle.state.recent.get(request)
+
+    def collected(self) -> Collected:
+        """The tracker's outputs so far (empty unless made with ``collect=True``)."""
+        session = self.session
+        return Collected(tuple(session.overlaps), tuple(session.working), tuple(session.settled))
 
     def model_gate(self) -> str | None:
         """The prompt the key endpoint may forward model calls for now (None: it refuses them):
@@ -364,16 +338,29 @@ class Supervision:
 
     # -- doors ------------------------------------------------------------------------------
 
-    def feed(self, event: Input, now: float) -> list[Action]:
-        """Anything the lifecycle takes as it is: the controller's requests, an engine that
-        could not be launched, a stdout that closed, a prompt whose write was not carried out."""
-        if type(event) is NotWritten:
-            # Recorded, then not carried out (the journal failed between the two): the session
-            # lets go of it as the lifecycle takes it back.
-            held = self.session.held
-            if held is not None and held.request == event.request and held.ack_idx is None:
-                self.session.release(event.request, t=now)
-        return self._run(now, event)
+    def feed(self, request: Request, now: float) -> list[Action]:
+        """A controller's request (:data:`Request`), taken by the lifecycle as it is. Raises
+        TypeError for anything else: what the world does has a door of its own."""
+        if type(request) not in _REQUESTS:
+            raise TypeError(f"feed takes a controller's request, not {type(request).__name__}")
+        return self._run(now, request)
+
+    def spawn_failed(self, generation: int, why: str, now: float) -> list[Action]:
+        """Engine ``generation`` could not be prepared or launched (``why``: the words for it)."""
+        return self._run(now, SpawnFailed(generation, why))
+
+    def stdout_closed(self, generation: int, now: float) -> list[Action]:
+        """Engine ``generation`` closed its stdout: it can take nothing more (its exit follows)."""
+        return self._run(now, StdoutClosed(generation))
+
+    def not_written(self, generation: int, request: str, now: float) -> list[Action]:
+        """A :class:`~bridge.core.lifecycle.Write` of ``request``'s (a prompt or its
+        configuration) was recorded and then not carried out: its engine was gone, or the
+        journal failed between the two. The session lets go of it as the lifecycle takes it back."""
+        held = self.session.held
+        if held is not None and held.request == request and held.ack_idx is None:
+            self.session.release(request, t=now)
+        return self._run(now, NotWritten(generation, request))
 
     def spawned(self, generation: int, pid: int | None, launch: LaunchFacts, now: float) -> list[Action]:
         """Engine ``generation`` runs as ``pid``; its start-up commands are written next."""

@@ -42,7 +42,7 @@ import trio
 from bridge.core.config import BridgeConfig
 from bridge.core.progress import ProgressEvent
 from bridge.core.receipts import Receipt
-from bridge.core.session import Session
+from bridge.core.supervision import Collected
 from bridge.live.engine import Engine
 from bridge.live.handles import Dialog, Message, PromptHandle
 from bridge.live.journal import Journal
@@ -265,10 +265,9 @@ class AsyncioBridge:
         """Its journal, or None."""
         return self._bridge.journal
 
-    @property
-    def session(self) -> Session:
-        """The evidence so far."""
-        return self._bridge.session
+    def collected(self) -> Collected:
+        """As :meth:`Bridge.collected <bridge.live.supervisor.Bridge.collected>`."""
+        return self._bridge.collected()
 
     @property
     def engine(self) -> Engine | None:

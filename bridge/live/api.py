@@ -87,7 +87,7 @@ def open_bridge(
             default: its defaults).
         drain_on_exit: At the block's normal end, wait until every accepted prompt has its
             receipt before closing (default: the running prompt is stopped).
-        collect: Keep the tracker's outputs in ``bridge.session`` (``overlaps``, ``working``,
+        collect: Keep the tracker's outputs for ``bridge.collected()`` (``overlaps``, ``working``,
             ``settled``), as replay does; memory then grows with the stream (tools that
             compare the live bridge with replay use it).
         start_engine: True (the default): the engine is started now and its start-up check

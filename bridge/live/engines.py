@@ -15,8 +15,8 @@ from typing import Any
 
 import trio
 
+from bridge.core.config import BridgeConfig
 from bridge.core.framing import Oversize, UpdateRun
-from bridge.core.lifecycle import BridgeConfig, SpawnFailed, StdoutClosed
 from bridge.core.receipts import Receipt, Usage
 from bridge.core.supervision import Action, Supervision
 from bridge.live.engine import Engine, EngineGone
@@ -89,15 +89,15 @@ class EngineSide:
                     self._prepared = [kept for kept in self._prepared if kept.cleanup is not None]
                     self._prepared.append(launch)
             except ProfileError as e:
-                failed = SpawnFailed(generation, str(e))
-                self._drive(lambda: self._sup.feed(failed, self._now()))
+                why = str(e)
+                self._drive(lambda: self._sup.spawn_failed(generation, why, self._now()))
                 return
             try:
                 engine = await Engine.start(self._nursery, launch, generation, self, self.config.max_line)
             except OSError as e:
                 launch.run_cleanup()
-                failed = SpawnFailed(generation, f"cannot start the engine {launch.argv[0]!r}: {e.strerror or e}")
-                self._drive(lambda: self._sup.feed(failed, self._now()))
+                cannot = f"cannot start the engine {launch.argv[0]!r}: {e.strerror or e}"
+                self._drive(lambda: self._sup.spawn_failed(generation, cannot, self._now()))
                 return
             except BaseException:
                 launch.run_cleanup()  # anything else that ends the spawn leaves nothing behind either
@@ -239,7 +239,7 @@ class EngineSide:
         self._drive(lambda: self._sup.stderr(engine.generation, text, self._now()))
 
     def stdout_closed(self, engine: Engine) -> None:
-        self._drive(lambda: self._sup.feed(StdoutClosed(engine.generation), self._now()))
+        self._drive(lambda: self._sup.stdout_closed(engine.generation, self._now()))
 
     def exited(self, engine: Engine, code: int | None, sig: int | None) -> None:
         """The engine is reaped: its private folders go, and the supervision hears of the exit,

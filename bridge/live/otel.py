@@ -42,9 +42,8 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from bridge.core.lifecycle import Deliver, Write
 from bridge.core.progress import (
     CompactionEnd,
     CompactionStart,
@@ -55,11 +54,8 @@ from bridge.core.progress import (
     UsageEvent,
 )
 from bridge.core.receipts import Receipt
-from bridge.core.supervision import Progress, Tell
+from bridge.core.supervision import Deliver, Progress, Tell, View, Write
 from bridge.core.words import State
-
-if TYPE_CHECKING:
-    from bridge.core.lifecycle import LifeState
 
 #: The tracer's name (its instrumentation scope).
 SCOPE = "pi-bridge"
@@ -84,8 +80,8 @@ def use_tracer_provider(provider: Any) -> Iterator[None]:
 _OFF = object()
 
 
-def prompt_tracer(state: Callable[[], LifeState]) -> PromptTracer | None:
-    """The tracer for a bridge whose lifecycle's state ``state()`` gives, or None: tracing is off."""
+def prompt_tracer(state: Callable[[], View]) -> PromptTracer | None:
+    """The tracer for a bridge whose supervision's view ``state()`` gives, or None: tracing is off."""
     provider = _provider
     if provider is _OFF:
         return None
@@ -106,7 +102,7 @@ class PromptTracer:
     """Spans for one bridge's prompts, fed by the trio layer: :meth:`submitted` before a
     prompt's ``Submit`` is fed, and every action through the carriers :meth:`wrap` returns."""
 
-    def __init__(self, tracer: Any, state: Callable[[], LifeState]) -> None:
+    def __init__(self, tracer: Any, state: Callable[[], View]) -> None:
         from opentelemetry import trace
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -173,8 +169,8 @@ class PromptTracer:
             self._held = action.request
             self._event(action.request, "sent", {"pi_bridge.generation": action.generation})
         elif action.kind == "abort" and self._held is not None:
-            rec = self._state().prompts.get(self._held)
-            by = str(rec.stop_by) if rec is not None and rec.stop_by is not None else ""
+            view = self._state()
+            by = str(view.held_stop_by) if view.held == self._held and view.held_stop_by is not None else ""
             self._event(self._held, "stop", {"pi_bridge.stop": str(action.cmd.get("id")), "pi_bridge.stop.by": by})
 
     def _tell(self, action: Tell) -> None:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from bridge.core.config import BridgeConfig
     from bridge.core.progress import ProgressEvent
     from bridge.core.receipts import Receipt
-    from bridge.core.session import Session
+    from bridge.core.supervision import Collected
     from bridge.live.engine import Engine
     from bridge.live.handles import Message
     from bridge.live.journal import Journal
@@ -144,9 +144,9 @@ class BridgeAPI(Protocol):
         """Its journal (``bridge.journal.path``), or None without one."""
         ...
 
-    @property
-    def session(self) -> Session:
-        """The evidence so far (with ``open_bridge(..., collect=True)``, the tracker's outputs)."""
+    def collected(self) -> Collected:
+        """The tracker's outputs so far (``overlaps``, ``working``, ``settled``), kept with
+        ``open_bridge(..., collect=True)`` (empty otherwise)."""
         ...
 
     @property

@@ -6,23 +6,23 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from bridge.core.lifecycle import LifeState
+    from bridge.core.supervision import View
     from bridge.live.journal import Journal
 
 
-def status_of(st: LifeState, alive: bool, pid: int | None, journal: Journal | None) -> dict[str, Any]:
-    """The status of a bridge whose lifecycle is in ``st``, its engine ``alive`` as ``pid``: the engine, the held and queued prompts, receipts so far, the journal, whether
+def status_of(st: View, alive: bool, pid: int | None, journal: Journal | None) -> dict[str, Any]:
+    """The status of a bridge whose supervision shows ``st``, its engine ``alive`` as ``pid``: the engine, the held and queued prompts, receipts so far, the journal, whether
     it shuts down or closes, and what its prompts spent (``spent``: ``usd``, ``tokens``)."""
     return {
         "engine": {
             "pid": pid if alive else None,
-            "generation": st.engine.generation,
+            "generation": st.generation,
             "alive": alive,
-            "sealed": st.engine.sealed,
+            "sealed": st.sealed,
             "down": st.down,
         },
         "held": st.held,
-        "queued": list(st.queue),
+        "queued": list(st.queued),
         "receipts": st.receipts,
         "journal": str(journal.path) if journal is not None else None,
         "shutdown": st.draining,

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from bridge.core.lifecycle import Answer, Ask, Compact, Configure, Input, Lifecycle, NewConversation, Open
 from bridge.core.steering import Wanted, model_summary
+from bridge.core.supervision import Answer, Ask, Compact, Configure, NewConversation, Open, Request, View
 from bridge.profiles.command import ProfileError
 
 
@@ -33,9 +33,8 @@ class Steering:
 
     if TYPE_CHECKING:
 
-        @property
-        def lifecycle(self) -> Lifecycle: ...
-        def _feed(self, event: Input) -> None: ...
+        def view(self) -> View: ...
+        def _feed(self, request: Request) -> None: ...
 
         async def _wait_change(self) -> None:
             """Ends at the bridge's next change (see Bridge)."""
@@ -63,10 +62,10 @@ class Steering:
     def no_prompt_follows(self) -> str | None:
         """Why no prompt can be submitted any more (``after shutdown``, ``while the bridge
         closes``), or None while one can."""
-        state = self.lifecycle.state
-        if state.closing is not None or state.closed:
+        view = self.view()
+        if view.closing is not None or view.closed:
             return "while the bridge closes"
-        return "after shutdown" if state.draining else None
+        return "after shutdown" if view.draining else None
 
     def _steerable(self, what: str) -> None:
         when = self.no_prompt_follows
@@ -78,14 +77,14 @@ class Steering:
 
     async def start_engine(self) -> None:
         """Start the engine now, not at the first prompt, and wait for its start-up check
-        (:class:`~bridge.core.lifecycle.Open`). Ends when the check has ended (bounded by
+        (:class:`~bridge.core.supervision.Open`). Ends when the check has ended (bounded by
         ``startup_timeout``) or closing began. Raises :class:`ProfileError` -- the line ``bridge
         run`` prints -- when the launch was refused (the bridge is down: close it); a crash is
         retried at the next prompt, as any crash is."""
         self._feed(Open())
-        while self.lifecycle.state.opening is not None:
+        while self.view().opening:
             await self._wait_change()
-        if self.lifecycle.state.setup_failed:
+        if self.view().setup_failed:
             raise ProfileError(f"the engine cannot be set up: {self.down_reason}")
 
     async def models(self) -> list[dict[str, Any]]:

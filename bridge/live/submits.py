@@ -1,6 +1,6 @@
 """What ``submit_nowait`` checks of its arguments before a prompt is accepted (nothing is
 accepted when one is wrong: a ``TypeError`` or ``ValueError`` names it), and the
-:class:`~bridge.core.lifecycle.inputs.Submit` they make. The parameters' meanings are
+:class:`~bridge.core.supervision.Submit` they make. The parameters' meanings are
 :meth:`bridge.live.supervisor.Bridge.submit_nowait`'s docstring."""
 
 from __future__ import annotations

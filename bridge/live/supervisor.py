@@ -39,38 +39,24 @@ from typing import Any
 
 import trio
 
-from bridge.core.lifecycle import (
-    RECENT_IDS,
-    SIGNALS_PER_GENERATION,
-    Answer,
-    AnswerDialog,
-    AskDialog,
-    BridgeConfig,
-    Close,
-    Closed,
-    Deliver,
-    DialogEnded,
-    DialogReply,
-    Input,
-    Lifecycle,
-    NobodyAnswers,
-    Notify,
-    NotWritten,
-    Shutdown,
-    Spawn,
-    Stop,
-    StopAnswer,
-    StopEngine,
-    Submit,
-    Write,
-)
+from bridge.core.config import RECENT_IDS, SIGNALS_PER_GENERATION, BridgeConfig
 from bridge.core.notices import ReceiptNotice, TextNotice
 from bridge.core.progress import ProgressEvent
 from bridge.core.receipts import Receipt
-from bridge.core.session import Session
 from bridge.core.steering import Wanted
 from bridge.core.supervision import (
     Action,
+    Answer,
+    AnswerDialog,
+    AskDialog,
+    Close,
+    Closed,
+    Collected,
+    Deliver,
+    DialogEnded,
+    DialogReply,
+    NobodyAnswers,
+    Notify,
     Progress,
     RecordExit,
     RecordNote,
@@ -82,9 +68,18 @@ from bridge.core.supervision import (
     RecordSignal,
     RecordStderr,
     RecordUpdates,
+    Request,
+    Shutdown,
+    Spawn,
+    Stop,
+    StopAnswer,
+    StopEngine,
+    Submit,
     Supervision,
     Tell,
     Text,
+    View,
+    Write,
 )
 from bridge.live.engine import Engine, EngineGone
 from bridge.live.engines import Door, EngineSide
@@ -176,7 +171,7 @@ class Bridge(Steering):
         if journal is not None:
             journal.on_failure = self._on_journal_failure
         #: Spans of its prompts, when tracing is on (:mod:`bridge.live.otel`).
-        self._tracer: PromptTracer | None = prompt_tracer(lambda: self.lifecycle.state)
+        self._tracer: PromptTracer | None = prompt_tracer(self.supervision.view)
         #: How each kind of action is carried out.
         self._carriers = self._carrying(journal)
         if self._tracer is not None:
@@ -219,15 +214,15 @@ class Bridge(Steering):
             )
         return carriers
 
-    @property
-    def lifecycle(self) -> Lifecycle:
-        """The supervision's lifecycle (:class:`~bridge.core.lifecycle.Lifecycle`), to read."""
-        return self.supervision.lifecycle
+    def view(self) -> View:
+        """What the supervision shows, as of its last step (:class:`~bridge.core.supervision.View`:
+        the engine, the held and queued prompts, closing, ...): a frozen record to read."""
+        return self.supervision.view()
 
-    @property
-    def session(self) -> Session:
-        """The supervision's evidence (:class:`~bridge.core.session.Session`), to read."""
-        return self.supervision.session
+    def collected(self) -> Collected:
+        """The tracker's outputs so far (``overlaps``, ``working``, ``settled``), kept when the
+        bridge was opened with ``collect=True`` (empty otherwise), as replay keeps them."""
+        return self.supervision.collected()
 
     @property
     def engine(self) -> Engine | None:
@@ -427,29 +422,29 @@ class Bridge(Steering):
 
     def knows(self, request: str) -> bool:
         """True if ``request`` is outstanding or among the last RECENT_IDS settled."""
-        return self.lifecycle.knows(request)
+        return self.supervision.knows(request)
 
     def get_receipt(self, request: str) -> Receipt | None:
         """``request``'s receipt if it is among the last ``RECENT_IDS`` settled, else None."""
-        return self.lifecycle.state.recent.get(request)
+        return self.supervision.receipt(request)
 
     @property
     def receipts_issued(self) -> int:
-        return self.lifecycle.state.receipts
+        return self.supervision.view().receipts
 
     @property
     def down_reason(self) -> str | None:
         """Why the engine is down (every prompt ``rejected``/``engine-down``), or None."""
-        return self.lifecycle.state.down
+        return self.supervision.view().down
 
     @property
     def closing(self) -> bool:
         """True from the moment closing began (nothing unwritten is written any more)."""
-        return self.lifecycle.state.closing is not None
+        return self.supervision.view().closing is not None
 
     @property
     def generation(self) -> int:
-        return self.lifecycle.state.engine.generation
+        return self.supervision.view().generation
 
     @property
     def journal_failed(self) -> str | None:
@@ -460,7 +455,7 @@ class Bridge(Steering):
         """What runs: what ``bridge serve`` answers a ``status`` with (``engine``, ``held``, ``queued``, ...)."""
         engine = self.engine
         alive = engine is not None and engine.alive
-        return status_of(self.lifecycle.state, alive, engine.pid if engine is not None else None, self.journal)
+        return status_of(self.supervision.view(), alive, engine.pid if engine is not None else None, self.journal)
 
     def dialogs(self, max_buffer: int = 100) -> trio.MemoryReceiveChannel[Dialog]:
         """A channel of the extension dialogs to answer (:class:`~bridge.live.handles.Dialog`).
@@ -516,7 +511,7 @@ class Bridge(Steering):
         """Wait until every accepted prompt has its receipt (queued, starting an
         engine for it, or held). Ends when none is outstanding; each prompt is
         bounded by its own timeouts."""
-        while self.lifecycle.outstanding:
+        while self.supervision.view().outstanding:
             await self._wait_change()
 
     def shutdown(self, drain_timeout: float | None = None) -> None:
@@ -596,9 +591,9 @@ class Bridge(Steering):
 
     # -- the one door into the supervision --------------------------------------------------
 
-    def _feed(self, event: Input) -> None:
-        """Give the supervision an input the lifecycle takes as it is (:meth:`_drive`)."""
-        self._drive(lambda: self.supervision.feed(event, self.now()))
+    def _feed(self, request: Request) -> None:
+        """Give the supervision a controller's request (:meth:`_drive`)."""
+        self._drive(lambda: self.supervision.feed(request, self.now()))
 
     def _drive(self, door: Door) -> None:
         """Call one of the supervision's doors and carry out the actions it returns, in order.
@@ -662,7 +657,8 @@ class Bridge(Steering):
         unwritable = engine is None or engine.generation != action.generation or not engine.alive
         if unwritable or (action.kind in ("prompt", "startup") and self.journal_failed):
             if action.kind in ("prompt", "config") and action.request is not None:
-                self._feed(NotWritten(action.generation, action.request))
+                generation, request = action.generation, action.request
+                self._drive(lambda: self.supervision.not_written(generation, request, self.now()))
             return
         assert engine is not None
         self.engines.queue(engine, dumps(action.cmd) + b"\n", action.request, action.kind)

@@ -220,7 +220,7 @@ async def run(
     finally:
         server.close()
         shutil.rmtree(tmp, ignore_errors=True)
-    session = bridge.session
+    collected = bridge.collected()
     receipts: dict[str, Receipt] = {}
     for request in ctx.submitted:
         r = bridge.get_receipt(request)
@@ -237,9 +237,9 @@ async def run(
         notes=notes,
         texts={k: "".join(v) for k, v in ctx.texts.items()},
         live={
-            "overlaps": [o.to_json() for o in session.overlaps],
-            "working": [w.to_json() for w in session.working],
-            "settled": [s.to_json() for s in session.settled],
+            "overlaps": [o.to_json() for o in collected.overlaps],
+            "working": [w.to_json() for w in collected.working],
+            "settled": [s.to_json() for s in collected.settled],
         },
         replay=replay(str(journal)),
         entries=entries,
