@@ -17,7 +17,7 @@ import pytest
 import trio
 
 import bridge.live.api
-import bridge.live.engines
+import bridge.live.engine
 import bridge.live.supervisor
 from bridge.demo.model_server import start_server
 from bridge.live.api import Bridge, open_bridge
@@ -262,7 +262,7 @@ async def test_the_key_is_removed_when_the_engine_cannot_be_started(
     async def failing(*args: Any, **kw: Any) -> Any:
         raise RuntimeError("cannot start")
 
-    monkeypatch.setattr(bridge.live.engines.Engine, "start", failing)
+    monkeypatch.setattr(bridge.live.engine.Engine, "start", failing)
     # A task of the bridge failed (a bug): its close waits out the backstop, 30 s, for a
     # lifecycle that cannot close; here a second is as good a test.
     monkeypatch.setattr(bridge.live.supervisor, "CLOSE_BACKSTOP", 1.0)

@@ -317,7 +317,7 @@ async def _opened(
         # Each once (Launch.run_cleanup): what the bridge's close already removed stays removed.
         # Every task of the nursery has ended here: no engine of this bridge runs on them.
         if bridge is not None:
-            bridge.engines.clean_up()
+            bridge.launches.clean_up()
         launch.run_cleanup()
         if jr is not None and not jr.closed:  # (the bridge's close closes it when it got that far)
             jr.on_failure = None

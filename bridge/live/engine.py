@@ -1,6 +1,6 @@
 """One engine process: spawn, read, write, reap. The thin trio layer.
 
-An :class:`Engine` owns one subprocess and three tasks in the caller's nursery:
+An :class:`Engine` owns one subprocess and four tasks in the caller's nursery:
 
 - the stdout reader: large reads into :class:`~bridge.core.framing.LineSplitter`,
   each read's lines handed to ``sink.lines`` synchronously (no await between
@@ -9,7 +9,12 @@ An :class:`Engine` owns one subprocess and three tasks in the caller's nursery:
 - the stderr drain: lines into a bounded ring (:attr:`Engine.stderr_tail`) and
   ``sink.stderr``; never parsed as protocol;
 - the waiter: ``Process.wait()``, then up to :data:`STDOUT_DRAIN_GRACE` for the
-  reader to finish what the engine wrote before it died, then ``sink.exited``.
+  reader to finish what the engine wrote before it died, then ``sink.exited``;
+- the writer: the commands queued for the engine (:meth:`Engine.queue`, in the order the
+  supervision recorded them), written one at a time, each bounded by ``write_timeout``; a
+  write that failed or timed out is ``sink.write_failed``. At the exit the queue is closed and
+  the prompts none of whose bytes reached the engine are :attr:`Engine.unsent` (it never read
+  them: ``rejected``, not ``delivery-unknown``).
 
 Closing is a ladder (:meth:`Engine.aclose`), shielded from cancellation and
 bounded at every rung: close stdin (Pi exits within milliseconds on EOF), wait;
@@ -54,6 +59,7 @@ from __future__ import annotations
 
 import collections
 import errno
+import math
 import os
 import signal
 import socket
@@ -176,12 +182,23 @@ class EngineGone(Exception):
         self.written = written
 
 
+#: A queued write: the bytes (whole lines), the request they are for, the kind of command
+#: (:attr:`bridge.core.supervision.Write.kind`: ``prompt``, ``config``, ``abort``, ...).
+QueuedWrite = tuple[bytes, str | None, str]
+
+
 class EngineSink(Protocol):
+    """Who hears what an engine reports (the bridge: each report is a door of its supervision)."""
+
     def lines(self, engine: Engine, lines: Sequence[bytes | Oversize | UpdateRun]) -> None: ...
 
     def stderr(self, engine: Engine, text: str) -> None: ...
 
     def stdout_closed(self, engine: Engine) -> None: ...
+
+    def write_failed(self, engine: Engine, request: str | None, unsent: bool, error: str | None, stuck: bool) -> None:
+        """A queued write did not complete: ``stuck`` (past ``write_timeout``: the engine stopped
+        reading), or it failed (``error``); ``unsent``: a prompt none of whose bytes went in."""
 
     def exited(self, engine: Engine, code: int | None, sig: int | None) -> None: ...
 
@@ -212,6 +229,11 @@ class Engine:
         #: Bytes of the data being written that the pipe has taken so far (None: no write
         #: under way). Read at the engine's exit: 0 means none of it can ever be read.
         self.writing: int | None = None
+        #: The writer's queue (:meth:`queue`), the item it is writing now, and, once the engine
+        #: has exited, the prompts none of whose bytes went into its pipe.
+        self._queued, self._to_write = trio.open_memory_channel[QueuedWrite](math.inf)
+        self._item: QueuedWrite | None = None
+        self.unsent: list[str] = []
         # The reader, the stderr drain and the waiter are shielded: cancelling
         # the bridge must not blind it while it stops the engine (the close
         # ladder needs to see the exit, the journal the last lines). What ends
@@ -229,8 +251,13 @@ class Engine:
         generation: int,
         sink: EngineSink,
         max_line: int = DEFAULT_MAX_LINE,
+        *,
+        write_timeout: float = 30.0,
+        writer: trio.CancelScope | None = None,
     ) -> Engine:
-        """Spawn the engine and start its tasks. Raises OSError if it can't be spawned."""
+        """Spawn the engine and start its tasks. Raises OSError if it can't be spawned.
+        ``writer``: the writer task's scope (shielded; the owner cancels it when it has finished:
+        a bridge's close), by default one of its own."""
         engine = cls(launch, generation, sink, max_line)
         argv, pass_fds = list(launch.argv), launch.pass_fds
         status: tuple[int, int] | None = None
@@ -269,6 +296,7 @@ class Engine:
         nursery.start_soon(engine._read_stdout)
         nursery.start_soon(engine._drain_stderr)
         nursery.start_soon(engine._wait)
+        nursery.start_soon(engine._write_queued, write_timeout, writer or trio.CancelScope(shield=True))
         return engine
 
     async def _launched(self, status: int) -> None:
@@ -293,6 +321,56 @@ class Engine:
         return not self.exited.is_set()
 
     # -- writing -----------------------------------------------------------------
+
+    def queue(self, data: bytes, request: str | None, kind: str = "") -> None:
+        """Queue ``data`` (whole lines: a command of ``kind`` for ``request``) for the writer;
+        dropped once the engine has exited (its queue is closed). Returns at once."""
+        try:
+            self._queued.send_nowait((data, request, kind))
+        except trio.ClosedResourceError:
+            pass
+
+    async def _write_queued(self, write_timeout: float, scope: trio.CancelScope) -> None:
+        """Write the queued commands in order, each bounded by ``write_timeout``. Ends when the
+        engine has exited (its queue is closed) or ``scope`` is cancelled (its owner finished).
+
+        A prompt of which no byte went in is reported *unsent* (the engine never read it); once
+        the engine has exited, its exit says that instead (:attr:`unsent`)."""
+        with scope:
+            async with self._to_write as queued:
+                async for item in queued:
+                    data, request, kind = item
+                    self._item = item
+                    with trio.move_on_after(write_timeout) as timer:
+                        try:
+                            await self.send_bytes(data)
+                        except EngineGone as e:
+                            if self.alive:
+                                self.sink.write_failed(
+                                    self, request, kind == "prompt" and e.written == 0, str(e), False
+                                )
+                            continue
+                        finally:
+                            self._item = None
+                    if timer.cancelled_caught:
+                        self.sink.write_failed(self, request, False, None, True)
+
+    def _close_queue(self) -> list[str]:
+        """At the exit: close the writer's queue and return the prompts none of whose bytes went
+        into the pipe -- still queued, or being written with nothing taken yet."""
+        found: list[str] = []
+        item = self._item
+        if item is not None and item[2] == "prompt" and item[1] is not None and not self.writing:
+            found.append(item[1])
+        self._queued.close()
+        while True:
+            try:
+                _, request, kind = self._to_write.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            if kind == "prompt" and request is not None:
+                found.append(request)
+        return found
 
     async def send(self, cmd: dict[str, Any]) -> None:
         """Write one command as one line. Raises :class:`EngineGone`."""
@@ -408,6 +486,7 @@ class Engine:
         _live_engines.discard(self)
         status = self.process.returncode
         sig = -status if status is not None and status < 0 else None
+        self.unsent = self._close_queue()
         self.sink.exited(self, status if sig is None else None, sig)
         self.exited.set()
 

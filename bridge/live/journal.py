@@ -300,6 +300,36 @@ class Journal:
 
     # -- durability ------------------------------------------------------------------
 
+    def carriers(self) -> dict[type, Callable[[Any], None]]:
+        """The carrier of each of the supervision's journal actions (``Record*``: one entry
+        each), for the bridge's drive loop (:meth:`Bridge._carrying
+        <bridge.live.supervisor.Bridge._carrying>`, which makes a receipt durable besides)."""
+        from bridge.core.supervision import (  # (the whole core: not for a journal opened alone)
+            RecordExit,
+            RecordNote,
+            RecordRaw,
+            RecordReceipt,
+            RecordRecv,
+            RecordRelease,
+            RecordSend,
+            RecordSignal,
+            RecordStderr,
+            RecordUpdates,
+        )
+
+        return {
+            RecordSend: lambda a: self.send(a.cmd, a.t),
+            RecordRecv: lambda a: self.recv(a.idx, a.line, a.parsed, a.t),
+            RecordRaw: lambda a: self.recv_raw(a.idx, a.raw, a.t),
+            RecordUpdates: lambda a: self.recv_elided_updates(a.count, a.nbytes, a.first, a.t),
+            RecordRelease: lambda a: self.release(a.request, a.t),
+            RecordStderr: lambda a: self.stderr(a.text, a.t),
+            RecordExit: lambda a: self.exit(a.code, a.signal, a.t),
+            RecordNote: lambda a: self.note(a.payload, a.t),
+            RecordSignal: lambda a: self.signal(a.payload, a.t),
+            RecordReceipt: lambda a: self.receipt(a.receipt, a.t),
+        }
+
     def fileno(self) -> int:
         return self._stream.fileno()
 

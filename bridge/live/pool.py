@@ -10,7 +10,8 @@ spares, idle reaping, the cap, closing; its opening comment states the rules). T
 carries out its actions, as :mod:`bridge.live.supervisor` does the supervision's:
 
 - every door of the rules is called through :meth:`Pool._drive`, which carries out the actions
-  in order before the next door is called (a door called meanwhile waits its turn);
+  in order before the next door is called (a door called meanwhile waits its turn): the bridge's
+  drive loop, :class:`~bridge.live.driving.Driver`;
 - an engine is one task (:meth:`Pool._run_engine`) holding one bridge opened exactly as
   :func:`~bridge.live.api.open_bridge` opens it, with its own journal, named for the engine
   (``...-pool-engine-N.jsonl``, its header's ``pool.engine`` is N);
@@ -28,7 +29,6 @@ from __future__ import annotations
 import collections
 import functools
 import itertools
-import math
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -57,6 +57,7 @@ from bridge.core.receipts import Receipt, Times
 from bridge.core.steering import Wanted
 from bridge.core.words import Reason, State
 from bridge.live.api import _hide_journals, _open_on_trio, running_library
+from bridge.live.driving import Door, Driver
 from bridge.live.journal import JournalError, default_journal_dir, default_journal_path
 from bridge.live.notifications import Notifications
 from bridge.live.pool_handle import PoolHandle
@@ -125,7 +126,6 @@ class Pool:
         self._folder = folder
         self._t0 = trio.current_time()
         self._last_now = 0.0
-        self._token = trio.lowlevel.current_trio_token()
         self._heard = Notifications()
         self._handles: dict[str, PoolHandle] = {}
         #: Conversation -> the last of its prompts submitted before its end_conversation, while
@@ -139,21 +139,21 @@ class Pool:
         #: then closes at once, as a bridge does (SPEC §5; ``serve --engines`` exits 1 saying it).
         self.journal_failed: str | None = None
         self._ids = itertools.count(1)
-        self._doors: collections.deque[Callable[[], list[PoolAction]]] = collections.deque()
-        self._stepping = False
-        self._changed = trio.Event()
         self._closed = trio.Event()
         self._finished = False
         self.receipts_issued = 0
-        self._carriers: dict[type, Callable[[Any], None]] = {
-            StartEngine: self._start_engine,
-            Dispatch: self._dispatch,
-            Reject: self._reject,
-            StopEngine: self._stop_engine,
-            Notice: lambda a: self._heard.notify(a.payload),
-            Closed: lambda a: self._closed.set(),
-            Clean: lambda a: self._nursery.start_soon(self._clean, a.engine),
-        }
+        #: The drive loop, with how each kind of the rules' actions is carried out.
+        self._driver: Driver[PoolAction] = Driver(
+            {
+                StartEngine: self._start_engine,
+                Dispatch: self._dispatch,
+                Reject: self._reject,
+                StopEngine: self._stop_engine,
+                Notice: lambda a: self._heard.notify(a.payload),
+                Closed: lambda a: self._closed.set(),
+                Clean: lambda a: self._nursery.start_soon(self._clean, a.engine),
+            }
+        )
 
     # -- what it says ------------------------------------------------------------------------
 
@@ -396,7 +396,7 @@ class Pool:
     async def drain(self) -> None:
         """Wait until every accepted prompt has its receipt. Ends when none is outstanding."""
         while self.rules.outstanding:
-            await self._changed.wait()
+            await self._driver.wait_change()
 
     # -- closing ------------------------------------------------------------------------------
 
@@ -436,31 +436,11 @@ class Pool:
 
     # -- the one door into the rules --------------------------------------------------------
 
-    def _drive(self, door: Callable[[], list[PoolAction]]) -> None:
+    def _drive(self, door: Door[PoolAction]) -> None:
         """Call one of the rules' doors and carry out its actions, in order; a door called
         meanwhile waits its turn. From asyncio code (the pool as trio's guest) it is handed to
-        trio, in order."""
-        if not trio.lowlevel.in_trio_task():
-            try:
-                self._token.run_sync_soon(self._drive_in_trio, door)
-                return
-            except trio.RunFinishedError:
-                pass
-        self._drive_in_trio(door)
-
-    def _drive_in_trio(self, door: Callable[[], list[PoolAction]]) -> None:
-        self._doors.append(door)
-        if self._stepping:
-            return
-        self._stepping = True
-        try:
-            while self._doors:
-                for action in self._doors.popleft()():
-                    self._carriers[type(action)](action)
-        finally:
-            self._stepping = False
-        self._changed.set()
-        self._changed = trio.Event()
+        trio, in order (:class:`~bridge.live.driving.Driver`)."""
+        self._driver.drive(door)
 
     # -- carrying out actions -----------------------------------------------------------------
 
@@ -528,7 +508,7 @@ class Pool:
         try:
             inner = bridge.submit_nowait(handle.message, request=handle.request, **handle.options)
         except (TypeError, ValueError) as e:  # checked at submit: not expected
-            self._doors.append(lambda: self.rules.settled(handle.request, self.now()))
+            self._driver.queue(lambda: self.rules.settled(handle.request, self.now()))
             self._settle(handle, self._rejected(handle, Reason.CONFIG, str(e)))
             return
         handle._attach(inner, action.engine)
@@ -687,20 +667,14 @@ class Pool:
 
     async def _clock(self) -> None:
         """Tell the rules the time whenever their next deadline passes. Ends when the pool has closed."""
-        while not self._closed.is_set():
-            changed = self._changed
-            deadline = self.rules.next_deadline()
-            at = self._t0 + deadline if deadline is not None else math.inf
-            with trio.move_on_at(at):
-                await changed.wait()
-            if deadline is not None and trio.current_time() >= at:
-                self._drive(lambda: self.rules.tick(self.now()))
+        rules = self.rules
+        await self._driver.clock(rules.next_deadline, lambda: rules.tick(self.now()), self._t0, self._closed)
 
     async def _opened(self) -> BaseException | None:
         """Wait until the engines started at open are open (or one could not be). Returns the
         first error, or None. Ends when none is starting, or one has failed."""
         while self.rules.down is None and any(e.state == EngineState.STARTING for e in self.rules.engines.values()):
-            await self._changed.wait()
+            await self._driver.wait_change()
         return next((e.error for e in self._engines.values() if e.error is not None), None)
 
 

@@ -6,43 +6,47 @@ One pure object decides everything: :class:`~bridge.core.supervision.Supervision
 the lifecycle -- queue, slot, deadlines, stops, closing, engine restarts -- and the session,
 the evidence). This module only tells it what the world did and carries out what it answers:
 
-- every door of the supervision is called through :meth:`Bridge._drive`, and the actions it
-  returns are carried out in order before the next door is called (a door that carrying out
-  an action calls waits its turn, so steps never nest);
+- every door of the supervision is called through :meth:`Bridge._drive` (the drive loop,
+  :class:`~bridge.live.driving.Driver`, the pool's too), and the actions it returns are carried
+  out in order before the next door is called (a door that carrying out an action calls waits
+  its turn, so steps never nest);
 - actions are carried out at once where they are synchronous (journal an entry, queue a
   command's bytes for the engine's writer, deliver a receipt, notify) or in tasks where they
   wait (spawn an engine, stop one with the close ladder, write to a pipe bounded by
   ``write_timeout``);
 - one task (:meth:`Bridge._clock`) sleeps until the supervision's next deadline and then
-  calls its :meth:`~bridge.core.supervision.Supervision.tick`.
+  calls its :meth:`~bridge.core.supervision.Supervision.tick`;
+- what an engine reports (its lines, stderr, a failed write, its exit: :class:`_Reports`) is a
+  door of the supervision too, called the same way.
 
 The clock task, the writers and the engines' own tasks are shielded from
 cancellation until the bridge has closed: cancelling the code that uses the
 bridge must not leave a prompt without its receipt or an engine running.
 
-What is not that one object lives beside it: the engines' side -- spawning, writing, and
-what an engine reports (:mod:`bridge.live.engines`) --, the API (:mod:`bridge.live.api`,
-:mod:`bridge.live.handles`), the engine process (:mod:`bridge.live.engine`) and the journal
-(:mod:`bridge.live.journal`).
+The trio layer is this :class:`Bridge` and the :class:`~bridge.live.engine.Engine` it spawns
+(one process, its reader, writer and close ladder). Beside them: the launches an engine is
+spawned from (:mod:`bridge.live.launches`), the journal (:mod:`bridge.live.journal`, which
+writes each ``Record*`` action), the drive loop (:mod:`bridge.live.driving`) and the API
+(:mod:`bridge.live.api`, :mod:`bridge.live.handles`).
 """
 
 from __future__ import annotations
 
-import collections
 import functools
 import itertools
 import math
 import os
 import signal as signal_module
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import trio
 
 from bridge.core.config import RECENT_IDS, SIGNALS_PER_GENERATION, BridgeConfig
+from bridge.core.framing import Oversize, UpdateRun
 from bridge.core.notices import ReceiptNotice, TextNotice
 from bridge.core.progress import ProgressEvent
-from bridge.core.receipts import Receipt
+from bridge.core.receipts import Receipt, Usage
 from bridge.core.steering import Wanted
 from bridge.core.supervision import (
     Action,
@@ -58,16 +62,7 @@ from bridge.core.supervision import (
     NobodyAnswers,
     Notify,
     Progress,
-    RecordExit,
-    RecordNote,
-    RecordRaw,
     RecordReceipt,
-    RecordRecv,
-    RecordRelease,
-    RecordSend,
-    RecordSignal,
-    RecordStderr,
-    RecordUpdates,
     Request,
     Shutdown,
     Spawn,
@@ -81,16 +76,17 @@ from bridge.core.supervision import (
     View,
     Write,
 )
+from bridge.live.driving import Door, Driver
 from bridge.live.engine import Engine, EngineGone
-from bridge.live.engines import Door, EngineSide
 from bridge.live.handles import Dialog, DialogError, Pending, PromptHandle
 from bridge.live.journal import Journal
+from bridge.live.launches import Launches
 from bridge.live.notifications import Notifications
 from bridge.live.otel import PromptTracer, prompt_tracer
 from bridge.live.status import status_of
 from bridge.live.steering import EngineQuestionError, Steering
 from bridge.live.submits import check_submit
-from bridge.profiles.command import EngineProfile, Launch
+from bridge.profiles.command import EngineProfile, Launch, ProfileError
 from bridge.transcript import dumps
 
 __all__ = ["RECENT_IDS", "SIGNALS_PER_GENERATION", "Bridge", "BridgeConfig", "EngineQuestionError"]
@@ -123,7 +119,6 @@ class Bridge(Steering):
         self.journal = journal
         self._t0 = trio.current_time()
         self._last_now = 0.0
-        self._token = trio.lowlevel.current_trio_token()
         #: Who hears what the bridge says (:mod:`bridge.live.notifications`).
         self._heard = Notifications()
         #: The one object that decides (:mod:`bridge.core.supervision`).
@@ -136,10 +131,6 @@ class Bridge(Steering):
             collect=collect,
         )
         self._handles: dict[str, Pending] = {}
-        #: Doors waiting their turn while actions are carried out (:meth:`_drive`).
-        self._doors: collections.deque[Door] = collections.deque()
-        self._stepping = False
-        self._changed = trio.Event()
         self._closed = trio.Event()
         self._stop_answers: dict[str, str | None] = {}
         self._asks: dict[str, trio.Event] = {}
@@ -158,24 +149,24 @@ class Bridge(Steering):
         self._unjournaled: list[Receipt] = []
         #: A journal failure seen while actions are carried out, told once they have been.
         self._journal_failure: str | None = None
-        self.engines = EngineSide(
-            nursery,
-            profile,
-            config,
-            first_launch,
-            self.supervision,
-            drive=self._drive,
-            now=self.now,
-            shielded=self._shielded,
-        )
+        #: What each engine is spawned from (:mod:`bridge.live.launches`), the current engine
+        #: (whose lines count: a stopped one's late lines are ignored) and what it reports.
+        self.launches = Launches(nursery, profile, first_launch)
+        self._engine: Engine | None = None
+        self._reports = _Reports(self)
+        #: The supervision's steps as of the last drive (a drive that made none moved nothing).
+        self._steps_seen = 0
         if journal is not None:
             journal.on_failure = self._on_journal_failure
         #: Spans of its prompts, when tracing is on (:mod:`bridge.live.otel`).
         self._tracer: PromptTracer | None = prompt_tracer(self.supervision.view)
-        #: How each kind of action is carried out.
-        self._carriers = self._carrying(journal)
+        #: The drive loop, with how each kind of action is carried out.
+        carriers = self._carrying(journal)
         if self._tracer is not None:
-            self._carriers = self._tracer.wrap(self._carriers)
+            carriers = self._tracer.wrap(carriers)
+        self._driver: Driver[Action] = Driver(
+            carriers, between=self._journal_failed_meanwhile, settled=self._steps_done, changed=self._stepped
+        )
 
     def _carrying(self, journal: Journal | None) -> dict[type, Callable[[Any], None]]:
         """Each action kind's carrier: what the trio layer does for it (a journal entry is
@@ -187,7 +178,7 @@ class Bridge(Steering):
             Text: self._text,
             Progress: self._progress,
             Notify: lambda a: self._notify(a.payload.to_json()),
-            Spawn: lambda a: self._nursery.start_soon(self.engines.spawn, a.generation),
+            Spawn: lambda a: self._nursery.start_soon(self._spawn, a.generation),
             StopEngine: self._stop_engine,
             StopAnswer: lambda a: self._stop_answers.__setitem__(a.request, a.stop),
             AskDialog: self._ask_dialog,
@@ -197,21 +188,8 @@ class Bridge(Steering):
             Closed: lambda a: self._closed.set(),
         }
         if journal is not None:
-            j = journal
-            carriers.update(
-                {
-                    RecordSend: lambda a: j.send(a.cmd, a.t),
-                    RecordRecv: lambda a: j.recv(a.idx, a.line, a.parsed, a.t),
-                    RecordRaw: lambda a: j.recv_raw(a.idx, a.raw, a.t),
-                    RecordUpdates: lambda a: j.recv_elided_updates(a.count, a.nbytes, a.first, a.t),
-                    RecordRelease: lambda a: j.release(a.request, a.t),
-                    RecordStderr: lambda a: j.stderr(a.text, a.t),
-                    RecordExit: lambda a: j.exit(a.code, a.signal, a.t),
-                    RecordNote: lambda a: j.note(a.payload, a.t),
-                    RecordSignal: lambda a: j.signal(a.payload, a.t),
-                    RecordReceipt: self._record_receipt,
-                }
-            )
+            carriers.update(journal.carriers())
+            carriers[RecordReceipt] = self._record_receipt  # (made durable off the loop: _fsync_journal)
         return carriers
 
     def view(self) -> View:
@@ -227,7 +205,7 @@ class Bridge(Steering):
     @property
     def engine(self) -> Engine | None:
         """The current engine process (None until one is started: at open, or else by the first prompt)."""
-        return self.engines.current
+        return self._engine
 
     # -- clock ---------------------------------------------------------------------
 
@@ -577,8 +555,8 @@ class Bridge(Steering):
             self._tracer.close()
         for scope in self._task_scopes:
             scope.cancel()
-        self.engines.drop_unspawned()
-        await self.engines.recorded()  # (its note before the journal closes)
+        self.launches.drop_unspawned()
+        await self.launches.recorded()  # (its note before the journal closes)
         # The journal closes only after the fsync task has ended: an fsync
         # already in its thread finishes first (never on a closed descriptor).
         self._fsync_scope.cancel()
@@ -595,51 +573,42 @@ class Bridge(Steering):
         """Give the supervision a controller's request (:meth:`_drive`)."""
         self._drive(lambda: self.supervision.feed(request, self.now()))
 
-    def _drive(self, door: Door) -> None:
-        """Call one of the supervision's doors and carry out the actions it returns, in order.
-        A door called while actions are carried out (a prompt that could not be written, a
-        listener that stops a prompt) waits its turn: steps never nest, and their order is
-        the order of the doors."""
-        if not trio.lowlevel.in_trio_task():
-            # Called from asyncio code (the bridge as trio's guest: bridge.live.aio): handed to
-            # trio, in order, and driven there. Once the guest run has ended the bridge has
-            # closed and nothing waits on it: its closed lifecycle answers here and now (a
-            # prompt is rejected ``closing``, as under trio).
-            try:
-                self._token.run_sync_soon(self._drive_in_trio, door)
-                return
-            except trio.RunFinishedError:
-                pass
-        self._drive_in_trio(door)
+    def _drive(self, door: Door[Action]) -> None:
+        """Call one of the supervision's doors and carry out the actions it returns, in order
+        (:class:`~bridge.live.driving.Driver`). A door called while actions are carried out (a
+        prompt that could not be written, a listener that stops a prompt) waits its turn: steps
+        never nest, and their order is the order of the doors. From asyncio code it is handed
+        to trio."""
+        self._driver.drive(door)
 
-    def _drive_in_trio(self, door: Door) -> None:
-        self._doors.append(door)
-        if self._stepping:
-            return
-        self._stepping = True
-        carriers = self._carriers
+    def _journal_failed_meanwhile(self) -> Door[Action] | None:
+        """After each door's actions: a journal failure seen while they were carried out is the
+        next door (after them and the NotWritten of a prompt they held back, so closing sees
+        the prompt as unwritten)."""
+        if self._journal_failure is None:
+            return None
+        why, self._journal_failure = self._journal_failure, None
+        return functools.partial(self._journal_failed, why)
+
+    def _steps_done(self) -> None:
+        """Once the doors are done: receipts held back by a journal failure are never held past
+        the steps that made them."""
+        if self._unjournaled:
+            self._resolve_unjournaled()
+
+    def _stepped(self) -> bool:
+        """Whether the doors stepped the lifecycle: only a step moves a deadline or the
+        outstanding count (a read that stepped nothing, most of a stream's, wakes neither the
+        clock nor a drain). The key endpoint's gate follows the steps (a prompt held, settled)."""
         steps = self.supervision.steps
-        try:
-            while self._doors:
-                for action in self._doors.popleft()():
-                    carriers[type(action)](action)
-                if self._journal_failure is not None:
-                    # After the actions (and the NotWritten of a prompt they held back), so
-                    # closing sees the prompt as unwritten.
-                    why, self._journal_failure = self._journal_failure, None
-                    self._doors.append(functools.partial(self._journal_failed, why))
-        finally:
-            self._stepping = False
-            if self._unjournaled:
-                self._resolve_unjournaled()  # never held past the steps that made them
-        if self.supervision.steps != steps:
-            self.engines.gate()  # the key endpoint's gate follows the steps (a prompt held, settled)
-            # Only a step moves a deadline or the outstanding count: a read that stepped
-            # nothing (most of a stream's) wakes neither the clock nor a drain.
-            self._poke()
+        if steps == self._steps_seen:
+            return False
+        self._steps_seen = steps
+        self.launches.gate(self._engine, self.supervision.model_gate())
+        return True
 
     def _on_journal_failure(self, why: str) -> None:
-        if self._stepping:
+        if self._driver.stepping:
             self._journal_failure = why
         else:
             self._drive(functools.partial(self._journal_failed, why))
@@ -661,12 +630,15 @@ class Bridge(Steering):
                 self._drive(lambda: self.supervision.not_written(generation, request, self.now()))
             return
         assert engine is not None
-        self.engines.queue(engine, dumps(action.cmd) + b"\n", action.request, action.kind)
+        engine.queue(dumps(action.cmd) + b"\n", action.request, action.kind)
 
     def _stop_engine(self, action: StopEngine) -> None:
+        """The close ladder (shielded inside), in a task of its own: it ends when the engine is reaped."""
         engine = self.engine
         if engine is not None and engine.generation == action.generation and engine.alive:
-            self._nursery.start_soon(self.engines.stop, engine, action.requested)
+            config = self.config
+            ladder = functools.partial(engine.aclose, config.stdin_grace, config.term_grace, requested=action.requested)
+            self._nursery.start_soon(ladder)
 
     def _record_receipt(self, action: RecordReceipt) -> None:
         assert self.journal is not None
@@ -694,7 +666,7 @@ class Bridge(Steering):
 
     def _deliver(self, action: Deliver) -> None:
         receipt = action.receipt
-        self.engines.settled(receipt, self.journal)
+        self.launches.settled(self._engine, receipt, self.journal, self.now)
         if self._journal_failure is not None:
             # The journal failed in these actions (at this receipt's own line, maybe): the
             # controller hears ``journal-failed`` first, then this receipt, which the journal
@@ -745,13 +717,9 @@ class Bridge(Steering):
     def _notify(self, note: dict[str, Any]) -> None:
         self._heard.notify(note)
 
-    def _poke(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
-
     async def _wait_change(self) -> None:
-        """Wait for the next step of the lifecycle. Ends at the next input fed."""
-        await self._changed.wait()
+        """Wait for the next step of the lifecycle. Ends after the next door that stepped it."""
+        await self._driver.wait_change()
 
     # -- tasks ----------------------------------------------------------------------------
 
@@ -763,16 +731,48 @@ class Bridge(Steering):
 
     async def _clock(self) -> None:
         """Tell the supervision the time whenever its next deadline passes. Ends when the
-        bridge has finished (its scope is cancelled then)."""
+        bridge has closed or finished (its scope is cancelled then)."""
+        sup = self.supervision
         with self._shielded():
-            while not self._closed.is_set():
-                changed = self._changed
-                deadline = self.supervision.next_deadline()
-                at = self._t0 + deadline if deadline is not None else math.inf
-                with trio.move_on_at(at):
-                    await changed.wait()
-                if deadline is not None and trio.current_time() >= at:
-                    self._drive(lambda: self.supervision.tick(self.now()))
+            await self._driver.clock(sup.next_deadline, lambda: sup.tick(self.now()), self._t0, self._closed)
+
+    async def _spawn(self, generation: int) -> None:
+        """Prepare and launch engine ``generation`` (:class:`Spawn`); tell the supervision it runs
+        or could not be launched. Ends once it is spawned, or could not be."""
+        sup = self.supervision
+        with self._shielded():
+            try:
+                launch = await self.launches.take()
+            except ProfileError as e:
+                why = str(e)
+                self._drive(lambda: sup.spawn_failed(generation, why, self.now()))
+                return
+            try:
+                engine = await Engine.start(
+                    self._nursery,
+                    launch,
+                    generation,
+                    self._reports,
+                    self.config.max_line,
+                    write_timeout=self.config.write_timeout,
+                    writer=self._shielded(),
+                )
+            except OSError as e:
+                launch.run_cleanup()
+                cannot = f"cannot start the engine {launch.argv[0]!r}: {e.strerror or e}"
+                self._drive(lambda: sup.spawn_failed(generation, cannot, self.now()))
+                return
+            except BaseException:
+                launch.run_cleanup()  # anything else that ends the spawn leaves nothing behind either
+                raise
+            self._engine = engine
+            if launch.endpoint is not None:
+                launch.endpoint.report = self.launches.model_calls(functools.partial(self._model_called, generation))
+            self._drive(lambda: sup.spawned(generation, engine.pid, launch, self.now()))
+
+    def _model_called(self, generation: int, request: str | None, usage: Usage | None) -> None:
+        """Engine ``generation``'s key endpoint forwarded a model call (handed to trio)."""
+        self._drive(lambda: self.supervision.model_called(generation, request, usage, self.now()))
 
     async def _fsync_journal(self) -> None:
         """Make receipts durable off the event loop. Ends when the bridge closes
@@ -792,3 +792,47 @@ class Bridge(Steering):
                         journal.fail(e)
         finally:
             self._fsync_done.set()
+
+
+class _Reports:
+    """What a bridge's engines report (:class:`~bridge.live.engine.EngineSink`), each report a
+    door of its supervision, called through the bridge's drive loop. Apart from :class:`Bridge`
+    so that these are not its public calls."""
+
+    __slots__ = ("_bridge",)
+
+    def __init__(self, bridge: Bridge) -> None:
+        self._bridge = bridge
+
+    def lines(self, engine: Engine, lines: Sequence[bytes | Oversize | UpdateRun]) -> None:
+        """One read's lines, in order, with one clock read: one door (a stopped engine's are ignored)."""
+        b = self._bridge
+        if engine is b._engine:
+            b._drive(lambda: b.supervision.lines(engine.generation, lines, b.now()))
+
+    def stderr(self, engine: Engine, text: str) -> None:
+        b = self._bridge
+        b._drive(lambda: b.supervision.stderr(engine.generation, text, b.now()))
+
+    def stdout_closed(self, engine: Engine) -> None:
+        b = self._bridge
+        b._drive(lambda: b.supervision.stdout_closed(engine.generation, b.now()))
+
+    def write_failed(self, engine: Engine, request: str | None, unsent: bool, error: str | None, stuck: bool) -> None:
+        b = self._bridge
+        b._drive(
+            lambda: b.supervision.write_failed(
+                engine.generation, request, stuck=stuck, unsent=unsent, error=error, now=b.now()
+            )
+        )
+
+    def exited(self, engine: Engine, code: int | None, sig: int | None) -> None:
+        """The engine is reaped: its private folders go, and the supervision hears of the exit,
+        with the prompts none of whose bytes reached its pipe (:attr:`Engine.unsent
+        <bridge.live.engine.Engine.unsent>`)."""
+        b = self._bridge
+        t = b.now()
+        unsent = engine.unsent
+        if engine.launch is not None:
+            engine.launch.run_cleanup()
+        b._drive(lambda: b.supervision.exited(engine.generation, code, sig, unsent, t))

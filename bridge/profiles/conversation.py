@@ -17,7 +17,7 @@ place a confined Pi writes besides its working folder; the bridge copies it back
 (:meth:`Conversation.vouch`) by write-to-temporary, fsync, rename, so a full disk or a crash
 mid-copy leaves the last recorded copy whole. The engine's file is read as the receipt is
 delivered (:meth:`EngineConversation.settled`); the writes are left to a worker thread
-(:meth:`bridge.live.engines.EngineSide.settled`).
+(:meth:`bridge.live.launches.Launches.settled`).
 """
 
 from __future__ import annotations
