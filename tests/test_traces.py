@@ -5,25 +5,50 @@ through the real Pi: tests/test_budget_live.py."""
 
 from __future__ import annotations
 
+import attrs
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from bridge.core.lifecycle import Deliver, LifeState, PromptRec, Write
+from bridge.core.budget import Spend
 from bridge.core.notices import StalledSignal
 from bridge.core.progress import RetryEnd, RetryStart, ToolEnd, ToolStart
 from bridge.core.receipts import Receipt
-from bridge.core.supervision import Progress, Tell
+from bridge.core.steering import Wanted
+from bridge.core.supervision import Deliver, Progress, Tell, View, Write
 from bridge.core.words import StopBy
 from bridge.live.otel import PromptTracer, receipt_attributes
+
+
+def quiet_view() -> View:
+    """What a supervision shows with nothing held: the tracer reads the bridge's model from it."""
+    return View(
+        generation=1,
+        engine_phase="ready",
+        sealed=True,
+        engine_config=None,
+        held=None,
+        held_stop_by=None,
+        queued=(),
+        outstanding=0,
+        receipts=0,
+        down=None,
+        setup_failed=False,
+        opening=False,
+        draining=False,
+        closing=None,
+        closed=False,
+        wanted=Wanted(),
+        spent=Spend(),
+    )
 
 
 def test_a_prompts_span_has_its_events_in_order_and_its_tool_a_child() -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    state = LifeState()
-    tracer = PromptTracer(provider.get_tracer("test"), lambda: state)
+    view = [quiet_view()]
+    tracer = PromptTracer(provider.get_tracer("test"), lambda: view[0])
     carried: list[object] = []
     carry = tracer.wrap({kind: carried.append for kind in (Write, Deliver, Tell, Progress)})
     assert tracer.submitted("p1", None)
@@ -34,7 +59,9 @@ def test_a_prompts_span_has_its_events_in_order_and_its_tool_a_child() -> None:
     carry[Progress](Progress("p1", ToolEnd("p1", 12, "call-1", "bash", "boom", 0, True)))
     carry[Progress](Progress("p1", ToolStart("p1", 13, "call-2", "read", {})))  # still running at the settle
     carry[Tell](Tell({"type": "signal", **StalledSignal("p1", 3.0, "stop-1").to_json(), "generation": 1}))
-    state.prompts["p1"] = PromptRec("p1", "m", stop="stop-1", stop_by=StopBy.STALL)
+    view[0] = attrs.evolve(
+        view[0], held="p1", held_stop_by=StopBy.STALL
+    )  # the supervision's view, as the stop is written
     carry[Write](Write(1, {"type": "abort", "id": "stop-1"}, "abort"))
     receipt = Receipt(request="p1", state="failed", reason="stalled", stop="stop-1")
     carry[Deliver](Deliver(receipt))
