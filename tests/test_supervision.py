@@ -957,3 +957,72 @@ def test_q8_aborted_other_than_true_is_no_evidence_of_our_stop(world: Any) -> No
         )
         assert w.word("p1") == expected, aborted
         w.agrees_with_replay()
+
+
+# --------------------------------------------------------------------------
+# The interface: what a door may give it, and what it may read (issue 43)
+
+
+def test_feed_takes_a_controllers_request_and_nothing_the_world_does(world: Any) -> None:
+    """``feed`` is the controller's door: an event of the world's (an engine that could not be
+    launched, a stdout that closed, a write not made) has a door of its own, and ``feed`` refuses
+    it before anything is stepped."""
+    from bridge.core.lifecycle import NotWritten, SpawnFailed, StdoutClosed, Tick
+
+    w = world()
+    w.submit("p1")
+    steps = w.sup.steps
+    for event in (SpawnFailed(1, "no"), StdoutClosed(1), NotWritten(1, "p1"), Tick()):
+        with pytest.raises(TypeError, match="controller's request"):
+            w.sup.feed(event, w.now)  # type: ignore[arg-type]
+    assert w.sup.steps == steps and "p1" not in w.receipts
+
+
+def test_the_world_s_own_doors_decide_as_feed_did(world: Any) -> None:
+    """``not_written``: a prompt recorded and then not written (the journal failed between the
+    two) is taken back and written to the next engine; ``stdout_closed``: an engine that closed
+    its stdout is stopped, and its exit decides its held prompt."""
+    w = world()
+    w.submit("p1")
+    w.do(w.sup.not_written(w.sup.generation, "p1", w.now))
+    view = w.sup.view()
+    assert "p1" not in w.receipts and view.held is None and view.queued == ("p1",)
+    w.exit(0)
+    assert (w.sup.view().held, w.sup.view().generation) == ("p1", 2)
+    w.lines(*whole_run("p1"))
+    assert w.word("p1") == ("finished", None)
+    c = world()
+    c.submit("q1")
+    c.lines(ack("q1"), *run_start())
+    c.do(c.sup.stdout_closed(c.sup.generation, c.now))
+    assert c.stopped == [1] and "q1" not in c.receipts
+    c.exit(1)
+    assert "q1" in c.receipts
+    c.agrees_with_replay()
+
+
+def test_the_view_is_a_frozen_record_that_changes_only_with_a_step(world: Any) -> None:
+    """What the doors read: the same frozen object until the supervision steps again, showing
+    the engine, the held and queued prompts, the receipts and closing."""
+    w = world()
+    empty = w.sup.view()
+    assert (empty.held, empty.queued, empty.outstanding, empty.receipts, empty.closing) == (None, (), 0, 0, None)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        empty.held = "p9"  # type: ignore[misc]
+    w.submit("p1")
+    w.submit("p2")
+    held = w.sup.view()
+    assert held is w.sup.view(), "no step, no new view"
+    assert (held.held, held.queued, held.outstanding, held.generation, held.engine_phase) == (
+        "p1",
+        ("p2",),
+        2,
+        1,
+        "ready",
+    )
+    w.lines(*whole_run("p1"))
+    after = w.sup.view()
+    assert after is not held and after.receipts == 1 and after.held == "p2" and after.queued == ()
+    assert w.sup.knows("p1") and w.sup.receipt("p1") == w.receipts["p1"] and w.sup.receipt("p2") is None
+    w.feed(Close("close"))
+    assert w.sup.view().closing == "close"
