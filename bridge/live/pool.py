@@ -581,6 +581,7 @@ class Pool:
         conversation's exchange (R12), then tell the rules. Ends when the receipt has come and
         the exchange is recorded."""
         got: Receipt = await receipt()
+        self.rules.receipted(handle.request)
         self._settle(handle, got)
         kept = True
         if self.store is not None and handle.conversation is not None:
