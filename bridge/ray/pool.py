@@ -135,6 +135,7 @@ class RayPool:
         self,
         message: str,
         *,
+        conversation: str | None = None,
         request: str | None = None,
         timeout: float | None = None,
         stall_timeout: float | None = None,
@@ -143,9 +144,11 @@ class RayPool:
         trace: Mapping[str, str] | None = None,
     ) -> cf.Future[Receipt]:
         """Accept a prompt; returns at once with a future of its one receipt (maybe already
-        done: ``rejected``/``closing`` or ``engine-down``). The options are the bridge's own
-        (:meth:`Bridge.submit <bridge.live.supervisor.Bridge.submit>`), checked here the same
-        way and carried out by the actor's bridge.
+        done: ``rejected``/``closing`` or ``engine-down``). ``conversation``: a key whose
+        prompts run on one actor, each continuing the conversation of the ones before (rule
+        D10 of :mod:`bridge.core.dispatch`); without one the prompt starts afresh. The other
+        options are the bridge's own (:meth:`Bridge.submit <bridge.live.supervisor.Bridge.submit>`),
+        checked here the same way and carried out by the actor's bridge.
 
         Raises:
             TypeError: A message that is not text, a trace that is not a mapping of text
@@ -164,6 +167,8 @@ class RayPool:
         )
         if request is not None and (not isinstance(request, str) or not request):
             raise ValueError(f"request must be a non-empty str, not {request!r}")
+        if conversation is not None and not isinstance(conversation, str):
+            raise TypeError(f"conversation must be a str, not {type(conversation).__name__}")
         options: dict[str, Any] = {
             "timeout": timeout,
             "stall_timeout": stall_timeout,
@@ -179,7 +184,7 @@ class RayPool:
                     request = f"p{next(self._ids)}"
             elif request in self._futures:
                 raise ValueError(f"prompt id {request!r} was already submitted to this pool")
-            now = self._dispatch.submit(request)
+            now = self._dispatch.submit(request, conversation)
             self._futures[request] = future
             if now is None:
                 self._jobs[request] = (message, options)
@@ -206,6 +211,13 @@ class RayPool:
         except (ray.exceptions.RayError, TimeoutError):
             return False
 
+    def end_conversation(self, conversation: str) -> None:
+        """End a conversation (D10): the prompts already submitted under its key keep it; the
+        key's next prompt starts afresh, and its actor takes other prompts again."""
+        with self._cv:
+            self._dispatch.end_conversation(conversation)
+            self._cv.notify_all()
+
     def submit_all(self, messages: Iterable[str], *, timeout: float | None = None) -> cf.Future[list[Receipt]]:
         """Submit every message in order; a future of their receipts, in that order (for a
         prompt's own options, :meth:`submit` each)."""
@@ -218,13 +230,16 @@ class RayPool:
         return self.submit_all(messages, timeout=timeout).result()
 
     def status(self) -> dict[str, Any]:
-        """Each lane (its node, live or lost, the prompt it holds and what is known of it),
-        what waits in the FIFO, and how many prompts have no receipt yet."""
+        """Each lane (its node, live or lost, the prompt it holds and what is known of it, the
+        conversation it is home to), what waits in the FIFO, how many prompts have no receipt
+        yet, and the conversations that lost their actor (``released``: key -> why; the key's
+        next prompt starts afresh)."""
         with self._cv:
             return {
                 "lanes": self._dispatch.status(),
                 "queued": self._dispatch.queued,
                 "outstanding": self._dispatch.outstanding,
+                "released": self._dispatch.released,
             }
 
     def where(self) -> list[Where]:
@@ -321,6 +336,8 @@ class RayPool:
     def _run_one(self, name: str, request: str) -> bool:
         """Run one prompt on ``name``'s actor; False when the actor was lost doing it."""
         message, options = self._jobs[request]
+        with self._cv:
+            options = {**options, "continues": self._dispatch.continues(request)}
         settled: list[Receipt] = []
         got = False
         try:
