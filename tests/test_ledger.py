@@ -3,6 +3,7 @@ processes at once, and its calls off the event loop (bridge/core/ledger.py, brid
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import stat
@@ -218,3 +219,99 @@ async def test_the_async_ledger_runs_each_call_in_a_thread_and_a_cancel_waits_fo
     assert record is not None, "a cancelled accept that had begun was committed, and the caller waited for it"
     assert await ledger.settle(finished("p2"))
     ledger.ledger.close()
+
+
+# -- `bridge receipts` ---------------------------------------------------------------------
+
+
+def receipts_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bridge", "receipts", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_bridge_receipts_lists_ids_and_states_and_prints_one_receipt_as_json(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    with Ledger(path) as ledger:
+        ledger.accept("p1", "hello", {})
+        ledger.settle(finished("p1"))
+        ledger.accept("p2", "again", {})
+        ledger.written("p2", journal="/j.jsonl")
+        ledger.accept("p3", "x", {})
+        ledger.settle(Receipt(request="p3", state=State.REJECTED, reason=Reason.BRIDGE_LOST, native_error="lost"))
+        ledger.accept("p1", "other", {}, scope="ci")
+    listed = receipts_cli("--ledger", str(path))
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split("\t") for line in listed.stdout.splitlines()]
+    assert [(r[0], r[1]) for r in rows] == [
+        ("p1", "finished"),
+        ("p2", "written"),
+        ("p3", "rejected (bridge-lost)"),
+        ("p1", "accepted"),
+    ]
+    assert rows[3][-1] == "scope ci"
+    as_json = receipts_cli("--ledger", str(path), "--json", "--scope", "default")
+    assert [json.loads(line)["state"] for line in as_json.stdout.splitlines()] == ["finished", "written", "rejected"]
+    one = receipts_cli("p1", "--ledger", str(path))
+    assert one.returncode == 0 and json.loads(one.stdout) == finished("p1").to_json()
+    assert Receipt.from_json(json.loads(one.stdout)) == finished("p1")
+
+
+def test_bridge_receipts_exit_status_names_what_is_missing_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    with Ledger(path) as ledger:
+        ledger.accept("p2", "again", {})
+    unsettled = receipts_cli("p2", "--ledger", str(path))
+    assert unsettled.returncode == 1 and unsettled.stdout == ""
+    assert "no receipt yet (accepted" in unsettled.stderr and unsettled.stderr.count("\n") == 1
+    unknown = receipts_cli("nope", "--ledger", str(path))
+    assert unknown.returncode == 1 and "holds no prompt 'nope'" in unknown.stderr
+    missing = receipts_cli("--ledger", str(tmp_path / "absent.sqlite3"))
+    assert missing.returncode == 2 and "there is no ledger at" in missing.stderr
+    assert not (tmp_path / "absent.sqlite3").exists(), "reading makes no ledger"
+    db = sqlite3.connect(path)
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    db.close()
+    newer = receipts_cli("--ledger", str(path))
+    assert newer.returncode == 2 and "newer pi-bridge" in newer.stderr and newer.stderr.count("\n") == 1
+
+
+def test_bridge_receipts_reads_the_default_ledger(tmp_path: Path) -> None:
+    env = {"XDG_STATE_HOME": str(tmp_path), "PI_BRIDGE_LEDGER_DIR": ""}
+    empty = receipts_cli(env=env)
+    assert empty.returncode == 2 and str(tmp_path / "pi-bridge" / "ledger" / "ledger.sqlite3") in empty.stderr
+    with Ledger(tmp_path / "pi-bridge" / "ledger" / "ledger.sqlite3") as ledger:
+        ledger.accept("p1", "hello", {})
+    listed = receipts_cli(env=env)
+    assert listed.returncode == 0 and listed.stdout.startswith("p1\taccepted\taccepted ")
+
+
+def test_the_ledger_bench_prints_every_row_and_its_ratio() -> None:
+    """``tools/bench_ledger`` runs (speed is never asserted: the ratios are for people)."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "bench_ledger"), "--rounds", "1", "--prompts", "5", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(proc.stdout.splitlines()[-1])["rows"]
+    assert set(rows) == {
+        "journal receipt (baseline)",
+        "ledger accept",
+        "ledger written",
+        "ledger receipt",
+        "ledger per prompt",
+        "ledger per prompt, in trio",
+        "loop tick, idle",
+        "loop tick, inline accepts",
+        "loop tick, accepts in threads",
+    }
+    assert rows["journal receipt (baseline)"]["median_ratio"] == 1.0 == rows["loop tick, idle"]["median_ratio"]
+    assert "ledger per prompt" in proc.stdout and "x, " in proc.stdout
