@@ -151,3 +151,17 @@ def test_recovery_takes_no_receipt_another_process_recorded_meanwhile(tmp_path: 
         assert not settled.recorded
         record = ledger.get("p1")
         assert record is not None and record.receipt is not None and record.receipt.state == "finished"
+
+
+def test_a_written_mark_the_journal_does_not_show_is_no_proof_it_was_never_written(
+    plain_journal: list[bytes], tmp_path: Path
+) -> None:
+    """``rejected`` claims certainty: a prompt the ledger marked written is never ``rejected``,
+    even when the journal it names does not show it sent (another journal has its story)."""
+    journal = tmp_path / "whole.jsonl"
+    journal.write_bytes(b"".join(plain_journal))
+    with Ledger(tmp_path / "ledger.sqlite3") as ledger:
+        ledger.accept("p9", "Elsewhere.", {}, journal=journal)
+        ledger.written("p9")
+        [settled] = recover(ledger)
+    assert (settled.receipt.state, settled.receipt.reason) == ("delivery-unknown", "engine-exited")

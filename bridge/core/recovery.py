@@ -10,7 +10,8 @@ receipt (the reading of journals is :mod:`bridge.readers.recovery`; the ledger's
    that replays journals for every prompt the journal shows sent.
 2. **Never written → ``rejected`` / ``bridge-lost``** (the table's row 1): its journal shows no
    ``send`` of it (a prompt is journaled, and flushed to the OS, before any byte of it goes to
-   the engine), or it has no journal and the ledger never marked it written. Queued in a bridge
+   the engine), or it has no journal; and the ledger never marked it written (a mark is
+   evidence of a write the journal does not show: then rule 4). Queued in a bridge
    or a pool when the process died, it reached no engine.
 3. **Written → what its journal says.** A receipt the journal recorded stands (the journal was
    cut after it, before the ledger had it), and so does one its evidence decides (the engine's
@@ -19,8 +20,8 @@ receipt (the reading of journals is :mod:`bridge.readers.recovery`; the ledger's
    when its bridge dies: :mod:`bridge.live.reaper`): ``outcome-unknown`` when the model had it
    (``engine-exited``, or the engine's taint), else ``delivery-unknown`` / ``engine-exited``
    (rows 6, 8 and 9).
-4. **Written, and no journal to read** (removed, unreadable, never named): no evidence the model
-   had it: ``delivery-unknown`` / ``engine-exited`` (row 8).
+4. **Written, and no journal to read** (removed, unreadable, never named, or one that does not
+   show it sent): no evidence the model had it: ``delivery-unknown`` / ``engine-exited`` (row 8).
 5. **Said so.** A receipt decided at recovery (rules 2 to 4) carries in ``nativeError`` that the
    bridge was lost and where it was decided from (:func:`lost_words`); one the journal decided
    (rule 3's first two) is kept exactly as the journal's replay gives it.

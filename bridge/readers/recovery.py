@@ -95,7 +95,7 @@ def settle_record(record: Record, evidence: _Evidence | None) -> tuple[Receipt, 
     if found is not None:
         receipt, at_recovery = found
         return receipt, "recovery" if at_recovery else "journal"
-    if evidence.whole:
+    if evidence.whole and record.written is None:
         return never_written(request, journal), "recovery"
     return without_evidence(request, journal, evidence.problem), "recovery"
 
