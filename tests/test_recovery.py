@@ -4,23 +4,31 @@ bridge/readers/recovery.py).
 
 The journals are real: the pinned Pi against the scripted model server (the ``plain`` scenario of
 :mod:`bridge.testing.pi_scenarios`), then cut at each step of the prompt's life, as a bridge
-killed there leaves it (each entry is one line: the journal writes whole lines)."""
+killed there leaves it (each entry is one line: the journal writes whole lines); and the fake engine
+for a fault the real Pi cannot be made to do (a line that is no JSON mid-run)."""
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+import trio
 
 from bridge.core.ledger import Admitted
 from bridge.core.receipts import Receipt
 from bridge.core.words import Reason, State
+from bridge.live.api import open_bridge
 from bridge.live.ledger import Ledger
+from bridge.live.supervisor import BridgeConfig
+from bridge.profiles.command import CommandProfile
 from bridge.readers.recovery import recover, unsettled_journals
 from bridge.testing import pi_scenarios as sc
+from tests.conftest import TOOLS
 
 
 @pytest.fixture(scope="module")
@@ -165,3 +173,57 @@ def test_a_written_mark_the_journal_does_not_show_is_no_proof_it_was_never_writt
         ledger.written("p9")
         [settled] = recover(ledger)
     assert (settled.receipt.state, settled.receipt.reason) == ("delivery-unknown", "engine-exited")
+
+
+async def test_a_tainted_run_cut_before_it_settled_is_outcome_unknown_with_its_taint(tmp_path: Path) -> None:
+    """The fake engine writes a line that is no JSON mid-run (a gap: the engine is tainted); the
+    bridge dies right after it. Recovery decides through the same Session: the taint is the reason."""
+    live = tmp_path / "live.jsonl"
+    argv = [
+        sys.executable,
+        str(TOOLS / "fake_engine.py"),
+        "--scenario-json",
+        json.dumps({"prompts": [{"garbage_at": 6}]}),
+    ]
+    config = BridgeConfig(taint_grace=1.0, stop_grace=1.0, restart_backoff=(0.0,), close_grace=2.0)
+    with trio.fail_after(30):
+        async with open_bridge(CommandProfile(argv), journal=live, config=config) as bridge:
+            receipt = await bridge.prompt("a", request="p1")
+    assert (receipt.state, receipt.reason) == ("outcome-unknown", "gap")
+    journal = tmp_path / "cut.jsonl"
+    journal.write_bytes(_cut(live.read_bytes().splitlines(keepends=True), lambda e: "recv_raw" in e))
+    with Ledger(tmp_path / "ledger.sqlite3") as ledger:
+        ledger.accept("p1", "a", {}, journal=journal)
+        [settled] = recover(ledger)
+    assert (settled.receipt.state, settled.receipt.reason, settled.by) == ("outcome-unknown", "gap", "recovery")
+    assert [s["signal"] for s in settled.receipt.signals][:1] == ["gap"]
+
+
+async def test_a_serve_killed_mid_stream_leaves_a_journal_recovery_settles(tmp_path: Path) -> None:
+    """``bridge serve`` SIGKILLed while p1 streams and p2 waits in its queue: p2 is ``rejected`` /
+    ``bridge-lost``, p1 one of the unknowns with ``engine-exited``, and the engine went with the
+    bridge (its reaper killed it). (p1 is ``delivery-unknown`` today, though the model had it: the
+    journal flushes at sends and receipts, and the ack and the stream were still in its buffer.)"""
+    from bridge.testing.checks import ServeProc, proc_stat
+
+    journal = tmp_path / "j.jsonl"
+    engine = [sys.executable, str(TOOLS / "fake_engine.py"), "--scenario-json"]
+    engine.append(json.dumps({"defaults": {"deltas": 100, "delta_delay": 0.1}}))
+    sp = await ServeProc.start(tmp_path, engine, "--journal", str(journal))
+    try:
+        await sp.until(lambda line: line["type"] == "ready")
+        await sp.send({"type": "prompt", "id": "p1", "message": "slow one", "stream": True})
+        await sp.send({"type": "prompt", "id": "p2", "message": "queued one"})
+        await sp.until(lambda line: line["type"] == "text" and line["id"] == "p1")
+        [pid] = sp.engine_pids()
+    finally:
+        await sp.kill()
+    with trio.fail_after(10):
+        while proc_stat(pid) is not None and proc_stat(pid)[0] != "Z":  # type: ignore[index]
+            await trio.sleep(0.05)
+    with Ledger(tmp_path / "ledger.sqlite3") as ledger:
+        ledger.accept("p1", "slow one", {}, journal=journal)
+        ledger.accept("p2", "queued one", {}, journal=journal)
+        settled = {s.record.request: s.receipt for s in recover(ledger)}
+    assert (settled["p2"].state, settled["p2"].reason) == ("rejected", "bridge-lost")
+    assert settled["p1"].state in ("delivery-unknown", "outcome-unknown") and settled["p1"].reason == "engine-exited"
