@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from typing import Literal
 
 import attrs
 
@@ -35,6 +36,9 @@ from bridge.core.recovery import decided_at_recovery, never_written, without_evi
 from bridge.core.session import Session
 from bridge.readers.replay import Driver
 from bridge.transcript import TranscriptError, open_transcript
+
+#: Who decided a recovered receipt: the journal's evidence, or recovery's rules.
+DecidedBy = Literal["journal", "recovery"]
 
 #: The start of a journal's ``send`` entry (the writer puts the kind first).
 _SEND = b'{"send":'
@@ -50,13 +54,13 @@ class Recovered:
     receipt: Receipt
     #: ``journal``: the journal's evidence decided it (its settle, its recorded receipt);
     #: ``recovery``: decided at recovery (the core's rules 2 to 4; ``nativeError`` says so).
-    by: str
+    by: DecidedBy
     #: The ledger took it (False: another process settled the prompt meanwhile).
     recorded: bool = True
 
 
 @attrs.frozen
-class _Evidence:
+class Evidence:
     """What one journal says: the receipt of each prompt it shows, and how complete it is."""
 
     #: Receipts by request, each with whether recovery decided it.
@@ -71,7 +75,7 @@ def recover(ledger: LedgerStore) -> list[Recovered]:
     """Settle every record of ``ledger`` without a receipt, from its journal's evidence, and
     record each receipt in the ledger. Returns what was settled, in the ledger's order."""
     records = ledger.unsettled()
-    read: dict[str, _Evidence] = {}
+    read: dict[str, Evidence] = {}
     out: list[Recovered] = []
     for record in records:
         evidence = None
@@ -84,7 +88,7 @@ def recover(ledger: LedgerStore) -> list[Recovered]:
     return out
 
 
-def settle_record(record: Record, evidence: _Evidence | None) -> tuple[Receipt, str]:
+def settle_record(record: Record, evidence: Evidence | None) -> tuple[Receipt, DecidedBy]:
     """One record's receipt (the core's rules), and ``journal`` or ``recovery`` for who decided it."""
     request, journal = record.request, record.journal
     if evidence is None:  # no journal recorded for it: the ledger's mark is all there is
@@ -100,13 +104,13 @@ def settle_record(record: Record, evidence: _Evidence | None) -> tuple[Receipt, 
     return without_evidence(request, journal, evidence.problem), "recovery"
 
 
-def read_journal(path: str) -> _Evidence:
+def read_journal(path: str) -> Evidence:
     """Replay the journal at ``path`` to its end (or to where it cannot be read), then settle
     what it leaves open as the engine's exit (the module's docstring)."""
     try:
         stream, reader = open_transcript(path)
     except TranscriptError as e:
-        return _Evidence({}, whole=False, problem=str(e))
+        return Evidence({}, whole=False, problem=str(e))
     problem: str | None = None
     with stream:
         driver = Driver(Session(reader.header.clearing, collect=True, dialogs=reader.header.dialogs))
@@ -118,7 +122,7 @@ def read_journal(path: str) -> _Evidence:
         whole = problem is None and not (reader.truncated and _cut_line(path).startswith(_SEND))
         if problem is None and not whole:
             problem = "its last line, a prompt's send, was cut off"
-    return _Evidence(_settle_open(driver, path), whole=whole, problem=problem)
+    return Evidence(_settle_open(driver, path), whole=whole, problem=problem)
 
 
 def _settle_open(driver: Driver, path: str) -> dict[str, tuple[Receipt, bool]]:
