@@ -19,14 +19,14 @@ import orjson
 import pytest
 import trio
 
-from bridge.core.ledger import Admitted
+from bridge.core.ledger import Admitted, unsettled_journals
 from bridge.core.receipts import Receipt
 from bridge.core.words import Reason, State
 from bridge.live.api import open_bridge
 from bridge.live.ledger import Ledger
 from bridge.live.supervisor import BridgeConfig
 from bridge.profiles.command import CommandProfile
-from bridge.readers.recovery import recover, unsettled_journals
+from bridge.readers.recovery import recover
 from bridge.testing import pi_scenarios as sc
 from tests.conftest import TOOLS
 

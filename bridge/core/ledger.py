@@ -32,7 +32,7 @@ id (the store is :mod:`bridge.live.ledger`: SQLite; recovery is
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, Protocol
 
 import attrs
@@ -148,3 +148,9 @@ class LedgerStore(Protocol):
     def settle(self, receipt: Receipt, *, scope: str = DEFAULT_SCOPE) -> bool:
         """Record ``receipt`` as its prompt's, unless the prompt has one already (then False)."""
         ...
+
+
+def unsettled_journals(records: Iterable[Record]) -> set[str]:
+    """The journals recovery still needs: those of records without a receipt (journal retention
+    passes over them)."""
+    return {r.journal for r in records if r.receipt is None and r.journal is not None}

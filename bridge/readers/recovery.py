@@ -23,7 +23,6 @@ every prompt the bridge wrote. One whose reading stopped on damage, or whose cut
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 from typing import Literal
 
 import attrs
@@ -169,8 +168,3 @@ def _cut_line(path: str) -> bytes:
     if tail.endswith(b"\n"):
         return b""
     return tail.rsplit(b"\n", 1)[-1]
-
-
-def unsettled_journals(records: Iterable[Record]) -> set[str]:
-    """The journals recovery needs: those of records without a receipt (retention keeps them)."""
-    return {r.journal for r in records if r.receipt is None and r.journal is not None}
