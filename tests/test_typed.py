@@ -33,14 +33,18 @@ def test_the_package_says_it_is_typed() -> None:
 
 
 def test_submit_and_prompt_take_submit_nowaits_parameters() -> None:
-    """Written out in each (a user's editor and mypy see them), kept alike here: submit_nowait
-    says what they mean and checks them."""
+    """The message, its id and the options, declared once (bridge.core.prompts): a user's editor
+    and mypy see each option through the ``TypedDict``; submit_nowait checks them."""
     want = list(inspect.signature(Bridge.submit_nowait).parameters.values())
-    assert [p.name for p in want][:2] == ["self", "message"] and len(want) > 5
+    assert [(p.name, p.kind, p.annotation) for p in want] == [
+        ("self", inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.empty),
+        ("message", inspect.Parameter.POSITIONAL_OR_KEYWORD, "str"),
+        ("request", inspect.Parameter.KEYWORD_ONLY, "str | None"),
+        ("options", inspect.Parameter.VAR_KEYWORD, "Unpack[PromptOptions]"),
+    ]
     for method in (Bridge.submit, Bridge.prompt):
         got = list(inspect.signature(method).parameters.values())
         assert got == want, f"Bridge.{method.__name__}: {got} != {want}"
-    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in want[2:])
 
 
 def test_no_public_call_hides_its_parameters() -> None:
@@ -150,14 +154,16 @@ def test_both_libraries_classes_take_the_protocols_parameters(
 
 @pytest.mark.parametrize("cls", [AsyncioBridge, AsyncioPromptHandle, AsyncioDialog], ids=lambda c: c.__name__)
 def test_the_asyncio_classes_forward_nothing_unnamed(cls: type) -> None:
-    """No ``__getattr__`` fallback and no ``**kw`` passed on: what a public call takes is written
-    out, so a misspelt name is an AttributeError and a misspelt keyword a TypeError naming the
-    call made (tests/test_asyncio.py makes both happen)."""
+    """No ``__getattr__`` fallback and no ``**kw`` passed on but a prompt's options (a declared
+    ``TypedDict``, which the door checks: :func:`bridge.live.submits.prompt_door`): what a public
+    call takes is written out, so a misspelt name is an AttributeError and a misspelt keyword a
+    TypeError naming the call made (tests/test_asyncio.py makes both happen)."""
     assert "__getattr__" not in vars(cls)
     for name, fn in inspect.getmembers(cls, inspect.isfunction):
         if not name.startswith("_"):
-            kinds = {p.kind for p in inspect.signature(fn).parameters.values()}
-            assert not kinds & {inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL}, name
+            for p in inspect.signature(fn).parameters.values():
+                assert p.kind is not p.VAR_POSITIONAL, name
+                assert p.kind is not p.VAR_KEYWORD or p.annotation == "Unpack[PromptOptions]", name
 
 
 #: A user's program on both libraries, as a user's ``mypy --strict`` reads it (not run): every
