@@ -252,6 +252,15 @@ def test_submit_refuses_a_bad_budget_or_trace_and_accepts_nothing() -> None:
         check_prompt("m", {"trace": {"traceparent": 1}})
 
 
+def test_a_model_or_level_that_is_not_text_is_refused_by_its_name() -> None:
+    """(Before the options were checked once, ``provider=5`` was taken and written to Pi.)"""
+    from bridge.core.prompts import check_prompt
+
+    for name in ("provider", "model", "thinking"):
+        with pytest.raises(TypeError, match=f"^{name} must be a str or None, not 5$"):
+            check_prompt("m", {"provider": "p", "model": "m", name: 5})
+
+
 def test_tracing_off_imports_no_opentelemetry() -> None:
     """No provider set: opening and using a bridge imports nothing of OpenTelemetry (the
     extra may be absent), and the tracer is None: nothing is spent on it."""

@@ -279,9 +279,7 @@ class Bridge(Steering):
             ValueError: A used or empty id, a bad timeout, image or budget, a lone model, an
                 unknown level (:func:`~bridge.core.prompts.check_prompt`)."""
         check_prompt(message, options)
-        o = options
-        wanted = Wanted(o.get("provider"), o.get("model"), o.get("thinking"))
-        stream, events = o.get("stream", False), o.get("events", False)
+        stream, events = options.get("stream", False), options.get("events", False)
         if request is None:
             request = f"p{next(self._ids)}"
             while self.knows(request) or request in self._handles:
@@ -296,10 +294,19 @@ class Bridge(Steering):
         if events:
             p.event_send, p.event_recv = trio.open_memory_channel[ProgressEvent](math.inf)
         self._handles[request] = p
-        traced = self._tracer is not None and self._tracer.submitted(request, o.get("trace"))
-        budget = Budget(o.get("budget_usd"), o.get("budget_tokens"))
-        limits = (o.get("timeout"), events, o.get("stall_timeout"))
-        self._feed(Submit(request, message, o.get("images"), stream, *limits, wanted, budget, traced))
+        submit = Submit(
+            request,
+            message,
+            images=options.get("images"),
+            stream=stream,
+            timeout=options.get("timeout"),
+            events=events,
+            stall_timeout=options.get("stall_timeout"),
+            wanted=Wanted(options.get("provider"), options.get("model"), options.get("thinking")),
+            budget=Budget(options.get("budget_usd"), options.get("budget_tokens")),
+            traced=self._tracer is not None and self._tracer.submitted(request, options.get("trace")),
+        )
+        self._feed(submit)
         return PromptHandle(p, self)
 
     @prompt_door(PromptOptions)
