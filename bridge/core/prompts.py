@@ -5,10 +5,12 @@ it fills one in with: a signal onto its receipt, bounded; an assistant message's
 **The options** are what a caller may ask of one prompt besides its text and id. Every door
 that takes a prompt (``Bridge.submit``/``submit_nowait``/``prompt``, the asyncio bridge's, the
 :class:`~bridge.live.protocols.BridgeAPI` protocol's, the pools', the Ray pool's, ``query``) is
-``submit(message, *, request=None, **options: Unpack[...])`` over one of the ``TypedDict`` s
-here (PEP 692): a user's type checker sees every option with its type, a forwarder passes
-``**options`` on, and an option added here is added to every door at once. Each option is
-declared, and documented, in exactly one of them; they nest by what a door can do with it:
+``submit(message, *, request=None, **options: Unpack[...])`` over one of the ``TypedDict``
+classes here (PEP 692): a user's type checker sees every option with its type, a forwarder
+passes ``**options`` on, and an option added here is added to every door at once. Each option
+is declared, and documented, in exactly one of them; they nest by what a door can do with it
+(so :class:`PromptOptions`, the bridge's, is built on a smaller one rather than being the
+root: a door that cannot honour an option does not take it):
 
 - :class:`RunOptions`: what the prompt's run is given -- its images, the model it runs on, how
   long and how much it may take, the trace it continues. Every door takes them.
@@ -25,9 +27,10 @@ declared, and documented, in exactly one of them; they nest by what a door can d
 
 **The checks** of the options' values are :func:`check_prompt`'s, pure and done once where a
 prompt is accepted (the bridge's ``submit_nowait``, a pool's, the Ray pool's ``submit``): a
-``TypeError`` or ``ValueError`` names the option, and nothing is accepted. A key no door takes
-is refused by the door itself (:func:`bridge.live.submits.prompt_door`), as Python refuses a
-keyword a call does not take. ``bridge serve``'s wire ``prompt``
+``TypeError`` or ``ValueError`` names the option, and nothing is accepted. A check of a new
+kind (of the message too) is added there, once, for every door. A key the door does not take
+is refused by the door itself (:func:`bridge.live.submits.prompt_door`: it wraps async calls
+too, so it lives in the I/O layer), as Python refuses a keyword a call does not take. ``bridge serve``'s wire ``prompt``
 (:class:`bridge.controller.messages.Prompt`) carries the same options in camelCase;
 ``tests/test_messages.py`` checks the two declare the same ones.
 """
@@ -36,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Final, TypedDict
+from typing import Any, Final, TypedDict, cast
 
 import attrs
 
@@ -128,11 +131,12 @@ def check_prompt(message: object, options: Mapping[str, object]) -> None:
     problem = image_problem(images) if images else None
     if problem is not None:
         raise ValueError(problem)
-    wanted = [get(name) for name in ("provider", "model", "thinking")]
-    for name, value in zip(("provider", "model", "thinking"), wanted):
+    wanted = {name: get(name) for name in ("provider", "model", "thinking")}
+    for name, value in wanted.items():
         if value is not None and not isinstance(value, str):
             raise TypeError(f"{name} must be a str or None, not {value!r}")
-    Wanted(*(str(v) if v is not None else None for v in wanted))  # a lone model, an unknown level: ValueError
+    named = cast("dict[str, str | None]", wanted)  # (each a str or None, as checked)
+    Wanted(named["provider"], named["model"], named["thinking"])  # a lone model, an unknown level: ValueError
     usd, tokens, trace = get("budget_usd"), get("budget_tokens"), get("trace")
     if usd is not None and (isinstance(usd, bool) or not isinstance(usd, (int, float)) or not 0 <= usd < math.inf):
         raise ValueError(f"budget_usd must be a number of dollars, 0 or more, got {usd!r}")
