@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     # ``__getattr__`` below, so a misspelt name is an error there, not an ``Any``.)
     from bridge.core.prompts import PoolPromptOptions as PoolPromptOptions
     from bridge.core.prompts import PromptOptions as PromptOptions
+    from bridge.core.prompts import RayPromptOptions as RayPromptOptions
     from bridge.core.prompts import RunOptions as RunOptions
     from bridge.core.receipts import Receipt as Receipt
     from bridge.core.words import Reason as Reason
@@ -81,6 +82,7 @@ _HOMES = {
     "PromptHandle": "bridge.live.handles",
     "PromptHandleAPI": "bridge.live.protocols",
     "PromptOptions": "bridge.core.prompts",
+    "RayPromptOptions": "bridge.core.prompts",
     "Reason": "bridge.core.words",
     "Receipt": "bridge.core.receipts",
     "RunOptions": "bridge.core.prompts",

@@ -352,6 +352,7 @@ OPTION_MISTAKES = [
     ("    await ap.prompt('x', conversation='k', thinking='low')", None),
     ("    ap.submit_nowait('x', images='i')", 'Argument "images" to "submit_nowait" of "AsyncioPool" has incompatible'),
     ("    print(rp.submit('x', timeout=3, provider='p', model='m', trace={'traceparent': 't'}).result())", None),
+    ("    print(rp.submit('x', conversation='k', images=None).result().state)", None),
     ("    rp.submit('x', stream=True)", 'Unexpected keyword argument "stream" for "submit" of "RayPool"'),
     ("    rp.submit('x', timeout='3')", 'Argument "timeout" to "submit" of "RayPool" has incompatible type "str"'),
     ("    async for m in bridge.query('x', stall_timeout=0, budget_tokens=9):", None),
