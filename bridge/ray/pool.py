@@ -19,10 +19,10 @@ from __future__ import annotations
 import concurrent.futures as cf
 import itertools
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, Unpack
 
 try:
     import ray
@@ -32,8 +32,9 @@ except ImportError as e:  # (the extra is optional: say which one)
 
 from bridge.core.dispatch import Dispatch, Lane
 from bridge.core.lifecycle import BridgeConfig
+from bridge.core.prompts import RayPromptOptions, check_prompt
 from bridge.core.receipts import Receipt, Where
-from bridge.live.submits import check_submit
+from bridge.live.submits import prompt_door
 from bridge.profiles.command import EngineProfile
 from bridge.ray.actor import EngineActor
 
@@ -131,51 +132,31 @@ class RayPool:
 
     # -- the calls
 
+    @prompt_door(RayPromptOptions)
     def submit(
-        self,
-        message: str,
-        *,
-        conversation: str | None = None,
-        request: str | None = None,
-        timeout: float | None = None,
-        stall_timeout: float | None = None,
-        budget_usd: float | None = None,
-        budget_tokens: int | None = None,
-        trace: Mapping[str, str] | None = None,
+        self, message: str, *, request: str | None = None, **options: Unpack[RayPromptOptions]
     ) -> cf.Future[Receipt]:
         """Accept a prompt; returns at once with a future of its one receipt (maybe already
-        done: ``rejected``/``closing`` or ``engine-down``). ``conversation``: a key whose
+        done: ``rejected``/``closing`` or ``engine-down``). Its options
+        (:class:`~bridge.core.prompts.RayPromptOptions`): ``conversation``, a key whose
         prompts run on one actor, each continuing the conversation of the ones before (rule
-        D10 of :mod:`bridge.core.dispatch`); without one the prompt starts afresh. The other
-        options are the bridge's own (:meth:`Bridge.submit <bridge.live.supervisor.Bridge.submit>`),
-        checked here the same way and carried out by the actor's bridge.
+        D10 of :mod:`bridge.core.dispatch`; without one the prompt starts afresh), and the
+        bridge's own (:meth:`Bridge.submit <bridge.live.supervisor.Bridge.submit>`'s but
+        ``stream`` and ``events``: a future has no handle to show them), checked here the same
+        way and carried out by the actor's bridge.
 
         Raises:
-            TypeError: A message that is not text, a trace that is not a mapping of text
-                (nothing is accepted).
-            ValueError: An empty id or one this pool has had, a bad timeout or budget (likewise)."""
-        check_submit(
-            message,
-            stream=True,
-            events=True,
-            timeout=timeout,
-            stall_timeout=stall_timeout,
-            images=None,
-            budget_usd=budget_usd,
-            budget_tokens=budget_tokens,
-            trace=trace,
-        )
+            TypeError: A message that is not text, a keyword it does not take, an option of the
+                wrong type (nothing is accepted).
+            ValueError: An empty id or one this pool has had, a bad timeout, image or budget,
+                an empty or non-string ``conversation`` (likewise)."""
+        check_prompt(message, options)
         if request is not None and (not isinstance(request, str) or not request):
             raise ValueError(f"request must be a non-empty str, not {request!r}")
-        if conversation is not None and not isinstance(conversation, str):
-            raise TypeError(f"conversation must be a str, not {type(conversation).__name__}")
-        options: dict[str, Any] = {
-            "timeout": timeout,
-            "stall_timeout": stall_timeout,
-            "budget_usd": budget_usd,
-            "budget_tokens": budget_tokens,
-            "trace": dict(trace) if trace is not None else None,
-        }
+        conversation = options.pop("conversation", None)
+        trace = options.get("trace")
+        if trace is not None:  # a plain dict crosses to the actor (any Mapping may not pickle)
+            options["trace"] = dict(trace)
         future: cf.Future[Receipt] = cf.Future()
         with self._cv:
             if request is None:
@@ -187,7 +168,7 @@ class RayPool:
             now = self._dispatch.submit(request, conversation)
             self._futures[request] = future
             if now is None:
-                self._jobs[request] = (message, options)
+                self._jobs[request] = (message, dict(options))
                 self._cv.notify_all()
         if now is not None:
             future.set_result(now)
