@@ -10,7 +10,8 @@ What it raises for a user to catch: :class:`ProfileError` (the engine cannot be 
 (``await bridge.models()`` got no answer), :class:`DialogError` (an extension dialog's answer was
 refused); a receipt's :class:`State` and :class:`Reason` are string enums. The package is typed
 (``py.typed``, PEP 561): what ``open_bridge`` gives is a :class:`BridgeAPI` under trio and
-asyncio alike (its handles :class:`PromptHandleAPI`, its dialogs :class:`DialogAPI`).
+asyncio alike (its handles :class:`PromptHandleAPI`, its dialogs :class:`DialogAPI`), and a
+prompt's options are :class:`PromptOptions` (a ``TypedDict``) at every door.
 
 The names below are loaded on first use (PEP 562), so ``import bridge.core`` stays pure: it
 pulls in neither trio nor the live layer (tests/test_layers.py).
@@ -27,6 +28,10 @@ if TYPE_CHECKING:
     # What a type checker reads: every public name with its own type. (It does not see the
     # ``__getattr__`` below, so a misspelt name is an error there, not an ``Any``.)
     from bridge.core.config import BridgeConfig as BridgeConfig
+    from bridge.core.prompts import PoolPromptOptions as PoolPromptOptions
+    from bridge.core.prompts import PromptOptions as PromptOptions
+    from bridge.core.prompts import RayPromptOptions as RayPromptOptions
+    from bridge.core.prompts import RunOptions as RunOptions
     from bridge.core.receipts import Receipt as Receipt
     from bridge.core.words import Reason as Reason
     from bridge.core.words import State as State
@@ -72,11 +77,15 @@ _HOMES = {
     "PiProfile": "bridge.profiles.pi",
     "Pool": "bridge.live.pool",
     "PoolHandle": "bridge.live.pool_handle",
+    "PoolPromptOptions": "bridge.core.prompts",
     "ProfileError": "bridge.profiles.command",
     "PromptHandle": "bridge.live.handles",
     "PromptHandleAPI": "bridge.live.protocols",
+    "PromptOptions": "bridge.core.prompts",
+    "RayPromptOptions": "bridge.core.prompts",
     "Reason": "bridge.core.words",
     "Receipt": "bridge.core.receipts",
+    "RunOptions": "bridge.core.prompts",
     "Sandbox": "bridge.profiles.sandbox",
     "State": "bridge.core.words",
     "open_bridge": "bridge.live.api",

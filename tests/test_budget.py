@@ -234,11 +234,10 @@ def test_the_budget_options_of_run_serve_and_acp_make_the_bridges_config(command
         build_parser().parse_args([command, "--budget-usd", "-1"])
 
 
-async def test_submit_refuses_a_bad_budget_or_trace_and_accepts_nothing() -> None:
-    from bridge.live.submits import check_submit
+def test_submit_refuses_a_bad_budget_or_trace_and_accepts_nothing() -> None:
+    from bridge.core.prompts import check_prompt
 
-    ok: dict[str, Any] = {"stream": False, "events": False, "timeout": None, "stall_timeout": None, "images": None}
-    assert check_submit("m", **ok, budget_usd=0.5, budget_tokens=10) == Budget(0.5, 10)
+    check_prompt("m", {"budget_usd": 0.5, "budget_tokens": 10})
     for bad in (
         {"budget_usd": -0.5},
         {"budget_usd": float("nan")},
@@ -248,9 +247,18 @@ async def test_submit_refuses_a_bad_budget_or_trace_and_accepts_nothing() -> Non
     ):
         (name,) = bad
         with pytest.raises(ValueError, match=f"^{name} must be"):  # the parameter's own name
-            check_submit("m", **ok, **bad)
+            check_prompt("m", bad)
     with pytest.raises(TypeError):
-        check_submit("m", **ok, trace={"traceparent": 1})
+        check_prompt("m", {"trace": {"traceparent": 1}})
+
+
+def test_a_model_or_level_that_is_not_text_is_refused_by_its_name() -> None:
+    """(Before the options were checked once, ``provider=5`` was taken and written to Pi.)"""
+    from bridge.core.prompts import check_prompt
+
+    for name in ("provider", "model", "thinking"):
+        with pytest.raises(TypeError, match=f"^{name} must be a str or None, not 5$"):
+            check_prompt("m", {"provider": "p", "model": "m", name: 5})
 
 
 def test_tracing_off_imports_no_opentelemetry() -> None:

@@ -87,12 +87,12 @@ def test_bad_usage_is_named_and_exits_2(args, says):
         (
             [],
             "bridge: no command given; one of: replay, conform, serve, acp, run, models, diagnose, "
-            "conversations, demo (see bridge --help)",
+            "conversations, receipts, demo (see bridge --help)",
         ),
         (
             ["frob"],
             "bridge: COMMAND: invalid choice: 'frob' (choose from 'replay', 'conform', 'serve', 'acp', 'run', "
-            "'models', 'diagnose', 'conversations', 'demo') (see bridge --help)",
+            "'models', 'diagnose', 'conversations', 'receipts', 'demo') (see bridge --help)",
         ),
     ],
 )

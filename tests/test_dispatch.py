@@ -240,3 +240,103 @@ def test_every_prompt_gets_exactly_one_receipt_whatever_is_lost_when(seed: int) 
     assert sorted(got) == sorted(submitted) and len(got) == len(set(got)), "exactly one receipt each"
     assert all(r.reason != "node-lost" or r.where is not None for r in receipts)
     assert d.outstanding == 0
+
+
+def test_d10_a_conversation_keeps_the_lane_of_its_first_prompt_and_continues_there_in_order() -> None:
+    d = pool("a", "b")
+    d.submit("x1", "x")
+    d.submit("x2", "x")
+    d.submit("s1")
+    assert d.take("a") == "x1" and not d.continues("x1"), "a conversation's first prompt starts afresh"
+    assert d.take("b") == "s1", "x2 waits for its home; the stranger passes it"
+    d.settled("b", finished("s1"))
+    assert d.take("b") is None, "x2 is a's alone"
+    d.settled("a", finished("x1"))
+    assert d.take("a") == "x2" and d.continues("x2")
+    assert d.status()["a"]["conversation"] == "x"
+
+
+def test_d10_a_stranger_never_continues_a_lane_s_conversation_and_takes_a_lane_that_is_no_home() -> None:
+    d = pool("a", "b")
+    d.submit("x1", "x")
+    assert d.take("a") == "x1"
+    d.settled("a", finished("x1"))
+    d.submit("s1")
+    assert d.take("a") is None, "a is x's home and b is free: the stranger waits for b"
+    assert d.take("b") == "s1" and not d.continues("s1")
+
+
+def test_d10_when_every_lane_is_a_home_the_idle_one_used_longest_ago_gives_it_up() -> None:
+    d = pool("a", "b")
+    for r, k in (("x1", "x"), ("y1", "y")):
+        d.submit(r, k)
+    assert d.take("a") == "x1" and d.take("b") == "y1"
+    d.settled("a", finished("x1"))
+    d.settled("b", finished("y1"))
+    d.submit("s1")
+    assert d.take("b") is None, "y was handed later than x: a gives its home up, not b"
+    assert d.take("a") == "s1" and not d.continues("s1")
+    assert "x" in d.released and d.status()["a"]["conversation"] is None
+    d.submit("x2", "x")
+    d.settled("a", finished("s1"))
+    assert d.take("b") is None and d.take("a") == "x2" and not d.continues("x2"), "x starts afresh"
+    assert "x" not in d.released
+
+
+def test_d10_a_home_lost_with_its_lane_is_released_and_its_next_prompt_starts_afresh() -> None:
+    d = pool("a", "b")
+    d.submit("x1", "x")
+    d.take("a")
+    d.settled("a", finished("x1"))
+    d.lost("a", "ActorDiedError")
+    assert "ActorDiedError" in d.released["x"]
+    d.submit("x2", "x")
+    assert d.take("b") == "x2" and not d.continues("x2")
+
+
+def test_d10_an_ended_conversation_ends_after_the_prompts_submitted_before_the_end() -> None:
+    d = pool("a")
+    d.submit("x1", "x")
+    d.submit("x2", "x")
+    d.end_conversation("x")
+    d.submit("x3", "x")
+    assert d.take("a") == "x1"
+    d.settled("a", finished("x1"))
+    assert d.take("a") == "x2" and d.continues("x2"), "submitted before the end: it continues"
+    d.settled("a", finished("x2"))
+    assert d.take("a") == "x3" and not d.continues("x3"), "after the end: a new conversation"
+
+
+def test_d10_under_random_keys_and_losses_every_prompt_gets_one_receipt_and_order_holds() -> None:
+    rng = random.Random(10)
+    for _ in range(200):
+        d = pool("a", "b", "c")
+        submitted, got, handed = [], [], []
+        for n in range(rng.randint(1, 12)):
+            r = f"p{n}"
+            key = rng.choice([None, "x", "y", "z"])
+            submitted.append((r, key))
+            out = d.submit(r, key)
+            if out is not None:
+                got.append(out.request)
+        for _ in range(200):
+            live = d.live_lanes
+            if not live or len(got) == len(submitted):
+                break
+            name = rng.choice(live)
+            st = d.status()[name]
+            if st["holding"] is None:
+                r = d.take(name)
+                if r is not None:
+                    handed.append(r)
+            elif rng.random() < 0.1:
+                got += [x.request for x in d.lost(name, "gone")]
+            else:
+                got += [x.request for x in d.settled(name, finished(st["holding"]))]
+            if rng.random() < 0.05:
+                d.end_conversation(rng.choice(["x", "y", "z"]))
+        assert len(got) == len(set(got)), "never two receipts"
+        for key in ("x", "y", "z"):
+            mine = [r for r, k in submitted if k == key]
+            order = [r for r in handed if r in mine]
+            assert order == sorted(order, key=mine.index), f"{key}'s prompts handed in order"

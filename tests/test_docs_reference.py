@@ -23,7 +23,7 @@ CLI_PAGE = PAGES / "reference" / "cli.md"
 API_PAGE = PAGES / "reference" / "api.md"
 
 #: Every subcommand, in the order the page gives them ("" is ``bridge --help`` itself).
-SUBCOMMANDS = ("", "demo", "run", "serve", "acp", "models", "replay", "diagnose", "conform")
+SUBCOMMANDS = ("", "demo", "run", "serve", "acp", "models", "replay", "diagnose", "conform", "receipts")
 #: argparse wraps at the terminal's width; the page is written at this one.
 COLUMNS = "100"
 

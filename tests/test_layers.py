@@ -118,6 +118,7 @@ DOOR_CORE = {
     "conversation": "named conversations: their names, records and history (the CLI, acp, the pool)",
     "pool": "the pool's own sans-IO rules (PoolRules), which bridge/live/pool.py carries out",
     "dispatch": "the Ray pool's own sans-IO rules (Dispatch), which bridge/ray/pool.py carries out",
+    "ledger": "the ledger's pure records, admission and schema, which bridge/live/ledger.py keeps in SQLite",
 }
 #: The layers above the core that reach it only through :data:`DOOR_CORE`.
 DOORS = ("live", "controller", "cli", "ray")

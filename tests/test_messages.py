@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import attrs
 import pytest
 
 from bridge.controller.messages import (
@@ -29,7 +30,44 @@ from bridge.controller.messages import (
 )
 from bridge.core.framing import Oversize
 from bridge.core.images import image_problem
+from bridge.core.prompts import PoolPromptOptions
 from bridge.transcript import dumps
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def test_the_wire_prompt_takes_the_options_declared_once() -> None:
+    """A ``prompt`` line's keys, the :class:`Prompt`'s fields and the API's prompt options
+    (bridge.core.prompts, a pool's: ``conversation`` too) are the same options, in camelCase on
+    the wire: an option added to one and not the others fails here (on the wire it would be
+    refused, or read and dropped)."""
+    declared = set(PoolPromptOptions.__optional_keys__)
+    fields = {f.name for f in attrs.fields(Prompt)} - {"id", "message", "wanted"} | {"provider", "model", "thinking"}
+    assert fields == declared
+    assert set(KEYS["prompt"]) - {"id", "message"} == {_camel(name) for name in declared}
+
+
+def test_a_prompts_options_are_what_the_bridges_submit_is_given() -> None:
+    full = b'{"type":"prompt","id":"a","message":"x","stream":true,"timeout":1,"images":[],"events":true,'
+    full += b'"stallTimeout":0,"model":"p/m","thinking":"low","budgetUsd":1,"budgetTokens":2,"trace":{"a":"b"}}'
+    cmd = parse_command(full)
+    assert isinstance(cmd, Prompt)
+    assert cmd.options() == {
+        "stream": True,
+        "timeout": 1,
+        "images": [],
+        "events": True,
+        "stall_timeout": 0,
+        "provider": None,
+        "model": "p/m",  # as the line gave it: a refusal says how it was read
+        "thinking": "low",
+        "budget_usd": 1,
+        "budget_tokens": 2,
+        "trace": {"a": "b"},
+    }
 
 
 def test_a_prompt_line_becomes_a_prompt_with_its_defaults() -> None:

@@ -513,6 +513,35 @@ def test_an_ended_conversation_s_key_starts_afresh_its_stored_history_gone(pinne
     assert carried(chats(server)[1]) == [("user", "What is my name?")], "nothing of the ended conversation"
 
 
+def test_status_shows_a_conversation_s_prompt_done_once_its_receipt_is_out(pinned_pi: object, tmp_path: Path) -> None:
+    """Issue 42: right after a conversation's receipt came, ``status()`` still said its prompt
+    was running (R12's recording holds the engine). Now the prompt is no longer running and its
+    engine says ``recording`` until the exchange is kept, then ``idle``."""
+    server = start_server([{"text": "first reply"}])
+    models = tmp_path / "models.json"
+    models.write_text(json.dumps(models_json(server.base_url)))
+
+    async def main() -> tuple[Receipt, dict[str, Any], dict[str, Any]]:
+        async with open_pool(scripted_profile(str(models)), engines=1, journal=False) as pool:
+            r1 = await pool.prompt("My name is Ada.", conversation="a")
+            at_receipt = pool.status()["pool"]
+            channel = pool.signals()
+            while pool.status()["pool"]["engines"][0]["state"] != "idle":
+                with trio.move_on_after(5):
+                    await channel.receive()  # (conversation-recorded is told as it is kept)
+            return r1, at_receipt, pool.status()["pool"]
+
+    try:
+        r1, at_receipt, later = trio.run(main)
+    finally:
+        server.close()
+    assert r1.state == State.FINISHED, r1
+    assert r1.request not in at_receipt["running"], at_receipt
+    assert at_receipt["engines"][0]["request"] is None, at_receipt
+    assert at_receipt["engines"][0]["state"] in ("recording", "idle"), at_receipt
+    assert later["engines"][0]["state"] == "idle" and later["running"] == {}, later
+
+
 def test_serve_with_engines_ends_a_key_s_conversation_on_new_conversation_with_the_key(
     pinned_pi: object, tmp_path: Path
 ) -> None:

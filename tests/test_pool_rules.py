@@ -428,3 +428,16 @@ def test_r13_without_clean_nothing_is_cleaned() -> None:
     rules.submit("p2", None, 0)
     actions = rules.settled("p1", 1)
     assert of(Clean, actions) == [] and of(Dispatch, actions) == [Dispatch("p2", 1, True)]
+
+
+def test_r12_a_receipted_prompt_shows_done_while_its_engine_records_and_the_engine_stays_taken() -> None:
+    """Issue 42: between a conversation's receipt and its recording the status said "running".
+    ``receipted`` changes only what the status shows: the engine is not free until ``settled``."""
+    rules = ready(PoolConfig(engines=1, moves=True))
+    [first] = of(Dispatch, rules.submit("a1", "a", 1))
+    rules.receipted("a1")
+    status = rules.status()
+    assert status["running"] == {} and status["engines"][0]["state"] == "recording", status
+    assert of(Dispatch, rules.submit("b1", None, 2)) == [], "the recording engine takes nothing"
+    [b1] = of(Dispatch, rules.settled("a1", 3))
+    assert b1.engine == first.engine and rules.status()["running"] == {"b1": first.engine}

@@ -141,6 +141,44 @@ def test_the_real_sealed_pi_runs_inside_a_ray_actor(cluster: Any, pinned_pi: obj
             assert len(users) == 1, f"{r.user_text!r} carried earlier prompts: {users}"
 
 
+def test_conversation_keys_keep_each_conversation_on_its_actor_and_strangers_start_afresh(
+    cluster: Any, pinned_pi: object
+) -> None:
+    """Issue 42: the Ray pool takes ``conversation=`` keys as a local pool does (D10): a key's
+    later prompts carry its earlier exchange and nothing of another key's; a prompt without a
+    key carries only itself, though both actors held conversations."""
+    with ScriptedModel(default={"text": "noted"}) as model:
+        with RayPool(model.profile(), engines=2, journal=False) as pool:
+            first = [
+                pool.submit("x: my secret is XXX", conversation="x"),
+                pool.submit("y: my secret is YYY", conversation="y"),
+            ]
+            assert [f.result().state for f in first] == ["finished", "finished"]
+            later = [
+                pool.submit("x: what is my secret?", conversation="x"),
+                pool.submit("y: what is my secret?", conversation="y"),
+            ]
+            assert [f.result().state for f in later] == ["finished", "finished"]
+            stranger = pool.submit("s: hello").result()
+            homes = {lane["conversation"] for lane in pool.status()["lanes"].values()}
+        users = {
+            r.user_text: [m.get("content") for m in r.messages if m.get("role") == "user"]
+            for r in model.requests
+            if r.is_completion
+        }
+    assert stranger.state == "finished", stranger
+
+    def said(text: str) -> list[str]:
+        return [" ".join(str(c).split()) for c in users[text]]
+
+    assert any("XXX" in c for c in said("x: what is my secret?")), users
+    assert not any("YYY" in c for c in said("x: what is my secret?")), "x read nothing of y's"
+    assert any("YYY" in c for c in said("y: what is my secret?")), users
+    assert not any("XXX" in c for c in said("y: what is my secret?")), "y read nothing of x's"
+    assert len(said("s: hello")) == 1, f"the stranger carried others' words: {said('s: hello')}"
+    assert len(homes - {None}) == 1, "the stranger took one actor's home (D10's give-up)"
+
+
 def test_a_pool_whose_engine_cannot_start_says_why_and_leaves_no_actor(cluster: Any, tmp_path: Path) -> None:
     missing = str(tmp_path / "no-such-engine")
     with pytest.raises(RuntimeError, match="did not open") as caught:

@@ -13,6 +13,7 @@ import sys
 import types
 import typing
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -33,14 +34,18 @@ def test_the_package_says_it_is_typed() -> None:
 
 
 def test_submit_and_prompt_take_submit_nowaits_parameters() -> None:
-    """Written out in each (a user's editor and mypy see them), kept alike here: submit_nowait
-    says what they mean and checks them."""
+    """The message, its id and the options, declared once (bridge.core.prompts): a user's editor
+    and mypy see each option through the ``TypedDict``; submit_nowait checks them."""
     want = list(inspect.signature(Bridge.submit_nowait).parameters.values())
-    assert [p.name for p in want][:2] == ["self", "message"] and len(want) > 5
+    assert [(p.name, p.kind, p.annotation) for p in want] == [
+        ("self", inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.empty),
+        ("message", inspect.Parameter.POSITIONAL_OR_KEYWORD, "str"),
+        ("request", inspect.Parameter.KEYWORD_ONLY, "str | None"),
+        ("options", inspect.Parameter.VAR_KEYWORD, "Unpack[PromptOptions]"),
+    ]
     for method in (Bridge.submit, Bridge.prompt):
         got = list(inspect.signature(method).parameters.values())
         assert got == want, f"Bridge.{method.__name__}: {got} != {want}"
-    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in want[2:])
 
 
 def test_no_public_call_hides_its_parameters() -> None:
@@ -150,14 +155,72 @@ def test_both_libraries_classes_take_the_protocols_parameters(
 
 @pytest.mark.parametrize("cls", [AsyncioBridge, AsyncioPromptHandle, AsyncioDialog], ids=lambda c: c.__name__)
 def test_the_asyncio_classes_forward_nothing_unnamed(cls: type) -> None:
-    """No ``__getattr__`` fallback and no ``**kw`` passed on: what a public call takes is written
-    out, so a misspelt name is an AttributeError and a misspelt keyword a TypeError naming the
-    call made (tests/test_asyncio.py makes both happen)."""
+    """No ``__getattr__`` fallback and no ``**kw`` passed on but a prompt's options (a declared
+    ``TypedDict``, which the door checks: :func:`bridge.live.submits.prompt_door`): what a public
+    call takes is written out, so a misspelt name is an AttributeError and a misspelt keyword a
+    TypeError naming the call made (tests/test_asyncio.py makes both happen)."""
     assert "__getattr__" not in vars(cls)
     for name, fn in inspect.getmembers(cls, inspect.isfunction):
         if not name.startswith("_"):
-            kinds = {p.kind for p in inspect.signature(fn).parameters.values()}
-            assert not kinds & {inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL}, name
+            for p in inspect.signature(fn).parameters.values():
+                assert p.kind is not p.VAR_POSITIONAL, name
+                assert p.kind is not p.VAR_KEYWORD or p.annotation == "Unpack[PromptOptions]", name
+
+
+def _doors() -> list[Any]:
+    """Every call that takes a prompt's options (the Ray pool's when its extra is installed)."""
+    from bridge.live.api import query
+    from bridge.live.pool import Pool
+    from bridge.live.pool_aio import AsyncioPool
+
+    doors: list[Any] = [query]
+    for cls in (Bridge, AsyncioBridge, Pool, AsyncioPool):
+        doors += [cls.submit, cls.submit_nowait, cls.prompt]
+    try:
+        from bridge.ray.pool import RayPool
+    except ImportError:
+        pass
+    else:
+        doors.append(RayPool.submit)
+    return doors
+
+
+def _refused(door: Any, **kw: Any) -> str | None:
+    """Why the door refused the keywords, if it did as Python refuses an unknown keyword (called
+    unbound, ``self`` None: the door refuses before its body uses it)."""
+    args = ("x",) if door.__name__ == "query" else (None, "x")
+    try:
+        result = door(*args, **kw)
+        if inspect.iscoroutine(result):
+            try:
+                result.send(None)
+            finally:
+                result.close()
+    except Exception as e:  # what the body raises past the door's check (self is None) is not it
+        return str(e) if "unexpected keyword argument" in str(e) else None
+    return None
+
+
+@pytest.mark.parametrize("door", _doors(), ids=lambda d: d.__qualname__)
+def test_each_door_takes_its_options_and_refuses_any_other_keyword_naming_itself(door: Any) -> None:
+    """A door's ``**options`` is one of bridge.core.prompts' TypedDicts (its annotation): each of
+    its keys is taken, any other keyword refused as Python would refuse it, naming the call made
+    (not the call the door passes them to), before anything is accepted."""
+    from bridge.core import prompts
+
+    (annotation,) = [p.annotation for p in inspect.signature(door).parameters.values() if p.kind is p.VAR_KEYWORD]
+    takes = getattr(prompts, annotation.removeprefix("Unpack[").removesuffix("]"))
+    everything = prompts.PoolPromptOptions.__optional_keys__
+    assert takes.__optional_keys__ <= everything and not takes.__required_keys__
+    for key in sorted(everything):
+        said = _refused(door, **{key: object()})
+        wanted = (
+            None
+            if key in takes.__optional_keys__
+            else f"{door.__qualname__}() got an unexpected keyword argument {key!r}"
+        )
+        assert said == wanted, (key, said)
+    assert _refused(door, timout=3) == f"{door.__qualname__}() got an unexpected keyword argument 'timout'"
 
 
 #: A user's program on both libraries, as a user's ``mypy --strict`` reads it (not run): every
@@ -264,14 +327,50 @@ PROTOCOL_MISTAKES = [
 ]
 
 
+#: What the prompt options' TypedDicts catch at each door (the bridge's, asyncio's, the
+#: pools', the Ray pool's, ``query``'s) and in a user's own wrapper: each line, and its error.
+OPTION_MISTAKES = [
+    ("from typing import Unpack", None),
+    ("import bridge", None),
+    ("from bridge import BridgeAPI, Pool, PromptOptions, Receipt", None),
+    ("from bridge.live.aio import AsyncioBridge", None),
+    ("from bridge.live.pool_aio import AsyncioPool", None),
+    ("from bridge.ray.pool import RayPool", None),
+    ("async def ask(b: BridgeAPI, text: str, **options: Unpack[PromptOptions]) -> Receipt:", None),
+    ("    return await b.prompt(text, **options)", None),
+    ("async def f(b: BridgeAPI, a: AsyncioBridge, p: Pool, ap: AsyncioPool, rp: RayPool) -> None:", None),
+    ("    await ask(b, 'x', timeout=3, events=True, trace={'traceparent': 't'})", None),
+    ("    await ask(b, 'x', timout=3)", 'Unexpected keyword argument "timout" for "ask"'),
+    ("    await a.submit('x', budget_tokens=5, stall_timeout=0, model='p/m')", None),
+    ("    a.submit_nowait('x', budget_usd='1')", 'Argument "budget_usd" to "submit_nowait" of "AsyncioBridge" has'),
+    (
+        "    await b.submit('x', conversation='k')",
+        'Unexpected keyword argument "conversation" for "submit" of "BridgeAPI"',
+    ),
+    ("    await p.submit('x', conversation='k', stream=True)", None),
+    ("    await p.prompt('x', conversaton='k')", 'Unexpected keyword argument "conversaton" for "prompt" of "Pool"'),
+    ("    await ap.prompt('x', conversation='k', thinking='low')", None),
+    ("    ap.submit_nowait('x', images='i')", 'Argument "images" to "submit_nowait" of "AsyncioPool" has incompatible'),
+    ("    print(rp.submit('x', timeout=3, provider='p', model='m', trace={'traceparent': 't'}).result())", None),
+    ("    print(rp.submit('x', conversation='k', images=None).result().state)", None),
+    ("    rp.submit('x', stream=True)", 'Unexpected keyword argument "stream" for "submit" of "RayPool"'),
+    ("    rp.submit('x', timeout='3')", 'Argument "timeout" to "submit" of "RayPool" has incompatible type "str"'),
+    ("    async for m in bridge.query('x', stall_timeout=0, budget_tokens=9):", None),
+    ("        print(m)", None),
+    ("    bridge.query('x', events=True)", 'Unexpected keyword argument "events" for "query"'),
+]
+
+
 def test_a_users_mypy_strict_sees_one_api_under_both_libraries(tmp_path: Path) -> None:
     """The project's pinned mypy over a user's files outside the checkout, the package read from
     the checkout (``MYPYPATH``; tests/test_wheel.py does it over the installed wheel)."""
     (tmp_path / "both.py").write_text(BOTH_LIBRARIES)
-    (tmp_path / "mistakes.py").write_text("".join(f"{code}\n" for code, _ in PROTOCOL_MISTAKES))
+    mistakes = {"mistakes.py": PROTOCOL_MISTAKES, "options.py": OPTION_MISTAKES}
+    for name, lines in mistakes.items():
+        (tmp_path / name).write_text("".join(f"{code}\n" for code, _ in lines))
     env = {**os.environ, "MYPYPATH": str(ROOT)}
     argv = [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", "--cache-dir", str(tmp_path / "cache")]
-    p = subprocess.run([*argv, "both.py", "mistakes.py"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    p = subprocess.run([*argv, "both.py", *mistakes], cwd=tmp_path, env=env, capture_output=True, text=True)
     out = p.stdout.splitlines()
     revealed = [n for n, line in enumerate(BOTH_LIBRARIES.splitlines(), 1) if "reveal_type(" in line]
     assert [line for line in out if line.startswith("both.py")] == [
@@ -281,10 +380,12 @@ def test_a_users_mypy_strict_sees_one_api_under_both_libraries(tmp_path: Path) -
         )
     ], p.stdout + p.stderr
     errors = [line for line in out if ": error: " in line]
-    for n, (code, message) in enumerate(PROTOCOL_MISTAKES, 1):
-        got = [e for e in errors if e.startswith(f"mistakes.py:{n}: error: ")]
-        assert [message in e for e in got] == ([] if message is None else [True]), (code, message, p.stdout)
-    assert p.returncode == 1 and len(errors) == sum(m is not None for _, m in PROTOCOL_MISTAKES), p.stdout + p.stderr
+    for name, lines in mistakes.items():
+        for n, (code, message) in enumerate(lines, 1):
+            got = [e for e in errors if e.startswith(f"{name}:{n}: error: ")]
+            assert [message in e for e in got] == ([] if message is None else [True]), (code, message, p.stdout)
+    expected = sum(m is not None for lines in mistakes.values() for _, m in lines)
+    assert p.returncode == 1 and len(errors) == expected, p.stdout + p.stderr
 
 
 def test_a_users_mypy_outside_the_checkout_finds_the_checkout_s_package(tmp_path: Path) -> None:

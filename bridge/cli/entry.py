@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Final, NoReturn, cast
 
 from bridge import __version__
-from bridge.cli import acp, conform, conversations, diagnose, models, replay, run, serve
+from bridge.cli import acp, conform, conversations, diagnose, models, receipts, replay, run, serve
 from bridge.cli.options import Subcommands
 
 #: The exit status for a bug (BSD's EX_SOFTWARE): the only one that prints a traceback.
@@ -65,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_parser(sub)
     diagnose.add_parser(sub)
     conversations.add_parser(sub)
+    receipts.add_parser(sub)
 
     from bridge import demo
 

@@ -74,7 +74,7 @@ import difflib
 import json
 import math
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Final, TypeAlias
+from typing import Any, ClassVar, Final, TypeAlias, cast
 
 import attrs
 import cattrs
@@ -82,6 +82,7 @@ from cattrs.gen import make_dict_unstructure_fn, override
 
 from bridge.core.framing import Oversize, RawLine, parse_line
 from bridge.core.images import image_problem
+from bridge.core.prompts import PromptOptions
 from bridge.core.steering import Wanted
 from bridge.core.words import THINKING_LEVELS, RequestId
 
@@ -160,6 +161,19 @@ class Prompt:
     budget_tokens: int | None = None
     #: The W3C trace context its span continues (``traceparent``, ``tracestate``).
     trace: dict[str, str] | None = None
+
+    def options(self) -> PromptOptions:
+        """Its options as a bridge's ``submit`` takes them (:class:`~bridge.core.prompts.PromptOptions`,
+        whose keys are these fields' names; ``conversation`` is a pool's: a controller passes it
+        itself): ``wanted`` as the line gave it (a model named alone as ``provider/id`` stays so:
+        a refusal says how it was read)."""
+        given = {name: getattr(self, name) for name in _OPTION_FIELDS}
+        return cast("PromptOptions", given | self.wanted.asked())
+
+
+#: The fields of :class:`Prompt` that are options of a bridge's ``submit`` under the same name
+#: (tests/test_messages.py checks that the wire and the declaration name the same options).
+_OPTION_FIELDS: Final = tuple(f.name for f in attrs.fields(Prompt) if f.name in PromptOptions.__optional_keys__)
 
 
 @attrs.frozen

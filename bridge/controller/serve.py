@@ -313,20 +313,7 @@ async def _act(bridge: Bridge, cmd: Command, lineno: int, drain_timeout: float |
         case Prompt():
             if bridge.knows(cmd.id):
                 return LineError.duplicate_id(cmd.id, lineno)
-            asked: dict[str, Any] = cmd.wanted.asked()
-            await bridge.submit(
-                cmd.message,
-                request=cmd.id,
-                stream=cmd.stream,
-                timeout=cmd.timeout,
-                images=cmd.images,
-                events=cmd.events,
-                stall_timeout=cmd.stall_timeout,
-                budget_usd=cmd.budget_usd,
-                budget_tokens=cmd.budget_tokens,
-                trace=cmd.trace,
-                **asked,  # a "model" given alone as provider/id stays so: a refusal says how it was read
-            )
+            await bridge.submit(cmd.message, request=cmd.id, **cmd.options())
         case Configure() | NewConversation() | CompactConversation() if when := bridge.no_prompt_follows:
             # They steer the prompts submitted after them (docs: guide/steering.md), and none can be:
             # taken, they would change nothing while ``configured`` named a model never used.

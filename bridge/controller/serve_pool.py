@@ -175,20 +175,7 @@ async def _take(pool: Pool, line: bytes | Oversize, lineno: int, drain_timeout: 
         case Prompt():
             if pool.knows(cmd.id):
                 return LineError.duplicate_id(cmd.id, lineno)
-            pool.submit_nowait(
-                cmd.message,
-                conversation=cmd.conversation,
-                request=cmd.id,
-                stream=cmd.stream,
-                timeout=cmd.timeout,
-                images=cmd.images,
-                events=cmd.events,
-                stall_timeout=cmd.stall_timeout,
-                budget_usd=cmd.budget_usd,
-                budget_tokens=cmd.budget_tokens,
-                trace=cmd.trace,
-                **cmd.wanted.asked(),
-            )
+            pool.submit_nowait(cmd.message, request=cmd.id, conversation=cmd.conversation, **cmd.options())
         case Stop():
             if not pool.knows(cmd.id):
                 return LineError.unknown_id(cmd.id, lineno)

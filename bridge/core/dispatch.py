@@ -42,6 +42,18 @@ The rules (tests/test_dispatch.py, one test per rule):
   one is its lane's to stop -- the live layer asks that actor's bridge, and the receipt its rules
   give comes back as any other (D2), or the lane's loss decides it (D3); a settled prompt, or
   one never submitted, is left alone.
+- D10 conversations (issue 42: the Ray pool takes ``conversation=`` keys as a local pool does,
+  its rules R1-R3 and R6 without R12's moves: a conversation's context lives in one actor's
+  engine). A prompt may carry a *conversation* key. Its conversation's *home* is the lane that
+  took its first prompt; the key's later prompts go to that lane alone, in order, and continue
+  its conversation there. Every other prompt -- no key, or a key with no home -- starts afresh
+  (a lane that ran a prompt before starts a new conversation first: no prompt reads another's
+  words), on a lane that is home to no conversation. When every live lane is a home, the idle
+  one whose conversation was handed a prompt longest ago and has none waiting gives its home
+  up (R6's eviction; the conversation is *released*: its next prompt starts afresh). A home
+  lost with its lane (D3, D8) or given up is told in :meth:`Dispatch.status`'s ``released``
+  (key -> why), until the key's next prompt is handed; :meth:`Dispatch.end_conversation` ends
+  a key after the prompts already submitted under it, and its next prompt starts afresh.
 
 Invariant: every prompt :meth:`Dispatch.submit` accepts gets exactly one receipt, returned by
 exactly one of :meth:`~Dispatch.submit`, :meth:`~Dispatch.settled`, :meth:`~Dispatch.lost`,
@@ -91,6 +103,10 @@ class _LaneState:
     holding: str | None = None
     #: Why it was lost (once it was).
     lost_why: str | None = None
+    #: The conversation it is home to (D10), or None.
+    conversation: str | None = None
+    #: When it was last handed a prompt (the dispatch's own count: D10's "longest ago").
+    handed_at: int = 0
 
 
 @attrs.define
@@ -98,6 +114,10 @@ class _Prompt:
     request: str
     stage: Stage = Stage.QUEUED
     lane: str | None = None
+    #: Its conversation's key (D10), or None.
+    conversation: str | None = None
+    #: It continues its lane's conversation (D10); False: the lane starts a new one first.
+    continues: bool = False
 
 
 class Dispatch:
@@ -108,6 +128,12 @@ class Dispatch:
         self._prompts: dict[str, _Prompt] = {}
         self._queue: deque[str] = deque()
         self._closing = False
+        #: D10: each conversation's home lane; why a conversation lost its home; the last
+        #: request submitted under a key that is to end after it.
+        self._homes: dict[str, str] = {}
+        self._released: dict[str, str] = {}
+        self._ends: dict[str, str] = {}
+        self._handed = 0
 
     # -- lanes
 
@@ -142,9 +168,16 @@ class Dispatch:
                 "alive": s.alive,
                 "holding": s.holding,
                 "stage": self._prompts[s.holding].stage.value if s.holding is not None else None,
+                "conversation": s.conversation,
             }
             for name, s in self._lanes.items()
         }
+
+    @property
+    def released(self) -> dict[str, str]:
+        """D10: conversations that lost their home (their lane lost, or given up to another
+        prompt), and why; each until its key's next prompt is handed (it starts afresh)."""
+        return dict(self._released)
 
     def lane_of(self, request: str) -> Lane | None:
         """The lane a prompt was handed to (None: never handed)."""
@@ -153,12 +186,13 @@ class Dispatch:
 
     # -- prompts
 
-    def submit(self, request: str) -> Receipt | None:
-        """Accept a prompt: None (it waits in the FIFO), or its receipt at once (D5, D6).
-        Raises ValueError for an id already submitted to this pool."""
+    def submit(self, request: str, conversation: str | None = None) -> Receipt | None:
+        """Accept a prompt, under a conversation's key or none (D10): None (it waits in the
+        FIFO), or its receipt at once (D5, D6). Raises ValueError for an id already submitted
+        to this pool."""
         if request in self._prompts:
             raise ValueError(f"prompt id {request!r} was already submitted to this pool")
-        self._prompts[request] = _Prompt(request)
+        self._prompts[request] = _Prompt(request, conversation=conversation)
         if self._closing:
             return self._settle(request, decide(Facts(unsent=Reason.CLOSING)), "the pool is closing")
         if not self.live_lanes:
@@ -180,18 +214,92 @@ class Dispatch:
         return sum(1 for p in self._prompts.values() if p.stage is not Stage.SETTLED)
 
     def take(self, lane: str) -> str | None:
-        """The next queued prompt for ``lane``, now handed to it (D1); None when the FIFO is
-        empty. Raises ValueError for a lane that is lost or already holds a prompt."""
+        """The next queued prompt ``lane`` may run, now handed to it (D1, D10); None when there
+        is none. Raises ValueError for a lane that is lost or already holds a prompt."""
         s = self._lanes[lane]
         if not s.alive or s.holding is not None:
             raise ValueError(f"lane {lane!r} cannot take a prompt ({'holds ' + s.holding if s.holding else 'lost'})")
-        if not self._queue:
+        request = self._next_for(lane)
+        if request is None:
             return None
-        request = self._queue.popleft()
+        self._queue.remove(request)
         p = self._prompts[request]
         p.stage, p.lane = Stage.HANDED, lane
         s.holding = request
+        self._handed += 1
+        s.handed_at = self._handed
+        key = p.conversation
+        if key is not None and self._homes.get(key) == lane:
+            p.continues = True
+        else:
+            if s.conversation is not None:  # given up (D10's eviction): told, and forgotten
+                self._released[s.conversation] = f"its engine actor {lane} was needed for another prompt"
+                del self._homes[s.conversation]
+                s.conversation = None
+            if key is not None:
+                self._homes[key], s.conversation = lane, key
+                self._released.pop(key, None)
         return request
+
+    def continues(self, request: str) -> bool:
+        """D10: a handed prompt continues its lane's conversation (False: the lane starts a new
+        conversation first, if it ran a prompt before). Raises KeyError for an unknown id."""
+        return self._prompts[request].continues
+
+    def end_conversation(self, conversation: str) -> None:
+        """D10: the key's conversation ends after the prompts already submitted under it; the
+        key's next prompt starts afresh (its home lane takes other prompts again)."""
+        last = [r for r, p in self._prompts.items() if p.conversation == conversation and p.stage is not Stage.SETTLED]
+        if last:
+            self._ends[conversation] = last[-1]
+        else:
+            self._end_now(conversation)
+
+    def _end_now(self, conversation: str) -> None:
+        self._ends.pop(conversation, None)
+        self._released.pop(conversation, None)
+        lane = self._homes.pop(conversation, None)
+        if lane is not None:
+            self._lanes[lane].conversation = None
+        for p in self._prompts.values():  # (a later prompt under the key is a new conversation)
+            if p.conversation == conversation and p.stage is Stage.SETTLED:
+                p.conversation = None
+
+    def _next_for(self, lane: str) -> str | None:
+        """D10's choice for an idle ``lane``: the first queued prompt it may run, the FIFO's
+        order kept within each conversation."""
+        s = self._lanes[lane]
+        blocked: set[str] = set()  # conversations whose earlier prompt waits for another lane
+        homes_free = [n for n, t in self._lanes.items() if t.alive and t.conversation is None]
+        for request in self._queue:
+            key = self._prompts[request].conversation
+            if key is not None:
+                if key in blocked:
+                    continue
+                home = self._homes.get(key)
+                if home == lane:
+                    return request
+                if home is not None:
+                    blocked.add(key)
+                    continue
+            if s.conversation is None:
+                return request
+            if not homes_free and self._may_give_up(lane):
+                return request
+            if key is not None:
+                blocked.add(key)
+        return None
+
+    def _may_give_up(self, lane: str) -> bool:
+        """D10: every live lane is a home; ``lane`` gives its home up when it is the idle home
+        handed a prompt longest ago and its conversation has no prompt waiting."""
+        waiting = {self._prompts[r].conversation for r in self._queue}
+        idle = [
+            (t.handed_at, n)
+            for n, t in self._lanes.items()
+            if t.alive and t.holding is None and t.conversation is not None and t.conversation not in waiting
+        ]
+        return bool(idle) and min(idle)[1] == lane
 
     def running(self, lane: str, request: str) -> None:
         """``lane`` reported ``request``'s run started. A report about a prompt the lane does
@@ -214,10 +322,12 @@ class Dispatch:
         s.holding = None
         if receipt.state == State.REJECTED and receipt.reason in _LANE_DOWN and not self._closing:
             s.alive, s.lost_why = False, f"its bridge {receipt.reason}: {receipt.native_error or 'no reason given'}"
+            self._homeless(s, f"its engine actor {lane} was retired: {s.lost_why}")
             p.stage, p.lane = Stage.QUEUED, None
             self._queue.appendleft(p.request)
             return self._reject_queue(Reason.ENGINE_DOWN, _no_lanes(self._lanes)) if not self.live_lanes else []
         p.stage = Stage.SETTLED
+        self._ended(p)
         return [attrs.evolve(receipt, where=s.lane.where)]
 
     def retired(self, lane: str) -> bool:
@@ -232,6 +342,7 @@ class Dispatch:
         if not s.alive:
             return []
         s.alive, s.lost_why = False, why
+        self._homeless(s, f"its engine actor {lane} was lost: {why}")
         out: list[Receipt] = []
         if s.holding is not None:
             request, s.holding = s.holding, None
@@ -264,6 +375,18 @@ class Dispatch:
 
     # -- helpers
 
+    def _homeless(self, s: _LaneState, why: str) -> None:
+        """D10: the conversation ``s`` was home to loses it (``s`` is lost or retired)."""
+        if s.conversation is not None:
+            self._homes.pop(s.conversation, None)
+            self._released[s.conversation] = why
+            s.conversation = None
+
+    def _ended(self, p: _Prompt) -> None:
+        """D10: ``p`` (now settled) was the last prompt before its key's end."""
+        if p.conversation is not None and self._ends.get(p.conversation) == p.request:
+            self._end_now(p.conversation)
+
     def _reject_queue(self, reason: Reason, words: str) -> list[Receipt]:
         out = [self._settle(r, decide(Facts(unsent=reason)), words) for r in self._queue]
         self._queue.clear()
@@ -273,6 +396,7 @@ class Dispatch:
         self, request: str, verdict: tuple[State, Reason | None], words: str, where: Where | None = None
     ) -> Receipt:
         self._prompts[request].stage = Stage.SETTLED
+        self._ended(self._prompts[request])
         state, reason = verdict
         return Receipt(request, state, reason, native_error=words, where=where)
 

@@ -237,6 +237,10 @@ class PoolRules:
         self.held: dict[str, int] = {}
         #: Running prompts of a conversation: request -> conversation (R12's order).
         self.running_conversation: dict[str, str] = {}
+        #: Running prompts whose receipt is out while their engine records the exchange (R12):
+        #: :meth:`status` shows them done and their engine ``recording``; the engine is not
+        #: free until :meth:`settled` (issue 42: status said "running" after the receipt).
+        self.recording: set[str] = set()
         self._numbers = 0
         #: Why no engine is started any more (R9), or None.
         self.down: str | None = None
@@ -284,11 +288,18 @@ class PoolRules:
             actions.append(StopEngine(engine))
         return actions + self._step(now)
 
+    def receipted(self, request: str) -> None:
+        """A given prompt's receipt went out; its engine still records the exchange (R12) and
+        is not free until :meth:`settled`. Only what :meth:`status` shows changes."""
+        if request in self.running:
+            self.recording.add(request)
+
     def settled(self, request: str, now: float, *, kept: bool = True) -> list[PoolAction]:
         """A given prompt's receipt came: its engine is idle again. ``kept=False`` (R12): its
         conversation's exchange was not recorded, so its engine no longer holds the stored copy."""
         number = self.running.pop(request, None)
         self.running_conversation.pop(request, None)
+        self.recording.discard(request)
         e = self.engines.get(number) if number is not None else None
         if e is not None and e.state == EngineState.BUSY and e.request == request:
             e.state, e.request, e.idle_since = EngineState.IDLE, None, now
@@ -406,17 +417,21 @@ class PoolRules:
         return len(self.waiting) + len(self.running)
 
     def status(self) -> dict[str, Any]:
+        """Each engine (``state``: ``recording`` while it records a conversation's exchange
+        whose receipt is out, R12), the waiting prompts, the running ones (receipt not out)."""
         return {
-            "engines": [
-                {"engine": e.number, "state": e.state, "conversation": e.conversation, "request": e.request}
-                for e in self.engines.values()
-            ],
+            "engines": [self._engine_status(e) for e in self.engines.values()],
             "waiting": [w.request for w in self.waiting],
-            "running": dict(self.running),
+            "running": {r: n for r, n in self.running.items() if r not in self.recording},
             "down": self.down,
             "closing": self.closing,
             "draining": self.draining,
         }
+
+    def _engine_status(self, e: PoolEngine) -> dict[str, Any]:
+        if e.request is not None and e.request in self.recording:
+            return {"engine": e.number, "state": "recording", "conversation": e.conversation, "request": None}
+        return {"engine": e.number, "state": e.state, "conversation": e.conversation, "request": e.request}
 
     # -- the one step after every door ----------------------------------------------------
 

@@ -12,7 +12,8 @@ failed              ``timeout``, ``closing``, ``stalled``, ``budget``: aborted b
                     own stop (the prompt's timeout or the drain bound; closing; a stall;
                     a spend past its budget)
 rejected            ``engine``, ``queue-full``, ``cancelled``, ``closing``,
-                    ``engine-down``, ``config``, ``budget``: certainly not delivered
+                    ``engine-down``, ``config``, ``budget``, ``bridge-lost``: certainly
+                    not delivered
 delivery-unknown    ``ack-without-start``, ``no-ack``, ``engine-exited``, ``node-lost``
 outcome-unknown     the seed's ``aborted-without-stop``, ``no-final-assistant-message``,
                     ``unrecognised-stop-reason``; the bridge's ``overlap``, ``gap``,
@@ -51,6 +52,7 @@ REASONS: Final[dict[State, frozenset[Reason | None]]] = {
             Reason.ENGINE_DOWN,
             Reason.CONFIG,
             Reason.BUDGET,
+            Reason.BRIDGE_LOST,
         }
     ),
     State.DELIVERY_UNKNOWN: frozenset(

@@ -74,6 +74,9 @@ class Reason(StrEnum):
     ENGINE_DOWN = "engine-down"
     #: The model or thinking level the prompt asked for was refused, or not confirmed.
     CONFIG = "config"
+    #: The bridge was lost (its process ended: SIGKILL, a crash, the machine) before it wrote
+    #: the prompt; decided when a bridge opened on its ledger recovered it (issue 44).
+    BRIDGE_LOST = "bridge-lost"
     # delivery-unknown
     ACK_WITHOUT_START = "ack-without-start"
     NO_ACK = "no-ack"

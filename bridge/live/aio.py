@@ -24,29 +24,33 @@ The rules of the door:
   as under trio (every receipt given, the engine reaped, its folders removed), and only then
   does ``async with`` return; a second cancellation while it closes is held until it has.
 - **Every call is written out** (its parameters, its types: :mod:`bridge.live.protocols`, which
-  these classes and the trio ones both satisfy): no ``**kw`` passed on, no ``__getattr__``, so
-  a misspelt keyword is a TypeError naming the call made (``submit``), and a user's mypy sees
-  the same signatures under either library.
+  these classes and the trio ones both satisfy): no ``__getattr__``, and no ``**kw`` passed on
+  but a prompt's options, declared once (:class:`~bridge.core.prompts.PromptOptions`) and
+  refused by each door when misspelt (:func:`~bridge.live.submits.prompt_door`), so a misspelt
+  keyword is a TypeError naming the call made (``submit``), and a user's mypy sees the same
+  signatures under either library.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import outcome
 import trio
 
 from bridge.core.config import BridgeConfig
 from bridge.core.progress import ProgressEvent
+from bridge.core.prompts import PromptOptions
 from bridge.core.receipts import Receipt
 from bridge.core.supervision import Collected
 from bridge.live.engine import Engine
 from bridge.live.handles import Dialog, Message, PromptHandle
 from bridge.live.journal import Journal
 from bridge.live.steering import EngineQuestionError
+from bridge.live.submits import prompt_door
 from bridge.live.supervisor import Bridge
 from bridge.profiles.command import EngineProfile
 
@@ -318,40 +322,12 @@ class AsyncioBridge:
 
     # -- synchronous calls: the bridge's own ----------------------------------------------
 
+    @prompt_door(PromptOptions)
     def submit_nowait(
-        self,
-        message: str,
-        *,
-        request: str | None = None,
-        stream: bool = False,
-        timeout: float | None = None,
-        images: list[dict[str, Any]] | None = None,
-        events: bool = False,
-        stall_timeout: float | None = None,
-        provider: str | None = None,
-        model: str | None = None,
-        thinking: str | None = None,
-        budget_usd: float | None = None,
-        budget_tokens: int | None = None,
-        trace: Mapping[str, str] | None = None,
+        self, message: str, *, request: str | None = None, **options: Unpack[PromptOptions]
     ) -> AsyncioPromptHandle:
         """As :meth:`Bridge.submit_nowait`: accepted at once, its checks raise at once."""
-        handle = self._bridge.submit_nowait(
-            message,
-            request=request,
-            stream=stream,
-            timeout=timeout,
-            images=images,
-            events=events,
-            stall_timeout=stall_timeout,
-            provider=provider,
-            model=model,
-            thinking=thinking,
-            budget_usd=budget_usd,
-            budget_tokens=budget_tokens,
-            trace=trace,
-        )
-        return AsyncioPromptHandle(handle, self._door)
+        return AsyncioPromptHandle(self._bridge.submit_nowait(message, request=request, **options), self._door)
 
     def configure(self, *, provider: str | None = None, model: str | None = None, thinking: str | None = None) -> None:
         """As :meth:`Bridge.configure`. Returns at once."""
@@ -375,91 +351,20 @@ class AsyncioBridge:
 
     # -- awaitable calls: trio tasks ------------------------------------------------------
 
+    @prompt_door(PromptOptions)
     async def submit(
-        self,
-        message: str,
-        *,
-        request: str | None = None,
-        stream: bool = False,
-        timeout: float | None = None,
-        images: list[dict[str, Any]] | None = None,
-        events: bool = False,
-        stall_timeout: float | None = None,
-        provider: str | None = None,
-        model: str | None = None,
-        thinking: str | None = None,
-        budget_usd: float | None = None,
-        budget_tokens: int | None = None,
-        trace: Mapping[str, str] | None = None,
+        self, message: str, *, request: str | None = None, **options: Unpack[PromptOptions]
     ) -> AsyncioPromptHandle:
         """As :meth:`Bridge.submit`: returns at once."""
-        return self.submit_nowait(
-            message,
-            request=request,
-            stream=stream,
-            timeout=timeout,
-            images=images,
-            events=events,
-            stall_timeout=stall_timeout,
-            provider=provider,
-            model=model,
-            thinking=thinking,
-            budget_usd=budget_usd,
-            budget_tokens=budget_tokens,
-            trace=trace,
-        )
+        return self.submit_nowait(message, request=request, **options)
 
-    async def prompt(
-        self,
-        message: str,
-        *,
-        request: str | None = None,
-        stream: bool = False,
-        timeout: float | None = None,
-        images: list[dict[str, Any]] | None = None,
-        events: bool = False,
-        stall_timeout: float | None = None,
-        provider: str | None = None,
-        model: str | None = None,
-        thinking: str | None = None,
-        budget_usd: float | None = None,
-        budget_tokens: int | None = None,
-        trace: Mapping[str, str] | None = None,
-    ) -> Receipt:
+    @prompt_door(PromptOptions)
+    async def prompt(self, message: str, *, request: str | None = None, **options: Unpack[PromptOptions]) -> Receipt:
         """Submit and wait for the receipt. Ends when it comes (it always does); cancelled
         while it waits, it stops the prompt."""
         if self._closed:  # rejected ``closing`` at once, as under trio
-            return await self.submit_nowait(
-                message,
-                request=request,
-                stream=stream,
-                timeout=timeout,
-                images=images,
-                events=events,
-                stall_timeout=stall_timeout,
-                provider=provider,
-                model=model,
-                thinking=thinking,
-                budget_usd=budget_usd,
-                budget_tokens=budget_tokens,
-                trace=trace,
-            ).receipt()
-        return await self._door.call(
-            self._bridge.prompt,
-            message,
-            request=request,
-            stream=stream,
-            timeout=timeout,
-            images=images,
-            events=events,
-            stall_timeout=stall_timeout,
-            provider=provider,
-            model=model,
-            thinking=thinking,
-            budget_usd=budget_usd,
-            budget_tokens=budget_tokens,
-            trace=trace,
-        )
+            return await self.submit_nowait(message, request=request, **options).receipt()
+        return await self._door.call(self._bridge.prompt, message, request=request, **options)
 
     async def stop(self, request: str) -> str | None:
         """As :meth:`Bridge.stop`: returns at once with the stop's id, or None."""

@@ -16,7 +16,7 @@ import os
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import attrs
 import sniffio
@@ -24,11 +24,13 @@ import trio
 
 from bridge import __version__
 from bridge.core.config import BridgeConfig
+from bridge.core.prompts import RunOptions
 from bridge.live.handles import Message, PromptHandle
 from bridge.live.journal import Journal, default_journal_dir, private_dir
 from bridge.live.oneshot import Query
 from bridge.live.protocols import BridgeAPI
 from bridge.live.retention import keep_from
+from bridge.live.submits import prompt_door
 from bridge.live.supervisor import Bridge
 from bridge.profiles.command import EngineProfile, ProfileError
 from bridge.profiles.conversation import Conversation, default_conversation_dir
@@ -324,18 +326,14 @@ async def _opened(
             jr.close()
 
 
+@prompt_door(RunOptions)
 def query(
     prompt: str,
     *,
     engine: EngineProfile | None = None,
     journal: str | Path | bool | None = True,
     config: BridgeConfig | None = None,
-    timeout: float | None = None,
-    images: list[dict[str, Any]] | None = None,
-    provider: str | None = None,
-    model: str | None = None,
-    thinking: str | None = None,
-    budget_usd: float | None = None,
+    **options: Unpack[RunOptions],
 ) -> Query:
     """One prompt, in one call: open a bridge, send the prompt, yield what comes of it, close.
 
@@ -355,16 +353,9 @@ def query(
         engine: The engine profile (default: ``PiProfile()``, the sealed, pinned Pi).
         journal: As :func:`open_bridge`'s (default: a new file in the default folder).
         config: As :func:`open_bridge`'s.
-        timeout: Seconds from the prompt's write to its settle; past it the bridge stops the
-            run (``failed``/``timeout``). None: no limit.
-        images: Images for the prompt, each ``{"type": "image", "data": BASE64,
-            "mimeType": "image/png"}``.
-        provider: The provider of the model to run it with (with ``model``).
-        model: The model id (with ``provider``), or ``"provider/id"`` alone.
-        thinking: The thinking level (``off``, ``minimal``, ``low``, ``medium``, ``high``,
-            ``xhigh``, ``max``).
-        budget_usd: What the run may spend (Pi's cost); past it the bridge stops it
-            (``failed``/``budget``; docs: guide/budgets-and-traces.md). None: no limit.
+        **options: The prompt's options (:class:`~bridge.core.prompts.RunOptions`: ``timeout``,
+            ``images``, ``stall_timeout``, ``provider``, ``model``, ``thinking``, ``budget_usd``,
+            ``budget_tokens``, ``trace``), each optional; its events are always read.
 
     Returns:
         A :class:`~bridge.live.oneshot.Query`: an async iterator of each
@@ -394,16 +385,7 @@ def query(
         return open_bridge(profile, journal=journal, config=config)
 
     def submit(bridge: BridgeAPI) -> Awaitable[Any]:
-        return bridge.submit(
-            prompt,
-            events=True,
-            timeout=timeout,
-            images=images,
-            provider=provider,
-            model=model,
-            thinking=thinking,
-            budget_usd=budget_usd,
-        )
+        return bridge.submit(prompt, events=True, **options)
 
     return Query(opener, submit)
 

@@ -30,10 +30,10 @@ import collections
 import functools
 import itertools
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack, cast
 
 import attrs
 import trio
@@ -53,8 +53,9 @@ from bridge.core.pool import (
     StartEngine,
     StopEngine,
 )
+from bridge.core.prompts import PoolPromptOptions, PromptOptions, check_prompt
+from bridge.core.prompts import seconds as _seconds
 from bridge.core.receipts import Receipt, Times
-from bridge.core.steering import Wanted
 from bridge.core.words import Reason, State
 from bridge.live.api import _hide_journals, _open_on_trio, running_library
 from bridge.live.driving import Door, Driver
@@ -62,8 +63,7 @@ from bridge.live.journal import JournalError, default_journal_dir, default_journ
 from bridge.live.notifications import Notifications
 from bridge.live.pool_handle import PoolHandle
 from bridge.live.pool_moves import PoolConversations
-from bridge.live.submits import check_submit
-from bridge.live.submits import seconds as _seconds
+from bridge.live.submits import prompt_door
 from bridge.live.supervisor import CLOSE_BACKSTOP, Bridge
 from bridge.live.tenants import CleanError, clean
 from bridge.profiles.command import EngineProfile, Launch, ProfileError
@@ -210,51 +210,23 @@ class Pool:
 
     # -- prompts ---------------------------------------------------------------------------
 
+    @prompt_door(PoolPromptOptions)
     def submit_nowait(
-        self,
-        message: str,
-        *,
-        conversation: str | None = None,
-        request: str | None = None,
-        stream: bool = False,
-        timeout: float | None = None,
-        images: list[dict[str, Any]] | None = None,
-        events: bool = False,
-        stall_timeout: float | None = None,
-        provider: str | None = None,
-        model: str | None = None,
-        thinking: str | None = None,
-        budget_usd: float | None = None,
-        budget_tokens: int | None = None,
-        trace: Mapping[str, str] | None = None,
+        self, message: str, *, request: str | None = None, **options: Unpack[PoolPromptOptions]
     ) -> PoolHandle:
         """Accept a prompt; returns at once. It always gets a receipt (maybe at once: a rejection).
 
-        ``conversation``: a key (any non-empty string); the prompts with the same key run on one
-        engine, in order, each reading the ones before it, and no other prompt reads them. A
-        prompt without one starts afresh. The rest are :meth:`Bridge.submit_nowait
+        Its options (:class:`~bridge.core.prompts.PoolPromptOptions`) are :meth:`Bridge.submit_nowait
         <bridge.live.supervisor.Bridge.submit_nowait>`'s (``budget_usd``, ``budget_tokens`` and
-        ``trace`` too: the engine's bridge that runs it holds its budget and continues its trace),
-        checked here, at once, as it checks them (:func:`~bridge.live.submits.check_submit`: a
-        prompt may wait before an engine's bridge sees it).
+        ``trace`` too: the engine's bridge that runs it holds its budget and continues its trace)
+        and ``conversation``, the key that keeps a conversation's prompts on one engine; checked
+        here, at once (:func:`~bridge.core.prompts.check_prompt`: a prompt may wait before an
+        engine's bridge sees it).
 
         Raises:
             TypeError: As :meth:`Bridge.submit_nowait <bridge.live.supervisor.Bridge.submit_nowait>`.
             ValueError: Likewise, and an empty or non-string ``conversation``."""
-        check_submit(
-            message,
-            stream=stream,
-            events=events,
-            timeout=timeout,
-            stall_timeout=stall_timeout,
-            images=images,
-            budget_usd=budget_usd,
-            budget_tokens=budget_tokens,
-            trace=trace,
-        )
-        Wanted(provider, model, thinking)
-        if conversation is not None and (not isinstance(conversation, str) or not conversation):
-            raise ValueError(f"conversation must be a non-empty str or None, got {conversation!r}")
+        check_prompt(message, options)
         if request is None:
             request = f"p{next(self._ids)}"
             while self.knows(request):
@@ -263,96 +235,27 @@ class Pool:
             raise ValueError(f"request id must be a non-empty str, got {request!r}")
         elif self.knows(request):
             raise ValueError(f"request id {request!r} is already in use")
-        options = {
-            "stream": stream,
-            "timeout": timeout,
-            "images": images,
-            "events": events,
-            "stall_timeout": stall_timeout,
-            "provider": provider,
-            "model": model,
-            "thinking": thinking,
-            "budget_usd": budget_usd,
-            "budget_tokens": budget_tokens,
-            "trace": trace,
-        }
-        handle = PoolHandle(self, request, conversation, message, options)
+        conversation = options.pop("conversation", None)
+        # What is left is what the engine's bridge is given (its own door's options).
+        handle = PoolHandle(self, request, conversation, message, cast("PromptOptions", options))
         self._handles[request] = handle
         self._drive(lambda: self.rules.submit(request, conversation, self.now()))
         return handle
 
+    @prompt_door(PoolPromptOptions)
     async def submit(
-        self,
-        message: str,
-        *,
-        conversation: str | None = None,
-        request: str | None = None,
-        stream: bool = False,
-        timeout: float | None = None,
-        images: list[dict[str, Any]] | None = None,
-        events: bool = False,
-        stall_timeout: float | None = None,
-        provider: str | None = None,
-        model: str | None = None,
-        thinking: str | None = None,
-        budget_usd: float | None = None,
-        budget_tokens: int | None = None,
-        trace: Mapping[str, str] | None = None,
+        self, message: str, *, request: str | None = None, **options: Unpack[PoolPromptOptions]
     ) -> PoolHandle:
         """Accept a prompt; returns at once with its handle (:meth:`submit_nowait` says the rest)."""
-        return self.submit_nowait(
-            message,
-            conversation=conversation,
-            request=request,
-            stream=stream,
-            timeout=timeout,
-            images=images,
-            events=events,
-            stall_timeout=stall_timeout,
-            provider=provider,
-            model=model,
-            thinking=thinking,
-            budget_usd=budget_usd,
-            budget_tokens=budget_tokens,
-            trace=trace,
-        )
+        return self.submit_nowait(message, request=request, **options)
 
+    @prompt_door(PoolPromptOptions)
     async def prompt(
-        self,
-        message: str,
-        *,
-        conversation: str | None = None,
-        request: str | None = None,
-        stream: bool = False,
-        timeout: float | None = None,
-        images: list[dict[str, Any]] | None = None,
-        events: bool = False,
-        stall_timeout: float | None = None,
-        provider: str | None = None,
-        model: str | None = None,
-        thinking: str | None = None,
-        budget_usd: float | None = None,
-        budget_tokens: int | None = None,
-        trace: Mapping[str, str] | None = None,
+        self, message: str, *, request: str | None = None, **options: Unpack[PoolPromptOptions]
     ) -> Receipt:
         """Submit (:meth:`submit_nowait`'s parameters) and wait for the receipt. Ends when it
         comes (it always does); cancelled while it waits, it stops the prompt first."""
-        handle = self.submit_nowait(
-            message,
-            conversation=conversation,
-            request=request,
-            stream=stream,
-            timeout=timeout,
-            images=images,
-            events=events,
-            stall_timeout=stall_timeout,
-            provider=provider,
-            model=model,
-            thinking=thinking,
-            budget_usd=budget_usd,
-            budget_tokens=budget_tokens,
-            trace=trace,
-        )
+        handle = self.submit_nowait(message, request=request, **options)
         try:
             return await handle.receipt()
         except BaseException:
@@ -561,6 +464,7 @@ class Pool:
         conversation's exchange (R12), then tell the rules. Ends when the receipt has come and
         the exchange is recorded."""
         got: Receipt = await receipt()
+        self.rules.receipted(handle.request)
         self._settle(handle, got)
         kept = True
         if self.store is not None and handle.conversation is not None:

@@ -5,15 +5,17 @@ the pool as under trio)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Any, Unpack
 
 from bridge.core.progress import ProgressEvent
+from bridge.core.prompts import PoolPromptOptions
 from bridge.core.receipts import Receipt
 from bridge.live.aio import _Door
 from bridge.live.handles import Message
 from bridge.live.pool import Pool
 from bridge.live.pool_handle import PoolHandle
+from bridge.live.submits import prompt_door
 from bridge.live.supervisor import Bridge
 
 
@@ -127,115 +129,27 @@ class AsyncioPool:
         """As :meth:`Pool.get_receipt <bridge.live.pool.Pool.get_receipt>`."""
         return self._pool.get_receipt(request)
 
+    @prompt_door(PoolPromptOptions)
     def submit_nowait(
-        self,
-        message: str,
-        *,
-        conversation: str | None = None,
-        request: str | None = None,
-        stream: bool = False,
-        timeout: float | None = None,
-        images: list[dict[str, Any]] | None = None,
-        events: bool = False,
-        stall_timeout: float | None = None,
-        provider: str | None = None,
-        model: str | None = None,
-        thinking: str | None = None,
-        budget_usd: float | None = None,
-        budget_tokens: int | None = None,
-        trace: Mapping[str, str] | None = None,
+        self, message: str, *, request: str | None = None, **options: Unpack[PoolPromptOptions]
     ) -> AsyncioPoolHandle:
         """As :meth:`Pool.submit_nowait <bridge.live.pool.Pool.submit_nowait>`: accepted at once, its checks raise at once."""
-        handle = self._pool.submit_nowait(
-            message,
-            conversation=conversation,
-            request=request,
-            stream=stream,
-            timeout=timeout,
-            images=images,
-            events=events,
-            stall_timeout=stall_timeout,
-            provider=provider,
-            model=model,
-            thinking=thinking,
-            budget_usd=budget_usd,
-            budget_tokens=budget_tokens,
-            trace=trace,
-        )
-        return AsyncioPoolHandle(handle, self._door)
+        return AsyncioPoolHandle(self._pool.submit_nowait(message, request=request, **options), self._door)
 
+    @prompt_door(PoolPromptOptions)
     async def submit(
-        self,
-        message: str,
-        *,
-        conversation: str | None = None,
-        request: str | None = None,
-        stream: bool = False,
-        timeout: float | None = None,
-        images: list[dict[str, Any]] | None = None,
-        events: bool = False,
-        stall_timeout: float | None = None,
-        provider: str | None = None,
-        model: str | None = None,
-        thinking: str | None = None,
-        budget_usd: float | None = None,
-        budget_tokens: int | None = None,
-        trace: Mapping[str, str] | None = None,
+        self, message: str, *, request: str | None = None, **options: Unpack[PoolPromptOptions]
     ) -> AsyncioPoolHandle:
         """As :meth:`Pool.submit <bridge.live.pool.Pool.submit>`: returns at once."""
-        return self.submit_nowait(
-            message,
-            conversation=conversation,
-            request=request,
-            stream=stream,
-            timeout=timeout,
-            images=images,
-            events=events,
-            stall_timeout=stall_timeout,
-            provider=provider,
-            model=model,
-            thinking=thinking,
-            budget_usd=budget_usd,
-            budget_tokens=budget_tokens,
-            trace=trace,
-        )
+        return self.submit_nowait(message, request=request, **options)
 
+    @prompt_door(PoolPromptOptions)
     async def prompt(
-        self,
-        message: str,
-        *,
-        conversation: str | None = None,
-        request: str | None = None,
-        stream: bool = False,
-        timeout: float | None = None,
-        images: list[dict[str, Any]] | None = None,
-        events: bool = False,
-        stall_timeout: float | None = None,
-        provider: str | None = None,
-        model: str | None = None,
-        thinking: str | None = None,
-        budget_usd: float | None = None,
-        budget_tokens: int | None = None,
-        trace: Mapping[str, str] | None = None,
+        self, message: str, *, request: str | None = None, **options: Unpack[PoolPromptOptions]
     ) -> Receipt:
         """Submit and wait for the receipt. Ends when it comes (it always does); cancelled while it
         waits, it stops the prompt."""
-        handle = self.submit_nowait(
-            message,
-            conversation=conversation,
-            request=request,
-            stream=stream,
-            timeout=timeout,
-            images=images,
-            events=events,
-            stall_timeout=stall_timeout,
-            provider=provider,
-            model=model,
-            thinking=thinking,
-            budget_usd=budget_usd,
-            budget_tokens=budget_tokens,
-            trace=trace,
-        )
+        handle = self.submit_nowait(message, request=request, **options)
         try:
             return await handle.receipt()
         except BaseException:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from bridge.core.progress import ProgressEvent
+from bridge.core.prompts import PromptOptions
 from bridge.core.receipts import Receipt
 from bridge.live.handles import Message, PromptHandle
 
@@ -23,7 +24,7 @@ class PoolHandle:
     receipt comes exactly once; :attr:`engine` says which engine ran it (None: none did)."""
 
     def __init__(
-        self, pool: Pool, request: str, conversation: str | None, message: str, options: dict[str, Any]
+        self, pool: Pool, request: str, conversation: str | None, message: str, options: PromptOptions
     ) -> None:
         self._pool = pool
         self._request = request

@@ -2,7 +2,8 @@
 protocol for the bridge, one for a prompt's handle and one for a dialog, that the trio classes
 (:class:`~bridge.live.supervisor.Bridge`, :class:`~bridge.live.handles.PromptHandle`,
 :class:`~bridge.live.handles.Dialog`) and the asyncio ones (:mod:`bridge.live.aio`) both
-satisfy, with every parameter written out.
+satisfy, with every parameter written out (a prompt's options once, for all:
+:class:`~bridge.core.prompts.PromptOptions`).
 
 Why protocols and not the trio class: under asyncio the block gets
 :class:`~bridge.live.aio.AsyncioBridge`, which is not a :class:`Bridge
@@ -19,12 +20,13 @@ Nothing here runs: these are types (``typing.Protocol``), for annotations, e.g.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
 if TYPE_CHECKING:
     from bridge.core.config import BridgeConfig
     from bridge.core.progress import ProgressEvent
+    from bridge.core.prompts import PromptOptions
     from bridge.core.receipts import Receipt
     from bridge.core.supervision import Collected
     from bridge.live.engine import Engine
@@ -157,62 +159,19 @@ class BridgeAPI(Protocol):
     # -- prompts -----------------------------------------------------------------------
 
     def submit_nowait(
-        self,
-        message: str,
-        *,
-        request: str | None = None,
-        stream: bool = False,
-        timeout: float | None = None,
-        images: list[dict[str, Any]] | None = None,
-        events: bool = False,
-        stall_timeout: float | None = None,
-        provider: str | None = None,
-        model: str | None = None,
-        thinking: str | None = None,
-        budget_usd: float | None = None,
-        budget_tokens: int | None = None,
-        trace: Mapping[str, str] | None = None,
+        self, message: str, *, request: str | None = None, **options: Unpack[PromptOptions]
     ) -> PromptHandleAPI:
-        """Accept a prompt; returns at once. It always gets a receipt (maybe at once: a rejection)."""
+        """Accept a prompt; returns at once. It always gets a receipt (maybe at once: a rejection).
+        Its options: :class:`~bridge.core.prompts.PromptOptions`."""
         ...
 
     async def submit(
-        self,
-        message: str,
-        *,
-        request: str | None = None,
-        stream: bool = False,
-        timeout: float | None = None,
-        images: list[dict[str, Any]] | None = None,
-        events: bool = False,
-        stall_timeout: float | None = None,
-        provider: str | None = None,
-        model: str | None = None,
-        thinking: str | None = None,
-        budget_usd: float | None = None,
-        budget_tokens: int | None = None,
-        trace: Mapping[str, str] | None = None,
+        self, message: str, *, request: str | None = None, **options: Unpack[PromptOptions]
     ) -> PromptHandleAPI:
         """Accept a prompt; returns at once (:meth:`submit_nowait`'s parameters)."""
         ...
 
-    async def prompt(
-        self,
-        message: str,
-        *,
-        request: str | None = None,
-        stream: bool = False,
-        timeout: float | None = None,
-        images: list[dict[str, Any]] | None = None,
-        events: bool = False,
-        stall_timeout: float | None = None,
-        provider: str | None = None,
-        model: str | None = None,
-        thinking: str | None = None,
-        budget_usd: float | None = None,
-        budget_tokens: int | None = None,
-        trace: Mapping[str, str] | None = None,
-    ) -> Receipt:
+    async def prompt(self, message: str, *, request: str | None = None, **options: Unpack[PromptOptions]) -> Receipt:
         """Submit and wait for the receipt. Ends when it comes (it always does); cancelled
         while it waits, it stops the prompt."""
         ...

@@ -1,66 +1,58 @@
-"""What ``submit_nowait`` checks of its arguments before a prompt is accepted (nothing is
-accepted when one is wrong: a ``TypeError`` or ``ValueError`` names it), and the
-:class:`~bridge.core.supervision.Submit` they make. The parameters' meanings are
-:meth:`bridge.live.supervisor.Bridge.submit_nowait`'s docstring."""
+"""What every door that takes a prompt's options does first: refuse a keyword it does not take.
+
+A door is ``submit(message, *, request=None, **options: Unpack[PromptOptions])`` (the options
+are declared once: :mod:`bridge.core.prompts`), so Python no longer refuses a misspelt keyword
+itself; :func:`prompt_door` does, in Python's words and naming the call made
+(``AsyncioBridge.submit() got an unexpected keyword argument 'timout'``), before the door's body
+runs: nothing is accepted. It is checked at each door and not only where the prompt is accepted
+because a door passes ``**options`` on, and the error would otherwise name the call it passed
+them to (under asyncio, the trio bridge's ``submit_nowait``), not the one the caller made.
+The options' values are :func:`~bridge.core.prompts.check_prompt`'s to check, once, where the
+prompt is accepted.
+"""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
-from typing import Any
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
-from bridge.core.budget import Budget
-from bridge.core.images import image_problem
+__all__ = ["prompt_door"]
 
-
-def seconds(value: Any) -> bool:
-    """A positive, finite number of seconds (not a boolean)."""
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0 and value != math.inf
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def check_submit(
-    message: Any,
-    *,
-    stream: Any,
-    events: Any,
-    timeout: Any,
-    stall_timeout: Any,
-    images: Any,
-    budget_usd: Any = None,
-    budget_tokens: Any = None,
-    trace: Any = None,
-) -> Budget:
-    """Raise ``TypeError`` / ``ValueError`` for an argument that is wrong; return the prompt's budget."""
-    if not isinstance(message, str):
-        raise TypeError(f"message must be a str, not {type(message).__name__}")
-    for name, flag in (("stream", stream), ("events", events)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name} must be True or False, not {flag!r}")
-    if timeout is not None and not seconds(timeout):
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    if (
-        stall_timeout is not None
-        and (isinstance(stall_timeout, bool) or stall_timeout != 0)
-        and not seconds(stall_timeout)
-    ):
-        raise ValueError(f"stall_timeout must be 0 (none) or a positive number of seconds, got {stall_timeout!r}")
-    if images is not None and not isinstance(images, list):
-        raise TypeError(f"images must be a list, not {type(images).__name__}")
-    problem = image_problem(images) if images else None
-    if problem is not None:
-        raise ValueError(problem)
-    if budget_usd is not None and (
-        isinstance(budget_usd, bool) or not isinstance(budget_usd, (int, float)) or not 0 <= budget_usd < math.inf
-    ):
-        raise ValueError(f"budget_usd must be a number of dollars, 0 or more, got {budget_usd!r}")
-    if budget_tokens is not None and (
-        isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int) or budget_tokens < 0
-    ):
-        raise ValueError(f"budget_tokens must be a whole number of 0 or more, got {budget_tokens!r}")
-    if trace is not None and not (
-        isinstance(trace, Mapping) and all(isinstance(k, str) and isinstance(v, str) for k, v in trace.items())
-    ):
-        raise TypeError(f"trace must be a mapping of str to str (W3C trace context: traceparent), not {trace!r}")
-    # Budget checks what is left: a number of 0 or more.
-    budget = Budget(budget_usd, budget_tokens)
-    return budget
+def prompt_door(options: Any) -> Callable[[F], F]:
+    """Make the decorated call refuse, as Python would, a keyword that is neither one of its own
+    parameters nor a key of ``options`` (the ``TypedDict`` its ``**options`` unpacks). Its
+    signature, type and docstring are the call's own (``functools.wraps``)."""
+    keys: frozenset[str] = options.__optional_keys__ | options.__required_keys__
+
+    def decorate(fn: F) -> F:
+        own = {p.name for p in inspect.signature(fn).parameters.values() if p.kind is not p.VAR_KEYWORD}
+        takes = keys | own
+
+        def refuse(given: Mapping[str, Any]) -> None:
+            for key in given:
+                if key not in takes:
+                    raise TypeError(f"{fn.__qualname__}() got an unexpected keyword argument {key!r}")
+
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def door(*args: Any, **kw: Any) -> Any:
+                """The call, once its keywords are known. Ends when the call ends."""
+                refuse(kw)
+                return await fn(*args, **kw)
+
+            return door  # type: ignore[return-value]  # (wraps keeps fn's signature)
+
+        @functools.wraps(fn)
+        def sync_door(*args: Any, **kw: Any) -> Any:
+            refuse(kw)
+            return fn(*args, **kw)
+
+        return sync_door  # type: ignore[return-value]
+
+    return decorate

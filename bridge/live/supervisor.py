@@ -37,15 +37,17 @@ import itertools
 import math
 import os
 import signal as signal_module
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Unpack
 
 import trio
 
+from bridge.core.budget import Budget
 from bridge.core.config import RECENT_IDS, SIGNALS_PER_GENERATION, BridgeConfig
 from bridge.core.framing import Oversize, UpdateRun
 from bridge.core.notices import ReceiptNotice, TextNotice
 from bridge.core.progress import ProgressEvent
+from bridge.core.prompts import PromptOptions, check_prompt
 from bridge.core.receipts import Receipt, Usage
 from bridge.core.steering import Wanted
 from bridge.core.supervision import (
@@ -85,7 +87,7 @@ from bridge.live.notifications import Notifications
 from bridge.live.otel import PromptTracer, prompt_tracer
 from bridge.live.status import status_of
 from bridge.live.steering import EngineQuestionError, Steering
-from bridge.live.submits import check_submit
+from bridge.live.submits import prompt_door
 from bridge.profiles.command import EngineProfile, Launch, ProfileError
 from bridge.transcript import dumps
 
@@ -221,58 +223,18 @@ class Bridge(Steering):
     # -- controller API ----------------------------------------------------------------
 
     # submit, submit_nowait and prompt take the same parameters (tests/test_typed.py checks
-    # it): submit_nowait says what they mean and checks them; the other two pass them on.
+    # it): the message, its id and the options (declared once: bridge.core.prompts).
 
+    @prompt_door(PromptOptions)
     async def submit(
-        self,
-        message: str,
-        *,
-        request: str | None = None,
-        stream: bool = False,
-        timeout: float | None = None,
-        images: list[dict[str, Any]] | None = None,
-        events: bool = False,
-        stall_timeout: float | None = None,
-        provider: str | None = None,
-        model: str | None = None,
-        thinking: str | None = None,
-        budget_usd: float | None = None,
-        budget_tokens: int | None = None,
-        trace: Mapping[str, str] | None = None,
+        self, message: str, *, request: str | None = None, **options: Unpack[PromptOptions]
     ) -> PromptHandle:
         """Accept a prompt; returns at once with its handle (:meth:`submit_nowait` says the rest)."""
-        return self.submit_nowait(
-            message,
-            request=request,
-            stream=stream,
-            timeout=timeout,
-            images=images,
-            events=events,
-            stall_timeout=stall_timeout,
-            provider=provider,
-            model=model,
-            thinking=thinking,
-            budget_usd=budget_usd,
-            budget_tokens=budget_tokens,
-            trace=trace,
-        )
+        return self.submit_nowait(message, request=request, **options)
 
+    @prompt_door(PromptOptions)
     def submit_nowait(
-        self,
-        message: str,
-        *,
-        request: str | None = None,
-        stream: bool = False,
-        timeout: float | None = None,
-        images: list[dict[str, Any]] | None = None,
-        events: bool = False,
-        stall_timeout: float | None = None,
-        provider: str | None = None,
-        model: str | None = None,
-        thinking: str | None = None,
-        budget_usd: float | None = None,
-        budget_tokens: int | None = None,
-        trace: Mapping[str, str] | None = None,
+        self, message: str, *, request: str | None = None, **options: Unpack[PromptOptions]
     ) -> PromptHandle:
         """Accept a prompt; returns at once. It always gets a receipt (maybe at once: a rejection,
         ``queue-full``, ``closing`` or ``engine-down``, not an exception).
@@ -280,33 +242,17 @@ class Bridge(Steering):
         Args:
             message: The prompt's text, sent intact whatever it holds.
             request: Its id (default ``p1``, ``p2``, ...): a non-empty string not in use.
-            stream: Its reply text on :meth:`PromptHandle.text <bridge.live.handles.PromptHandle.text>`.
-            timeout: Seconds from its write to its settle, then the bridge stops it (``failed``/``timeout``).
-            images: Pi's ``{"type": "image", "data": BASE64, "mimeType": "image/png"}`` dicts.
-            events: What the engine does for it on :meth:`PromptHandle.events <bridge.live.handles.PromptHandle.events>`.
-            stall_timeout: Seconds its run may show nothing while it waits on the model (None: the bridge's; 0: none).
-            provider: With ``model``: the model it runs with, verified before it is written.
-            model: The model id (with ``provider``), or ``"provider/id"`` alone.
-            thinking: The thinking level (``off``, ``minimal``, ``low``, ``medium``, ``high``, ``xhigh``, ``max``).
-            budget_usd: What its run may spend (Pi's cost); past it the bridge stops it (``failed``/``budget``).
-            budget_tokens: Likewise in tokens (both None: the bridge's ``prompt_budget_usd`` / ``_tokens``).
-            trace: W3C trace context (``{"traceparent": …}``) its span continues, when tracing is on.
+            **options: Its options (:class:`~bridge.core.prompts.PromptOptions`: ``stream``,
+                ``timeout``, ``images``, ``events``, ``stall_timeout``, ``provider``, ``model``,
+                ``thinking``, ``budget_usd``, ``budget_tokens``, ``trace``), each optional.
 
         Raises:
-            TypeError: A message that is not text, a bad ``stream``/``events``/``images`` (nothing is accepted).
-            ValueError: A used or empty id, a bad timeout, image or budget, a lone model, an unknown level."""
-        budget = check_submit(
-            message,
-            stream=stream,
-            events=events,
-            timeout=timeout,
-            stall_timeout=stall_timeout,
-            images=images,
-            budget_usd=budget_usd,
-            budget_tokens=budget_tokens,
-            trace=trace,
-        )
-        wanted = Wanted(provider, model, thinking)
+            TypeError: A message that is not text, a keyword it does not take, an option of the
+                wrong type (nothing is accepted).
+            ValueError: A used or empty id, a bad timeout, image or budget, a lone model, an
+                unknown level (:func:`~bridge.core.prompts.check_prompt`)."""
+        check_prompt(message, options)
+        stream, events = options.get("stream", False), options.get("events", False)
         if request is None:
             request = f"p{next(self._ids)}"
             while self.knows(request) or request in self._handles:
@@ -321,27 +267,23 @@ class Bridge(Steering):
         if events:
             p.event_send, p.event_recv = trio.open_memory_channel[ProgressEvent](math.inf)
         self._handles[request] = p
-        traced = self._tracer is not None and self._tracer.submitted(request, trace)
-        self._feed(Submit(request, message, images, stream, timeout, events, stall_timeout, wanted, budget, traced))
+        submit = Submit(
+            request,
+            message,
+            images=options.get("images"),
+            stream=stream,
+            timeout=options.get("timeout"),
+            events=events,
+            stall_timeout=options.get("stall_timeout"),
+            wanted=Wanted(options.get("provider"), options.get("model"), options.get("thinking")),
+            budget=Budget(options.get("budget_usd"), options.get("budget_tokens")),
+            traced=self._tracer is not None and self._tracer.submitted(request, options.get("trace")),
+        )
+        self._feed(submit)
         return PromptHandle(p, self)
 
-    async def prompt(
-        self,
-        message: str,
-        *,
-        request: str | None = None,
-        stream: bool = False,
-        timeout: float | None = None,
-        images: list[dict[str, Any]] | None = None,
-        events: bool = False,
-        stall_timeout: float | None = None,
-        provider: str | None = None,
-        model: str | None = None,
-        thinking: str | None = None,
-        budget_usd: float | None = None,
-        budget_tokens: int | None = None,
-        trace: Mapping[str, str] | None = None,
-    ) -> Receipt:
+    @prompt_door(PromptOptions)
+    async def prompt(self, message: str, *, request: str | None = None, **options: Unpack[PromptOptions]) -> Receipt:
         """Submit (the parameters, and what it raises, are :meth:`submit_nowait`'s) and wait
         for the receipt. Ends when it comes (it always does).
 
@@ -350,21 +292,7 @@ class Bridge(Steering):
         left going would hold the slot from the prompts after it. The receipt still comes
         (to :meth:`signals` and the journal). To stop waiting but let a prompt run, use
         :meth:`submit` and the handle."""
-        handle = self.submit_nowait(
-            message,
-            request=request,
-            stream=stream,
-            timeout=timeout,
-            images=images,
-            events=events,
-            stall_timeout=stall_timeout,
-            provider=provider,
-            model=model,
-            thinking=thinking,
-            budget_usd=budget_usd,
-            budget_tokens=budget_tokens,
-            trace=trace,
-        )
+        handle = self.submit_nowait(message, request=request, **options)
         try:
             return await handle.receipt()
         except BaseException:

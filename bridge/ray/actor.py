@@ -93,7 +93,8 @@ class EngineActor:
         }
 
     def run(self, request: str, message: str, options: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        """Run one prompt (``options``: the bridge's ``submit`` options, checked by the driver):
+        """Run one prompt (``options``: the bridge's ``submit`` options, checked by the driver,
+        and ``continues``: it continues this actor's conversation, else it starts afresh):
         yields ``{"stage": "running"}`` once its run started, then ``{"receipt": JSON}``, last.
         Ends with the receipt (the bridge settles every prompt's, at the latest when it
         closes); raises RuntimeError if the bridge's thread ended first."""
@@ -193,10 +194,13 @@ async def _prompt(
     receipt (the bridge settles every prompt's, at the latest when it closes)."""
     try:
         assert actor._bridge is not None
-        if actor._used:
-            # Each prompt starts afresh, as a pool's do (its rule R2): an actor's engine ran
-            # another prompt before, and its context held that prompt's words (issue 42: user
-            # 3's model request carried user 0's secret, and the tokens grew with each prompt).
+        options = dict(options)
+        continues = bool(options.pop("continues", False))
+        if actor._used and not continues:
+            # A prompt starts afresh unless it continues this actor's conversation (the
+            # dispatch's D10, as a pool's R2): the engine ran another prompt before, and its
+            # context held that prompt's words (issue 42: user 3's model request carried user
+            # 0's secret, and the tokens grew with each prompt).
             actor._bridge.new_conversation()
         actor._used = True
         handle = await actor._bridge.submit(message, request=request, events=True, **options)

@@ -19,10 +19,10 @@ from __future__ import annotations
 import concurrent.futures as cf
 import itertools
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, Unpack
 
 try:
     import ray
@@ -32,8 +32,9 @@ except ImportError as e:  # (the extra is optional: say which one)
 
 from bridge.core.config import BridgeConfig
 from bridge.core.dispatch import Dispatch, Lane
+from bridge.core.prompts import RayPromptOptions, check_prompt
 from bridge.core.receipts import Receipt, Where
-from bridge.live.submits import check_submit
+from bridge.live.submits import prompt_door
 from bridge.profiles.command import EngineProfile
 from bridge.ray.actor import EngineActor
 
@@ -131,46 +132,31 @@ class RayPool:
 
     # -- the calls
 
+    @prompt_door(RayPromptOptions)
     def submit(
-        self,
-        message: str,
-        *,
-        request: str | None = None,
-        timeout: float | None = None,
-        stall_timeout: float | None = None,
-        budget_usd: float | None = None,
-        budget_tokens: int | None = None,
-        trace: Mapping[str, str] | None = None,
+        self, message: str, *, request: str | None = None, **options: Unpack[RayPromptOptions]
     ) -> cf.Future[Receipt]:
         """Accept a prompt; returns at once with a future of its one receipt (maybe already
-        done: ``rejected``/``closing`` or ``engine-down``). The options are the bridge's own
-        (:meth:`Bridge.submit <bridge.live.supervisor.Bridge.submit>`), checked here the same
+        done: ``rejected``/``closing`` or ``engine-down``). Its options
+        (:class:`~bridge.core.prompts.RayPromptOptions`): ``conversation``, a key whose
+        prompts run on one actor, each continuing the conversation of the ones before (rule
+        D10 of :mod:`bridge.core.dispatch`; without one the prompt starts afresh), and the
+        bridge's own (:meth:`Bridge.submit <bridge.live.supervisor.Bridge.submit>`'s but
+        ``stream`` and ``events``: a future has no handle to show them), checked here the same
         way and carried out by the actor's bridge.
 
         Raises:
-            TypeError: A message that is not text, a trace that is not a mapping of text
-                (nothing is accepted).
-            ValueError: An empty id or one this pool has had, a bad timeout or budget (likewise)."""
-        check_submit(
-            message,
-            stream=True,
-            events=True,
-            timeout=timeout,
-            stall_timeout=stall_timeout,
-            images=None,
-            budget_usd=budget_usd,
-            budget_tokens=budget_tokens,
-            trace=trace,
-        )
+            TypeError: A message that is not text, a keyword it does not take, an option of the
+                wrong type (nothing is accepted).
+            ValueError: An empty id or one this pool has had, a bad timeout, image or budget,
+                an empty or non-string ``conversation`` (likewise)."""
+        check_prompt(message, options)
         if request is not None and (not isinstance(request, str) or not request):
             raise ValueError(f"request must be a non-empty str, not {request!r}")
-        options: dict[str, Any] = {
-            "timeout": timeout,
-            "stall_timeout": stall_timeout,
-            "budget_usd": budget_usd,
-            "budget_tokens": budget_tokens,
-            "trace": dict(trace) if trace is not None else None,
-        }
+        conversation = options.pop("conversation", None)
+        trace = options.get("trace")
+        if trace is not None:  # a plain dict crosses to the actor (any Mapping may not pickle)
+            options["trace"] = dict(trace)
         future: cf.Future[Receipt] = cf.Future()
         with self._cv:
             if request is None:
@@ -179,10 +165,10 @@ class RayPool:
                     request = f"p{next(self._ids)}"
             elif request in self._futures:
                 raise ValueError(f"prompt id {request!r} was already submitted to this pool")
-            now = self._dispatch.submit(request)
+            now = self._dispatch.submit(request, conversation)
             self._futures[request] = future
             if now is None:
-                self._jobs[request] = (message, options)
+                self._jobs[request] = (message, dict(options))
                 self._cv.notify_all()
         if now is not None:
             future.set_result(now)
@@ -206,6 +192,13 @@ class RayPool:
         except (ray.exceptions.RayError, TimeoutError):
             return False
 
+    def end_conversation(self, conversation: str) -> None:
+        """End a conversation (D10): the prompts already submitted under its key keep it; the
+        key's next prompt starts afresh, and its actor takes other prompts again."""
+        with self._cv:
+            self._dispatch.end_conversation(conversation)
+            self._cv.notify_all()
+
     def submit_all(self, messages: Iterable[str], *, timeout: float | None = None) -> cf.Future[list[Receipt]]:
         """Submit every message in order; a future of their receipts, in that order (for a
         prompt's own options, :meth:`submit` each)."""
@@ -218,13 +211,16 @@ class RayPool:
         return self.submit_all(messages, timeout=timeout).result()
 
     def status(self) -> dict[str, Any]:
-        """Each lane (its node, live or lost, the prompt it holds and what is known of it),
-        what waits in the FIFO, and how many prompts have no receipt yet."""
+        """Each lane (its node, live or lost, the prompt it holds and what is known of it, the
+        conversation it is home to), what waits in the FIFO, how many prompts have no receipt
+        yet, and the conversations that lost their actor (``released``: key -> why; the key's
+        next prompt starts afresh)."""
         with self._cv:
             return {
                 "lanes": self._dispatch.status(),
                 "queued": self._dispatch.queued,
                 "outstanding": self._dispatch.outstanding,
+                "released": self._dispatch.released,
             }
 
     def where(self) -> list[Where]:
@@ -321,6 +317,8 @@ class RayPool:
     def _run_one(self, name: str, request: str) -> bool:
         """Run one prompt on ``name``'s actor; False when the actor was lost doing it."""
         message, options = self._jobs[request]
+        with self._cv:
+            options = {**options, "continues": self._dispatch.continues(request)}
         settled: list[Receipt] = []
         got = False
         try:

@@ -1,0 +1,170 @@
+"""Recovery: settle every prompt a lost bridge accepted and never settled, from its journal (issue 44).
+
+A bridge opened on a ledger whose previous process died calls :func:`recover` before it takes
+new work. The rules are :mod:`bridge.core.recovery`'s; this module reads the journals. Each
+journal the open records name is replayed once, through the same
+:class:`~bridge.readers.replay.Driver` and :class:`~bridge.core.session.Session` as ``bridge
+replay``; at its end:
+
+- a prompt whose ``receipt`` entry the journal holds but whose ``release`` it does not (the
+  journal was cut between the two) is released with that receipt, as replay would;
+- the engine is told gone (:meth:`~bridge.core.session.Session.engine_exited`): the prompt it
+  held settles as an engine's exit would settle it (the reaper killed the engine with the
+  bridge); one the journal shows released with no receipt is given up the same way.
+
+What "the journal shows it sent" is worth depends on how the journal ends (rule 2 of the
+core's recovery rests on it: a prompt's ``send`` entry is flushed before any byte of it goes to
+the engine). A journal read to its end, or cut inside a line that is no ``send`` entry, shows
+every prompt the bridge wrote. One whose reading stopped on damage, or whose cut last line is a
+``send``, may not: a prompt it does not show sent is then ``delivery-unknown``, never
+``rejected``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+import attrs
+
+from bridge.core.events import ReceiptReady
+from bridge.core.ledger import LedgerStore, Record
+from bridge.core.prompts import PromptState
+from bridge.core.receipts import Receipt
+from bridge.core.recovery import decided_at_recovery, never_written, without_evidence
+from bridge.core.session import Session
+from bridge.readers.replay import Driver
+from bridge.transcript import TranscriptError, open_transcript
+
+#: Who decided a recovered receipt: the journal's evidence, or recovery's rules.
+DecidedBy = Literal["journal", "recovery"]
+
+#: The start of a journal's ``send`` entry (the writer puts the kind first).
+_SEND = b'{"send":'
+#: How much of a journal's end is read to find its cut last line.
+_TAIL = 1 << 16
+
+
+@attrs.frozen
+class Recovered:
+    """One record settled at recovery."""
+
+    record: Record
+    receipt: Receipt
+    #: ``journal``: the journal's evidence decided it (its settle, its recorded receipt);
+    #: ``recovery``: decided at recovery (the core's rules 2 to 4; ``nativeError`` says so).
+    by: DecidedBy
+    #: The ledger took it (False: another process settled the prompt meanwhile).
+    recorded: bool = True
+
+
+@attrs.frozen
+class Evidence:
+    """What one journal says: the receipt of each prompt it shows, and how complete it is."""
+
+    #: Receipts by request, each with whether recovery decided it.
+    receipts: dict[str, tuple[Receipt, bool]]
+    #: It shows every prompt the bridge wrote (read to its end, or cut inside no ``send``).
+    whole: bool
+    #: Why it could not be read (whole or at all), or None.
+    problem: str | None
+
+
+def recover(ledger: LedgerStore) -> list[Recovered]:
+    """Settle every record of ``ledger`` without a receipt, from its journal's evidence, and
+    record each receipt in the ledger. Returns what was settled, in the ledger's order."""
+    records = ledger.unsettled()
+    read: dict[str, Evidence] = {}
+    out: list[Recovered] = []
+    for record in records:
+        evidence = None
+        if record.journal is not None:
+            if record.journal not in read:
+                read[record.journal] = read_journal(record.journal)
+            evidence = read[record.journal]
+        receipt, by = settle_record(record, evidence)
+        out.append(Recovered(record, receipt, by, ledger.settle(receipt, scope=record.scope)))
+    return out
+
+
+def settle_record(record: Record, evidence: Evidence | None) -> tuple[Receipt, DecidedBy]:
+    """One record's receipt (the core's rules), and ``journal`` or ``recovery`` for who decided it."""
+    request, journal = record.request, record.journal
+    if evidence is None:  # no journal recorded for it: the ledger's mark is all there is
+        if record.written is None:
+            return never_written(request, None), "recovery"
+        return without_evidence(request, None), "recovery"
+    found = evidence.receipts.get(request)
+    if found is not None:
+        receipt, at_recovery = found
+        return receipt, "recovery" if at_recovery else "journal"
+    if evidence.whole and record.written is None:
+        return never_written(request, journal), "recovery"
+    return without_evidence(request, journal, evidence.problem), "recovery"
+
+
+def read_journal(path: str) -> Evidence:
+    """Replay the journal at ``path`` to its end (or to where it cannot be read), then settle
+    what it leaves open as the engine's exit (the module's docstring)."""
+    try:
+        stream, reader = open_transcript(path)
+    except TranscriptError as e:
+        return Evidence({}, whole=False, problem=str(e))
+    problem: str | None = None
+    with stream:
+        driver = Driver(Session(reader.header.clearing, collect=True, dialogs=reader.header.dialogs))
+        try:
+            for entry in reader.skipping_updates():
+                driver.feed(entry)
+        except TranscriptError as e:
+            problem = str(e)
+        whole = problem is None and not (reader.truncated and _cut_line(path).startswith(_SEND))
+        if problem is None and not whole:
+            problem = "its last line, a prompt's send, was cut off"
+    return Evidence(_settle_open(driver, path), whole=whole, problem=problem)
+
+
+def _settle_open(driver: Driver, path: str) -> dict[str, tuple[Receipt, bool]]:
+    """Every prompt the journal shows, with its receipt: its own, or decided now (True)."""
+    session = driver.session
+    for request, recorded in list(driver.recorded.items()):
+        held = session.open.get(request)
+        if held is not None and held.receipt is None:
+            session.release(request, recorded=recorded)
+    at_end = {_request_of(event) for event in session.engine_exited()}
+    out: dict[str, tuple[Receipt, bool]] = {}
+    for item in driver.story:
+        receipt, decided_now = _receipt_of(item, session, at_end)
+        if receipt.request is not None:
+            out[receipt.request] = (decided_at_recovery(receipt, path) if decided_now else receipt, decided_now)
+    return out
+
+
+def _receipt_of(item: PromptState | Receipt, session: Session, at_end: set[str | None]) -> tuple[Receipt, bool]:
+    if isinstance(item, Receipt):
+        return item, False
+    if item.receipt is not None:
+        return item.receipt, item.request in at_end
+    # Released with no receipt the journal kept: given up as the engine's exit would.
+    assert item.request is not None
+    events = session.give_up(item.request, "exited")
+    receipts = [e.receipt for e in events if isinstance(e, ReceiptReady)]
+    return receipts[0], True
+
+
+def _request_of(event: object) -> str | None:
+    return event.receipt.request if isinstance(event, ReceiptReady) else None
+
+
+def _cut_line(path: str) -> bytes:
+    """The journal's last line when it has no line end (what the reader dropped), else b''."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - _TAIL))
+            tail = f.read()
+    except OSError:
+        return b""
+    if tail.endswith(b"\n"):
+        return b""
+    return tail.rsplit(b"\n", 1)[-1]
