@@ -37,6 +37,9 @@ from bridge.readers.diagnose import diagnose
 from tests.conftest import ROOT
 from tests.helpers_sandbox import notes, read_journal, tool_output
 
+#: Marked ``pi`` (tests/conftest.py): the confinement is checked through the real pinned Pi's tools.
+pytestmark = pytest.mark.pi
+
 MODEL_REPLY = "Done with the tool."
 
 

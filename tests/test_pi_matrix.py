@@ -31,6 +31,9 @@ from bridge.testing import pi_scenarios as sc
 from bridge.testing.pi_scenarios.runner import TAINT_GRACE_MAX
 from tests.conftest import FIXTURES, ROOT, TOOLS
 
+#: Marked ``pi`` (tests/conftest.py): the real Pi, pinned and the oldest version, end to end.
+pytestmark = pytest.mark.pi
+
 MATRIX = FIXTURES / "matrix"
 
 

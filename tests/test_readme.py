@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import ROOT
 from tests.test_docs import PAGES, documents, python_blocks, run_block
 
@@ -94,6 +96,7 @@ def test_the_other_engines_example_runs_from_a_checkout(tmp_path):
     assert "p1: finished" in done.stdout, done.stdout
 
 
+@pytest.mark.pi
 def test_the_custom_provider_example_runs_against_the_scripted_model_server(tmp_path):
     """Guide "Your own model server": its models.json and command, as written, against
     tools/model_server.py (only the port differs) through the real pinned Pi."""

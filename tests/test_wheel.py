@@ -163,6 +163,7 @@ def test_replay_a_copied_fixture(installed: Installed) -> None:
     assert p.returncode == 0 and p.stdout == here.stdout, p.stderr
 
 
+@pytest.mark.pi
 def test_demo_runs_the_real_pinned_pi(installed: Installed) -> None:
     journal = installed.cwd / "demo.jsonl"
     p = installed.run(installed.bridge, "demo", "--pi-dir", str(PI_DIR), "--journal", str(journal), timeout=120)
