@@ -128,6 +128,7 @@ def _same_keys(want: object, got: object) -> bool:
     return True
 
 
+@pytest.mark.pi
 def test_the_serve_exchange_has_the_lines_and_keys_a_real_one_has(tmp_path):
     """Guide "`bridge serve`": the "real exchange" is sent as written to bridge serve with the
     real, sealed Pi and the scripted model server, and each line it shows has the keys the
@@ -219,6 +220,7 @@ def _code_files(*, tests: bool = False) -> list[Path]:
     with ``tests``, the tests' docstrings)."""
     files = [*sorted((ROOT / "bridge").rglob("*.py")), *sorted((ROOT / "tools").glob("*.py"))]
     files += sorted((ROOT / "tests").glob("test_*.py")) if tests else []
+    files += sorted((ROOT / "tests" / "shared").rglob("*.py"))  # what the tools share with the suite
     files += sorted((ROOT / "tools" / "acp").glob("*.py"))
     files += sorted((ROOT / "tools" / "pi" / "extensions").glob("*.ts"))
     names = ("setup", "setup_bubblewrap", "setup_pi", "setup_acp", "setup_chromium", "demo", "test", "record")
@@ -303,6 +305,7 @@ def test_the_sizes_the_docs_state_are_the_tree_s():
     assert abs(sizes[first.group(1)] - _number(first.group(2))) <= 0.05 * sizes[first.group(1)]
 
 
+@pytest.mark.pi
 def test_the_seal_s_refusal_of_a_model_is_what_run_prints(tmp_path):
     """Guide "The seal", "The model asked for": the command it shows, against the scripted
     model server's models.json, ends with exactly the lines it shows (the journal's path

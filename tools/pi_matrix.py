@@ -1,7 +1,7 @@
 """Conformance across Pi versions: ``tools/record --matrix VERSION...`` (issue 16).
 
 For each version: install it into its own folder from a lock file made for it, probe it,
-run every scenario of :mod:`bridge.testing.pi_scenarios` against it through the live bridge, and
+run every scenario of :mod:`tests.shared.pi_scenarios` against it through the live bridge, and
 write a table of version x scenario -> receipts, signals, and the engine features seen.
 
 **Installs.** The pin is ``tools/pi`` (its own lock, ``tools/setup_pi``). For any other
@@ -26,7 +26,7 @@ it has, and whether an error response carries the id.
 **Scenarios.** Each runs as ``tools/record`` runs it, on ``--allow-other-pi-version``; the
 scenario's own check (what Pi 1.6.0 does) is then applied and its first difference kept, so
 a cell says ``as 1.6.0`` or what differed. A scenario that sends a command the version lacks
-(:attr:`bridge.testing.pi_scenarios.runner.Scenario.requires`, by the probe) is marked ``cannot run``, not failed.
+(:attr:`tests.shared.pi_scenarios.runner.Scenario.requires`, by the probe) is marked ``cannot run``, not failed.
 Each journal is kept as a fixture (``fixtures/matrix/pi-VERSION/NAME.jsonl`` and its
 ``.expected.json``, which ``bridge conform`` checks); the table is
 ``fixtures/matrix/matrix.json`` (data) and ``fixtures/matrix/README.md`` (the same, for a

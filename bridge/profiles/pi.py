@@ -404,7 +404,7 @@ class PiProfile:
     extensions: Sequence[str] = ()
     #: Extensions loaded **without** being allowed: the seal's start-up check flags their
     #: commands and their dialogs are seal diagnostics. Only for tests and fixtures that
-    #: break the seal on purpose (:mod:`bridge.testing.pi_scenarios`).
+    #: break the seal on purpose (:mod:`tests.shared.pi_scenarios`).
     unsealed_extensions: Sequence[str] = ()
     #: The confinement (:mod:`bridge.profiles.sandbox`); ``Sandbox(enabled=False)``: ``--no-sandbox``.
     sandbox: Sandbox = attrs.field(factory=Sandbox)
