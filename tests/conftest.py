@@ -67,7 +67,7 @@ def private_base() -> str:
 
 @pytest.fixture(scope="module")
 def pinned_pi() -> object:
-    """The pinned Pi's install (tools/pi, set up by tools/setup); a test that needs it fails --
+    """The pinned Pi's install (tools/pi, set up by tools/setup/setup); a test that needs it fails --
     it is not skipped -- when it is missing, naming the fix."""
     from bridge.profiles.command import ProfileError
     from bridge.profiles.pi import PI_PIN, find_install
@@ -76,7 +76,7 @@ def pinned_pi() -> object:
         return find_install()
     except ProfileError as e:
         pytest.fail(
-            f"these tests need the pinned Pi {PI_PIN}: {e}. Run tools/setup (tools/test runs it before the suite).",
+            f"these tests need the pinned Pi {PI_PIN}: {e}. Run tools/setup/setup (tools/test runs it before the suite).",
             pytrace=False,
         )
 

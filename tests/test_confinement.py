@@ -411,7 +411,7 @@ def test_no_bwrap_is_a_refusal_naming_the_fix(tmp_path: Path):
     out = run_cli("run", "hi", "--no-journal", env=env)
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.count("\n") == 1, out.stderr
-    assert "needs bubblewrap" in out.stderr and "tools/setup" in out.stderr and "--no-sandbox" in out.stderr
+    assert "needs bubblewrap" in out.stderr and "tools/setup/setup" in out.stderr and "--no-sandbox" in out.stderr
 
 
 def test_no_user_namespaces_is_a_refusal_naming_the_fix(tmp_path: Path):

@@ -13,7 +13,7 @@
 - ``bridge.testing`` (for a user's tests: the scripted model server, the opt-in pytest plugin)
   may use the live layer and what it stands on; nothing else in ``bridge/`` imports it, and
   nothing of it but the plugin imports pytest.
-- ``tests.shared`` (what ``tools/soak``, ``tools/record`` and the suite share: the live checks,
+- ``tests.shared`` (what ``tools/soak/soak``, ``tools/record`` and the suite share: the live checks,
   the scenarios against the real Pi; checkout-only, outside the wheel) may use the live layer
   and what it stands on (the core, the format, the profiles), the readers (a journal replays to
   the live receipts) and the demo's model server; never the controllers or the CLI (it runs
@@ -290,7 +290,7 @@ def module_level_imports(path: Path) -> list[tuple[int, str]]:
 def test_the_shared_checks_and_bridge_testing_import_no_pytest_no_tools_and_no_other_test() -> None:
     """Statically (no module of tests/shared/ or bridge/testing/ imports pytest when it is
     imported, nor anything of tools/ at all, nor any other module of tests/) and at run time
-    (importing each loads none of them): ``tools/soak`` and ``tools/record`` import
+    (importing each loads none of them): ``tools/soak/soak`` and ``tools/record`` import
     tests/shared/, and they run without pytest. The one exception is the pytest plugin a user
     opts into (``bridge.testing.pytest_plugin``), which only pytest loads."""
     plugin = PACKAGE / "testing" / "pytest_plugin.py"
@@ -406,19 +406,19 @@ def test_the_tools_check_catches_each_way_in(tmp_path: Path) -> None:
     """The check of tests/ is not vacuous: each way of loading a tool's code is caught, and
     running a tool, or importing the package and the standard library, is not."""
     ways = [
-        "from tools.soaklib import ServeProc",
+        "from tools.soak.soaklib import ServeProc",
         "import tools.fake_engine",
         "import tools",
         "def f():\n    from tools import soaklib",
         "import runpy",
-        "mod = __import__('tools.soaklib')",
+        "mod = __import__('tools.soak.soaklib')",
         "import importlib\nm = importlib.import_module('tools.pi_matrix')",
         "import sys\nsys.path.insert(0, 'tools/reference')",
         "import sys\nsys.path.append('tools')",
         "import sys\nsys.path[:0] = ['tools']",
         "import importlib.util\nspec = importlib.util.spec_from_file_location('x', 'tools/x.py')",
         "from importlib.machinery import SourceFileLoader",
-        "exec(open('tools/soak').read())",
+        "exec(open('tools/soak/soak').read())",
         "def t(monkeypatch):\n    monkeypatch.syspath_prepend('tools')",
         "from .helpers import x",
     ]

@@ -10,8 +10,8 @@ recorded (the normal form of the recording; re-record with ``tools/record``
 when a change is intended). Plus: every recorded fixture replays to its
 ``.expected.json``; ``tools/record --check`` and ``bridge demo`` work.
 
-The pinned Pi must be installed (``tools/test`` runs ``tools/setup`` first);
-without it these tests FAIL, naming ``tools/setup`` -- they never skip.
+The pinned Pi must be installed (``tools/test`` runs ``tools/setup/setup`` first);
+without it these tests FAIL, naming ``tools/setup/setup`` -- they never skip.
 """
 
 from __future__ import annotations
@@ -415,7 +415,7 @@ def test_demo_without_pi_names_the_fix(tmp_path: Path) -> None:
         timeout=60,
     )
     assert p.returncode == 2
-    assert "not installed" in p.stderr and "tools/setup" in p.stderr
+    assert "not installed" in p.stderr and "tools/setup/setup" in p.stderr
 
 
 # --------------------------------------------------------------------------- bugs found

