@@ -9,8 +9,8 @@ defined: the order ``tools/record`` records them in).
 
 :func:`run` runs one scenario into a journal: it starts the scripted model server, the
 bridge (with :data:`BASE_CONFIG`) and the scenario's body (given a :class:`Ctx`), then
-returns the :class:`~bridge.testing.pi_scenarios.outcome.Outcome`, checked by
-:func:`~bridge.testing.pi_scenarios.expects.check_common` and the scenario's own check.
+returns the :class:`~tests.shared.pi_scenarios.outcome.Outcome`, checked by
+:func:`~tests.shared.pi_scenarios.expects.check_common` and the scenario's own check.
 It runs from a checkout (:data:`ROOT`): the pinned install in ``tools/pi``, its extensions
 in ``tools/pi/extensions``.
 """
@@ -33,9 +33,9 @@ from bridge.core.receipts import Receipt
 from bridge.live.api import Bridge, BridgeConfig, PromptHandle, open_trio_bridge
 from bridge.profiles.pi import PI_PIN, find_install, scripted_profile
 from bridge.readers.replay import replay
-from bridge.testing.pi_scenarios.expects import check_common
-from bridge.testing.pi_scenarios.outcome import Outcome
 from bridge.transcript import open_transcript
+from tests.shared.pi_scenarios.expects import check_common
+from tests.shared.pi_scenarios.outcome import Outcome
 
 #: The checkout: the scenarios' extensions are in its ``tools/pi``, their recordings in ``fixtures``.
 ROOT = Path(__file__).resolve().parents[3]

@@ -1,13 +1,13 @@
-"""The soak's own checks: what only ``tools/soak`` uses.
+"""The soak's own checks: what only ``tools/soak/soak`` uses.
 
 The checks it shares with the live tests (one receipt per prompt, journals replaying to the live
 receipts, no zombies, ``bridge serve`` as a subprocess, a controller that stops prompts at random
-moments, a journal on a full disk) are :mod:`bridge.testing.checks`; ``tools/soak`` imports those
+moments, a journal on a full disk) are :mod:`tests.shared.checks`; ``tools/soak/soak`` imports those
 from there. Here:
 
 - :class:`StartupCheckProfile`: a command engine with a start-up (seal) check, so closing can
   land while the check is awaited; :func:`generations_profile`: the API twin of
-  :func:`bridge.testing.checks.generations_argv`.
+  :func:`tests.shared.checks.generations_argv`.
 - :func:`start_time` / :func:`same_process` / :func:`wait_same_gone` / :func:`kill_same`: a pid
   plus its start time names one process even when pids are reused (a long soak spawns more
   processes than ``pid_max``); :func:`orphan_engines`: fake engines re-parented to init.
@@ -32,7 +32,7 @@ import trio
 
 from bridge.core.receipts import Receipt
 from bridge.profiles.command import CommandProfile, Launch
-from bridge.testing.checks import (
+from tests.shared.checks import (
     check_journal_readable,
     generations_argv,
     proc_stat,

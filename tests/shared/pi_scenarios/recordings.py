@@ -19,8 +19,8 @@ from typing import Any
 
 from bridge.profiles.orphans import private_root
 from bridge.readers.replay import replay
-from bridge.testing.pi_scenarios.runner import ROOT, SCENARIOS
 from bridge.transcript import open_transcript
+from tests.shared.pi_scenarios.runner import ROOT, SCENARIOS
 
 
 def sanitise(text: str) -> str:

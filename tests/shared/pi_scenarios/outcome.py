@@ -1,6 +1,6 @@
 """What a scenario's check gets, and how a check fails.
 
-:class:`Outcome` is one run of a scenario (:func:`bridge.testing.pi_scenarios.runner.run`):
+:class:`Outcome` is one run of a scenario (:func:`tests.shared.pi_scenarios.runner.run`):
 the live receipts, every notification the bridge sent (signals, engine lifecycle, receipts),
 the live tracker output (the session is switched to ``collect=True``), the replay of the
 journal, the parsed journal and the model server's requests, with the queries the checks ask

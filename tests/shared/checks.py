@@ -1,4 +1,4 @@
-"""The live checks that ``tools/soak`` and the live tests share (real subprocesses over real pipes).
+"""The live checks that ``tools/soak/soak`` and the live tests share (real subprocesses over real pipes).
 
 - :func:`generations_argv`: one engine argv for a whole ``bridge serve`` session whose n-th
   engine process runs its own fake-engine scenario (a tiny ``sh`` shim picks the n-th scenario
@@ -17,7 +17,7 @@
   timeouts; who stopped a run is never guessed (:func:`check_stop_reason`).
 - :func:`leaves`: the leaf exceptions of an exception group, as text.
 
-What only the soak uses stays in ``tools/soaklib.py``; what only the tests use, in
+What only the soak uses stays in ``tools/soak/soaklib.py``; what only the tests use, in
 ``tests/helpers_live.py``.
 """
 
@@ -550,7 +550,7 @@ def check_stop_reason(
     - ``failed``/``timeout`` and ``failed``/``closing`` name a stop (the bridge's own). It may be
       the id the controller's stop was answered with: a stop of a prompt that is already being
       stopped is answered with the stop in flight, whoever sent it; whose it is, the journal's
-      ``stop`` note says (the soak checks it: ``check_journal_story`` in ``tools/soaklib.py``).
+      ``stop`` note says (the soak checks it: ``check_journal_story`` in ``tools/soak/soaklib.py``).
     """
     if reason == "cancelled" and not stopped:
         problems.append(f"{rid}: cancelled without a controller stop")

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from bridge.core.receipts import Receipt, describe
-from bridge.testing.pi_scenarios.outcome import Outcome, ScenarioError, expect
+from tests.shared.pi_scenarios.outcome import Outcome, ScenarioError, expect
 
 
 def comparable_receipt(r: dict[str, Any]) -> dict[str, Any]:

@@ -11,9 +11,9 @@ import json
 
 import trio
 
-from bridge.testing.pi_scenarios.expects import count_types, expect_overlaps, expect_receipt, first_index
-from bridge.testing.pi_scenarios.outcome import Outcome, expect, known
-from bridge.testing.pi_scenarios.runner import Ctx, load_model_server, scenario
+from tests.shared.pi_scenarios.expects import count_types, expect_overlaps, expect_receipt, first_index
+from tests.shared.pi_scenarios.outcome import Outcome, expect, known
+from tests.shared.pi_scenarios.runner import Ctx, load_model_server, scenario
 
 PLAIN_REPLY = "Hello from the scripted model, through the sealed Pi."
 TOOL_COMMAND = "echo tool says hi"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A stream-serving engine for ``tools/bench``: Pi 1.6.0's RPC over a real pipe, as fast as the pipe takes it.
+"""A stream-serving engine for ``tools/bench/bench``: Pi 1.6.0's RPC over a real pipe, as fast as the pipe takes it.
 
 It builds one test stream once (in memory, or loads one written earlier with ``--write``), then
 serves it: for every ``prompt`` command read on stdin it writes the ack (with the prompt's id),
@@ -48,7 +48,7 @@ from typing import Any
 
 import orjson
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CAPTURE = ROOT / "tools" / "pi" / "captures" / "tool_call.jsonl"
 
 # -- line shapes (Pi 1.6.0, from the captures) -------------------------------------------------

@@ -5,11 +5,11 @@
 work falls on all of them alike. Prints wall and CPU (median and best) and the ratio to the raw
 drain: of the medians, of the best rounds, and the median of each round's own ratio (paired)::
 
-    tools/bench_engine.py --gen legacy --mb 143 --write /tmp/legacy.jsonl
+    tools/bench/bench_engine.py --gen legacy --mb 143 --write /tmp/legacy.jsonl
     git worktree add /tmp/old main
-    .venv/bin/python tools/bench_ab.py /tmp/legacy.jsonl --trees /tmp/old,. --rounds 15 --serve
+    .venv/bin/python tools/bench/bench_ab.py /tmp/legacy.jsonl --trees /tmp/old,. --rounds 15 --serve
 
-Each tree's own ``tools/bench`` runs its readers (so its own ``bridge`` is imported); the
+Each tree's own ``tools/bench/bench`` runs its readers (so its own ``bridge`` is imported); the
 interpreter is this one (the trees need not have a venv). Never asserts a speed.
 """
 
@@ -28,7 +28,10 @@ from typing import Any
 
 def load_bench(tree: Path, name: str) -> Any:
     os.environ["PI_BRIDGE_BENCH_REEXEC"] = "1"  # the interpreter is this one
-    loader = importlib.machinery.SourceFileLoader(name, str(tree / "tools" / "bench"))
+    script = tree / "tools" / "bench" / "bench"
+    if not script.is_file():  # a tree from before tools/ was grouped (2026-12-07): tools/bench
+        script = tree / "tools" / "bench"
+    loader = importlib.machinery.SourceFileLoader(name, str(script))
     spec = importlib.util.spec_from_loader(name, loader)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
@@ -38,7 +41,7 @@ def load_bench(tree: Path, name: str) -> Any:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("stream", help="a stream written by tools/bench_engine.py --write")
+    p.add_argument("stream", help="a stream written by tools/bench/bench_engine.py --write")
     p.add_argument("--trees", default=".", help="checkouts, comma-separated (default: this one)")
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--serve", action="store_true", help="also each tree's bridge serve")

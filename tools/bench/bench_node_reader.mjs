@@ -1,4 +1,4 @@
-// Pi's own JSONL reader, for tools/bench: the same bytes through the logic Pi 1.6.0 uses.
+// Pi's own JSONL reader, for tools/bench/bench: the same bytes through the logic Pi 1.6.0 uses.
 //
 // attachJsonlLineReader is copied verbatim from the pinned package,
 // tools/pi/node_modules/@earendil-works/pi-coding-agent/dist/modes/rpc/jsonl.js (LF-only split on a

@@ -4,7 +4,7 @@ Used by ``tools/record`` (re-record ``fixtures/pi-1.6.0``; the tool for moving
 the pin; with ``--matrix``, ``tools/pi_matrix.py``, every Pi version of the
 table) and ``tests/test_pi_live.py`` / ``tests/test_pi_matrix.py`` (the same
 scenarios as integration tests): shared by a tool and the suite, so it lives in
-:mod:`bridge.testing`. It runs from a checkout (the pinned install in
+:mod:`tests.shared`. It runs from a checkout (the pinned install in
 ``tools/pi``, its extensions in ``tools/pi/extensions``). Each scenario is a small
 async function that drives a live bridge on the real sealed Pi against the scripted
 model server, plus a check that asserts what the pinned Pi is expected to do and
@@ -12,19 +12,19 @@ fails loudly (:class:`ScenarioError`) when it does something else.
 
 What its users need is re-exported here, from:
 
-- :mod:`~bridge.testing.pi_scenarios.runner`: :class:`Scenario`, the registry
+- :mod:`~tests.shared.pi_scenarios.runner`: :class:`Scenario`, the registry
   :data:`SCENARIOS` and its :func:`scenario` decorator, :class:`Ctx` (what a body gets)
   and :func:`run` / :func:`run_sync`, which start a scenario's scripted model server,
   bridge and journal.
-- :mod:`~bridge.testing.pi_scenarios.outcome`: :class:`Outcome` (what a check gets) and
+- :mod:`~tests.shared.pi_scenarios.outcome`: :class:`Outcome` (what a check gets) and
   :class:`ScenarioError`, :func:`expect`, :func:`known`.
-- :mod:`~bridge.testing.pi_scenarios.expects`: :func:`check_common` (what every scenario
+- :mod:`~tests.shared.pi_scenarios.expects`: :func:`check_common` (what every scenario
   must show: one receipt per prompt, every engine stopped, the journal private, its replay
   agreeing with the live bridge) and the helpers the scenarios' checks share.
-- :mod:`~bridge.testing.pi_scenarios.sealed` and :mod:`~bridge.testing.pi_scenarios.unsealed`:
+- :mod:`~tests.shared.pi_scenarios.sealed` and :mod:`~tests.shared.pi_scenarios.unsealed`:
   the scenarios with their checks, on a Pi only the bridge writes to, and on one that raw
   commands or extensions drive too.
-- :mod:`~bridge.testing.pi_scenarios.recordings`: :func:`sanitise` and
+- :mod:`~tests.shared.pi_scenarios.recordings`: :func:`sanitise` and
   :func:`expected_json` (a recording as committed), :func:`normal_form` and
   :func:`diff_forms` (as compared).
 
@@ -34,7 +34,7 @@ Importing the package defines every scenario: the sealed ones first, then the un
 
 from __future__ import annotations
 
-from bridge.testing.pi_scenarios.expects import (
+from tests.shared.pi_scenarios.expects import (
     check_common,
     comparable_receipt,
     count_types,
@@ -43,9 +43,9 @@ from bridge.testing.pi_scenarios.expects import (
     first_index,
     live_vs_replay,
 )
-from bridge.testing.pi_scenarios.outcome import OVERLAP_SIGNALS, Outcome, ScenarioError, expect, known
-from bridge.testing.pi_scenarios.recordings import diff_forms, expected_json, normal_form, sanitise
-from bridge.testing.pi_scenarios.runner import (
+from tests.shared.pi_scenarios.outcome import OVERLAP_SIGNALS, Outcome, ScenarioError, expect, known
+from tests.shared.pi_scenarios.recordings import diff_forms, expected_json, normal_form, sanitise
+from tests.shared.pi_scenarios.runner import (
     BASE_CONFIG,
     EXTENSIONS,
     FIXTURES,
@@ -60,7 +60,7 @@ from bridge.testing.pi_scenarios.runner import (
     run_sync,
     scenario,
 )
-from bridge.testing.pi_scenarios.sealed import (
+from tests.shared.pi_scenarios.sealed import (
     EVENTS_COMMAND,
     EVENTS_REPLY,
     PLAIN_REPLY,
@@ -69,7 +69,7 @@ from bridge.testing.pi_scenarios.sealed import (
     TOOL_COMMAND,
     TOOL_REPLY,
 )
-from bridge.testing.pi_scenarios.unsealed import (
+from tests.shared.pi_scenarios.unsealed import (
     AUTORUN_TEXT,
     FOLLOW_TEXT,
     RAW_PROMPT,

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""One ``open_bridge`` prompt over a stream from ``tools/bench_engine.py --write``: the driver to
+"""One ``open_bridge`` prompt over a stream from ``tools/bench/bench_engine.py --write``: the driver to
 count instructions with (load on a shared machine cannot move an instruction count)::
 
-    tools/bench_engine.py --gen pi16 --lines 100000 --write /tmp/pi16.jsonl
+    tools/bench/bench_engine.py --gen pi16 --lines 100000 --write /tmp/pi16.jsonl
     valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null \\
-        .venv/bin/python tools/bench_instr.py --tree . --load /tmp/pi16.jsonl
+        .venv/bin/python tools/bench/bench_instr.py --tree . --load /tmp/pi16.jsonl
     # the same with --prompts 0 gives the fixed cost (imports, spawn, warm-up) to subtract;
     # --events: the measured prompts ask for their events (read to the end)
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import trio
 
-from bridge.testing.pi_scenarios.expects import count_types, expect_overlaps, expect_receipt, first_index
-from bridge.testing.pi_scenarios.outcome import Outcome, expect, known
-from bridge.testing.pi_scenarios.runner import Ctx, ScenarioBody, load_model_server, scenario
+from tests.shared.pi_scenarios.expects import count_types, expect_overlaps, expect_receipt, first_index
+from tests.shared.pi_scenarios.outcome import Outcome, expect, known
+from tests.shared.pi_scenarios.runner import Ctx, ScenarioBody, load_model_server, scenario
 
 SLOW = {"words": 25, "delay": 0.025, "chunk": 8}  # ~0.5 s if nobody interrupts it
 RAW_PROMPT = "a second prompt while the first one streams"

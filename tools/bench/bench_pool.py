@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One measurement of ``tools/bench``'s pool section (issue 32): P prompts over N engines, either
+"""One measurement of ``tools/bench/bench``'s pool section (issue 32): P prompts over N engines, either
 through one ``open_pool(engines=N)`` or through N separate ``open_bridge`` contexts in one trio
 process (prompt k to bridge k mod N, each bridge's queue holding its share), on the fake engine
 (``tools/fake_engine.py``: each prompt a reply of ``--deltas`` text deltas ``--delta-delay`` s
@@ -7,7 +7,7 @@ apart, standing in for a model's time). Prints one JSON object: ``wall`` (s, fro
 open to after the close, so both include starting and stopping N engines), ``states`` (each receipt's),
 ``cpu`` (this process's user+system s) and ``rss_mb`` (its peak).
 
-    .venv/bin/python tools/bench_pool.py --mode pool --engines 8 --prompts 64
+    .venv/bin/python tools/bench/bench_pool.py --mode pool --engines 8 --prompts 64
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import trio  # noqa: E402
@@ -63,7 +63,7 @@ async def through_bridges(a: argparse.Namespace, journals: Path) -> list[str]:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(prog="tools/bench_pool.py")
+    p = argparse.ArgumentParser(prog="tools/bench/bench_pool.py")
     p.add_argument("--mode", choices=("pool", "bridges"), required=True)
     p.add_argument("--engines", type=int, default=8)
     p.add_argument("--prompts", type=int, default=64)
