@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import shutil
 import sys
@@ -66,7 +67,7 @@ def private_base() -> str:
 
 @pytest.fixture(scope="module")
 def pinned_pi() -> object:
-    """The pinned Pi's install (tools/pi, set up by tools/setup); a test that needs it fails --
+    """The pinned Pi's install (tools/pi, set up by tools/setup/setup); a test that needs it fails --
     it is not skipped -- when it is missing, naming the fix."""
     from bridge.profiles.command import ProfileError
     from bridge.profiles.pi import PI_PIN, find_install
@@ -75,9 +76,66 @@ def pinned_pi() -> object:
         return find_install()
     except ProfileError as e:
         pytest.fail(
-            f"these tests need the pinned Pi {PI_PIN}: {e}. Run tools/setup (tools/test runs it before the suite).",
+            f"these tests need the pinned Pi {PI_PIN}: {e}. Run tools/setup/setup (tools/test runs it before the suite).",
             pytrace=False,
         )
+
+
+#: The mark of a test that starts the real pinned Pi (registered in pyproject.toml): the fast
+#: loop runs without them, ``tools/test -m "not pi"`` (docs: guide/developing.md#tests). A test
+#: reaches the Pi through :func:`pinned_pi` (marked by it) or carries the mark itself; one that
+#: starts the Pi unmarked fails (:func:`_the_real_pi_only_when_marked`).
+PI_MARK = "pi"
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """A test that requests :func:`pinned_pi` (itself or through a fixture built on it) is
+    marked ``pi``: the fixture is the way to the real Pi, so its mark cannot be forgotten."""
+    if "pinned_pi" in getattr(item, "fixturenames", ()):
+        item.add_marker(PI_MARK)
+
+
+@functools.cache
+def _pinned_argv() -> tuple[str, tuple[str, str]] | None:
+    """The pinned Pi's version and the argv its compile cache is keyed by; None when it is not
+    installed (every test that needs it fails through :func:`pinned_pi` then)."""
+    from bridge.profiles.command import ProfileError
+    from bridge.profiles.pi import find_install
+
+    try:
+        install = find_install()
+    except ProfileError:
+        return None
+    return install.version, (install.node, install.cli)
+
+
+@pytest.fixture(autouse=True)
+def _the_real_pi_only_when_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A test not marked ``pi`` that starts the real pinned Pi anyway (in this process or in a
+    subprocess: ``bridge run``, ``serve``, ``acp``, a tool) fails, naming the fix. It runs with
+    a compile cache of its own (``$XDG_CACHE_HOME``, which subprocesses inherit), and the
+    confined Pi's first start fills its install's folder there
+    (:func:`bridge.profiles.sandbox.compile_cache_folder`). (An unconfined start, or one in a
+    fixture shared by several tests, is not seen.)"""
+    pinned = _pinned_argv()
+    if pinned is None or request.node.get_closest_marker(PI_MARK) is not None:
+        yield
+        return
+    from bridge.profiles.sandbox import compile_cache_folder
+
+    cache = tempfile.mkdtemp(prefix="unmarked-", dir=_CACHE)
+    monkeypatch.setenv("XDG_CACHE_HOME", cache)
+    try:
+        yield
+        folder = compile_cache_folder(pinned[0], pinned[1])
+        if folder is not None and folder.exists():
+            pytest.fail(
+                f"{request.node.nodeid} started the real pinned Pi but is not marked {PI_MARK!r}: request the "
+                f"pinned_pi fixture (which marks it) or mark it @pytest.mark.{PI_MARK}",
+                pytrace=False,
+            )
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 #: The suite's longest tests, longest first (``--durations=0`` on this 2-core machine), run at

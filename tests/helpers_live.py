@@ -1,6 +1,6 @@
 """Helpers for the live tests (real subprocesses over real pipes).
 
-The checks ``tools/soak`` uses too live in :mod:`bridge.testing.checks` (the tests import
+The checks ``tools/soak/soak`` uses too live in :mod:`tests.shared.checks` (the tests import
 nothing from ``tools/``); this module re-exports the ones the tests use, beside the helpers
 only the tests need:
 
@@ -26,7 +26,7 @@ import attrs
 import trio
 
 from bridge.profiles.command import Launch, filtered_env
-from bridge.testing.checks import (  # noqa: F401  (re-exported)
+from tests.shared.checks import (  # noqa: F401  (re-exported)
     FAKE,
     ROOT,
     STOP_PLANS,

@@ -1,7 +1,7 @@
 """``bridge acp`` (docs: guide/acp.md): the sealed Pi as an Agent Client Protocol agent.
 
 Driven by ACP clients nobody here wrote -- the official TypeScript SDK
-(``@agentclientprotocol/sdk`` 2.4.0, ``tools/acp/``, installed by ``tools/setup_acp``) and the
+(``@agentclientprotocol/sdk`` 2.4.0, ``tools/acp/``, installed by ``tools/setup/setup_acp``) and the
 Python SDK's client (``agent-client-protocol`` 0.12.1, the ``test`` extra) -- against the real
 pinned Pi and the scripted model server. Every line ``bridge acp`` writes is kept by a wire tap
 (``tools/acp/tap.py``) and validated against the ACP schema v1 the TypeScript SDK ships
@@ -346,7 +346,9 @@ def schema_validators() -> tuple[Any, Any]:
     from jsonschema import Draft202012Validator
 
     if not SCHEMA.is_file():
-        pytest.fail(f"the ACP schema is missing ({SCHEMA}): run tools/setup_acp (tools/test runs it)", pytrace=False)
+        pytest.fail(
+            f"the ACP schema is missing ({SCHEMA}): run tools/setup/setup_acp (tools/test runs it)", pytrace=False
+        )
     schema = json.loads(SCHEMA.read_text())
     defs = schema["$defs"]
     agent_branch = {**schema["anyOf"][0], "$defs": defs}
@@ -499,7 +501,7 @@ def test_the_typescript_sdk_client_drives_bridge_acp(pinned_pi: Any, tmp_path: P
     → ``session/close`` (the engine stopped; the session unknown after it); every message
     schema-valid."""
     if not (ACP_DIR / "node_modules" / "@agentclientprotocol" / "sdk").is_dir():
-        pytest.fail("the ACP TypeScript SDK is missing: run tools/setup_acp (tools/test runs it)", pytrace=False)
+        pytest.fail("the ACP TypeScript SDK is missing: run tools/setup/setup_acp (tools/test runs it)", pytrace=False)
     steps = [
         {"text": "Hello there, my friend.", "chunk": 4, "delay": 0.02},
         {"tool_call": {"name": "bash", "arguments": {"command": "echo one; sleep 0.3; echo two"}}},

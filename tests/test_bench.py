@@ -1,4 +1,4 @@
-"""Smoke test of ``tools/bench``: the quick mode runs end to end and prints its table.
+"""Smoke test of ``tools/bench/bench``: the quick mode runs end to end and prints its table.
 
 Only the shape of the output is checked -- never a speed (the numbers depend on the machine
 and on whatever else it is doing).
@@ -14,10 +14,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from bridge.profiles.orphans import private_root
 from tests.conftest import ROOT
 
-BENCH = ROOT / "tools" / "bench"
+BENCH = ROOT / "tools" / "bench" / "bench"
 
 
 def test_quick_bench_prints_the_table_and_the_targets() -> None:
@@ -94,11 +96,12 @@ def _left_behind(tmp: Path, pid: int | None = None) -> list[str]:
     return made + ([] if pid is None else [p.name for p in private_root().iterdir() if f"-{pid}-" in p.name])
 
 
+@pytest.mark.pi
 def test_sandbox_bench_prints_the_ratios(tmp_path: Path) -> None:
-    """``tools/bench_sandbox`` (what confinement costs at start-up) runs, reports every mode and
+    """``tools/bench/bench_sandbox`` (what confinement costs at start-up) runs, reports every mode and
     leaves nothing behind in the temporary folder."""
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "bench_sandbox"), "--rounds", "1", "--json"],
+        [sys.executable, str(ROOT / "tools" / "bench" / "bench_sandbox"), "--rounds", "1", "--json"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -122,7 +125,7 @@ def test_sandbox_bench_prints_the_ratios(tmp_path: Path) -> None:
 def test_sandbox_bench_stopped_midway_removes_its_folders_and_its_engine(tmp_path: Path) -> None:
     """A SIGTERM while an engine is starting: the run's folders are removed and no engine is left."""
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "tools" / "bench_sandbox"), "--rounds", "5", "--json"],
+        [sys.executable, str(ROOT / "tools" / "bench" / "bench_sandbox"), "--rounds", "5", "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=ROOT,
@@ -171,11 +174,11 @@ def _cmdline_mentions(pid: str, text: str) -> bool:
 
 
 def test_startup_bench_prints_every_row_and_the_ratios(pinned_pi: object) -> None:
-    """``tools/bench_startup --rounds 1`` (how long ``bridge --version`` and ``bridge acp``'s
+    """``tools/bench/bench_startup --rounds 1`` (how long ``bridge --version`` and ``bridge acp``'s
     answer to ``initialize`` take, against the interpreter's start-up) runs and prints each row,
     its ratio to its floor and the targets; no time is asserted."""
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "bench_startup"), "--rounds", "1", "--json"],
+        [sys.executable, str(ROOT / "tools" / "bench" / "bench_startup"), "--rounds", "1", "--json"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -240,6 +240,7 @@ def test_run_refuses_a_prompt_whose_bytes_are_not_utf8(tmp_path, prompts: list[s
     assert p.stderr.startswith(line), p.stderr
 
 
+@pytest.mark.pi
 def test_run_reads_a_prompt_given_as_dash_from_stdin(tmp_path) -> None:
     """``bridge run - < prompt.txt``: the model was asked "-" (and the receipt said finished);
     a prompt past the 128 KiB the kernel lets one argument have had no way in at all. Here the
@@ -281,6 +282,7 @@ def test_run_dash_mistakes_are_one_line(tmp_path, args: list[str], stdin: bytes,
     assert (p.returncode, p.stdout, err.count("\n")) == (2, b"", 1) and err.startswith(line), err
 
 
+@pytest.mark.pi
 def test_run_json_keeps_its_receipts_on_stdout_when_stderr_is_a_closed_pipe(tmp_path) -> None:
     """With --json the reply text goes to stderr, a courtesy; stdout has the receipts. A stderr
     whose reader had gone (``2> >(head -c 5)``) was taken for a closed stdout: the run was
@@ -348,6 +350,7 @@ def test_a_receipt_line_is_one_line_even_when_the_engine_error_is_not():
     assert lines[0].endswith("]"), lines
 
 
+@pytest.mark.pi
 def test_the_first_run_with_no_provider_is_one_set_up_line_and_exit_2():
     """Issue 42: ``bridge run hi`` with no options (what a new user runs first) gave a
     ``rejected (engine)`` receipt carrying Pi's "Use /login" advice, and exit 1. Pi has no
@@ -360,6 +363,7 @@ def test_the_first_run_with_no_provider_is_one_set_up_line_and_exit_2():
     assert "/login" not in p.stderr
 
 
+@pytest.mark.pi
 @pytest.mark.parametrize("json_mode", [False, True])
 def test_demo_into_a_closed_pipe_ends_quietly(tmp_path, json_mode: bool):
     """``bridge demo | head -1`` (the real, sealed Pi): 141 and no traceback, as for every
@@ -402,7 +406,7 @@ def test_demo_into_a_closed_pipe_ends_quietly(tmp_path, json_mode: bool):
             "bridge models: the engine cannot be set up: cannot start the engine '/nonexistent/engine'",
         ),
         (["run", "hi", "--no-journal", "--provider", "nosuch"], "--provider nosuch needs --model too"),
-        (["demo", "--journal", "README.md"], "the journal README.md already exists"),
+        pytest.param(["demo", "--journal", "README.md"], "the journal README.md already exists", marks=pytest.mark.pi),
         (["run", "hi", "--journal", "tests", "--", *FAKE], "the journal tests is a folder (give a file's path in it"),
         (["acp", "--no-journal", "--pi-dir", "/nonexistent-pi"], "bridge acp: the pinned Pi is not installed"),
         (["acp", "--pi-settings", "/nonexistent.json"], "--pi-settings /nonexistent.json: No such file"),

@@ -37,6 +37,9 @@ from bridge.readers.diagnose import diagnose
 from tests.conftest import ROOT
 from tests.helpers_sandbox import notes, read_journal, tool_output
 
+#: Marked ``pi`` (tests/conftest.py): the confinement is checked through the real pinned Pi's tools.
+pytestmark = pytest.mark.pi
+
 MODEL_REPLY = "Done with the tool."
 
 
@@ -408,7 +411,7 @@ def test_no_bwrap_is_a_refusal_naming_the_fix(tmp_path: Path):
     out = run_cli("run", "hi", "--no-journal", env=env)
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.count("\n") == 1, out.stderr
-    assert "needs bubblewrap" in out.stderr and "tools/setup" in out.stderr and "--no-sandbox" in out.stderr
+    assert "needs bubblewrap" in out.stderr and "tools/setup/setup" in out.stderr and "--no-sandbox" in out.stderr
 
 
 def test_no_user_namespaces_is_a_refusal_naming_the_fix(tmp_path: Path):

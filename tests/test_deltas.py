@@ -232,7 +232,7 @@ def recorded() -> list[bytes]:
                 out.append(json.dumps(orjson.loads(line)["recv"], ensure_ascii=False, separators=(",", ":")).encode())
     with tempfile.TemporaryDirectory() as tmp:  # the bench's engine, run as the tool it is
         stream = Path(tmp) / "pi16.jsonl"
-        argv = [sys.executable, str(ROOT / "tools" / "bench_engine.py"), "--gen", "pi16", "--lines", "3000"]
+        argv = [sys.executable, str(ROOT / "tools" / "bench" / "bench_engine.py"), "--gen", "pi16", "--lines", "3000"]
         subprocess.run([*argv, "--deltas-per-turn", "400", "--write", str(stream)], check=True, capture_output=True)
         out += [line for line in stream.read_bytes().split(b"\n") if line.startswith(MESSAGE_UPDATE)]
     return out

@@ -948,7 +948,7 @@ def chromium() -> str:
     exe = shutil.which("chromium")
     if exe is None:
         pytest.fail(
-            "chromium is not installed: run tools/setup_chromium (apt-get install chromium) "
+            "chromium is not installed: run tools/setup/setup_chromium (apt-get install chromium) "
             "to test `bridge diagnose --html` in a real browser"
         )
     return exe

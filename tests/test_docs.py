@@ -2,7 +2,7 @@
 
 - The site builds with no broken link, page or reference: ``mkdocs build --strict`` over
   ``docs/mkdocs.yml``, as README "Documentation" tells a user to build it (the ``docs`` extra,
-  which ``tools/setup`` installs).
+  which ``tools/setup/setup`` installs).
 - Every ```` ```python ```` block in the README and in ``docs/pages/**/*.md`` runs as written,
   each as its own program in a fresh folder outside the checkout (the package importable, a
   ``models.json`` there naming a scripted model server, the journals kept apart). A block that
@@ -153,9 +153,9 @@ def test_the_otel_extra_installs_what_the_trace_example_imports() -> None:
 
 
 def test_the_install_page_names_every_extra_tools_setup_installs() -> None:
-    setup = (ROOT / "tools" / "setup").read_text()
+    setup = (ROOT / "tools" / "setup" / "setup").read_text()
     found = re.search(r'-e "\$root\[([a-z,]+)\]"', setup)
-    assert found, "tools/setup installs the package with its extras"
+    assert found, "tools/setup/setup installs the package with its extras"
     page = (PAGES / "guide" / "install.md").read_text()
     assert f"pip install -e '.[{found.group(1)}]'" in page
 

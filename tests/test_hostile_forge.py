@@ -33,6 +33,9 @@ from bridge.profiles.sandbox import check_probe, find_landlock
 from tests.conftest import ROOT
 from tests.helpers_sandbox import read_journal, tool_outputs
 
+#: Marked ``pi`` (tests/conftest.py): each attack is a tool call of the real pinned Pi (the tool shell's own checks ride along).
+pytestmark = pytest.mark.pi
+
 MODEL_REPLY = "Done with the tool."
 FORGED = "FORGED by a tool"
 

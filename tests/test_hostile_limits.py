@@ -26,6 +26,9 @@ from bridge.profiles.command import ProfileError
 from bridge.profiles.limits import CgroupRoot, EngineLimits, Limits, find_cgroup_root, parse_size, sweep_cgroups
 from bridge.profiles.pi import scripted_profile
 
+#: Marked ``pi`` (tests/conftest.py): each attack is a tool call of the real pinned Pi.
+pytestmark = pytest.mark.pi
+
 REPLY = "Done with the tool."
 AGAIN = "Here again."
 #: 256 MiB, 64 tasks, 16 MiB of /tmp and of the working folder.

@@ -35,6 +35,9 @@ from bridge.profiles.pi import scripted_profile
 from tests.conftest import ROOT
 from tests.helpers_sandbox import tool_outputs, tool_step
 
+#: Marked ``pi`` (tests/conftest.py): each attack is a tool call of the real pinned Pi.
+pytestmark = pytest.mark.pi
+
 REPLY = "Done with the tool."
 
 

@@ -10,19 +10,23 @@
 - ``bridge.demo`` (the showcase) drives the live bridge through the Python API, not the controller
   protocol; nothing below the CLI imports it. Its scripted model server is stdlib only: it ships in
   the package for ``bridge demo`` and runs as ``tools/model_server.py`` with no install at all.
-- ``bridge.testing`` (what ``tools/soak``, ``tools/record`` and the suite share: the live checks,
-  the scenarios against the real Pi) may use the live layer and what it stands on (the core, the
-  format, the profiles), the readers (a journal replays to the live receipts) and the demo's
-  model server; never the controllers or the CLI (it runs ``python -m bridge serve`` as a
-  subprocess). Nothing else in ``bridge/`` imports it, and it imports no pytest at module level:
-  the tools import it too.
+- ``bridge.testing`` (for a user's tests: the scripted model server, the opt-in pytest plugin)
+  may use the live layer and what it stands on; nothing else in ``bridge/`` imports it, and
+  nothing of it but the plugin imports pytest.
+- ``tests.shared`` (what ``tools/soak/soak``, ``tools/record`` and the suite share: the live checks,
+  the scenarios against the real Pi; checkout-only, outside the wheel) may use the live layer
+  and what it stands on (the core, the format, the profiles), the readers (a journal replays to
+  the live receipts) and the demo's model server; never the controllers or the CLI (it runs
+  ``python -m bridge serve`` as a subprocess). It imports no pytest at module level, nothing of
+  ``tools/`` and nothing else of ``tests/``: the tools import it, and they run without pytest.
 - The doors above the core (``bridge.live``, ``bridge.controller``, ``bridge.cli``, ``bridge.ray``)
   import it only through the supervision and the vocabulary it speaks (:data:`DOOR_CORE`): never
   the lifecycle, the session or the tracker, which are the supervision's parts (issue 43: the
   supervision exports its words; a door reads its frozen ``view()``).
 - ``tests/`` imports nothing from ``tools/`` (a test runs a tool as a subprocess): no ``import
   tools``, no ``sys.path`` change, no loading of a file by its path (importlib's loaders,
-  ``runpy``, ``exec``).
+  ``runpy``, ``exec``). ``tools/`` imports nothing of ``tests/`` but ``tests.shared``, and
+  ``bridge/`` nothing of ``tests/`` at all.
 
 Checked twice: statically (every ``import`` in the source, including ones inside functions) and
 at run time (a fresh interpreter imports the whole core and must not have loaded trio or any
@@ -279,7 +283,8 @@ def test_the_checker_catches_a_forbidden_import(tmp_path: Path) -> None:
 
 
 def test_nothing_else_in_the_package_imports_bridge_testing() -> None:
-    """bridge.testing is test support: the bridge itself never depends on it."""
+    """bridge.testing is test support: the bridge itself never depends on it, and nothing in
+    the package imports the checkout's tests (the wheel has none)."""
     files = [p for p in sorted(PACKAGE.rglob("*.py")) if not p.is_relative_to(PACKAGE / "testing")]
     assert PACKAGE / "cli" / "entry.py" in files and PACKAGE / "live" / "api.py" in files
     wrong = [
@@ -287,6 +292,53 @@ def test_nothing_else_in_the_package_imports_bridge_testing() -> None:
         for p in files
         for line, name in imports_of(p)
         if name == "bridge.testing" or name.startswith("bridge.testing.")
+    ]
+    wrong += [
+        f"{p.relative_to(ROOT)}:{line}: imports {name}"
+        for p in sorted(PACKAGE.rglob("*.py"))
+        for line, name in imports_of(p)
+        if name.split(".")[0] == "tests"
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+SHARED = ROOT / "tests" / "shared"
+
+
+def test_the_shared_checks_use_no_controller_cli_or_showcase() -> None:
+    """tests/shared/ drives the bridge through the live layer, and a controller as a subprocess."""
+    files = sorted(SHARED.rglob("*.py"))
+    assert SHARED / "checks.py" in files and SHARED / "pi_scenarios" / "runner.py" in files
+    wrong = [
+        f"{p.relative_to(ROOT)}:{line}: imports {name}"
+        for p in files
+        for line, name in imports_of(p)
+        if name.startswith(FORBIDDEN["testing"])
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def tool_scripts() -> list[Path]:
+    """The Python programs of tools/: ``*.py`` and the scripts whose first line runs Python."""
+    found = []
+    for p in sorted((ROOT / "tools").rglob("*")):
+        if not p.is_file() or "node_modules" in p.parts:
+            continue
+        if p.suffix == ".py" or (not p.suffix and p.read_bytes()[:100].split(b"\n")[0].find(b"python") >= 0):
+            found.append(p)
+    return found
+
+
+def test_the_tools_import_of_tests_only_the_shared_part() -> None:
+    """A tool may import ``tests.shared`` (what it shares with the suite), nothing else of
+    tests/: the rest is pytest's (conftest, fixtures, the tests themselves)."""
+    files = tool_scripts()
+    assert {"soak", "soaklib.py", "record", "pi_matrix.py", "fake_engine.py"} <= {p.name for p in files}
+    wrong = [
+        f"{p.relative_to(ROOT)}:{line}: imports {name}"
+        for p in files
+        for line, name in imports_of(p)
+        if name.split(".")[0] == "tests" and not (name == "tests.shared" or name.startswith("tests.shared."))
     ]
     assert not wrong, "\n".join(wrong)
 
@@ -307,19 +359,22 @@ def module_level_imports(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-def test_bridge_testing_imports_no_pytest_and_no_tools() -> None:
-    """Statically (no module of bridge/testing/ imports pytest when it is imported, nor anything
-    of tools/ at all) and at run time (importing each loads neither): ``tools/soak`` and
-    ``tools/record`` import it, and they run without pytest. The one exception is the pytest
-    plugin a user opts into (``bridge.testing.pytest_plugin``), which only pytest loads."""
+def test_the_shared_checks_and_bridge_testing_import_no_pytest_no_tools_and_no_other_test() -> None:
+    """Statically (no module of tests/shared/ or bridge/testing/ imports pytest when it is
+    imported, nor anything of tools/ at all, nor any other module of tests/) and at run time
+    (importing each loads none of them): ``tools/soak/soak`` and ``tools/record`` import
+    tests/shared/, and they run without pytest. The one exception is the pytest plugin a user
+    opts into (``bridge.testing.pytest_plugin``), which only pytest loads."""
     plugin = PACKAGE / "testing" / "pytest_plugin.py"
     assert plugin.is_file()
-    files = [p for p in sorted((PACKAGE / "testing").rglob("*.py")) if p != plugin]
-    assert {p.relative_to(PACKAGE / "testing").as_posix() for p in files} >= {
-        "__init__.py",
-        "checks.py",
-        "pi_scenarios/__init__.py",
-        "pi_scenarios/runner.py",
+    files = [p for p in [*sorted((PACKAGE / "testing").rglob("*.py")), *sorted(SHARED.rglob("*.py"))] if p != plugin]
+    assert {p.relative_to(ROOT).as_posix() for p in files} >= {
+        "bridge/testing/__init__.py",
+        "bridge/testing/scripted.py",
+        "tests/shared/__init__.py",
+        "tests/shared/checks.py",
+        "tests/shared/pi_scenarios/__init__.py",
+        "tests/shared/pi_scenarios/runner.py",
     }
     wrong = [
         f"{p.relative_to(ROOT)}:{line}: imports {name}"
@@ -327,12 +382,19 @@ def test_bridge_testing_imports_no_pytest_and_no_tools() -> None:
         for line, name in module_level_imports(p)
         if name.split(".")[0] in ("pytest", "_pytest")
     ]
+    wrong += [
+        f"{p.relative_to(ROOT)}:{line}: imports {name}"
+        for p in files
+        for line, name in imports_of(p)
+        if name.split(".")[0] == "tests" and not (name == "tests.shared" or name.startswith("tests.shared."))
+    ]
     wrong += [f"{p.relative_to(ROOT)}: {what}" for p in files for what in loads_tools(p)]
     assert not wrong, "\n".join(wrong)
     names = [".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__") for p in files]
     code = (
         f"import sys\nimport {', '.join(names)}\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pytest', '_pytest', 'tools')))"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pytest', '_pytest', 'tools')\n"
+        "             or (m.startswith('tests.') and not m.startswith('tests.shared'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
@@ -404,7 +466,7 @@ def loads_tools(path: Path) -> list[str]:
 
 
 def test_no_test_imports_anything_from_tools() -> None:
-    """tests/ imports nothing from tools/ (the shared checks are :mod:`bridge.testing`; a tool is
+    """tests/ imports nothing from tools/ (the shared checks are :mod:`tests.shared`; a tool is
     run as a subprocess), by any path: ``import tools…``, ``sys.path``, importlib's loaders."""
     files = sorted((ROOT / "tests").rglob("*.py"))
     assert ROOT / "tests" / "helpers_live.py" in files and ROOT / "tests" / "test_soak.py" in files
@@ -416,19 +478,19 @@ def test_the_tools_check_catches_each_way_in(tmp_path: Path) -> None:
     """The check of tests/ is not vacuous: each way of loading a tool's code is caught, and
     running a tool, or importing the package and the standard library, is not."""
     ways = [
-        "from tools.soaklib import ServeProc",
+        "from tools.soak.soaklib import ServeProc",
         "import tools.fake_engine",
         "import tools",
         "def f():\n    from tools import soaklib",
         "import runpy",
-        "mod = __import__('tools.soaklib')",
+        "mod = __import__('tools.soak.soaklib')",
         "import importlib\nm = importlib.import_module('tools.pi_matrix')",
         "import sys\nsys.path.insert(0, 'tools/reference')",
         "import sys\nsys.path.append('tools')",
         "import sys\nsys.path[:0] = ['tools']",
         "import importlib.util\nspec = importlib.util.spec_from_file_location('x', 'tools/x.py')",
         "from importlib.machinery import SourceFileLoader",
-        "exec(open('tools/soak').read())",
+        "exec(open('tools/soak/soak').read())",
         "def t(monkeypatch):\n    monkeypatch.syspath_prepend('tools')",
         "from .helpers import x",
     ]
@@ -438,7 +500,7 @@ def test_the_tools_check_catches_each_way_in(tmp_path: Path) -> None:
         assert loads_tools(bad), way
     fine = tmp_path / "fine.py"
     fine.write_text(
-        "import json, subprocess, sys\nfrom bridge.testing.checks import ServeProc\nfrom tests.conftest import TOOLS\n"
+        "import json, subprocess, sys\nfrom tests.shared.checks import ServeProc\nfrom tests.conftest import TOOLS\n"
         "x = __import__('os')\nsubprocess.run([sys.executable, str(TOOLS / 'soak'), '--help'])\n"
     )
     assert loads_tools(fine) == []

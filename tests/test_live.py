@@ -1,8 +1,10 @@
-"""SPEC §5: every receipt row, through the live bridge and a real engine process.
+"""SPEC §5: the receipt rows through the live bridge and a real engine process.
 
 The engine here is ``tools/fake_engine.py`` (a real subprocess over real pipes,
 scripted to misbehave); the real Pi is in ``test_pi_live.py``. Every test also
 checks that the journal replays to the receipts and signals the live bridge gave.
+A row whose decision ``tests/test_supervision.py`` takes with nothing a process adds
+(pipes, signals, the kill ladder, the clock, the journal on disk) is tested there only.
 """
 
 from __future__ import annotations
@@ -219,51 +221,7 @@ async def test_finished_after_length_and_tool_use(tmp_path: Path):
         assert r.state == "finished", stop
 
 
-async def test_failed_carries_the_engines_error(tmp_path: Path):
-    _, r = await one(tmp_path, {"prompts": [{"stopReason": "error", "errorMessage": "boom: 529"}]})
-    assert (r.state, r.reason, r.native_error) == ("failed", None, "boom: 529")
-
-
-async def test_interrupted_by_our_stop_mid_stream(tmp_path: Path):
-    async def body(bridge: Bridge) -> list[Receipt]:
-        h = await bridge.submit("long one", stream=True)
-        async for _ in h.text():
-            stop = await h.stop()
-            break
-        r = await h.receipt()
-        assert r.stop == stop and stop is not None
-        return [r]
-
-    _, (r,) = await session(tmp_path, fake({"prompts": [{"deltas": 200, "delta_delay": 0.02}]}), body)
-    assert (r.state, r.reason) == ("failed", "interrupted")
-
-
-async def test_interrupted_during_a_retry_backoff_uses_the_settles_aborted_flag(tmp_path: Path):
-    async def body(bridge: Bridge) -> list[Receipt]:
-        h = await bridge.submit("retry me")
-
-        def first_attempt_failed() -> bool:
-            run = bridge.supervision.session.tracker.current_run()
-            return run is not None and run.last_stop == "error"
-
-        await until(first_attempt_failed)  # the engine now sleeps in its backoff
-        stop = await h.stop()
-        r = await h.receipt()
-        assert r.stop == stop
-        return [r]
-
-    run, (r,) = await session(tmp_path, fake({"prompts": [{"retries": 1, "retry_delay": 10}]}), body)
-    assert (r.state, r.reason) == ("failed", "interrupted")
-    # The tracker itself says failed (the seed's classify), the receipt says why.
-    assert [(s["state"], s["reason"]) for s in replay(str(run.journal)).settled] == [("failed", None)]
-
-
 # -- rejected ----------------------------------------------------------------------------------
-
-
-async def test_rejected_by_the_engine(tmp_path: Path):
-    _, r = await one(tmp_path, {"prompts": [{"reject": "no thanks"}]})
-    assert (r.state, r.reason, r.native_error) == ("rejected", "engine", "no thanks")
 
 
 async def test_queue_full_cancelled_and_closing(tmp_path: Path):
@@ -317,26 +275,6 @@ async def test_engine_down_after_repeated_crashes_names_the_last_stderr(tmp_path
 
 
 # -- delivery-unknown -----------------------------------------------------------------------------
-
-
-async def test_ack_without_start_after_a_failure_with_no_run(tmp_path: Path):
-    _, r = await one(tmp_path, {"prompts": [{"failure_no_run": True}]})
-    assert (r.state, r.reason) == ("delivery-unknown", "ack-without-start")
-
-
-async def test_no_ack_then_the_engine_is_recycled(tmp_path: Path):
-    async def body(bridge: Bridge) -> list[Receipt]:
-        return [await bridge.prompt("silent"), await bridge.prompt("next")]
-
-    _, rs = await session(tmp_path, fake({"prompts": [{"hang_at": 0}]}), body, ack_timeout=0.5)
-    assert (rs[0].state, rs[0].reason) == ("delivery-unknown", "no-ack")
-    # A fresh engine (the fake's scenario starts over in every process).
-    assert (rs[1].state, rs[1].reason, rs[1].generation) == ("delivery-unknown", "no-ack", 2)
-
-
-async def test_engine_exits_before_the_ack(tmp_path: Path):
-    _, r = await one(tmp_path, {"prompts": [{"crash_at": 0}]})
-    assert (r.state, r.reason) == ("delivery-unknown", "engine-exited")
 
 
 async def test_a_prompt_whose_write_failed_before_any_byte_went_in_is_rejected_never_sent(tmp_path: Path):
@@ -425,12 +363,6 @@ async def test_a_write_counts_the_bytes_the_pipe_took_before_it_failed() -> None
 # -- outcome-unknown ------------------------------------------------------------------------------
 
 
-async def test_aborted_without_our_stop(tmp_path: Path):
-    run, r = await one(tmp_path, {"prompts": [{"stopReason": "aborted"}]})
-    assert (r.state, r.reason) == ("outcome-unknown", "aborted-without-stop")
-    assert "aborted-without-stop" in signals(run)
-
-
 async def test_unrecognised_stop_reason(tmp_path: Path):
     _, r = await one(tmp_path, {"prompts": [{"stopReason": "weird"}]})
     assert (r.state, r.reason) == ("outcome-unknown", "unrecognised-stop-reason")
@@ -479,15 +411,6 @@ async def test_overlap_taints_the_slot_and_the_engine_is_recycled(tmp_path: Path
     assert "unsealed" in signals(run)
 
 
-async def test_gap_taints_the_slot(tmp_path: Path):
-    async def body(bridge: Bridge) -> list[Receipt]:
-        return [await bridge.prompt("a"), await bridge.prompt("b")]
-
-    _, rs = await session(tmp_path, fake({"prompts": [{"garbage_at": 6}]}), body)
-    assert (rs[0].state, rs[0].reason) == ("outcome-unknown", "gap")
-    assert (rs[1].state, rs[1].reason, rs[1].generation) == ("outcome-unknown", "gap", 2)
-
-
 async def test_oversize_and_invalid_utf8_lines_are_gaps(tmp_path: Path):
     """Each a gap, of its own kind, which replay tells as the live bridge did (check_journal:
     the journal notes the kind and length that its recv_raw text cannot tell)."""
@@ -502,12 +425,6 @@ async def test_oversize_and_invalid_utf8_lines_are_gaps(tmp_path: Path):
         assert [(s["signal"], s["why"]) for s in r.to_json()["signals"] if s["signal"] == "gap"] == [("gap", why)]
 
 
-async def test_disposition_other_than_started(tmp_path: Path):
-    run, r = await one(tmp_path, {"prompts": [{"disposition": "queued"}]})
-    assert (r.state, r.reason, r.disposition) == ("outcome-unknown", "disposition", "queued")
-    assert "disposition" in signals(run)
-
-
 async def test_engine_exits_mid_run_then_restarts(tmp_path: Path):
     async def body(bridge: Bridge) -> list[Receipt]:
         return [await bridge.prompt("a"), await bridge.prompt("b")]
@@ -520,18 +437,6 @@ async def test_engine_exits_mid_run_then_restarts(tmp_path: Path):
 async def test_engine_closing_stdout_mid_run(tmp_path: Path):
     _, r = await one(tmp_path, {"prompts": [{"close_stdout_at": 6}]})
     assert (r.state, r.reason) == ("outcome-unknown", "engine-exited")
-
-
-async def test_settle_timeout_stops_then_gives_up_and_recycles(tmp_path: Path):
-    async def body(bridge: Bridge) -> list[Receipt]:
-        first = await bridge.submit("never ends", timeout=0.5)
-        return [await first.receipt(), await bridge.prompt("next", timeout=0.5)]
-
-    _, rs = await session(tmp_path, fake({"prompts": [{"hang": "forever"}]}), body)
-    assert (rs[0].state, rs[0].reason) == ("outcome-unknown", "settle-timeout")
-    assert rs[0].stop is not None
-    # The engine was recycled; the fresh one gets the next prompt.
-    assert rs[1].generation == 2
 
 
 async def test_a_controllers_stop_the_engine_does_not_obey_is_given_up(tmp_path: Path):
@@ -828,29 +733,6 @@ async def test_a_stall_fires_on_the_bridges_clock_from_the_runs_last_line(tmp_pa
         ("stalled", rs[0].request, 400, rs[0].stop)
     ]
     assert [(r.state, r.reason) for r in replay(str(run.journal)).receipts] == [("failed", "stalled")]
-
-
-async def test_a_controller_stop_then_its_timeout_stays_interrupted(tmp_path: Path, mock_clock: Any):
-    """The first stop sent decides the word: the controller's stop wins over a later timeout
-    (one that passes within the stop's grace: past it the stop is given up, settle-timeout)."""
-    mock_clock.rate = 1.0
-
-    async def body(bridge: Bridge) -> list[Receipt]:
-        handle = await bridge.submit("hang on", timeout=600, stall_timeout=0)
-        while not (
-            handle.request == bridge.supervision.lifecycle.state.held
-            and bridge.supervision.lifecycle.state.prompts[handle.request].acked
-        ):
-            await bridge._wait_change()
-        mock_clock.jump(598)
-        stop = await handle.stop()
-        mock_clock.jump(3)  # the timeout passes, 3 s into the stop's 5 s grace
-        r = await handle.receipt()
-        assert r.stop == stop
-        return [r]
-
-    _, rs = await session(tmp_path, fake({"prompts": [{"hang": True}]}), body, bound=630, stop_grace=5.0)
-    assert (rs[0].state, rs[0].reason) == ("failed", "interrupted")
 
 
 async def test_an_engine_dying_while_a_grandchild_holds_its_stdout_never_gets_the_next_prompt(tmp_path: Path):

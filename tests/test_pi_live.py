@@ -1,6 +1,6 @@
 """Integration tests against the real, pinned Pi 1.6.0 through the live bridge.
 
-Every scenario of :mod:`bridge.testing.pi_scenarios` (the ones ``tools/record`` records
+Every scenario of :mod:`tests.shared.pi_scenarios` (the ones ``tools/record`` records
 into ``fixtures/pi-1.6.0``) runs end to end: the scripted model server
 in-process, :func:`bridge.profiles.pi.scripted_profile` (the real sealed Pi),
 :func:`bridge.live.api.open_bridge`. Each test asserts the receipts, the
@@ -10,8 +10,8 @@ recorded (the normal form of the recording; re-record with ``tools/record``
 when a change is intended). Plus: every recorded fixture replays to its
 ``.expected.json``; ``tools/record --check`` and ``bridge demo`` work.
 
-The pinned Pi must be installed (``tools/test`` runs ``tools/setup`` first);
-without it these tests FAIL, naming ``tools/setup`` -- they never skip.
+The pinned Pi must be installed (``tools/test`` runs ``tools/setup/setup`` first);
+without it these tests FAIL, naming ``tools/setup/setup`` -- they never skip.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from bridge.core.events import ReceiptReady
 from bridge.core.session import Session
 from bridge.profiles.pi import PI_PIN
 from bridge.readers.replay import replay
-from bridge.testing import pi_scenarios as sc
 from tests.conftest import FIXTURES, ROOT, TOOLS
+from tests.shared import pi_scenarios as sc
 
 PI_FIXTURES_DIR = FIXTURES / f"pi-{PI_PIN}"
 PI_FIXTURES = sorted(PI_FIXTURES_DIR.glob("*.jsonl"))
@@ -415,7 +415,7 @@ def test_demo_without_pi_names_the_fix(tmp_path: Path) -> None:
         timeout=60,
     )
     assert p.returncode == 2
-    assert "not installed" in p.stderr and "tools/setup" in p.stderr
+    assert "not installed" in p.stderr and "tools/setup/setup" in p.stderr
 
 
 # --------------------------------------------------------------------------- bugs found

@@ -27,9 +27,12 @@ import pytest
 
 from bridge.profiles.pi import PI_PACKAGE, PI_PIN
 from bridge.profiles.pi_versions import FEATURES, NEEDED, features_of, lacking, parse_version
-from bridge.testing import pi_scenarios as sc
-from bridge.testing.pi_scenarios.runner import TAINT_GRACE_MAX
 from tests.conftest import FIXTURES, ROOT, TOOLS
+from tests.shared import pi_scenarios as sc
+from tests.shared.pi_scenarios.runner import TAINT_GRACE_MAX
+
+#: Marked ``pi`` (tests/conftest.py): the real Pi, pinned and the oldest version, end to end.
+pytestmark = pytest.mark.pi
 
 MATRIX = FIXTURES / "matrix"
 

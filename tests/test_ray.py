@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-ray = pytest.importorskip("ray", reason="the ray extra (tools/setup installs it)")
+ray = pytest.importorskip("ray", reason="the ray extra (tools/setup/setup installs it)")
 
 from ray.cluster_utils import Cluster  # noqa: E402
 

@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import ROOT
 from tests.test_docs import PAGES, documents, python_blocks, run_block
 
@@ -94,6 +96,7 @@ def test_the_other_engines_example_runs_from_a_checkout(tmp_path):
     assert "p1: finished" in done.stdout, done.stdout
 
 
+@pytest.mark.pi
 def test_the_custom_provider_example_runs_against_the_scripted_model_server(tmp_path):
     """Guide "Your own model server": its models.json and command, as written, against
     tools/model_server.py (only the port differs) through the real pinned Pi."""
@@ -125,6 +128,7 @@ def _same_keys(want: object, got: object) -> bool:
     return True
 
 
+@pytest.mark.pi
 def test_the_serve_exchange_has_the_lines_and_keys_a_real_one_has(tmp_path):
     """Guide "`bridge serve`": the "real exchange" is sent as written to bridge serve with the
     real, sealed Pi and the scripted model server, and each line it shows has the keys the
@@ -216,11 +220,15 @@ def _code_files(*, tests: bool = False) -> list[Path]:
     with ``tests``, the tests' docstrings)."""
     files = [*sorted((ROOT / "bridge").rglob("*.py")), *sorted((ROOT / "tools").glob("*.py"))]
     files += sorted((ROOT / "tests").glob("test_*.py")) if tests else []
+    files += sorted((ROOT / "tests" / "shared").rglob("*.py"))  # what the tools share with the suite
     files += sorted((ROOT / "tools" / "acp").glob("*.py"))
     files += sorted((ROOT / "tools" / "pi" / "extensions").glob("*.ts"))
-    names = ("setup", "setup_bubblewrap", "setup_pi", "setup_acp", "setup_chromium", "demo", "test", "record")
-    names += ("soak", "bench", "bench_sandbox", "bench_startup", "fuzz")
-    files += [ROOT / "tools" / name for name in names]
+    files += [ROOT / "tools" / name for name in ("demo", "test", "record", "fuzz")]
+    # Each group of tools/ (tools/bench/, tools/setup/, tools/soak/): all its files.
+    files += sorted(
+        p for group in ("bench", "setup", "soak") for p in (ROOT / "tools" / group).iterdir() if p.is_file()
+    )
+    assert {"setup", "setup_pi", "soak", "soaklib.py", "bench", "bench_sandbox"} <= {p.name for p in files}
     return [path for path in files if path.is_file()]
 
 
@@ -300,6 +308,7 @@ def test_the_sizes_the_docs_state_are_the_tree_s():
     assert abs(sizes[first.group(1)] - _number(first.group(2))) <= 0.05 * sizes[first.group(1)]
 
 
+@pytest.mark.pi
 def test_the_seal_s_refusal_of_a_model_is_what_run_prints(tmp_path):
     """Guide "The seal", "The model asked for": the command it shows, against the scripted
     model server's models.json, ends with exactly the lines it shows (the journal's path

@@ -1,11 +1,11 @@
-"""``tools/soak`` in CI, a 1 GiB engine line through the live bridge, and the bugs the soak found.
+"""``tools/soak/soak`` in CI, a 1 GiB engine line through the live bridge, and the bugs the soak found.
 
-- :func:`test_soak_ci` runs ``tools/soak`` (100 seeded schedules, most through ``bridge serve``
+- :func:`test_soak_ci` runs ``tools/soak/soak`` (100 seeded schedules, most through ``bridge serve``
   as a subprocess, some through the Python API) and checks its table: no receipt lost or
   duplicated, no hang, no zombie, no engine left behind, every bridge exiting as it must, every
   journal replaying to the live receipts (or, when its disk filled up, reading back and agreeing
   with them), exit 0. ``PI_BRIDGE_SOAK_SEED`` picks the master seed; a failing schedule is
-  printed with its own seed (``tools/soak --only-seed X`` runs it again).
+  printed with its own seed (``tools/soak/soak --only-seed X`` runs it again).
 - :func:`test_a_1gib_line_costs_bounded_memory`: the fake engine writes one 1 GiB line (in 1 MiB
   pieces) in the middle of a run; ``bridge serve`` with its default 64 MiB line limit takes it
   as one gap and its peak RSS stays bounded.
@@ -45,13 +45,13 @@ from tests.helpers_live import (
     vm_hwm,
 )
 
-SOAK = ROOT / "tools" / "soak"
+SOAK = ROOT / "tools" / "soak" / "soak"
 SEED = int(os.environ.get("PI_BRIDGE_SOAK_SEED", "2026"))
 #: The CI run is bound by CPU, not by the timeouts it waits on: a schedule costs about 1.2
 #: CPU-seconds (``bridge serve``'s own start-up, about 0.6 s, is most of it; 90 schedules with 8
 #: at once took 109 CPU-seconds, 67 s, on this idle 2-core machine, 2026-12-02), so 100 schedules
 #: take about 120 CPU-seconds. Fewer than the 135 of before, for the suite's time (issue 28): the
-#: first 90 of seed 2026 exercise every kind this test asks for; ``tools/soak`` runs any number.
+#: first 90 of seed 2026 exercise every kind this test asks for; ``tools/soak/soak`` runs any number.
 CI_SCHEDULES = 100
 CI_JOBS = 8
 #: The new fault kinds that must show up in the CI run (each is in roughly 1 schedule in 10-15).
@@ -115,7 +115,7 @@ def test_soak_ci(tmp_path: Path) -> None:
 
 
 def _plans(*args: str) -> list[dict[str, Any]]:
-    """``tools/soak ARGS --plans``: the schedules' plans, run in a process of their own."""
+    """``tools/soak/soak ARGS --plans``: the schedules' plans, run in a process of their own."""
     p = subprocess.run(
         [sys.executable, str(SOAK), *args, "--plans"], capture_output=True, text=True, timeout=60, cwd=str(ROOT)
     )
@@ -229,7 +229,7 @@ def test_an_oversize_line_holds_at_most_max_line() -> None:
 
 
 async def test_close_does_not_fsync_a_closed_journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Regression (found by tools/soak, fixed in 063428d): ``Bridge.aclose`` cancelled the fsync task
+    """Regression (found by tools/soak/soak, fixed in 063428d): ``Bridge.aclose`` cancelled the fsync task
     and closed the journal at once; an fsync already handed to its worker thread then hit a closed
     (or reused) descriptor, EBADF escaped ``open_bridge`` and ``bridge serve`` exited 1 with no
     ``bye`` (~2% of soak schedules under load: 194 of 10,000)."""
@@ -253,7 +253,7 @@ async def test_close_does_not_fsync_a_closed_journal(tmp_path: Path, monkeypatch
 
 
 async def test_a_journal_that_fails_at_once_closes_cleanly(tmp_path: Path) -> None:
-    """Found by tools/soak (api schedules whose journal fills up at once): a prompt stopped while
+    """Found by tools/soak/soak (api schedules whose journal fills up at once): a prompt stopped while
     queued gets its receipt in the same step, before any checkpoint; its journal write fails
     (disk full), the journal closes; the fsync task, started but not yet run, then asks the closed
     journal for its descriptor and ``ValueError: I/O operation on closed file`` escapes
@@ -281,7 +281,7 @@ async def test_a_journal_that_fails_at_once_closes_cleanly(tmp_path: Path) -> No
 
 
 def test_a_disk_full_at_the_header_is_one_line(tmp_path: Path) -> None:
-    """Found by tools/soak (serve schedules whose RLIMIT_FSIZE is below the journal header's size):
+    """Found by tools/soak/soak (serve schedules whose RLIMIT_FSIZE is below the journal header's size):
     the journal file is created, its header's flush fails (EFBIG), and the OSError escapes
     ``bridge serve`` as a 36-line traceback with exit 1 and no ``ready``. Wanted: as for any
     journal that cannot be created, one line naming the journal on stderr and a non-zero exit."""
@@ -307,7 +307,7 @@ def test_a_disk_full_at_the_header_is_one_line(tmp_path: Path) -> None:
 
 
 def test_a_disk_full_at_the_last_flush_is_signalled(tmp_path: Path) -> None:
-    """Found by tools/soak (serve schedules whose RLIMIT_FSIZE falls in the journal's last few
+    """Found by tools/soak/soak (serve schedules whose RLIMIT_FSIZE falls in the journal's last few
     hundred bytes): what follows the last receipt (the release, the closing note, the engine's
     exit, ``bridge-closed``) is flushed when the journal closes, after the lifecycle has closed;
     that flush fails, ``Journal.fail`` reports it, the lifecycle ignores the input, and bridge
@@ -348,7 +348,7 @@ def test_a_disk_full_at_the_last_flush_is_signalled(tmp_path: Path) -> None:
 
 
 def test_a_signal_while_the_bridge_closes_by_itself(tmp_path: Path) -> None:
-    """Found by tools/soak (seed 822292423854: a journal that failed, then the soak's SIGTERM):
+    """Found by tools/soak/soak (seed 822292423854: a journal that failed, then the soak's SIGTERM):
     once the bridge has closed by itself (a drain done, a failed journal), ``_serve_loop`` leaves
     ``open_signal_receiver`` and SIGTERM / SIGHUP have their default action again, while the bye,
     the receipts still queued for stdout and the journal-failed stderr line are not yet written.
@@ -444,7 +444,7 @@ def test_fake_engine_close_stdin_makes_the_next_write_fail() -> None:
 
 
 def test_a_prompt_never_written_before_the_exit_replays_as_it_settled(tmp_path: Path) -> None:
-    """Found by tools/soak (seeds 328691679316, 393567013775): a prompt queued for an engine that
+    """Found by tools/soak/soak (seeds 328691679316, 393567013775): a prompt queued for an engine that
     exited before one byte of it went in settles rejected/engine-down through an ``unsent``
     note; the journal had the ``exit`` entry before that note, so replay settled the prompt at
     the exit, delivery-unknown; and the soak's check called any written prompt's rejection

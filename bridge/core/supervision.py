@@ -743,7 +743,7 @@ class Supervision:
             self._drain()
         # Journaled here, after those notes: replay applies entries in order, and the session
         # took the notes before the exit (else replay settles delivery-unknown where we said
-        # rejected: found by tools/soak).
+        # rejected: found by tools/soak/soak).
         if self._journal:
             budget = self._stderr.pop(generation, None)
             note, held = budget.flush(generation) if budget is not None else (None, [])

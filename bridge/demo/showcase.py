@@ -19,7 +19,7 @@ what the showcase expects (finished / finished / failed+interrupted with the
 stop's id / finished with exactly two ``agent_start … agent_end`` pairs in its
 run, counted in the journal) and the journal replays to the same receipts;
 otherwise 1, with what differed. 2: the pinned Pi is not found (one line
-naming the fix: ``tools/setup`` in a checkout, ``--pi-dir`` / ``PI_BRIDGE_PI_DIR``
+naming the fix: ``tools/setup/setup`` in a checkout, ``--pi-dir`` / ``PI_BRIDGE_PI_DIR``
 for an installed pi-bridge) or bad usage.
 
 The engine options of ``bridge run`` do not apply (the demo's engine is fixed:
@@ -71,7 +71,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "pinned Pi and send four prompts: a plain reply, a tool-using run, a run stopped mid-stream and a "
         "run retried after an HTTP 500. Replies stream to the terminal; each receipt is printed with what "
         "was expected. Exit 0 only if every receipt is as expected (1 otherwise, 2 if the pinned Pi is not "
-        "found: run tools/setup in a checkout; an installed pi-bridge is given --pi-dir or $PI_BRIDGE_PI_DIR).",
+        "found: run tools/setup/setup in a checkout; an installed pi-bridge is given --pi-dir or $PI_BRIDGE_PI_DIR).",
     )
     p.add_argument(
         "--journal",

@@ -109,7 +109,7 @@ def under_reaper(launch: Launch) -> bool:
 #: 1.5 ms with 256 KiB, 0.9 ms with 64 KiB; the stream's time the same with 256 KiB as with
 #: 1 MiB, 1.5x with 64 KiB; issue 18), and with many engines busy at once that adds up (32
 #: engines: settle p99 15 ms with 64 KiB pipes, 31 ms with 256 KiB, 79 ms with 1 MiB;
-#: tools/bench). So each engine gets its share of PIPE_BUDGET, between PIPE_MIN and PIPE_MAX
+#: tools/bench/bench). So each engine gets its share of PIPE_BUDGET, between PIPE_MIN and PIPE_MAX
 #: (one read's size: a reader that keeps up takes the whole queue in one read).
 #:
 #: Now that stdout is a socket (the header): what may wait in an AF_UNIX stream socket is
@@ -119,7 +119,7 @@ def under_reaper(launch: Launch) -> bool:
 #: bookkeeping, and the kernel doubles the value set for that (socket(7)); one message more
 #: than the limit goes in (up to half of it). So the engine's end of stdout gets ``SO_SNDBUF`` =
 #: a quarter of the share, set before the spawn (:data:`SNDBUF_PART`). Measured with
-#: ``tools/bench --sections scale`` (2 rounds, against the pipes' code run just before; shared
+#: ``tools/bench/bench --sections scale`` (2 rounds, against the pipes' code run just before; shared
 #: machine): with the whole share set, 32 engines' settle p50/p99 was 108/158 ms (pipes:
 #: 71/95 and 38/60 ms), with half 86/120 ms, with a quarter 39/80 ms, the bridge's throughput
 #: 144 MB/s (pipes: 64 and 100), one idle engine's settle p50 1.8 ms (pipes: 2.5 and 2.0).

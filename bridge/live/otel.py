@@ -33,7 +33,7 @@ docs: guide/budgets-and-traces.md lists every attribute):
 
 A traced prompt's event lines (tools, retries, compaction, turns) are told from their top-level
 scalars whether or not the caller asked for its events; its ``message_update`` lines are not
-read for it (a span needs no deltas). What that costs is ``tools/bench``'s row "bridge API,
+read for it (a span needs no deltas). What that costs is ``tools/bench/bench``'s row "bridge API,
 traced" (docs: performance.md, "Tracing's cost").
 """
 

@@ -378,7 +378,7 @@ class KeyEndpoint:
                 return  # closed
             if conn.family != socket.AF_UNIX:
                 # Small writes (a chunk's size line, an event) must not wait for the last one's
-                # ACK (Nagle's algorithm: +35 ms a call before this, tools/bench_keyhold).
+                # ACK (Nagle's algorithm: +35 ms a call before this, tools/bench/bench_keyhold).
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
                 if self._closed:

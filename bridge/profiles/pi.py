@@ -125,7 +125,7 @@ def default_pi_dir() -> Path | None:
     """The checkout's ``tools/pi`` when the package runs from a checkout, else None.
 
     From a checkout the folder holding ``bridge/`` also holds ``tools/pi`` (where
-    ``tools/setup_pi`` installs the pinned Pi); an installed package sits in
+    ``tools/setup/setup_pi`` installs the pinned Pi); an installed package sits in
     ``site-packages`` and has no default: it is told where Pi is.
     """
     checkout_pi = Path(__file__).resolve().parents[2] / "tools" / "pi"
@@ -135,8 +135,8 @@ def default_pi_dir() -> Path | None:
 def _setup_hint(force: bool = False) -> str:
     """How to install the pinned Pi, in words that fit where the package runs from."""
     if default_pi_dir() is not None:
-        return "run tools/setup_pi --force" if force else "run tools/setup_pi (or tools/setup)"
-    return "install the pinned Pi there (docs: guide/install.md; a checkout's tools/setup_pi does)"
+        return "run tools/setup/setup_pi --force" if force else "run tools/setup/setup_pi (or tools/setup/setup)"
+    return "install the pinned Pi there (docs: guide/install.md; a checkout's tools/setup/setup_pi does)"
 
 
 def find_install(
@@ -404,7 +404,7 @@ class PiProfile:
     extensions: Sequence[str] = ()
     #: Extensions loaded **without** being allowed: the seal's start-up check flags their
     #: commands and their dialogs are seal diagnostics. Only for tests and fixtures that
-    #: break the seal on purpose (:mod:`bridge.testing.pi_scenarios`).
+    #: break the seal on purpose (:mod:`tests.shared.pi_scenarios`).
     unsealed_extensions: Sequence[str] = ()
     #: The confinement (:mod:`bridge.profiles.sandbox`); ``Sandbox(enabled=False)``: ``--no-sandbox``.
     sandbox: Sandbox = attrs.field(factory=Sandbox)

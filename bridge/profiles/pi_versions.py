@@ -130,7 +130,7 @@ def needs_message(version: str, where: str) -> str | None:
     newest = max((f.first for f in missing), key=_required)
     return (
         f"Pi at {where} is version {version}, which lacks what the overlap tracker needs: {what}; "
-        f"use Pi {newest} or later (the pin: tools/setup_pi), or pass --allow-other-pi-version to run it "
+        f"use Pi {newest} or later (the pin: tools/setup/setup_pi), or pass --allow-other-pi-version to run it "
         f"anyway (its receipts then say outcome-unknown)"
     )
 

@@ -108,7 +108,7 @@ BWRAP_ENV: Final = "PI_BRIDGE_BWRAP"
 PROBE_FILE: Final = "sandbox-probe"
 _PROBE_TIMEOUT = 10.0
 _FIX = (
-    "run tools/setup (it installs Debian's bubblewrap) or `apt-get install bubblewrap`, "
+    "run tools/setup/setup (it installs Debian's bubblewrap) or `apt-get install bubblewrap`, "
     "or pass --no-sandbox to run the engine unconfined"
 )
 _USERNS_FIX = (
@@ -526,18 +526,15 @@ def compile_cache(
 
     Pi turns Node's compile cache on (``module.enableCompileCache()``), in ``$TMPDIR`` by
     default: in the private ``/tmp`` it is empty at every start, and compiling Pi's bundle
-    again costs about 200 ms of CPU per start (``tools/bench_sandbox``). A cache the engine
+    again costs about 200 ms of CPU per start (``tools/bench/bench_sandbox``). A cache the engine
     could write would outlive it and be loaded by the next engine — code a tool left behind
     would run in every later Pi — so the engine only reads it. It is filled once per Pi version
     by ``pi --version`` (no model, no tools: it loads the same 23 files as an RPC start) in a
     sandbox where the cache alone is writable.
     """
-    base = _cache_base()
-    if base is None:
+    folder = compile_cache_folder(pi_version, pi_argv)
+    if folder is None:
         return None
-    # One per install and runtime: V8 refuses another version's entries anyway.
-    key = hashlib.sha256("\0".join([pi_version, *map(_real, pi_argv)]).encode()).hexdigest()[:12]
-    folder = base / "pi-bridge" / "node-compile-cache" / f"pi-{pi_version}-{key}"
     if (folder / ".warm").exists():
         return str(folder)
     work = tempfile.mkdtemp(prefix="warm-up-", dir=scratch)
@@ -560,6 +557,18 @@ def compile_cache(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return str(folder)
+
+
+def compile_cache_folder(pi_version: str, pi_argv: Sequence[str]) -> Path | None:
+    """Where :func:`compile_cache` keeps one install's cache (made or not yet): one per install
+    and runtime, as V8 refuses another version's entries anyway. None when there is no cache
+    folder to make it in (:func:`_cache_base`). (The suite also asks it whether a test started
+    the real pinned Pi: tests/conftest.py.)"""
+    base = _cache_base()
+    if base is None:
+        return None
+    key = hashlib.sha256("\0".join([pi_version, *map(_real, pi_argv)]).encode()).hexdigest()[:12]
+    return base / "pi-bridge" / "node-compile-cache" / f"pi-{pi_version}-{key}"
 
 
 def _cache_base() -> Path | None:

