@@ -292,9 +292,9 @@ def test_bridge_receipts_reads_the_default_ledger(tmp_path: Path) -> None:
 
 
 def test_the_ledger_bench_prints_every_row_and_its_ratio() -> None:
-    """``tools/bench_ledger`` runs (speed is never asserted: the ratios are for people)."""
+    """``tools/bench/bench_ledger`` runs (speed is never asserted: the ratios are for people)."""
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "bench_ledger"), "--rounds", "1", "--prompts", "5", "--json"],
+        [sys.executable, str(ROOT / "tools" / "bench" / "bench_ledger"), "--rounds", "1", "--prompts", "5", "--json"],
         capture_output=True,
         text=True,
         timeout=120,

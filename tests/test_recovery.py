@@ -3,7 +3,7 @@ its journal's evidence, never by running it again (bridge/core/recovery.py,
 bridge/readers/recovery.py).
 
 The journals are real: the pinned Pi against the scripted model server (the ``plain`` scenario of
-:mod:`bridge.testing.pi_scenarios`), then cut at each step of the prompt's life, as a bridge
+:mod:`tests.shared.pi_scenarios`), then cut at each step of the prompt's life, as a bridge
 killed there leaves it (each entry is one line: the journal writes whole lines); and the fake engine
 for a fault the real Pi cannot be made to do (a line that is no JSON mid-run)."""
 
@@ -27,12 +27,12 @@ from bridge.live.ledger import Ledger
 from bridge.live.supervisor import BridgeConfig
 from bridge.profiles.command import CommandProfile
 from bridge.readers.recovery import recover
-from bridge.testing import pi_scenarios as sc
 from tests.conftest import TOOLS
+from tests.shared import pi_scenarios as sc
 
 
 @pytest.fixture(scope="module")
-def plain_journal(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
+def plain_journal(tmp_path_factory: pytest.TempPathFactory, pinned_pi: object) -> list[bytes]:
     """The lines of a real journal: one prompt (``p1``), sent, acked, streamed, settled, released."""
     path = tmp_path_factory.mktemp("recovery") / "plain.jsonl"
     outcome = sc.run_sync("plain", path)
@@ -204,7 +204,7 @@ async def test_a_serve_killed_mid_stream_leaves_a_journal_recovery_settles(tmp_p
     ``bridge-lost``, p1 one of the unknowns with ``engine-exited``, and the engine went with the
     bridge (its reaper killed it). (p1 is ``delivery-unknown`` today, though the model had it: the
     journal flushes at sends and receipts, and the ack and the stream were still in its buffer.)"""
-    from bridge.testing.checks import ServeProc, proc_stat
+    from tests.shared.checks import ServeProc, proc_stat
 
     journal = tmp_path / "j.jsonl"
     engine = [sys.executable, str(TOOLS / "fake_engine.py"), "--scenario-json"]

@@ -16,7 +16,7 @@ module carries them out. Rules of its own, and where they come from:
    ``synchronous=NORMAL``: written to the OS (it survives a crash of the bridge, as the
    journal's ``send`` entry, flushed before the prompt goes to the engine, does), fsynced with
    the next FULL commit; a crash of the machine may lose it, never corrupt the file.
-   Two fsyncs per prompt, then: the accept and the receipt (``tools/bench_ledger`` measures).
+   Two fsyncs per prompt, then: the accept and the receipt (``tools/bench/bench_ledger`` measures).
 3. **Several processes at once.** Each process opens its own connection; a writer takes
    SQLite's write lock at the start of its transaction (``BEGIN IMMEDIATE``: an accept reads
    and inserts under one lock, so two bridges given one id at once admit it once) and waits
@@ -34,7 +34,7 @@ module carries them out. Rules of its own, and where they come from:
    :class:`AsyncLedger` runs them in a worker thread (``trio.to_thread.run_sync``), never
    abandoned: a cancelled caller waits for the call it made, so what it committed is known
    (the wait is bounded by :data:`BUSY_TIMEOUT` and one fsync). The measured reason:
-   ``tools/bench_ledger`` (an accept inline blocks the loop for its fsync).
+   ``tools/bench/bench_ledger`` (an accept inline blocks the loop for its fsync).
 
 Default location: ``$PI_BRIDGE_LEDGER_DIR``, else ``$XDG_STATE_HOME/pi-bridge/ledger``, else
 ``~/.local/state/pi-bridge/ledger``, file ``ledger.sqlite3``: a folder of its own beside the
