@@ -67,7 +67,7 @@ from bridge.core.lifecycle.inputs import (
     WriteFailed,
 )
 from bridge.core.lifecycle.questions import EngineQuestions
-from bridge.core.lifecycle.state import LifeState, PromptRec
+from bridge.core.lifecycle.state import ConfiguringState, LifeState, PromptRec
 from bridge.core.lifecycle.stops import Stops
 from bridge.core.notices import (
     EngineDownNotice,
@@ -87,32 +87,43 @@ from bridge.core.words import Reason, StopBy
 # The machine
 
 
-class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
+class Lifecycle:
     """The state machine. ``step(input, now)`` -> actions; ``now`` is seconds since start.
 
-    Five parts are mixins of their own modules, each with its rules: extension dialogs
-    (:mod:`~bridge.core.lifecycle.extension_dialogs`), a prompt's configuring: model, thinking
-    level, new conversation, compaction (:mod:`~bridge.core.lifecycle.configuring`), the
-    questions for the engine (:mod:`~bridge.core.lifecycle.questions`), how a stop is sent
-    (:mod:`~bridge.core.lifecycle.stops`) and budgets (:mod:`~bridge.core.lifecycle.budgets`)."""
+    It holds five parts, each an object of its own module with its rules and its own slice of
+    the state (``state.<part>``), which it calls and which call it back (to write, note, reject,
+    requeue): :attr:`dialogs`, the extension dialogs
+    (:mod:`~bridge.core.lifecycle.extension_dialogs`); :attr:`configuring`, a prompt's model,
+    thinking level, new conversation and compaction (:mod:`~bridge.core.lifecycle.configuring`);
+    :attr:`questions`, the questions for the engine and the open
+    (:mod:`~bridge.core.lifecycle.questions`); :attr:`stops`, how a stop is sent
+    (:mod:`~bridge.core.lifecycle.stops`); :attr:`budgets` (:mod:`~bridge.core.lifecycle.budgets`).
+    The rest -- the queue and the slot, the engine's life, deadlines, closing, receipts -- is the
+    machine's own."""
 
     def __init__(self, config: BridgeConfig | None = None, state: LifeState | None = None) -> None:
         self.config = config or BridgeConfig()
-        self.state = state or LifeState(wanted=Wanted(thinking=self.config.thinking))
+        self.state = state or LifeState(configuring=ConfiguringState(wanted=Wanted(thinking=self.config.thinking)))
         self._out: list[Action] = []
-        self._now = 0.0
+        #: The time of the step being taken (seconds since start).
+        self.now = 0.0
+        self.dialogs = ExtensionDialogs(self)
+        self.configuring = Configuring(self)
+        self.questions = EngineQuestions(self)
+        self.stops = Stops(self)
+        self.budgets = Budgets(self)
         self._handlers: dict[type, Callable[[Any], None]] = {
             Submit: self._submit,
-            Configure: self._configure,
-            Configured: self._configured,
-            NewConversation: self._new_conversation,
-            Compact: self._compact,
-            Open: self._open,
-            Ask: self._ask,
-            Answered: self._answered,
-            DialogOpened: self._dialog_opened,
-            AnswerDialog: self._answer_dialog,
-            NobodyAnswers: lambda ev: self._end_dialogs(dialogs.BY_NOBODY),
+            Configure: self.configuring.configure,
+            Configured: self.configuring.configured,
+            NewConversation: self.configuring.new_conversation,
+            Compact: self.configuring.compact,
+            Open: self.questions.open,
+            Ask: self.questions.ask,
+            Answered: self.questions.answered,
+            DialogOpened: self.dialogs.opened,
+            AnswerDialog: self.dialogs.answer,
+            NobodyAnswers: lambda ev: self.dialogs.end_all(dialogs.BY_NOBODY),
             Stop: self._stop,
             Shutdown: self._shutdown,
             Close: self._close,
@@ -123,9 +134,9 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
             Decided: self._decided,
             Unsealed: self._unsealed,
             SignalSeen: self._signal_seen,
-            StopMissed: self._stop_missed,
-            Spent: self._spent,
-            ModelCalled: self._model_called,
+            StopMissed: self.stops.missed,
+            Spent: self.budgets.spent,
+            ModelCalled: self.budgets.model_called,
             WriteFailed: self._write_failed,
             NotWritten: self._not_written,
             StdoutClosed: self._stdout_closed,
@@ -137,10 +148,10 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
         #: What each deadline does when it passes (config.py's DEADLINES says it in words), in
         #: DEADLINES' order: a deadline without its handler here fails at construction.
         self._deadlines: dict[str, Callable[[], None]] = {
-            "dialog": self._deadline_dialog,
-            "busy": self._deadline_busy,
-            "ask": self._deadline_ask,
-            "config": self._deadline_config,
+            "dialog": self.dialogs.deadline,
+            "busy": self.configuring.deadline_busy,
+            "ask": self.questions.deadline,
+            "config": self.configuring.deadline_config,
             "ack": self._deadline_ack,
             "settle": self._deadline_settle,
             "stall": self._deadline_stall,
@@ -160,7 +171,7 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
         """Take one input at time ``now``; return the actions, in order."""
         out: list[Action] = []
         self._out = out
-        self._now = now
+        self.now = now
         if not self.state.closed:
             self._handlers[type(event)](event)
             self._pump()
@@ -183,6 +194,16 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
     def outstanding(self) -> int:
         return len(self.state.prompts)
 
+    def model_gate(self) -> str | None:
+        """The prompt the key endpoint may forward model calls for (:meth:`Budgets.gate`)."""
+        return self.budgets.gate()
+
+    # -- what the parts use of the machine -------------------------------------------
+
+    def emit(self, action: Action) -> None:
+        """``action`` is this step's next."""
+        self._out.append(action)
+
     # -- controller inputs -----------------------------------------------------
 
     def _submit(self, ev: Submit) -> None:
@@ -190,9 +211,7 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
         if self.knows(ev.request):
             raise ValueError(f"request id {ev.request!r} is already in use")
         stall = ev.stall_timeout if ev.stall_timeout is not None else self.config.stall_timeout
-        fresh, s.fresh = s.fresh, False  # a new conversation goes with the next prompt submitted
-        compact, s.compact = s.compact, None  # and so does a compaction (moot in a new conversation)
-        compact = None if fresh else compact
+        fresh, compact = self.configuring.take_next()  # they go with the next prompt submitted
         rec = PromptRec(
             request=ev.request,
             fresh=fresh,
@@ -203,18 +222,18 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
             events=ev.events,
             timeout=ev.timeout if ev.timeout is not None else self.config.settle_timeout,
             stall=stall or None,
-            submitted=self._now,
-            wanted=ev.wanted.over(s.wanted),
+            submitted=self.now,
+            wanted=ev.wanted.over(s.configuring.wanted),
             budget=ev.budget.over(self.config.prompt_budget),
             traced=ev.traced,
         )
         s.prompts[ev.request] = rec
         if s.closing is not None or s.draining or s.closed:
-            self._reject(rec, Reason.CLOSING)
+            self.reject(rec, Reason.CLOSING)
         elif s.down is not None:
-            self._reject(rec, Reason.ENGINE_DOWN, s.down)
+            self.reject(rec, Reason.ENGINE_DOWN, s.down)
         elif len(s.queue) >= self.config.queue_max:
-            self._reject(rec, Reason.QUEUE_FULL)
+            self.reject(rec, Reason.QUEUE_FULL)
         else:
             s.queue.append(ev.request)
 
@@ -222,30 +241,30 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
         s = self.state
         rec = s.prompts.get(ev.request)
         if rec is None:
-            self._out.append(StopAnswer(ev.request, None))
+            self.emit(StopAnswer(ev.request, None))
         elif rec.phase in ("queued", "configuring"):  # never written: nothing to abort
             if rec.phase == "configuring":
-                self._abort_compaction(rec)
-            self._reject(rec, Reason.CANCELLED)
-            self._out.append(StopAnswer(ev.request, None))
+                self.configuring.abort_compaction(rec)
+            self.reject(rec, Reason.CANCELLED)
+            self.emit(StopAnswer(ev.request, None))
         else:
             if rec.stop is None and rec.gave_up is None:
-                self._send_stop(rec, StopBy.CONTROLLER, "the controller asked")
+                self.stops.send(rec, StopBy.CONTROLLER, "the controller asked")
                 if s.engine.phase in ("checking", "ready"):
                     # Bounded like the bridge's own stops (the stall deadline went with the
                     # stop): an engine that obeys no abort (stopped, hung) held the slot, and
                     # every prompt queued behind it, until the bridge closed.
-                    s.deadlines["stop"] = self._now + self.config.stop_grace
-            self._out.append(StopAnswer(ev.request, rec.stop))
+                    s.deadlines["stop"] = self.now + self.config.stop_grace
+            self.emit(StopAnswer(ev.request, rec.stop))
 
     def _shutdown(self, ev: Shutdown) -> None:
         s = self.state
         if s.draining or s.closing is not None:
             return
         s.draining = True
-        self._note({"event": "shutdown", "drain_timeout": ev.drain_timeout})
+        self.note({"event": "shutdown", "drain_timeout": ev.drain_timeout})
         if ev.drain_timeout is not None:
-            s.deadlines["drain"] = self._now + ev.drain_timeout
+            s.deadlines["drain"] = self.now + ev.drain_timeout
 
     def _close(self, ev: Close) -> None:
         self._begin_closing(ev.why, ev.detail)
@@ -260,32 +279,32 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
 
     # -- engine inputs -----------------------------------------------------------
 
-    def _current(self, generation: int) -> bool:
+    def current(self, generation: int) -> bool:
         return generation == self.state.engine.generation
 
     def _spawned(self, ev: Spawned) -> None:
         e = self.state.engine
-        if not self._current(ev.generation) or e.phase != "spawning":
+        if not self.current(ev.generation) or e.phase != "spawning":
             return
         e.pid = ev.pid
         e.clearing = list(ev.clearing)
         e.seal = ev.seal
-        self._note({"event": "engine-start", "pid": ev.pid, "generation": ev.generation, "argv": list(ev.argv)})
-        self._out.append(Notify(EngineStartedNotice(ev.pid, ev.generation, e.new_conversation)))
+        self.note({"event": "engine-start", "pid": ev.pid, "generation": ev.generation, "argv": list(ev.argv)})
+        self.emit(Notify(EngineStartedNotice(ev.pid, ev.generation, e.new_conversation)))
         if self.state.closing is not None:
             self._stop_engine(requested=True)
         elif ev.startup:
             e.phase = "checking"
             e.in_startup = True
             for cmd in ev.startup:
-                self._out.append(Write(ev.generation, dict(cmd), "startup"))
-            self.state.deadlines["startup"] = self._now + self.config.startup_timeout
+                self.emit(Write(ev.generation, dict(cmd), "startup"))
+            self.state.deadlines["startup"] = self.now + self.config.startup_timeout
         else:
             e.phase = "ready"
 
     def _spawn_failed(self, ev: SpawnFailed) -> None:
         e = self.state.engine
-        if not self._current(ev.generation) or e.phase != "spawning":
+        if not self.current(ev.generation) or e.phase != "spawning":
             return
         e.phase = "none"
         self.state.setup_failed = True
@@ -293,7 +312,7 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
 
     def _startup_checked(self, ev: StartupChecked) -> None:
         e = self.state.engine
-        if not self._current(ev.generation) or e.phase != "checking":
+        if not self.current(ev.generation) or e.phase != "checking":
             return
         e.config = ev.config
         self._end_check(list(ev.problems), answered=True)
@@ -305,7 +324,7 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
         s, e = self.state, self.state.engine
         s.deadlines.pop("startup", None)
         e.in_startup = False
-        self._note({"event": "seal-check", "generation": e.generation, "problems": problems, "enforced": e.seal})
+        self.note({"event": "seal-check", "generation": e.generation, "problems": problems, "enforced": e.seal})
         if not problems:
             e.phase = "ready"
             return
@@ -327,8 +346,8 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
             self._crash("seal check failed: " + "; ".join(problems))
 
     def _acked(self, ev: Acked) -> None:
-        rec = self._held()
-        if rec is not None and rec.request == ev.request and self._current(ev.generation):
+        rec = self.held()
+        if rec is not None and rec.request == ev.request and self.current(ev.generation):
             rec.acked = True
             self.state.deadlines.pop("ack", None)
 
@@ -342,16 +361,16 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
 
     def _unsealed(self, ev: Unsealed) -> None:
         e = self.state.engine
-        if not self._current(ev.generation):
+        if not self.current(ev.generation):
             return
         e.sealed = False
-        rec = self._held()
+        rec = self.held()
         if rec is not None and rec.phase == "held" and rec.gave_up is None and "taint" not in self.state.deadlines:
-            self.state.deadlines["taint"] = self._now + self.config.taint_grace
+            self.state.deadlines["taint"] = self.now + self.config.taint_grace
 
     def _signal_seen(self, ev: SignalSeen) -> None:
         e = self.state.engine
-        if not self._current(ev.generation):
+        if not self.current(ev.generation):
             return
         # An unsealed engine can flood: past SIGNALS_PER_GENERATION the rest are
         # counted, not sent (the journal keeps every line, so replay has them all).
@@ -365,9 +384,9 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
 
     def _write_failed(self, ev: WriteFailed) -> None:
         e = self.state.engine
-        if ev.unsent and self._current(ev.generation):
+        if ev.unsent and self.current(ev.generation):
             self._unsent(ev)
-        if not self._current(ev.generation) or e.phase not in ("checking", "ready"):
+        if not self.current(ev.generation) or e.phase not in ("checking", "ready"):
             return
         if not ev.stuck:
             # Its stdin is closed: it can take no command, so it is stopped like
@@ -375,11 +394,13 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
             self._stop_engine(requested=False)
             return
         e.recycle = True
-        rec = self._held()
+        rec = self.held()
         if rec is not None and rec.phase == "configuring":
             why = "the engine stopped reading its configuration commands"
-            self._compaction_lost(rec, f"{why}: the engine is replaced, and the conversation is lost with it")
-            self._reject(rec, Reason.CONFIG, why)
+            self.configuring.compaction_lost(
+                rec, f"{why}: the engine is replaced, and the conversation is lost with it"
+            )
+            self.reject(rec, Reason.CONFIG, why)
         elif rec is not None and rec.request == ev.request and not rec.acked:
             self._give_up(rec, "ack")
 
@@ -389,7 +410,7 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
         the ``unsent`` note tells the session, which decides it ``rejected``/``engine-down``
         (decide's first row) -- and tells replay the same. A prompt of which part went in is
         not unsent: the engine's exit decides it (``delivery-unknown``)."""
-        rec = self._held()
+        rec = self.held()
         if rec is None or rec.request != ev.request or rec.phase != "held" or rec.acked or rec.gave_up is not None:
             return
         how = f" ({ev.error})" if ev.error else ""
@@ -397,13 +418,13 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
         why = f"never written: the engine's stdin closed before any of the prompt went in{how}" + (
             f"; its last stderr: {tail}" if tail else ""
         )
-        self._note({"event": "unsent", "request": rec.request, "generation": ev.generation, "why": why})
-        if self._current(ev.generation):
+        self.note({"event": "unsent", "request": rec.request, "generation": ev.generation, "why": why})
+        if self.current(ev.generation):
             self.state.engine.prompted = rec.engine_was_prompted  # none of it went in
 
     def _not_written(self, ev: NotWritten) -> None:
         s = self.state
-        rec = self._held()
+        rec = self.held()
         if rec is None or rec.request != ev.request or rec.acked or rec.stop is not None or rec.gave_up is not None:
             return
         s.held = None
@@ -411,28 +432,28 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
             s.deadlines.pop(name, None)
         rec.phase = "queued"
         s.queue.insert(0, rec.request)
-        if self._current(ev.generation):
+        if self.current(ev.generation):
             s.engine.prompted = rec.engine_was_prompted  # none of it went in
-        if self._current(ev.generation) and s.engine.phase in ("checking", "ready"):
+        if self.current(ev.generation) and s.engine.phase in ("checking", "ready"):
             # Not onto this engine again: it is replaced before the prompt is sent.
             s.engine.recycle = True
 
     def _stdout_closed(self, ev: StdoutClosed) -> None:
         e = self.state.engine
-        if self._current(ev.generation) and e.phase in ("checking", "ready"):
+        if self.current(ev.generation) and e.phase in ("checking", "ready"):
             # An engine that closed its stdout can tell us nothing more.
             self._stop_engine(requested=False)
 
     def _exited(self, ev: EngineExited) -> None:
         s, e = self.state, self.state.engine
-        if not self._current(ev.generation) or e.phase in ("none", "backoff"):
+        if not self.current(ev.generation) or e.phase in ("none", "backoff"):
             return
         requested = e.phase == "stopping" and e.stop_requested
         if e.in_startup and not requested:
             e.in_startup = False
             said = exit_words(ev.code, ev.signal, ev.stderr, when=" during its start-up check")
             problems = [said] if ev.refusal is None else [ev.refusal, said]
-            self._note({"event": "seal-check", "generation": e.generation, "enforced": e.seal, "problems": problems})
+            self.note({"event": "seal-check", "generation": e.generation, "enforced": e.seal, "problems": problems})
             self._signal(SealCheckSignal(problems, self.config.seal_check).to_json())
             if ev.refusal is None:
                 self._crash(said)
@@ -443,32 +464,33 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
                 self._go_down(ev.refusal)
         elif not requested:
             self._crash(exit_words(ev.code, ev.signal, ev.stderr))
-        self._out.append(Notify(EngineExitedNotice(e.pid, e.generation, ev.code, ev.signal, requested)))
+        self.emit(Notify(EngineExitedNotice(e.pid, e.generation, ev.code, ev.signal, requested)))
         s.deadlines.pop("startup", None)
         s.deadlines.pop("close", None)
         s.deadlines.pop("busy", None)
         e.busy = None
         e.phase = "none"
         e.pid = None
-        self._end_dialogs(dialogs.BY_ENGINE_EXIT, generation=ev.generation, write=False)
-        s.asked.clear()  # written to an engine that is gone: asked again of the next one
-        s.deadlines.pop("ask", None)
-        rec = self._held()
+        self.dialogs.end_all(dialogs.BY_ENGINE_EXIT, generation=ev.generation, write=False)
+        self.questions.engine_gone()  # its questions are asked again of the next one
+        rec = self.held()
         if rec is not None and rec.phase == "configuring":
             # Never written: it waits for the next engine, a new conversation with nothing to compact.
-            self._compaction_lost(rec, "the engine exited before it answered compact: the conversation is lost with it")
-            self._requeue(rec)
+            self.configuring.compaction_lost(
+                rec, "the engine exited before it answered compact: the conversation is lost with it"
+            )
+            self.requeue(rec)
         elif rec is not None and rec.gave_up is None:
             # The evidence half decides it on the exit; this asks in case it did not.
             self._give_up(rec, "exited")
 
     def _activity(self, ev: Activity) -> None:
-        rec = self._held()
+        rec = self.held()
         s = self.state
         if (
             rec is None
             or rec.request != ev.request
-            or not self._current(ev.generation)
+            or not self.current(ev.generation)
             or "stall" not in s.deadlines
             or rec.stall is None
         ):
@@ -480,7 +502,7 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
             s.deadlines["stall"] = since + (self.config.tool_timeout or 0.0)
         elif ev.pause == math.inf:
             # A tool runs, unbounded: nothing to measure, so look again one stall timeout from now.
-            s.deadlines["stall"] = self._now + rec.stall
+            s.deadlines["stall"] = self.now + rec.stall
         else:
             s.deadlines["stall"] = since + ev.pause + rec.stall
 
@@ -488,27 +510,27 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
 
     def _tick(self, ev: Tick) -> None:
         s = self.state
-        due = sorted((at, DEADLINES.index(name), name) for name, at in s.deadlines.items() if at <= self._now)
+        due = sorted((at, DEADLINES.index(name), name) for name, at in s.deadlines.items() if at <= self.now)
         for _, _, name in due:
             if s.deadlines.pop(name, None) is not None:
                 self._deadlines[name]()
 
     def _deadline_ack(self) -> None:
-        rec = self._held()
+        rec = self.held()
         if rec is not None and not rec.acked:
             self.state.engine.recycle = True
             self._give_up(rec, "ack")
 
     def _deadline_settle(self) -> None:
-        rec = self._held()
+        rec = self.held()
         if rec is None or rec.gave_up is not None:
             return
         if rec.stop is None:
-            self._send_stop(rec, StopBy.TIMEOUT, f"the prompt's timeout ({rec.timeout:g} s) passed")
-        self.state.deadlines["stop"] = self._now + self.config.stop_grace
+            self.stops.send(rec, StopBy.TIMEOUT, f"the prompt's timeout ({rec.timeout:g} s) passed")
+        self.state.deadlines["stop"] = self.now + self.config.stop_grace
 
     def _deadline_stall(self) -> None:
-        rec = self._held()
+        rec = self.held()
         if rec is None or rec.gave_up is not None or rec.stop is not None or rec.stall is None:
             return
         if not rec.acked:
@@ -522,18 +544,18 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
             why = f"a tool ran for {after:g} s and the engine showed nothing (--tool-timeout)"
         else:
             after, why = rec.stall, f"the run showed nothing for {rec.stall:g} s while it waited on the model"
-        self._send_stop(rec, StopBy.STALL, why)
+        self.stops.send(rec, StopBy.STALL, why)
         self._signal(StalledSignal(rec.request, after, rec.stop).to_json())
-        self.state.deadlines["stop"] = self._now + self.config.stop_grace
+        self.state.deadlines["stop"] = self.now + self.config.stop_grace
 
     def _deadline_stop(self) -> None:
-        rec = self._held()
+        rec = self.held()
         if rec is not None and rec.gave_up is None:
             self.state.engine.recycle = True
             self._give_up(rec, "settle")
 
     def _deadline_taint(self) -> None:
-        rec = self._held()
+        rec = self.held()
         if rec is not None and rec.gave_up is None:
             self.state.engine.recycle = True
             self._give_up(rec, "taint")
@@ -560,17 +582,19 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
 
     def _pump(self) -> None:
         s, e = self.state, self.state.engine
-        self._open_ended()
-        self._refuse_unbudgeted()
+        self.questions.open_ended()
+        self.budgets.refuse_unbudgeted()
         if s.closing is not None or s.down is not None:
             why = Reason.CLOSING if s.closing is not None else Reason.ENGINE_DOWN
             while s.queue:
-                self._reject(s.prompts[s.queue[0]], why, s.down if why == Reason.ENGINE_DOWN else None)
-        if s.asks and (s.closing is not None or s.down is not None):
-            self._answer_all("the bridge is closing" if s.closing is not None else f"the engine is down: {s.down}")
-        if e.phase == "ready" and len(s.asked) < len(s.asks):
-            self._write_asks()
-        if s.draining and s.closing is None and not s.prompts and not s.asks:
+                self.reject(s.prompts[s.queue[0]], why, s.down if why == Reason.ENGINE_DOWN else None)
+        if self.questions.waiting and (s.closing is not None or s.down is not None):
+            self.questions.answer_all(
+                "the bridge is closing" if s.closing is not None else f"the engine is down: {s.down}"
+            )
+        if e.phase == "ready" and self.questions.unwritten:
+            self.questions.write()
+        if s.draining and s.closing is None and not s.prompts and not self.questions.waiting:
             self._begin_closing("close", "shutdown: every prompt has its receipt")
         if s.held is None:
             if e.phase in ("checking", "ready") and (s.closing is not None or e.recycle or not e.sealed):
@@ -582,25 +606,26 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
             elif e.phase == "backoff" and s.closing is not None:
                 e.phase = "none"
                 s.deadlines.pop("backoff", None)
-        if s.draining and s.closing is None and not s.prompts and not s.asks:
+        if s.draining and s.closing is None and not s.prompts and not self.questions.waiting:
             # The last prompt's receipt can come from the steps above (the engine going down
             # rejects the queue): shutdown is over then too.
             self._begin_closing("close", "shutdown: every prompt has its receipt")
             if e.phase in ("checking", "ready") and s.held is None:
                 self._stop_engine(requested=True)
-        self._open_ended()  # (again: the steps above may have gone down or begun closing)
+        self.questions.open_ended()  # (again: the steps above may have gone down or begun closing)
         if s.closing is not None and not s.prompts and e.phase == "none" and not s.closed:
             s.closed = True
             s.deadlines.clear()
-            self._out.append(Closed())
+            self.emit(Closed())
 
     def _wants_engine(self) -> bool:
         s = self.state
-        return bool(s.queue or s.asks or s.opening is not None) and s.closing is None and s.down is None
+        waits = s.queue or self.questions.waiting or s.questions.opening is not None
+        return bool(waits) and s.closing is None and s.down is None
 
     def _spawn_or_wait(self) -> None:
         s, cfg = self.state, self.config
-        horizon = self._now - cfg.crash_window
+        horizon = self.now - cfg.crash_window
         s.crashes = [c for c in s.crashes if c >= horizon]
         if len(s.crashes) >= cfg.crash_limit:
             self._go_down(f"{len(s.crashes)} engine failures in {cfg.crash_window:g}s; last: {s.last_crash}")
@@ -610,7 +635,7 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
             wait = backoff[min(len(s.crashes), len(backoff)) - 1] if backoff else 0.0
             if wait > 0:
                 s.engine.phase = "backoff"
-                s.deadlines["backoff"] = self._now + wait
+                s.deadlines["backoff"] = self.now + wait
                 return
         self._spawn()
 
@@ -629,7 +654,7 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
         e.config = None
         e.configs = 0
         e.busy = None
-        self._out.append(Spawn(e.generation))
+        self.emit(Spawn(e.generation))
 
     def _write_prompt(self) -> None:
         """The queue's first prompt takes the slot: configured first if it asks for what the
@@ -639,11 +664,11 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
         s.held = rec.request
         satisfied = rec.wanted.empty or (e.config is not None and e.config.satisfies(rec.wanted))
         if satisfied and not rec.fresh and rec.compact is None:
-            self._send_prompt(rec)
+            self.send_prompt(rec)
         else:
-            self._begin_config(rec)
+            self.configuring.begin(rec)
 
-    def _requeue(self, rec: PromptRec) -> None:
+    def requeue(self, rec: PromptRec) -> None:
         """A prompt holding the slot but never written goes back to the front of the queue."""
         s = self.state
         s.held = None
@@ -652,18 +677,18 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
         rec.phase = "queued"
         s.queue.insert(0, rec.request)
 
-    def _send_prompt(self, rec: PromptRec) -> None:
+    def send_prompt(self, rec: PromptRec) -> None:
         s, e = self.state, self.state.engine
         rec.engine_was_prompted, e.prompted = e.prompted, True
         rec.phase = "held"
         s.held = rec.request
         rec.config = e.config
         if e.config is not None:
-            self._note({"event": "config", "request": rec.request, "config": e.config.to_json()})
+            self.note({"event": "config", "request": rec.request, "config": e.config.to_json()})
         cmd: dict[str, Any] = {"type": "prompt", "id": rec.request, "message": rec.message}
         if rec.images:
             cmd["images"] = rec.images
-        self._out.append(
+        self.emit(
             Write(
                 e.generation,
                 cmd,
@@ -675,39 +700,41 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
                 traced=rec.traced,
             )
         )
-        rec.written = self._now
-        s.deadlines["ack"] = self._now + self.config.ack_timeout
+        rec.written = self.now
+        s.deadlines["ack"] = self.now + self.config.ack_timeout
         if rec.timeout is not None:
-            s.deadlines["settle"] = self._now + rec.timeout
+            s.deadlines["settle"] = self.now + rec.timeout
         if rec.stall is not None:
-            s.deadlines["stall"] = self._now + rec.stall
+            s.deadlines["stall"] = self.now + rec.stall
 
     def _stop_engine(self, *, requested: bool) -> None:
         e = self.state.engine
         if requested:
             # Answered before it is stopped: an extension waiting on one may then end cleanly.
-            self._end_dialogs(dialogs.BY_ENGINE_STOP, generation=e.generation, write=e.phase in ("checking", "ready"))
+            self.dialogs.end_all(
+                dialogs.BY_ENGINE_STOP, generation=e.generation, write=e.phase in ("checking", "ready")
+            )
         else:
             # It broke (closed its stdout or stdin, died): nothing it waits on can be answered.
-            self._end_dialogs(dialogs.BY_ENGINE_EXIT, generation=e.generation, write=False)
+            self.dialogs.end_all(dialogs.BY_ENGINE_EXIT, generation=e.generation, write=False)
         e.phase = "stopping"
         e.stop_requested = requested
         self.state.deadlines.pop("startup", None)
-        self._out.append(StopEngine(e.generation, requested))
+        self.emit(StopEngine(e.generation, requested))
 
     def _crash(self, why: str) -> None:
-        self.state.crashes.append(self._now)
+        self.state.crashes.append(self.now)
         self.state.last_crash = why
 
     def _go_down(self, why: str) -> None:
         s = self.state
         s.down = why
         while s.queue:
-            self._reject(s.prompts[s.queue[0]], Reason.ENGINE_DOWN, why)
-        if s.asks:
-            self._answer_all(f"the engine is down: {why}")
+            self.reject(s.prompts[s.queue[0]], Reason.ENGINE_DOWN, why)
+        if self.questions.waiting:
+            self.questions.answer_all(f"the engine is down: {why}")
         self._signal(EngineDownSignal(why).to_json())
-        self._out.append(Notify(EngineDownNotice(why)))
+        self.emit(Notify(EngineDownNotice(why)))
 
     # -- stops and closing ---------------------------------------------------------
 
@@ -716,35 +743,35 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
         if s.closing is not None:
             return
         s.closing = why
-        self._note({"event": "closing", "why": why, "detail": detail})
-        self._end_dialogs(dialogs.BY_CLOSING, write=s.engine.phase in ("checking", "ready"))
-        if s.asks:
-            self._answer_all("the bridge is closing")
+        self.note({"event": "closing", "why": why, "detail": detail})
+        self.dialogs.end_all(dialogs.BY_CLOSING, write=s.engine.phase in ("checking", "ready"))
+        if self.questions.waiting:
+            self.questions.answer_all("the bridge is closing")
         for name in ("drain", "backoff"):
             s.deadlines.pop(name, None)
-        rec = self._held()
+        rec = self.held()
         if rec is not None and rec.phase == "configuring":
-            self._reject(rec, Reason.CLOSING)  # never written
+            self.reject(rec, Reason.CLOSING)  # never written
         elif rec is not None and rec.gave_up is None:
             if rec.stop is None:
                 if why == "drain-timeout":
-                    self._send_stop(rec, StopBy.TIMEOUT, "the drain bound (--drain-timeout) passed")
+                    self.stops.send(rec, StopBy.TIMEOUT, "the drain bound (--drain-timeout) passed")
                 else:
-                    self._send_stop(rec, StopBy.CLOSING, f"the bridge is closing ({detail or why})")
-            s.deadlines["close"] = self._now + self.config.close_grace
+                    self.stops.send(rec, StopBy.CLOSING, f"the bridge is closing ({detail or why})")
+            s.deadlines["close"] = self.now + self.config.close_grace
 
     # -- receipts ----------------------------------------------------------------------
 
-    def _held(self) -> PromptRec | None:
+    def held(self) -> PromptRec | None:
         held = self.state.held
         return self.state.prompts.get(held) if held is not None else None
 
     def _give_up(self, rec: PromptRec, why: GiveUpWhy) -> None:
         if rec.gave_up is None:
             rec.gave_up = why
-            self._out.append(GiveUp(rec.request, why))
+            self.emit(GiveUp(rec.request, why))
 
-    def _reject(self, rec: PromptRec, reason: Reason, native_error: str | None = None) -> None:
+    def reject(self, rec: PromptRec, reason: Reason, native_error: str | None = None) -> None:
         """A prompt never written gets its receipt here (decide's first row)."""
         state, why = decide(Facts(unsent=reason))
         if rec.phase == "queued" and rec.request in self.state.queue:
@@ -754,7 +781,7 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
             state=state,
             reason=why,
             native_error=native_error,
-            times=Times(submitted=rec.submitted, settled=self._now),
+            times=Times(submitted=rec.submitted, settled=self.now),
         )
         self._deliver(rec, receipt)
 
@@ -767,20 +794,20 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
             for name in HELD_DEADLINES:
                 s.deadlines.pop(name, None)
         del s.prompts[rec.request]
-        if s.dialogs:
-            self._end_dialogs(dialogs.BY_RECEIPT, request=rec.request)
+        if s.dialogs.open:
+            self.dialogs.end_all(dialogs.BY_RECEIPT, request=rec.request)
         s.recent[rec.request] = receipt
         if len(s.recent) > RECENT_IDS:
             del s.recent[next(iter(s.recent))]
         s.receipts += 1
-        self._out.append(Deliver(receipt, release))
+        self.emit(Deliver(receipt, release))
 
-    def _note(self, payload: dict[str, Any]) -> None:
-        self._out.append(Note(payload))
+    def note(self, payload: dict[str, Any]) -> None:
+        self.emit(Note(payload))
 
     def _signal(self, payload: dict[str, Any]) -> None:
         """A signal, stamped with the generation it is about (the current one)."""
-        self._out.append(Signal({**payload, "generation": self.state.engine.generation}))
+        self.emit(Signal({**payload, "generation": self.state.engine.generation}))
 
 
 def step(

@@ -126,6 +126,60 @@ class EngineRec:
 
 
 @attrs.define
+class DialogsState:
+    """:mod:`~bridge.core.lifecycle.extension_dialogs`' slice: the dialogs asked of the controller."""
+
+    #: Extension dialogs waiting for the controller's answer, by the bridge's id.
+    open: dict[str, DialogRec] = attrs.field(factory=dict)
+    #: The last ``dialog-N`` given.
+    serial: int = 0
+
+
+@attrs.define
+class ConfiguringState:
+    """:mod:`~bridge.core.lifecycle.configuring`'s slice: what goes with the prompts submitted next."""
+
+    #: The bridge's own configuration for the prompts submitted from now on.
+    wanted: Wanted = attrs.field(factory=Wanted)
+    #: The controller asked for a new conversation: it goes with the next prompt submitted,
+    #: started before that prompt is written.
+    fresh: bool = False
+    #: The controller asked for a compaction (its instructions, "" for none): it goes with the
+    #: next prompt submitted, done before that prompt is written.
+    compact: str | None = None
+
+
+@attrs.define
+class QuestionsState:
+    """:mod:`~bridge.core.lifecycle.questions`' slice: the questions for the engine, and the open."""
+
+    #: Questions for the engine not answered yet (token -> command), and those written to the
+    #: current engine.
+    asks: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    asked: list[str] = attrs.field(factory=list)
+    #: An :class:`~bridge.core.lifecycle.inputs.Open` waits for the start-up check of engine
+    #: generation N (None: no open waits). When it is cleared, ``setup_failed`` says whether
+    #: the launch was refused (``down`` has the words).
+    opening: int | None = None
+
+
+@attrs.define
+class StopsState:
+    """:mod:`~bridge.core.lifecycle.stops`' slice."""
+
+    #: The last ``stop-N`` given.
+    serial: int = 0
+
+
+@attrs.define
+class BudgetsState:
+    """:mod:`~bridge.core.lifecycle.budgets`' slice."""
+
+    #: What every prompt's run spent since the bridge opened (its total budget's measure).
+    spent: Spend = attrs.field(factory=Spend)
+
+
+@attrs.define
 class LifeState:
     prompts: dict[str, PromptRec] = attrs.field(factory=dict)
     queue: list[str] = attrs.field(factory=list)
@@ -147,30 +201,14 @@ class LifeState:
     closing: str | None = None
     closed: bool = False
     deadlines: dict[str, float] = attrs.field(factory=dict)
-    stop_serial: int = 0
     journal_failed: str | None = None
     receipts: int = 0
-    #: What every prompt's run spent since the bridge opened (its total budget's measure).
-    spent: Spend = attrs.field(factory=Spend)
-    #: The bridge's own configuration for the prompts submitted from now on.
-    wanted: Wanted = attrs.field(factory=Wanted)
-    #: The controller asked for a new conversation: it goes with the next prompt submitted,
-    #: started before that prompt is written.
-    fresh: bool = False
-    #: The controller asked for a compaction (its instructions, "" for none): it goes with the
-    #: next prompt submitted, done before that prompt is written.
-    compact: str | None = None
-    #: Questions for the engine not answered yet (token -> command), and those written to the
-    #: current engine.
-    asks: dict[str, dict[str, Any]] = attrs.field(factory=dict)
-    asked: list[str] = attrs.field(factory=list)
-    #: Extension dialogs waiting for the controller's answer, by the bridge's id.
-    dialogs: dict[str, DialogRec] = attrs.field(factory=dict)
-    dialog_serial: int = 0
-    #: An :class:`~bridge.core.lifecycle.inputs.Open` waits for the start-up check of engine
-    #: generation N (None: no open waits). When it is cleared, ``setup_failed`` says whether
-    #: the launch was refused (``down`` has the words).
-    opening: int | None = None
+    #: The parts' own slices, each written by its part only (the part's module says its rules).
+    dialogs: DialogsState = attrs.field(factory=DialogsState)
+    configuring: ConfiguringState = attrs.field(factory=ConfiguringState)
+    questions: QuestionsState = attrs.field(factory=QuestionsState)
+    stops: StopsState = attrs.field(factory=StopsState)
+    budgets: BudgetsState = attrs.field(factory=BudgetsState)
 
 
 def snapshot(state: LifeState) -> dict[str, Any]:
