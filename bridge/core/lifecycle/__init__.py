@@ -155,8 +155,10 @@ if TYPE_CHECKING:
     )
     from bridge.core.lifecycle.state import (
         DialogRec,
+        EnginePhase,
         EngineRec,
         LifeState,
+        PromptPhase,
         PromptRec,
         restore,
         snapshot,
@@ -185,7 +187,9 @@ _HOMES: dict[str, str] = {
             "StopMissed", "Submit", "Tick", "Unsealed", "WriteFailed",
         ),
         "machine": ("Lifecycle", "step"),
-        "state": ("DialogRec", "EngineRec", "LifeState", "PromptRec", "restore", "snapshot"),
+        "state": (
+            "DialogRec", "EnginePhase", "EngineRec", "LifeState", "PromptPhase", "PromptRec", "restore", "snapshot",
+        ),
         "receipts": ("GiveUpWhy",),
     }.items()
     for name in names
@@ -219,6 +223,7 @@ __all__ = [
     "DialogRec",
     "DialogReply",
     "EngineExited",
+    "EnginePhase",
     "EngineRec",
     "GiveUp",
     "GiveUpWhy",
@@ -233,6 +238,7 @@ __all__ = [
     "Note",
     "Notify",
     "Open",
+    "PromptPhase",
     "PromptRec",
     "Shutdown",
     "Signal",

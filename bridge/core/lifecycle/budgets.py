@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bridge.core.lifecycle.inputs import ModelCalled, Spent
-from bridge.core.lifecycle.state import BudgetsState, PromptRec
+from bridge.core.lifecycle.state import BudgetsState, PromptPhase, PromptRec
 from bridge.core.words import Reason, StopBy
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class Budgets:
         (an ACP cancel test, one run in twelve under load)."""
         s = self.machine.state
         rec = s.prompts.get(s.held) if s.held is not None else None
-        if rec is None or rec.phase == "queued" or rec.stop_by is StopBy.BUDGET or rec.gave_up is not None:
+        if rec is None or rec.phase == PromptPhase.QUEUED or rec.stop_by is StopBy.BUDGET or rec.gave_up is not None:
             return None
         return rec.request
 
@@ -97,7 +97,7 @@ class Budgets:
         """Rules 2 and 3: a held prompt whose spend (or the total) passed its budget is stopped."""
         m = self.machine
         s, config, total = m.state, m.config, self.own.spent
-        if s.held != rec.request or rec.phase != "held" or rec.stop is not None or rec.gave_up is not None:
+        if s.held != rec.request or rec.phase != PromptPhase.HELD or rec.stop is not None or rec.gave_up is not None:
             return
         spent = rec.spent.most(rec.called)
         passed = rec.budget.passed(spent)

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from bridge.core.lifecycle.actions import Notify, Write
 from bridge.core.lifecycle.config import DEFAULT_STALL_TIMEOUT
 from bridge.core.lifecycle.inputs import Compact, Configure, Configured, NewConversation
-from bridge.core.lifecycle.state import ConfiguringState, PromptRec
+from bridge.core.lifecycle.state import ConfiguringState, EnginePhase, PromptPhase, PromptRec
 from bridge.core.notices import compaction_notice
 from bridge.core.steering import commands, verify
 from bridge.core.wire import converter
@@ -87,7 +87,7 @@ class Configuring:
 
     def begin(self, rec: PromptRec) -> None:
         """``rec``, holding the slot, is configured: its first command is written."""
-        rec.phase = "configuring"
+        rec.phase = PromptPhase.CONFIGURING
         self.machine.state.engine.configs += 1
         self.machine.note(
             {
@@ -138,7 +138,12 @@ class Configuring:
             e.busy = None  # the aborted compaction is over: prompts may be written again
             s.deadlines.pop("busy", None)
         rec = m.held()
-        if rec is None or rec.phase != "configuring" or rec.request != ev.request or not m.current(ev.generation):
+        if (
+            rec is None
+            or rec.phase != PromptPhase.CONFIGURING
+            or rec.request != ev.request
+            or not m.current(ev.generation)
+        ):
             return
         rec.config_answers.update(ev.answers)
         prefix = self._prefix()
@@ -174,7 +179,7 @@ class Configuring:
         )
         if problem is not None:
             m.reject(rec, Reason.CONFIG, problem)
-        elif not e.sealed or e.recycle or e.phase != "ready":
+        elif not e.sealed or e.recycle or e.phase != EnginePhase.READY:
             m.requeue(rec)  # not onto this engine: it is replaced first
         else:
             m.send_prompt(rec)
@@ -202,7 +207,7 @@ class Configuring:
         e = m.state.engine
         cmds = self._commands(rec)
         pending = cmds[len(rec.config_answers)] if len(rec.config_answers) < len(cmds) else None
-        if pending is None or pending["type"] != "compact" or e.phase not in ("checking", "ready"):
+        if pending is None or pending["type"] != "compact" or not e.running:
             return
         e.busy = pending["id"]
         m.emit(Write(e.generation, {"type": "abort", "id": f"{self._prefix()}:abort"}, "abort"))
@@ -212,7 +217,7 @@ class Configuring:
         """The ``config`` deadline: the held prompt's configuration was not answered in time."""
         m = self.machine
         rec = m.held()
-        if rec is not None and rec.phase == "configuring":
+        if rec is not None and rec.phase == PromptPhase.CONFIGURING:
             m.state.engine.recycle = True
             cmds = self._commands(rec)
             cmd = cmds[min(len(rec.config_answers), len(cmds) - 1)]

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from bridge.core import dialogs
 from bridge.core.lifecycle.actions import AskDialog, DialogEnded, DialogReply, Write
 from bridge.core.lifecycle.inputs import AnswerDialog, DialogOpened
-from bridge.core.lifecycle.state import DialogRec, DialogsState, PromptRec
+from bridge.core.lifecycle.state import DialogRec, DialogsState, PromptPhase, PromptRec
 
 if TYPE_CHECKING:
     from bridge.core.lifecycle.machine import Lifecycle
@@ -55,11 +55,11 @@ class ExtensionDialogs:
     def opened(self, ev: DialogOpened) -> None:
         m = self.machine
         s, e, own = m.state, m.state.engine, self.own
-        if not m.current(ev.generation) or e.phase not in ("checking", "ready"):
+        if not m.current(ev.generation) or not e.running:
             return  # its engine is gone or going: nothing waits for an answer any more
         own.serial += 1
         held = m.held()
-        request = held.request if held is not None and held.phase == "held" and held.gave_up is None else None
+        request = held.request if held is not None and held.phase == PromptPhase.HELD and held.gave_up is None else None
         timeout = m.config.dialog_timeout
         if "timeout" in ev.fields:
             timeout = min(timeout, ev.fields["timeout"] / 1000.0)

@@ -67,7 +67,7 @@ from bridge.core.lifecycle.inputs import (
     WriteFailed,
 )
 from bridge.core.lifecycle.questions import EngineQuestions
-from bridge.core.lifecycle.state import ConfiguringState, LifeState, PromptRec
+from bridge.core.lifecycle.state import ConfiguringState, EnginePhase, LifeState, PromptPhase, PromptRec
 from bridge.core.lifecycle.stops import Stops
 from bridge.core.notices import (
     EngineDownNotice,
@@ -242,15 +242,15 @@ class Lifecycle:
         rec = s.prompts.get(ev.request)
         if rec is None:
             self.emit(StopAnswer(ev.request, None))
-        elif rec.phase in ("queued", "configuring"):  # never written: nothing to abort
-            if rec.phase == "configuring":
+        elif rec.phase in (PromptPhase.QUEUED, PromptPhase.CONFIGURING):  # never written: nothing to abort
+            if rec.phase == PromptPhase.CONFIGURING:
                 self.configuring.abort_compaction(rec)
             self.reject(rec, Reason.CANCELLED)
             self.emit(StopAnswer(ev.request, None))
         else:
             if rec.stop is None and rec.gave_up is None:
                 self.stops.send(rec, StopBy.CONTROLLER, "the controller asked")
-                if s.engine.phase in ("checking", "ready"):
+                if s.engine.running:
                     # Bounded like the bridge's own stops (the stall deadline went with the
                     # stop): an engine that obeys no abort (stopped, hung) held the slot, and
                     # every prompt queued behind it, until the bridge closed.
@@ -284,7 +284,7 @@ class Lifecycle:
 
     def _spawned(self, ev: Spawned) -> None:
         e = self.state.engine
-        if not self.current(ev.generation) or e.phase != "spawning":
+        if not self.current(ev.generation) or e.phase != EnginePhase.SPAWNING:
             return
         e.pid = ev.pid
         e.clearing = list(ev.clearing)
@@ -294,25 +294,25 @@ class Lifecycle:
         if self.state.closing is not None:
             self._stop_engine(requested=True)
         elif ev.startup:
-            e.phase = "checking"
+            e.phase = EnginePhase.CHECKING
             e.in_startup = True
             for cmd in ev.startup:
                 self.emit(Write(ev.generation, dict(cmd), "startup"))
             self.state.deadlines["startup"] = self.now + self.config.startup_timeout
         else:
-            e.phase = "ready"
+            e.phase = EnginePhase.READY
 
     def _spawn_failed(self, ev: SpawnFailed) -> None:
         e = self.state.engine
-        if not self.current(ev.generation) or e.phase != "spawning":
+        if not self.current(ev.generation) or e.phase != EnginePhase.SPAWNING:
             return
-        e.phase = "none"
+        e.phase = EnginePhase.NONE
         self.state.setup_failed = True
         self._go_down(ev.error)
 
     def _startup_checked(self, ev: StartupChecked) -> None:
         e = self.state.engine
-        if not self.current(ev.generation) or e.phase != "checking":
+        if not self.current(ev.generation) or e.phase != EnginePhase.CHECKING:
             return
         e.config = ev.config
         self._end_check(list(ev.problems), answered=True)
@@ -326,13 +326,13 @@ class Lifecycle:
         e.in_startup = False
         self.note({"event": "seal-check", "generation": e.generation, "problems": problems, "enforced": e.seal})
         if not problems:
-            e.phase = "ready"
+            e.phase = EnginePhase.READY
             return
         self._signal(SealCheckSignal(problems, self.config.seal_check).to_json())
-        if self.config.seal_check == "warn" and e.phase == "checking":
-            e.phase = "ready"
+        if self.config.seal_check == "warn" and e.phase == EnginePhase.CHECKING:
+            e.phase = EnginePhase.READY
             return
-        if e.phase != "checking":
+        if e.phase != EnginePhase.CHECKING:
             return
         # The engine is stopped on purpose either way, so its exit does not count (again).
         self._stop_engine(requested=True)
@@ -355,7 +355,7 @@ class Lifecycle:
         s = self.state
         request = ev.receipt.request
         rec = s.prompts.get(request) if isinstance(request, str) else None
-        if rec is None or rec.phase != "held":
+        if rec is None or rec.phase != PromptPhase.HELD:
             return  # not ours (a raw send's prompt), or already delivered
         self._deliver(rec, ev.receipt)
 
@@ -365,7 +365,12 @@ class Lifecycle:
             return
         e.sealed = False
         rec = self.held()
-        if rec is not None and rec.phase == "held" and rec.gave_up is None and "taint" not in self.state.deadlines:
+        if (
+            rec is not None
+            and rec.phase == PromptPhase.HELD
+            and rec.gave_up is None
+            and "taint" not in self.state.deadlines
+        ):
             self.state.deadlines["taint"] = self.now + self.config.taint_grace
 
     def _signal_seen(self, ev: SignalSeen) -> None:
@@ -386,7 +391,7 @@ class Lifecycle:
         e = self.state.engine
         if ev.unsent and self.current(ev.generation):
             self._unsent(ev)
-        if not self.current(ev.generation) or e.phase not in ("checking", "ready"):
+        if not self.current(ev.generation) or not e.running:
             return
         if not ev.stuck:
             # Its stdin is closed: it can take no command, so it is stopped like
@@ -395,7 +400,7 @@ class Lifecycle:
             return
         e.recycle = True
         rec = self.held()
-        if rec is not None and rec.phase == "configuring":
+        if rec is not None and rec.phase == PromptPhase.CONFIGURING:
             why = "the engine stopped reading its configuration commands"
             self.configuring.compaction_lost(
                 rec, f"{why}: the engine is replaced, and the conversation is lost with it"
@@ -411,7 +416,13 @@ class Lifecycle:
         (decide's first row) -- and tells replay the same. A prompt of which part went in is
         not unsent: the engine's exit decides it (``delivery-unknown``)."""
         rec = self.held()
-        if rec is None or rec.request != ev.request or rec.phase != "held" or rec.acked or rec.gave_up is not None:
+        if (
+            rec is None
+            or rec.request != ev.request
+            or rec.phase != PromptPhase.HELD
+            or rec.acked
+            or rec.gave_up is not None
+        ):
             return
         how = f" ({ev.error})" if ev.error else ""
         tail = " | ".join(line for line in ev.stderr if line.strip())
@@ -430,25 +441,25 @@ class Lifecycle:
         s.held = None
         for name in HELD_DEADLINES:
             s.deadlines.pop(name, None)
-        rec.phase = "queued"
+        rec.phase = PromptPhase.QUEUED
         s.queue.insert(0, rec.request)
         if self.current(ev.generation):
             s.engine.prompted = rec.engine_was_prompted  # none of it went in
-        if self.current(ev.generation) and s.engine.phase in ("checking", "ready"):
+        if self.current(ev.generation) and s.engine.running:
             # Not onto this engine again: it is replaced before the prompt is sent.
             s.engine.recycle = True
 
     def _stdout_closed(self, ev: StdoutClosed) -> None:
         e = self.state.engine
-        if self.current(ev.generation) and e.phase in ("checking", "ready"):
+        if self.current(ev.generation) and e.running:
             # An engine that closed its stdout can tell us nothing more.
             self._stop_engine(requested=False)
 
     def _exited(self, ev: EngineExited) -> None:
         s, e = self.state, self.state.engine
-        if not self.current(ev.generation) or e.phase in ("none", "backoff"):
+        if not self.current(ev.generation) or e.phase in (EnginePhase.NONE, EnginePhase.BACKOFF):
             return
-        requested = e.phase == "stopping" and e.stop_requested
+        requested = e.phase == EnginePhase.STOPPING and e.stop_requested
         if e.in_startup and not requested:
             e.in_startup = False
             said = exit_words(ev.code, ev.signal, ev.stderr, when=" during its start-up check")
@@ -469,12 +480,12 @@ class Lifecycle:
         s.deadlines.pop("close", None)
         s.deadlines.pop("busy", None)
         e.busy = None
-        e.phase = "none"
+        e.phase = EnginePhase.NONE
         e.pid = None
         self.dialogs.end_all(dialogs.BY_ENGINE_EXIT, generation=ev.generation, write=False)
         self.questions.engine_gone()  # its questions are asked again of the next one
         rec = self.held()
-        if rec is not None and rec.phase == "configuring":
+        if rec is not None and rec.phase == PromptPhase.CONFIGURING:
             # Never written: it waits for the next engine, a new conversation with nothing to compact.
             self.configuring.compaction_lost(
                 rec, "the engine exited before it answered compact: the conversation is lost with it"
@@ -561,17 +572,17 @@ class Lifecycle:
             self._give_up(rec, "taint")
 
     def _deadline_close(self) -> None:
-        if self.state.engine.phase in ("checking", "ready"):
+        if self.state.engine.running:
             self._stop_engine(requested=True)
 
     def _deadline_startup(self) -> None:
-        if self.state.engine.phase == "checking":
+        if self.state.engine.phase == EnginePhase.CHECKING:
             self._end_check(["the engine did not answer the seal check in time"], answered=False)
 
     def _deadline_backoff(self) -> None:
         e = self.state.engine
-        if e.phase == "backoff":
-            e.phase = "none"
+        if e.phase == EnginePhase.BACKOFF:
+            e.phase = EnginePhase.NONE
             if self._wants_engine():
                 self._spawn()
 
@@ -592,28 +603,28 @@ class Lifecycle:
             self.questions.answer_all(
                 "the bridge is closing" if s.closing is not None else f"the engine is down: {s.down}"
             )
-        if e.phase == "ready" and self.questions.unwritten:
+        if e.phase == EnginePhase.READY and self.questions.unwritten:
             self.questions.write()
         if s.draining and s.closing is None and not s.prompts and not self.questions.waiting:
             self._begin_closing("close", "shutdown: every prompt has its receipt")
         if s.held is None:
-            if e.phase in ("checking", "ready") and (s.closing is not None or e.recycle or not e.sealed):
+            if e.running and (s.closing is not None or e.recycle or not e.sealed):
                 self._stop_engine(requested=True)
-            elif e.phase == "ready" and s.queue and e.busy is None:
+            elif e.phase == EnginePhase.READY and s.queue and e.busy is None:
                 self._write_prompt()
-            elif e.phase == "none" and self._wants_engine():
+            elif e.phase == EnginePhase.NONE and self._wants_engine():
                 self._spawn_or_wait()
-            elif e.phase == "backoff" and s.closing is not None:
-                e.phase = "none"
+            elif e.phase == EnginePhase.BACKOFF and s.closing is not None:
+                e.phase = EnginePhase.NONE
                 s.deadlines.pop("backoff", None)
         if s.draining and s.closing is None and not s.prompts and not self.questions.waiting:
             # The last prompt's receipt can come from the steps above (the engine going down
             # rejects the queue): shutdown is over then too.
             self._begin_closing("close", "shutdown: every prompt has its receipt")
-            if e.phase in ("checking", "ready") and s.held is None:
+            if e.running and s.held is None:
                 self._stop_engine(requested=True)
         self.questions.open_ended()  # (again: the steps above may have gone down or begun closing)
-        if s.closing is not None and not s.prompts and e.phase == "none" and not s.closed:
+        if s.closing is not None and not s.prompts and e.phase == EnginePhase.NONE and not s.closed:
             s.closed = True
             s.deadlines.clear()
             self.emit(Closed())
@@ -634,7 +645,7 @@ class Lifecycle:
             backoff = cfg.restart_backoff
             wait = backoff[min(len(s.crashes), len(backoff)) - 1] if backoff else 0.0
             if wait > 0:
-                s.engine.phase = "backoff"
+                s.engine.phase = EnginePhase.BACKOFF
                 s.deadlines["backoff"] = self.now + wait
                 return
         self._spawn()
@@ -644,7 +655,7 @@ class Lifecycle:
         e.generation += 1
         e.new_conversation = e.prompted and self.config.conversation is None
         e.prompted = False
-        e.phase = "spawning"
+        e.phase = EnginePhase.SPAWNING
         e.pid = None
         e.stop_requested = False
         e.sealed = True
@@ -674,13 +685,13 @@ class Lifecycle:
         s.held = None
         for name in HELD_DEADLINES:
             s.deadlines.pop(name, None)
-        rec.phase = "queued"
+        rec.phase = PromptPhase.QUEUED
         s.queue.insert(0, rec.request)
 
     def send_prompt(self, rec: PromptRec) -> None:
         s, e = self.state, self.state.engine
         rec.engine_was_prompted, e.prompted = e.prompted, True
-        rec.phase = "held"
+        rec.phase = PromptPhase.HELD
         s.held = rec.request
         rec.config = e.config
         if e.config is not None:
@@ -711,13 +722,11 @@ class Lifecycle:
         e = self.state.engine
         if requested:
             # Answered before it is stopped: an extension waiting on one may then end cleanly.
-            self.dialogs.end_all(
-                dialogs.BY_ENGINE_STOP, generation=e.generation, write=e.phase in ("checking", "ready")
-            )
+            self.dialogs.end_all(dialogs.BY_ENGINE_STOP, generation=e.generation, write=e.running)
         else:
             # It broke (closed its stdout or stdin, died): nothing it waits on can be answered.
             self.dialogs.end_all(dialogs.BY_ENGINE_EXIT, generation=e.generation, write=False)
-        e.phase = "stopping"
+        e.phase = EnginePhase.STOPPING
         e.stop_requested = requested
         self.state.deadlines.pop("startup", None)
         self.emit(StopEngine(e.generation, requested))
@@ -744,13 +753,13 @@ class Lifecycle:
             return
         s.closing = why
         self.note({"event": "closing", "why": why, "detail": detail})
-        self.dialogs.end_all(dialogs.BY_CLOSING, write=s.engine.phase in ("checking", "ready"))
+        self.dialogs.end_all(dialogs.BY_CLOSING, write=s.engine.running)
         if self.questions.waiting:
             self.questions.answer_all("the bridge is closing")
         for name in ("drain", "backoff"):
             s.deadlines.pop(name, None)
         rec = self.held()
-        if rec is not None and rec.phase == "configuring":
+        if rec is not None and rec.phase == PromptPhase.CONFIGURING:
             self.reject(rec, Reason.CLOSING)  # never written
         elif rec is not None and rec.gave_up is None:
             if rec.stop is None:
@@ -774,7 +783,7 @@ class Lifecycle:
     def reject(self, rec: PromptRec, reason: Reason, native_error: str | None = None) -> None:
         """A prompt never written gets its receipt here (decide's first row)."""
         state, why = decide(Facts(unsent=reason))
-        if rec.phase == "queued" and rec.request in self.state.queue:
+        if rec.phase == PromptPhase.QUEUED and rec.request in self.state.queue:
             self.state.queue.remove(rec.request)
         receipt = Receipt(
             request=rec.request,
@@ -788,8 +797,8 @@ class Lifecycle:
     def _deliver(self, rec: PromptRec, receipt: Receipt) -> None:
         s = self.state
         # Only a written prompt has a slot in the evidence half to release.
-        release = rec.phase == "held"
-        if rec.phase in ("held", "configuring") and s.held == rec.request:
+        release = rec.phase == PromptPhase.HELD
+        if rec.phase in (PromptPhase.HELD, PromptPhase.CONFIGURING) and s.held == rec.request:
             s.held = None
             for name in HELD_DEADLINES:
                 s.deadlines.pop(name, None)

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 
 from bridge.core.lifecycle.actions import Answer, Write
 from bridge.core.lifecycle.inputs import Answered, Ask, Open
-from bridge.core.lifecycle.state import QuestionsState
+from bridge.core.lifecycle.state import EnginePhase, QuestionsState
 
 if TYPE_CHECKING:
     from bridge.core.lifecycle.machine import Lifecycle
@@ -73,7 +73,11 @@ class EngineQuestions:
     def open(self, ev: Open) -> None:
         s, e = self.machine.state, self.machine.state.engine
         if s.closing is None and s.down is None:
-            self.own.opening = e.generation if e.phase in ("spawning", "checking", "ready") else e.generation + 1
+            self.own.opening = (
+                e.generation
+                if e.phase in (EnginePhase.SPAWNING, EnginePhase.CHECKING, EnginePhase.READY)
+                else e.generation + 1
+            )
 
     def open_ended(self) -> None:
         """The pump asks, before it starts an engine and at its end: is the open's engine done
@@ -82,7 +86,11 @@ class EngineQuestions:
         if own.opening is None:
             return
         # (An engine stopping with its check not ended closed a pipe first: its exit tells.)
-        checked = e.generation >= own.opening and e.phase not in ("spawning", "checking") and not e.in_startup
+        checked = (
+            e.generation >= own.opening
+            and e.phase not in (EnginePhase.SPAWNING, EnginePhase.CHECKING)
+            and not e.in_startup
+        )
         if checked or s.down is not None or s.closing is not None:
             own.opening = None
 

@@ -3,6 +3,7 @@ round-trip through cattrs (:func:`snapshot` / :func:`restore`)."""
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 import attrs
@@ -15,6 +16,33 @@ from bridge.core.words import StopBy
 
 # --------------------------------------------------------------------------
 # State
+
+
+class PromptPhase(StrEnum):
+    """Where an accepted prompt is (a member is its word: the snapshot's JSON is as it was)."""
+
+    #: In the queue, not written.
+    QUEUED = "queued"
+    #: Holding the slot while the model or thinking level it asked for (or a new
+    #: conversation, a compaction) is applied and checked: not written yet.
+    CONFIGURING = "configuring"
+    #: Written to the engine, holding the slot until its receipt.
+    HELD = "held"
+
+
+class EnginePhase(StrEnum):
+    """Where the current engine is (a member is its word)."""
+
+    #: No process.
+    NONE = "none"
+    #: Waiting to respawn after crashes.
+    BACKOFF = "backoff"
+    SPAWNING = "spawning"
+    #: Start-up commands written, their answers awaited.
+    CHECKING = "checking"
+    READY = "ready"
+    #: Asked to stop; its exit is awaited.
+    STOPPING = "stopping"
 
 
 @attrs.define
@@ -36,7 +64,7 @@ class PromptRec:
     written: float | None = None
     #: ``queued`` until written, then ``held``; ``configuring`` while the model or thinking
     #: level it asked for is applied and checked (it holds the slot, not yet written).
-    phase: str = "queued"
+    phase: PromptPhase = PromptPhase.QUEUED
     #: The model and thinking level it asked for (over the bridge's).
     wanted: Wanted = attrs.field(factory=Wanted)
     #: What it may spend (its own, over the bridge's default), and what its run spent so far.
@@ -91,15 +119,10 @@ class DialogRec:
 
 @attrs.define
 class EngineRec:
-    """The current engine, as the lifecycle sees it.
-
-    ``phase``: ``none`` (no process), ``backoff`` (waiting to respawn),
-    ``spawning``, ``checking`` (start-up commands written, answers awaited),
-    ``ready``, ``stopping`` (asked to stop; its exit is awaited).
-    """
+    """The current engine, as the lifecycle sees it (``phase``: :class:`EnginePhase`)."""
 
     generation: int = 0
-    phase: str = "none"
+    phase: EnginePhase = EnginePhase.NONE
     pid: int | None = None
     #: We asked it to stop: its exit is not a crash.
     stop_requested: bool = False
@@ -123,6 +146,11 @@ class EngineRec:
     prompted: bool = False
     #: It replaces an engine that held a conversation (its ``started`` notice says so).
     new_conversation: bool = False
+
+    @property
+    def running(self) -> bool:
+        """It runs and reads commands: being checked, or ready."""
+        return self.phase in (EnginePhase.CHECKING, EnginePhase.READY)
 
 
 @attrs.define

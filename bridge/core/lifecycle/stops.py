@@ -49,7 +49,7 @@ class Stops:
         rec.stop, rec.stop_by = stop, by
         s.deadlines.pop("stall", None)  # a stopped run is waited for by its stop's own bounds
         m.note({"event": "stop", "stop": stop, "request": rec.request, "by": by, "why": why})
-        if e.phase not in ("checking", "ready"):
+        if not e.running:
             return  # no engine to tell: its exit settles the prompt
         # Pi's abort does not resolve a dialog the extension opened without a signal: the
         # prompt's own dialogs are answered first, or its run would wait on them.
@@ -67,7 +67,7 @@ class Stops:
         rec = s.prompts.get(ev.request)
         if rec is None or s.held != ev.request or rec.stop is None or rec.gave_up is not None:
             return
-        if not m.current(ev.generation) or e.phase not in ("checking", "ready"):
+        if not m.current(ev.generation) or not e.running:
             return
         again = f"{rec.stop}:again"
         why = "sent again: the engine answered it before the prompt's run started"
