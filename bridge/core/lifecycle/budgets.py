@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bridge.core.lifecycle.inputs import ModelCalled, Spent
+from bridge.core.lifecycle.notes import BudgetNote, ModelCallNote
 from bridge.core.lifecycle.state import BudgetsState, PromptPhase, PromptRec
 from bridge.core.words import Reason, StopBy
 
@@ -82,14 +83,10 @@ class Budgets:
             own.spent = own.spent.plus(rec.spent.most(rec.called).grown(before))
         elif ev.usage is not None:
             own.spent = own.spent.add(ev.usage)  # its prompt has its receipt: the total alone
-        self.machine.note(
-            {
-                "event": "model-call",
-                "request": ev.request,
-                "usage": ev.usage.to_json() if ev.usage is not None else None,
-                **({"calls": rec.calls, "called": rec.called.to_json()} if rec is not None else {}),
-            }
-        )
+        if rec is not None:
+            self.machine.note(ModelCallNote(ev.request, ev.usage, rec.calls, rec.called))
+        else:
+            self.machine.note(ModelCallNote(ev.request, ev.usage))
         if rec is not None:
             self._check(rec)
 
@@ -106,17 +103,9 @@ class Budgets:
             passed, whose = config.total_budget.passed(total), "the bridge's total budget"
         if passed is None:
             return
-        m.note(
-            {
-                "event": "budget",
-                "request": rec.request,
-                "spent": spent.to_json(),
-                "total": total.to_json(),
-                "budget": {"usd": rec.budget.usd, "tokens": rec.budget.tokens},
-                "totalBudget": {"usd": config.total_budget_usd, "tokens": config.total_budget_tokens},
-                **({"calls": rec.calls, "called": rec.called.to_json()} if rec.calls else {}),
-            }
-        )
+        calls = rec.calls or None  # (the endpoint's calls, if any)
+        called = rec.called if calls else None
+        m.note(BudgetNote(rec.request, spent, total, rec.budget, config.total_budget, calls, called))
         m.stops.send(rec, StopBy.BUDGET, f"{whose} was passed ({passed})")
         s.deadlines["stop"] = m.now + config.stop_grace
 

@@ -43,10 +43,17 @@ from typing import TYPE_CHECKING, Any
 from bridge.core.lifecycle.actions import Notify, Write
 from bridge.core.lifecycle.config import DEFAULT_STALL_TIMEOUT
 from bridge.core.lifecycle.inputs import Compact, Configure, Configured, NewConversation
+from bridge.core.lifecycle.notes import (
+    CompactedNote,
+    CompactNote,
+    ConfiguredNote,
+    ConfigureNote,
+    NewConversationNote,
+    PromptConfigureNote,
+)
 from bridge.core.lifecycle.state import ConfiguringState, EnginePhase, PromptPhase, PromptRec
 from bridge.core.notices import compaction_notice
 from bridge.core.steering import commands, verify
-from bridge.core.wire import converter
 from bridge.core.words import Reason
 
 if TYPE_CHECKING:
@@ -67,15 +74,15 @@ class Configuring:
     def configure(self, ev: Configure) -> None:
         own = self.own
         own.wanted = ev.wanted.over(own.wanted)
-        self.machine.note({"event": "configure", "wanted": converter.unstructure(own.wanted)})
+        self.machine.note(ConfigureNote(own.wanted))
 
     def new_conversation(self, ev: NewConversation) -> None:
         self.own.fresh = True
-        self.machine.note({"event": "new-conversation"})
+        self.machine.note(NewConversationNote())
 
     def compact(self, ev: Compact) -> None:
         self.own.compact = ev.instructions or ""
-        self.machine.note({"event": "compact", "instructions": ev.instructions})
+        self.machine.note(CompactNote(ev.instructions))
 
     def take_next(self) -> tuple[bool, str | None]:
         """What goes with the prompt submitted now, taken: a new conversation, else a compaction
@@ -89,15 +96,7 @@ class Configuring:
         """``rec``, holding the slot, is configured: its first command is written."""
         rec.phase = PromptPhase.CONFIGURING
         self.machine.state.engine.configs += 1
-        self.machine.note(
-            {
-                "event": "configure",
-                "request": rec.request,
-                "wanted": converter.unstructure(rec.wanted),
-                "new_conversation": rec.fresh,
-                "compact": rec.compact,
-            }
-        )
+        self.machine.note(PromptConfigureNote(rec.request, rec.wanted, rec.fresh, rec.compact))
         rec.config_answers = {}
         self._write(rec, self._commands(rec)[0])
 
@@ -164,19 +163,12 @@ class Configuring:
                 # engine is one. The prompt waits for it.
                 rec.fresh, rec.compact = False, None
                 e.recycle = True
-                m.note({"event": "new-conversation", "request": rec.request, "by": "recycling the engine"})
+                m.note(NewConversationNote(rec.request, "recycling the engine"))
                 m.requeue(rec)
                 return
         config, problem = verify(rec.wanted, rec.config_answers, prefix)
         e.config = config if problem is None else None
-        m.note(
-            {
-                "event": "configured",
-                "request": rec.request,
-                "config": config.to_json() if config is not None else None,
-                "problem": problem,
-            }
-        )
+        m.note(ConfiguredNote(rec.request, config, problem))
         if problem is not None:
             m.reject(rec, Reason.CONFIG, problem)
         elif not e.sealed or e.recycle or e.phase != EnginePhase.READY:
@@ -188,7 +180,7 @@ class Configuring:
         """The compaction before ``rec`` was answered: the controller is told how it went (a
         refusal, such as Pi's "Nothing to compact", does not stop the prompt)."""
         notice = compaction_notice(rec.request, answer)
-        self.machine.note({"event": "compacted", **{k: v for k, v in notice.to_json().items() if k != "type"}})
+        self.machine.note(CompactedNote(notice))
         self.machine.emit(Notify(notice))
         rec.compact = None  # done: a prompt requeued onto a fresh engine is not compacted again
 

@@ -32,9 +32,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from bridge.core import dialogs
 from bridge.core.lifecycle.actions import AskDialog, DialogEnded, DialogReply, Write
 from bridge.core.lifecycle.inputs import AnswerDialog, DialogOpened
+from bridge.core.lifecycle.notes import DialogEndNote, DialogNote
 from bridge.core.lifecycle.state import DialogRec, DialogsState, PromptPhase, PromptRec
 
 if TYPE_CHECKING:
@@ -73,14 +76,7 @@ class ExtensionDialogs:
             opened=m.now,
             deadline=m.now + timeout,
         )
-        note = {
-            "event": "dialog",
-            "dialog": rec.dialog,
-            "request": request,
-            "engine_id": ev.engine_id,
-            "method": ev.method,
-            "title": ev.fields.get("title", "")[:200],
-        }
+        note = DialogNote(rec.dialog, request, ev.engine_id, ev.method, ev.fields.get("title", "")[:200])
         # A dialog its prompt's stop already passed (the extension asked again once the stop
         # answered its first: Pi's abort frees neither) would hold the stop until its timeout.
         stopped = held is not None and request == held.request and held.stop is not None
@@ -110,7 +106,7 @@ class ExtensionDialogs:
             **rec.fields,
             "timeout": round(timeout, 3),
         }
-        m.note({**note, "timeout": round(timeout, 3)})
+        m.note(attrs.evolve(note, timeout=round(timeout, 3)))
         m.emit(AskDialog(rec.dialog, request, ev.method, dict(rec.fields), payload))
         if held is not None and request == held.request:
             # The engine waits on a person now, not on the model: ack and stall wait too.
@@ -145,7 +141,7 @@ class ExtensionDialogs:
         if write:
             m.emit(Write(rec.generation, {"type": "extension_ui_response", "id": rec.engine_id, **response}, "dialog"))
         said = response if write else None
-        m.note({"event": "dialog-end", "dialog": rec.dialog, "by": by, "answer": said})
+        m.note(DialogEndNote(rec.dialog, by, said))
         if announce:
             payload = {
                 "type": "dialog-end",

@@ -66,6 +66,16 @@ from bridge.core.lifecycle.inputs import (
     Unsealed,
     WriteFailed,
 )
+from bridge.core.lifecycle.notes import (
+    ClosingNote,
+    ConfigNote,
+    EngineStartNote,
+    LifeNote,
+    SealCheckExitNote,
+    SealCheckNote,
+    ShutdownNote,
+    UnsentNote,
+)
 from bridge.core.lifecycle.questions import EngineQuestions
 from bridge.core.lifecycle.state import ConfiguringState, EnginePhase, LifeState, PromptPhase, PromptRec
 from bridge.core.lifecycle.stops import Stops
@@ -262,7 +272,7 @@ class Lifecycle:
         if s.draining or s.closing is not None:
             return
         s.draining = True
-        self.note({"event": "shutdown", "drain_timeout": ev.drain_timeout})
+        self.note(ShutdownNote(ev.drain_timeout))
         if ev.drain_timeout is not None:
             s.deadlines["drain"] = self.now + ev.drain_timeout
 
@@ -289,7 +299,7 @@ class Lifecycle:
         e.pid = ev.pid
         e.clearing = list(ev.clearing)
         e.seal = ev.seal
-        self.note({"event": "engine-start", "pid": ev.pid, "generation": ev.generation, "argv": list(ev.argv)})
+        self.note(EngineStartNote(ev.pid, ev.generation, list(ev.argv)))
         self.emit(Notify(EngineStartedNotice(ev.pid, ev.generation, e.new_conversation)))
         if self.state.closing is not None:
             self._stop_engine(requested=True)
@@ -324,7 +334,7 @@ class Lifecycle:
         s, e = self.state, self.state.engine
         s.deadlines.pop("startup", None)
         e.in_startup = False
-        self.note({"event": "seal-check", "generation": e.generation, "problems": problems, "enforced": e.seal})
+        self.note(SealCheckNote(e.generation, problems, e.seal))
         if not problems:
             e.phase = EnginePhase.READY
             return
@@ -429,7 +439,7 @@ class Lifecycle:
         why = f"never written: the engine's stdin closed before any of the prompt went in{how}" + (
             f"; its last stderr: {tail}" if tail else ""
         )
-        self.note({"event": "unsent", "request": rec.request, "generation": ev.generation, "why": why})
+        self.note(UnsentNote(rec.request, ev.generation, why))
         if self.current(ev.generation):
             self.state.engine.prompted = rec.engine_was_prompted  # none of it went in
 
@@ -464,7 +474,7 @@ class Lifecycle:
             e.in_startup = False
             said = exit_words(ev.code, ev.signal, ev.stderr, when=" during its start-up check")
             problems = [said] if ev.refusal is None else [ev.refusal, said]
-            self.note({"event": "seal-check", "generation": e.generation, "enforced": e.seal, "problems": problems})
+            self.note(SealCheckExitNote(e.generation, e.seal, problems))
             self._signal(SealCheckSignal(problems, self.config.seal_check).to_json())
             if ev.refusal is None:
                 self._crash(said)
@@ -695,7 +705,7 @@ class Lifecycle:
         s.held = rec.request
         rec.config = e.config
         if e.config is not None:
-            self.note({"event": "config", "request": rec.request, "config": e.config.to_json()})
+            self.note(ConfigNote(rec.request, e.config))
         cmd: dict[str, Any] = {"type": "prompt", "id": rec.request, "message": rec.message}
         if rec.images:
             cmd["images"] = rec.images
@@ -752,7 +762,7 @@ class Lifecycle:
         if s.closing is not None:
             return
         s.closing = why
-        self.note({"event": "closing", "why": why, "detail": detail})
+        self.note(ClosingNote(why, detail))
         self.dialogs.end_all(dialogs.BY_CLOSING, write=s.engine.running)
         if self.questions.waiting:
             self.questions.answer_all("the bridge is closing")
@@ -811,8 +821,9 @@ class Lifecycle:
         s.receipts += 1
         self.emit(Deliver(receipt, release))
 
-    def note(self, payload: dict[str, Any]) -> None:
-        self.emit(Note(payload))
+    def note(self, record: LifeNote) -> None:
+        """A journal note (:mod:`~bridge.core.lifecycle.notes`), made its JSON here, once."""
+        self.emit(Note(record.to_json()))
 
     def _signal(self, payload: dict[str, Any]) -> None:
         """A signal, stamped with the generation it is about (the current one)."""

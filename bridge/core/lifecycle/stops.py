@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from bridge.core import dialogs
 from bridge.core.lifecycle.actions import Write
 from bridge.core.lifecycle.inputs import StopMissed
+from bridge.core.lifecycle.notes import StopNote
 from bridge.core.lifecycle.state import PromptRec, StopsState
 from bridge.core.words import StopBy
 
@@ -48,7 +49,7 @@ class Stops:
         stop = f"stop-{self.own.serial}"
         rec.stop, rec.stop_by = stop, by
         s.deadlines.pop("stall", None)  # a stopped run is waited for by its stop's own bounds
-        m.note({"event": "stop", "stop": stop, "request": rec.request, "by": by, "why": why})
+        m.note(StopNote(stop, rec.request, by, why))
         if not e.running:
             return  # no engine to tell: its exit settles the prompt
         # Pi's abort does not resolve a dialog the extension opened without a signal: the
@@ -71,7 +72,7 @@ class Stops:
             return
         again = f"{rec.stop}:again"
         why = "sent again: the engine answered it before the prompt's run started"
-        m.note({"event": "stop", "stop": again, "request": rec.request, "by": rec.stop_by, "why": why})
+        m.note(StopNote(again, rec.request, rec.stop_by, why))
         m.emit(Write(e.generation, {"type": "abort", "id": again}, "abort"))
         if "stop" in s.deadlines:
             s.deadlines["stop"] = m.now + m.config.stop_grace
