@@ -1,5 +1,9 @@
 """The lifecycle's state: plain attrs records (a prompt, the engine, the whole machine) that
-round-trip through cattrs (:func:`snapshot` / :func:`restore`)."""
+round-trip through cattrs (:func:`snapshot` / :func:`restore`). A phase is a :class:`StrEnum`
+whose member is its word, so the snapshot's JSON is what it was with bare strings. The machine's
+five parts each have a slice of their own (:class:`DialogsState`, :class:`ConfiguringState`,
+:class:`QuestionsState`, :class:`StopsState`, :class:`BudgetsState`), which only that part writes;
+a :class:`PromptRec`'s and the :class:`EngineRec`'s fields a part owns are named in its module."""
 
 from __future__ import annotations
 
