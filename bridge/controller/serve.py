@@ -324,7 +324,7 @@ async def _act(bridge: Bridge, cmd: Command, lineno: int, drain_timeout: float |
             )
         case Configure():
             bridge.configure(**cmd.wanted.asked())
-            return Configured(converter.unstructure(bridge.lifecycle.state.wanted))
+            return Configured(converter.unstructure(bridge.lifecycle.state.configuring.wanted))
         case NewConversation():
             bridge.new_conversation()
         case CompactConversation():

@@ -135,7 +135,7 @@ class PromptTracer:
     def _start(self, request: str, carrier: Mapping[str, str] | None) -> None:
         context = self._propagator.extract(dict(carrier)) if carrier is not None else None
         state = self._state()
-        wanted = state.wanted
+        wanted = state.configuring.wanted
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent",
             "gen_ai.agent.name": AGENT,

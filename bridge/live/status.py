@@ -27,5 +27,5 @@ def status_of(st: LifeState, alive: bool, pid: int | None, journal: Journal | No
         "journal": str(journal.path) if journal is not None else None,
         "shutdown": st.draining,
         "closing": st.closing,
-        "spent": st.spent.to_json(),
+        "spent": st.budgets.spent.to_json(),
     }

@@ -83,7 +83,7 @@ class Steering:
         run`` prints -- when the launch was refused (the bridge is down: close it); a crash is
         retried at the next prompt, as any crash is."""
         self._feed(Open())
-        while self.lifecycle.state.opening is not None:
+        while self.lifecycle.state.questions.opening is not None:
             await self._wait_change()
         if self.lifecycle.state.setup_failed:
             raise ProfileError(f"the engine cannot be set up: {self.down_reason}")

@@ -401,7 +401,7 @@ class AcpAgent:
             models = []  # an engine that lists no models: no model selector
         known = bridge.lifecycle.state.engine.config
         current = acp.model_value(known.provider, known.model) if known and known.provider and known.model else None
-        sess.models, sess.thinking = models, bridge.lifecycle.state.wanted.thinking  # (--thinking)
+        sess.models, sess.thinking = models, bridge.lifecycle.state.configuring.wanted.thinking  # (--thinking)
         thinking = known.thinking if known else None
         if sess.thinking is not None and sess.thinking != thinking:  # applied before the first prompt
             thinking = acp.thinking_for(models, current, sess.thinking)
@@ -530,7 +530,7 @@ class AcpAgent:
         not what they said. Not while the client's later choice is still to be applied (the
         options say that one, until a prompt runs with it)."""
         config, bridge = receipt.config, sess.bridge
-        if config is None or bridge is None or not config.satisfies(bridge.lifecycle.state.wanted):
+        if config is None or bridge is None or not config.satisfies(bridge.lifecycle.state.configuring.wanted):
             return
         model = acp.current_value(sess.options, "model")
         if config.provider and config.model:
