@@ -74,17 +74,17 @@ def test_model_calls_the_messages_do_not_account_for_spend_the_prompts_budget() 
     assert h.feed(Spent(generation, "p1", usage(tokens=300))) == []
     rec = h.lc.state.prompts["p1"]
     assert (rec.spent, rec.called, rec.calls) == (Spend(0, 300), Spend(0, 300), 1)
-    assert h.lc.state.spent == Spend(0, 300)  # once, not twice
+    assert h.lc.state.budgets.spent == Spend(0, 300)  # once, not twice
     # A call with no usage read counts as a call, with no tokens.
     assert not notes(h.feed(ModelCalled(generation, "p1", None)), "stop")
-    assert (rec.calls, h.lc.state.spent) == (2, Spend(0, 300))
+    assert (rec.calls, h.lc.state.budgets.spent) == (2, Spend(0, 300))
     # A tool's own call with the token: no message of Pi's accounts for it; past 1000, stopped.
     h.now = 2.0
     out = h.feed(ModelCalled(generation, "p1", usage(tokens=800)))
     (budget,) = notes(out, "budget")
     assert budget["spent"]["tokens"] == 1100 and budget["calls"] == 3
     assert notes(out, "stop")[0]["by"] == "budget"
-    assert h.lc.state.spent == Spend(0, 1100)
+    assert h.lc.state.budgets.spent == Spend(0, 1100)
     # Stopped: the gate is closed (the endpoint refuses more calls).
     assert h.lc.model_gate() is None
     out = h.settle("p1", Facts(tracker=("failed", "interrupted"), stop_by="budget"), stop=notes(out, "stop")[0]["stop"])
@@ -104,7 +104,7 @@ def test_the_key_endpoints_gate_is_open_only_while_a_prompt_holds_the_slot() -> 
     assert h.lc.model_gate() is None  # after its receipt
     # A call reported late (begun before the receipt) counts toward the total alone.
     h.feed(ModelCalled(generation, None, usage(tokens=50)))
-    assert h.lc.state.spent == Spend(0, 50)
+    assert h.lc.state.budgets.spent == Spend(0, 50)
     h.drive_to_completion()
 
 
@@ -170,7 +170,7 @@ def test_the_bridges_total_stops_the_prompt_that_passes_it_and_rejects_the_rest(
     assert not [w for w in of(out, Write) if w.kind == "prompt"]
     # And one submitted later still is rejected at once.
     assert delivered(submit(h, "p4")) == {"p4": ("rejected", "budget")}
-    assert h.lc.state.spent == Spend(pytest.approx(0.06), 0)  # type: ignore[arg-type]
+    assert h.lc.state.budgets.spent == Spend(pytest.approx(0.06), 0)  # type: ignore[arg-type]
     h.drive_to_completion()
 
 
@@ -186,7 +186,7 @@ def test_a_spend_after_the_controllers_stop_or_for_a_settled_prompt_sends_no_sto
     assert delivered(out) == {"p1": ("failed", "interrupted")}
     # A late spend of a settled prompt still counts toward the total.
     h.feed(Spent(generation, "p1", usage(tokens=1)))
-    assert h.lc.state.spent.tokens == 51
+    assert h.lc.state.budgets.spent.tokens == 51
     h.drive_to_completion()
 
 
@@ -323,9 +323,9 @@ def test_a_prompts_own_compaction_counts_toward_its_budget_and_the_total() -> No
     """A compaction between runs (the prompt holding the slot, configuring) counts for that
     prompt: its run is stopped at its first message if the two together pass its budget."""
     h = Harness()
-    h.lc.state.compact = ""  # a compaction goes with the next prompt
+    h.lc.state.configuring.compact = ""  # a compaction goes with the next prompt
     submit(h, "p1", usd=0.3)
     generation = ready_engine(h, ack=False)
     assert h.lc.state.prompts["p1"].phase == "configuring"
     assert h.feed(Spent(generation, None, usage(cost=0.25))) == []  # not written: nothing to stop
-    assert h.lc.state.prompts["p1"].spent.usd == 0.25 and h.lc.state.spent.usd == 0.25
+    assert h.lc.state.prompts["p1"].spent.usd == 0.25 and h.lc.state.budgets.spent.usd == 0.25

@@ -269,10 +269,15 @@ class Harness:
         elif kind is AskDialog:
             if action.dialog in self.dialogs_asked:
                 self.violations.append(f"{action.dialog!r} asked twice")
-            self.dialogs_asked[action.dialog] = s.dialogs[action.dialog].engine_id
+            self.dialogs_asked[action.dialog] = s.dialogs.open[action.dialog].engine_id
         elif kind is DialogEnded:
             self.dialog_ends.setdefault(action.dialog, []).append(action)
-            never_asked = action.dialog not in self.dialogs_asked and action.by not in ("no-controller", "closing")
+            # (Cancelled at once, never asked: nobody reads dialogs, closing, or its prompt is being stopped.)
+            never_asked = action.dialog not in self.dialogs_asked and action.by not in (
+                "no-controller",
+                "closing",
+                "stop",
+            )
             if len(self.dialog_ends[action.dialog]) > 1 or never_asked:
                 self.violations.append(f"{action!r}: a second end, or of a dialog never asked")
             if action.by != "controller" and action.answer not in (None, {"cancelled": True}):
@@ -531,6 +536,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         request = f"p{self.serial}"
         closing = s.closing is not None or s.draining or s.closed
         down, full = s.down is not None, len(s.queue) >= self.h.cfg.queue_max
+        spent = self.h.cfg.total_budget.spent(s.budgets.spent) is not None  # the total is spent
         breaking = self.h.journal_breaks is not None  # the step's first note fails the journal: closing
         got = delivered(self.h.submit(request, timeout, stall)).get(request)
         if breaking and got == ("rejected", "closing"):
@@ -541,6 +547,8 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert got == ("rejected", "engine-down"), got
         elif full:
             assert got == ("rejected", "queue-full"), got
+        elif spent:
+            assert got == ("rejected", "budget"), got
         else:  # queued; or the engine it wants finds the crash limit reached: down now
             assert got is None or (got == ("rejected", "engine-down") and self.lc.state.down is not None), got
         assert self.lc.knows(request)
@@ -697,7 +705,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             if down is None and self.lc.state.closing is None:
                 assert self.lc.state.setup_failed
                 assert self.lc.state.down == "seal check failed: " + "; ".join(problems)
-                assert self.lc.state.queue == [] and not self.lc.state.asks
+                assert self.lc.state.queue == [] and not self.lc.state.questions.asks
                 assert any(a.payload.get("signal") == "engine-down" for a in of(out, Signal))
 
     @precondition(lambda self: self._held_on_live_engine() is not None and self.lc.state.held not in self.h.acked)
@@ -748,7 +756,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     def the_controller_configures(self, thinking: str) -> None:
         closed = self.lc.state.closed  # a closed lifecycle takes only Submit
         self.h.feed(Configure(Wanted(thinking=thinking)))
-        assert closed or self.lc.state.wanted.thinking == thinking
+        assert closed or self.lc.state.configuring.wanted.thinking == thinking
 
     @rule()
     def open_the_bridge(self) -> None:
@@ -806,7 +814,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         rec = self.lc.state.prompts[request]
         stopped = rec.stop is not None or rec.gave_up is not None
         out = self.h.feed(Spent(generation, request, Usage(cost=cost, messages=1)))
-        passed = rec.budget.passed(rec.spent) or self.lc.config.total_budget.passed(self.lc.state.spent)
+        passed = rec.budget.passed(rec.spent) or self.lc.config.total_budget.passed(self.lc.state.budgets.spent)
         stops = notes(out, "stop")
         if passed and not stopped:
             assert [n["by"] for n in stops] == ["budget"], out
@@ -852,23 +860,23 @@ class LifecycleMachine(RuleBasedStateMachine):
                 {"type": "extension_ui_response", "id": engine_id, "cancelled": True}
             ]
             # (Others may end in the same feed: a journal that fails noting this one closes.)
-            ends = [e for e in of(actions, DialogEnded) if e.dialog == f"dialog-{self.lc.state.dialog_serial}"]
+            ends = [e for e in of(actions, DialogEnded) if e.dialog == f"dialog-{self.lc.state.dialogs.serial}"]
             assert len(ends) == (1 if allowed else 0) and all(e.answer == {"cancelled": True} for e in ends)
         else:
             assert len(asked) == 1 and asked[0].payload["timeout"] <= self.h.cfg.dialog_timeout
 
-    @precondition(lambda self: bool(self.lc.state.dialogs))
+    @precondition(lambda self: bool(self.lc.state.dialogs.open))
     @rule()
     def nobody_answers_any_more(self) -> None:
         actions = self.h.feed(NobodyAnswers())
-        assert not self.lc.state.dialogs
+        assert not self.lc.state.dialogs.open
         assert all(e.by in ("no-controller", "closing") for e in of(actions, DialogEnded))
 
     @precondition(lambda self: bool(self.h.dialogs_asked))
     @rule(data=st.data(), how=st.sampled_from(["fits", "fits", "cancel", "misfit"]))
     def the_controller_answers_a_dialog(self, data: st.DataObject, how: str) -> None:
         dialog = data.draw(st.sampled_from(sorted(self.h.dialogs_asked)))
-        rec = self.lc.state.dialogs.get(dialog)
+        rec = self.lc.state.dialogs.open.get(dialog)
         answer: dict[str, Any] = {"cancelled": True} if how == "cancel" else {}
         method = rec.method if rec is not None else "confirm"
         if how == "fits":
@@ -881,9 +889,9 @@ class LifecycleMachine(RuleBasedStateMachine):
         ends = [e for e in of(actions, DialogEnded) if e.dialog == dialog]
         if rec is None or how == "misfit":
             assert reply.error is not None and not of(actions, Write) and not ends
-            assert (dialog in self.lc.state.dialogs) == (rec is not None)
+            assert (dialog in self.lc.state.dialogs.open) == (rec is not None)
         else:
-            assert reply.error is None and dialog not in self.lc.state.dialogs
+            assert reply.error is None and dialog not in self.lc.state.dialogs.open
             (end,) = ends
             assert end.by == "controller" and end.answer == answer
             assert self.h.dialog_writes[rec.engine_id] == [
@@ -905,6 +913,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         stall = self.lc.state.deadlines.get("stall")
         if rec.stall is None or rec.stop is not None or not had:
             assert stall is None
+        elif pause == math.inf and self.h.cfg.tool_timeout is not None:  # a tool runs: the tool bound
+            assert stall == max(self.h.now - ago, rec.written or 0.0, rec.resumed or 0.0) + self.h.cfg.tool_timeout
         elif pause == math.inf:
             assert stall == self.h.now + rec.stall
         else:
@@ -1027,10 +1037,12 @@ class LifecycleMachine(RuleBasedStateMachine):
         """``opening`` is cleared as soon as its engine's check has ended (or none will run):
         an open never waits on a ready engine, a down or closing bridge, or nothing."""
         s, e = self.lc.state, self.lc.state.engine
-        if s.opening is not None:
+        if s.questions.opening is not None:
             assert s.closing is None and s.down is None, (s.closing, s.down)
             # (stopping: an engine on its way out, the one waited for starts after its exit)
-            assert e.phase in ("spawning", "checking", "backoff") or e.in_startup or e.generation < s.opening, e.phase
+            assert (
+                e.phase in ("spawning", "checking", "backoff") or e.in_startup or e.generation < s.questions.opening
+            ), e.phase
 
     @invariant()
     def nothing_broke_while_carrying_out(self) -> None:
@@ -1071,21 +1083,21 @@ class LifecycleMachine(RuleBasedStateMachine):
         s, h = self.lc.state, self.h
         for dialog, engine_id in h.dialogs_asked.items():
             ends = h.dialog_ends.get(dialog, [])
-            assert len(ends) == (0 if dialog in s.dialogs else 1), (dialog, ends)
+            assert len(ends) == (0 if dialog in s.dialogs.open else 1), (dialog, ends)
             written = h.dialog_writes.get(engine_id, [])
             assert len(written) <= 1
             if ends and ends[0].answer is not None:
                 assert written == [{"type": "extension_ui_response", "id": engine_id, **ends[0].answer}]
             elif ends:  # not written: its engine was gone
                 assert ends[0].by == "engine-exit" and written == []
-        for rec in s.dialogs.values():
+        for rec in s.dialogs.open.values():
             # An open dialog is of the running engine, and holds its prompt's ack and stall.
             assert rec.generation == s.engine.generation and s.engine.phase in ("checking", "ready")
             assert s.deadlines.get("dialog", math.inf) <= rec.deadline
             if rec.request is not None and rec.request == s.held:
                 assert not {"ack", "stall"} & set(s.deadlines), s.deadlines
         if s.closed or s.closing is not None:
-            assert not s.dialogs
+            assert not s.dialogs.open
 
     @invariant()
     def the_state_round_trips(self) -> None:
@@ -1453,11 +1465,11 @@ def test_open_starts_the_engine_and_ends_when_its_check_passes_then_the_prompt_u
     """``open_bridge`` (:class:`Open`): one engine started before any prompt; the open ends at
     its clean check, and the first prompt is written to that engine, not to a second one."""
     h = Harness()
-    assert of(h.feed(Open()), Spawn) == [Spawn(1)] and h.lc.state.opening == 1
+    assert of(h.feed(Open()), Spawn) == [Spawn(1)] and h.lc.state.questions.opening == 1
     h.spawned(1, startup=True)
-    assert h.lc.state.opening == 1
+    assert h.lc.state.questions.opening == 1
     h.feed(StartupChecked(1, []))
-    assert h.lc.state.opening is None and not h.lc.state.setup_failed
+    assert h.lc.state.questions.opening is None and not h.lc.state.setup_failed
     out = h.submit("p1")
     assert not of(out, Spawn) and [w.request for w in of(out, Write)] == ["p1"]
     assert [a for a in h.log if type(a) is Spawn] == [Spawn(1)]
@@ -1478,14 +1490,14 @@ def test_open_ends_at_a_refusal_with_the_words_and_starts_nothing_more(how: str)
         h.spawned(1, startup=True)
         if how == "refused-check":
             h.feed(StartupChecked(1, ["Pi does not offer --model nope"]))
-            assert h.lc.state.opening is None  # at the answers, not at the stopped engine's exit
+            assert h.lc.state.questions.opening is None  # at the answers, not at the stopped engine's exit
             h.exited(1, 0)
         else:
             h.feed(StdoutClosed(1))  # Pi closes its stdout first: the exit tells whether it refused
-            assert h.lc.state.opening == 1
+            assert h.lc.state.questions.opening == 1
             h.exited(1, 1, None, ['Error: Model "nope" not found.'], 'Pi refused: Model "nope" not found.')
     s = h.lc.state
-    assert s.opening is None and s.setup_failed and s.down is not None and s.crashes == []
+    assert s.questions.opening is None and s.setup_failed and s.down is not None and s.crashes == []
     h.advance(60.0)
     assert [a for a in h.log if type(a) is Spawn] == [Spawn(1)]
     assert h.violations == []
@@ -1501,7 +1513,7 @@ def test_open_ends_at_a_crash_without_a_second_start_and_the_prompt_restarts_it(
     h.spawned(1, startup=True)
     h.exited(1, 1, None, [LICENCE])
     s = h.lc.state
-    assert s.opening is None and not s.setup_failed and s.down is None and len(s.crashes) == 1
+    assert s.questions.opening is None and not s.setup_failed and s.down is None and len(s.crashes) == 1
     h.advance(60.0)
     assert [a for a in h.log if type(a) is Spawn] == [Spawn(1)]
     assert of(h.submit("p1"), Spawn) == [Spawn(2)]
@@ -1513,7 +1525,7 @@ def test_open_on_a_closing_or_down_bridge_waits_for_nothing() -> None:
     h = Harness()
     h.feed(Close())
     h.feed(Open())
-    assert h.lc.state.opening is None and not [a for a in h.log if type(a) is Spawn]
+    assert h.lc.state.questions.opening is None and not [a for a in h.log if type(a) is Spawn]
 
 
 def test_a_startup_check_answered_sealed_after_crashes_sends_the_prompt() -> None:
@@ -1793,7 +1805,7 @@ def test_a_dialog_opened_after_its_prompts_stop_is_cancelled_at_once_not_asked()
     actions = h.feed(Stop("p1"))
     assert [(e.by, e.answer) for e in of(actions, DialogEnded)] == [("stop", {"cancelled": True})]
     actions = h.feed(DialogOpened(g, "ui-2", "confirm", {"title": "second?"}))
-    assert not of(actions, AskDialog) and not h.lc.state.dialogs
+    assert not of(actions, AskDialog) and not h.lc.state.dialogs.open
     assert [(e.by, e.answer) for e in of(actions, DialogEnded)] == [("stop", {"cancelled": True})]
     assert [w.cmd for w in of(actions, Write) if w.kind == "dialog"] == [
         {"type": "extension_ui_response", "id": "ui-2", "cancelled": True}

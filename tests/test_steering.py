@@ -290,7 +290,7 @@ def test_configure_changes_what_later_prompts_ask_for_and_refuses_half_a_model()
     lc = Lifecycle(BridgeConfig(stall_timeout=None))
     lc.step(Configure(Wanted("p", "m", None)), 0.0)
     lc.step(Configure(Wanted(thinking="low")), 0.0)
-    assert lc.state.wanted == Wanted("p", "m", "low")
+    assert lc.state.configuring.wanted == Wanted("p", "m", "low")
     lc.step(Submit("a", "hi", wanted=Wanted(thinking="high")), 0.0)
     assert lc.state.prompts["a"].wanted == Wanted("p", "m", "high")
     with pytest.raises(ValueError, match="provider and its id"):

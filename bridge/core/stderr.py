@@ -29,6 +29,7 @@ from typing import Any, Final
 import attrs
 
 from bridge.core.session import STDERR_QUOTED
+from bridge.core.wire import Wire, form
 
 #: The default cap, characters per engine generation: 1 MiB, the journal's own buffer between
 #: receipts; Pi writes a few lines at start and a stack trace when it dies.
@@ -39,6 +40,22 @@ TAIL_ROOM: Final = 64 << 10
 TAIL_LINES: Final = 200
 #: The note's event.
 STDERR_DROPPED: Final = "stderr-dropped"
+
+
+@form(tag={"event": STDERR_DROPPED}, rename={"first_t": "from", "last_t": "to"})
+@attrs.frozen
+class StderrDroppedNote(Wire):
+    """The journal's note of what a generation's stderr left out: ``lines`` and ``chars``
+    dropped, the last ``kept`` lines journaled after it, the ``cap``, and when the first and
+    the last line held back were read (``from``, ``to``)."""
+
+    generation: int
+    lines: int
+    chars: int
+    kept: int
+    cap: int | None
+    first_t: float | None
+    last_t: float | None
 
 
 def tail_room(cap: int) -> int:
@@ -87,14 +104,7 @@ class StderrBudget:
         held, self.held, self.held_chars = list(self.held), collections.deque(), 0
         if not self.dropped_lines:
             return None, held
-        note = {
-            "event": STDERR_DROPPED,
-            "generation": generation,
-            "lines": self.dropped_lines,
-            "chars": self.dropped_chars,
-            "kept": len(held),
-            "cap": self.cap,
-            "from": self.first_t,
-            "to": self.last_t,
-        }
-        return note, held
+        note = StderrDroppedNote(
+            generation, self.dropped_lines, self.dropped_chars, len(held), self.cap, self.first_t, self.last_t
+        )
+        return note.to_json(), held

@@ -303,12 +303,12 @@ class Supervision:
             receipts=st.receipts,
             down=st.down,
             setup_failed=st.setup_failed,
-            opening=st.opening is not None,
+            opening=st.questions.opening is not None,
             draining=st.draining,
             closing=st.closing,
             closed=st.closed,
-            wanted=st.wanted,
-            spent=st.spent,
+            wanted=st.configuring.wanted,
+            spent=st.budgets.spent,
         )
         self._view = (self.steps, view)
         return view

@@ -1,13 +1,16 @@
 """The prompt lifecycle: one pure state machine for everything that is not evidence.
 
-The package: :mod:`.config` (settings and deadlines), :mod:`.state` (the records),
-:mod:`.inputs` and :mod:`.actions` (what goes in and comes out), :mod:`.machine`
-(:class:`Lifecycle` and :func:`step`), and five parts of the machine in modules of their own,
-mixins of :class:`Lifecycle` with their rules: :mod:`.extension_dialogs` (a dialog's asking
-and its one response), :mod:`.configuring` (a prompt's model, thinking level, new
-conversation and compaction, applied before it is written), :mod:`.questions` (the
-questions for the engine that change nothing, ``get_available_models``), :mod:`.stops` (how
-a stop is sent) and :mod:`.budgets` (a spend past its budget: :mod:`bridge.core.budget`).
+The package: :mod:`.config` (settings and deadlines), :mod:`.state` (the records, and the
+phases, each a ``StrEnum``), :mod:`.inputs` and :mod:`.actions` (what goes in and comes
+out), :mod:`.notes` (the journal notes it writes, one record each), :mod:`.machine`
+(:class:`Lifecycle` and :func:`step`), and five parts of the machine in modules of their own:
+objects the machine holds and calls, each with its own slice of the state (``state.<part>``,
+written by that part only) and its rules in its module's header: :mod:`.extension_dialogs` (a
+dialog's asking and its one response), :mod:`.configuring` (a prompt's model, thinking level,
+new conversation and compaction, applied before it is written), :mod:`.questions` (the
+questions for the engine that change nothing, ``get_available_models``, and the open),
+:mod:`.stops` (how a stop is sent) and :mod:`.budgets` (a spend past its budget:
+:mod:`bridge.core.budget`).
 
 The shape is seed ``004``'s: :meth:`Lifecycle.step` takes one input and the
 time and returns the actions the trio layer must carry out. No trio, no clock,
@@ -155,8 +158,10 @@ if TYPE_CHECKING:
     )
     from bridge.core.lifecycle.state import (
         DialogRec,
+        EnginePhase,
         EngineRec,
         LifeState,
+        PromptPhase,
         PromptRec,
         restore,
         snapshot,
@@ -185,7 +190,9 @@ _HOMES: dict[str, str] = {
             "StopMissed", "Submit", "Tick", "Unsealed", "WriteFailed",
         ),
         "machine": ("Lifecycle", "step"),
-        "state": ("DialogRec", "EngineRec", "LifeState", "PromptRec", "restore", "snapshot"),
+        "state": (
+            "DialogRec", "EnginePhase", "EngineRec", "LifeState", "PromptPhase", "PromptRec", "restore", "snapshot",
+        ),
         "receipts": ("GiveUpWhy",),
     }.items()
     for name in names
@@ -219,6 +226,7 @@ __all__ = [
     "DialogRec",
     "DialogReply",
     "EngineExited",
+    "EnginePhase",
     "EngineRec",
     "GiveUp",
     "GiveUpWhy",
@@ -233,6 +241,7 @@ __all__ = [
     "Note",
     "Notify",
     "Open",
+    "PromptPhase",
     "PromptRec",
     "Shutdown",
     "Signal",

@@ -1,7 +1,16 @@
-"""A prompt's configuring, the lifecycle's part: :class:`Configuring`, a mixin of
-:class:`~bridge.core.lifecycle.machine.Lifecycle`. The commands for a model and a thinking level,
-and how their answers are verified, are :mod:`bridge.core.steering`'s; this is when they are
-written and what their answers do, with a new conversation and a compaction.
+"""A prompt's configuring, the lifecycle's part: :class:`Configuring`, which the
+:class:`~bridge.core.lifecycle.machine.Lifecycle` holds and calls (its ``configuring``). The
+commands for a model and a thinking level, and how their answers are verified, are
+:mod:`bridge.core.steering`'s; this is when they are written and what their answers do, with a
+new conversation and a compaction.
+
+It owns, and alone writes: the state's ``configuring`` slice (:class:`ConfiguringState`: the
+bridge's configuration, and the new conversation or compaction waiting for the next prompt),
+a configuring prompt's ``config_answers`` and its ``compact`` once done, the engine's
+``configs`` count and ``busy`` command, and the ``config`` and ``busy`` deadlines. The machine
+calls it for the steering inputs, when a prompt taking the slot needs configuring
+(:meth:`Configuring.begin`), when a configuring prompt is stopped or its engine is lost, and at
+its deadlines; it calls back the machine to write, requeue or reject the prompt.
 
 - :class:`Configure` steers the prompts submitted from then on (what it leaves as is stays);
   :class:`NewConversation` and :class:`Compact` go with the next prompt submitted (a
@@ -31,81 +40,85 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from bridge.core.lifecycle.actions import Action, Notify, Write
-from bridge.core.lifecycle.config import DEFAULT_STALL_TIMEOUT, BridgeConfig
+from bridge.core.lifecycle.actions import Notify, Write
+from bridge.core.lifecycle.config import DEFAULT_STALL_TIMEOUT
 from bridge.core.lifecycle.inputs import Compact, Configure, Configured, NewConversation
-from bridge.core.lifecycle.state import LifeState, PromptRec
+from bridge.core.lifecycle.notes import (
+    CompactedNote,
+    CompactNote,
+    ConfiguredNote,
+    ConfigureNote,
+    NewConversationNote,
+    PromptConfigureNote,
+)
+from bridge.core.lifecycle.state import ConfiguringState, EnginePhase, PromptPhase, PromptRec
 from bridge.core.notices import compaction_notice
 from bridge.core.steering import commands, verify
-from bridge.core.wire import converter
 from bridge.core.words import Reason
+
+if TYPE_CHECKING:
+    from bridge.core.lifecycle.machine import Lifecycle
 
 
 class Configuring:
     """The steering inputs' handlers, the configuring of a held prompt, and the ``config`` and
     ``busy`` deadlines."""
 
-    # What it uses of the machine (Lifecycle sets and defines them).
-    config: BridgeConfig
-    state: LifeState
-    _out: list[Action]
-    _now: float
+    def __init__(self, machine: Lifecycle) -> None:
+        self.machine = machine
 
-    if TYPE_CHECKING:
+    @property
+    def own(self) -> ConfiguringState:
+        return self.machine.state.configuring
 
-        def _current(self, generation: int) -> bool: ...
-        def _held(self) -> PromptRec | None: ...
-        def _note(self, payload: dict[str, Any]) -> None: ...
-        def _reject(self, rec: PromptRec, reason: Reason, native_error: str | None = None) -> None: ...
-        def _requeue(self, rec: PromptRec) -> None: ...
-        def _send_prompt(self, rec: PromptRec) -> None: ...
+    def configure(self, ev: Configure) -> None:
+        own = self.own
+        own.wanted = ev.wanted.over(own.wanted)
+        self.machine.note(ConfigureNote(own.wanted))
 
-    def _configure(self, ev: Configure) -> None:
-        self.state.wanted = ev.wanted.over(self.state.wanted)
-        self._note({"event": "configure", "wanted": converter.unstructure(self.state.wanted)})
+    def new_conversation(self, ev: NewConversation) -> None:
+        self.own.fresh = True
+        self.machine.note(NewConversationNote())
 
-    def _new_conversation(self, ev: NewConversation) -> None:
-        self.state.fresh = True
-        self._note({"event": "new-conversation"})
+    def compact(self, ev: Compact) -> None:
+        self.own.compact = ev.instructions or ""
+        self.machine.note(CompactNote(ev.instructions))
 
-    def _compact(self, ev: Compact) -> None:
-        self.state.compact = ev.instructions or ""
-        self._note({"event": "compact", "instructions": ev.instructions})
+    def take_next(self) -> tuple[bool, str | None]:
+        """What goes with the prompt submitted now, taken: a new conversation, else a compaction
+        (moot in a new conversation)."""
+        own = self.own
+        fresh, own.fresh = own.fresh, False
+        compact, own.compact = own.compact, None
+        return fresh, None if fresh else compact
 
-    def _begin_config(self, rec: PromptRec) -> None:
+    def begin(self, rec: PromptRec) -> None:
         """``rec``, holding the slot, is configured: its first command is written."""
-        rec.phase = "configuring"
-        self.state.engine.configs += 1
-        self._note(
-            {
-                "event": "configure",
-                "request": rec.request,
-                "wanted": converter.unstructure(rec.wanted),
-                "new_conversation": rec.fresh,
-                "compact": rec.compact,
-            }
-        )
+        rec.phase = PromptPhase.CONFIGURING
+        self.machine.state.engine.configs += 1
+        self.machine.note(PromptConfigureNote(rec.request, rec.wanted, rec.fresh, rec.compact))
         rec.config_answers = {}
-        self._write_config(rec, self._config_commands(rec)[0])
+        self._write(rec, self._commands(rec)[0])
 
-    def _write_config(self, rec: PromptRec, cmd: dict[str, Any]) -> None:
+    def _write(self, rec: PromptRec, cmd: dict[str, Any]) -> None:
         """One configuration command for the held prompt, bounded by ``ack_timeout`` -- a
         compaction, which calls the model, by the prompt's stall timeout when that is longer."""
-        e = self.state.engine
-        self._out.append(Write(e.generation, cmd, "config", request=rec.request))
-        self.state.deadlines["config"] = self._now + self._config_bound(rec, cmd)
+        m = self.machine
+        m.emit(Write(m.state.engine.generation, cmd, "config", request=rec.request))
+        m.state.deadlines["config"] = m.now + self._bound(rec, cmd)
 
-    def _config_bound(self, rec: PromptRec, cmd: dict[str, Any]) -> float:
+    def _bound(self, rec: PromptRec, cmd: dict[str, Any]) -> float:
         """``ack_timeout``; a compaction, which calls the model, the prompt's stall timeout."""
+        config = self.machine.config
         if cmd["type"] == "compact":
-            return rec.stall or self.config.stall_timeout or DEFAULT_STALL_TIMEOUT
-        return self.config.ack_timeout
+            return rec.stall or config.stall_timeout or DEFAULT_STALL_TIMEOUT
+        return config.ack_timeout
 
-    def _config_commands(self, rec: PromptRec) -> list[dict[str, Any]]:
+    def _commands(self, rec: PromptRec) -> list[dict[str, Any]]:
         """What is written, one at a time, before ``rec``: ``new_session`` if a new
         conversation was asked for, else ``compact`` if a compaction was, then its
         configuration, ``get_state`` last."""
-        prefix = self._config_prefix()
+        prefix = self._prefix()
         first = [{"type": "new_session", "id": f"{prefix}:new"}] if rec.fresh else []
         if rec.compact is not None and not rec.fresh:  # a new conversation has nothing to compact
             first.append({"type": "compact", "id": f"{prefix}:compact"})
@@ -113,24 +126,31 @@ class Configuring:
                 first[-1]["customInstructions"] = rec.compact
         return first + commands(rec.wanted, prefix)
 
-    def _config_prefix(self) -> str:
-        return f"cfg-{self.state.engine.generation}-{self.state.engine.configs}"
+    def _prefix(self) -> str:
+        e = self.machine.state.engine
+        return f"cfg-{e.generation}-{e.configs}"
 
-    def _configured(self, ev: Configured) -> None:
-        s, e = self.state, self.state.engine
-        if e.busy is not None and e.busy in ev.answers and self._current(ev.generation):
+    def configured(self, ev: Configured) -> None:
+        m = self.machine
+        s, e = m.state, m.state.engine
+        if e.busy is not None and e.busy in ev.answers and m.current(ev.generation):
             e.busy = None  # the aborted compaction is over: prompts may be written again
             s.deadlines.pop("busy", None)
-        rec = self._held()
-        if rec is None or rec.phase != "configuring" or rec.request != ev.request or not self._current(ev.generation):
+        rec = m.held()
+        if (
+            rec is None
+            or rec.phase != PromptPhase.CONFIGURING
+            or rec.request != ev.request
+            or not m.current(ev.generation)
+        ):
             return
         rec.config_answers.update(ev.answers)
-        prefix = self._config_prefix()
-        cmds = self._config_commands(rec)
+        prefix = self._prefix()
+        cmds = self._commands(rec)
         if len(rec.config_answers) < len(cmds):
             # One at a time: Pi 1.6.0 runs commands concurrently, and answered a get_state
             # written right behind a set_model with the old model (and set_model after it).
-            self._write_config(rec, cmds[len(rec.config_answers)])
+            self._write(rec, cmds[len(rec.config_answers)])
             return
         s.deadlines.pop("config", None)
         if rec.compact is not None:
@@ -143,67 +163,64 @@ class Configuring:
                 # engine is one. The prompt waits for it.
                 rec.fresh, rec.compact = False, None
                 e.recycle = True
-                self._note({"event": "new-conversation", "request": rec.request, "by": "recycling the engine"})
-                self._requeue(rec)
+                m.note(NewConversationNote(rec.request, "recycling the engine"))
+                m.requeue(rec)
                 return
         config, problem = verify(rec.wanted, rec.config_answers, prefix)
         e.config = config if problem is None else None
-        self._note(
-            {
-                "event": "configured",
-                "request": rec.request,
-                "config": config.to_json() if config is not None else None,
-                "problem": problem,
-            }
-        )
+        m.note(ConfiguredNote(rec.request, config, problem))
         if problem is not None:
-            self._reject(rec, Reason.CONFIG, problem)
-        elif not e.sealed or e.recycle or e.phase != "ready":
-            self._requeue(rec)  # not onto this engine: it is replaced first
+            m.reject(rec, Reason.CONFIG, problem)
+        elif not e.sealed or e.recycle or e.phase != EnginePhase.READY:
+            m.requeue(rec)  # not onto this engine: it is replaced first
         else:
-            self._send_prompt(rec)
+            m.send_prompt(rec)
 
     def _compacted(self, rec: PromptRec, answer: dict[str, Any]) -> None:
         """The compaction before ``rec`` was answered: the controller is told how it went (a
         refusal, such as Pi's "Nothing to compact", does not stop the prompt)."""
         notice = compaction_notice(rec.request, answer)
-        self._note({"event": "compacted", **{k: v for k, v in notice.to_json().items() if k != "type"}})
-        self._out.append(Notify(notice))
+        self.machine.note(CompactedNote(notice))
+        self.machine.emit(Notify(notice))
         rec.compact = None  # done: a prompt requeued onto a fresh engine is not compacted again
 
-    def _compaction_lost(self, rec: PromptRec, why: str) -> None:
+    def compaction_lost(self, rec: PromptRec, why: str) -> None:
         """The engine configuring ``rec`` is gone or replaced before it answered the compaction
         asked for: the controller is told it failed, and why (a new engine's conversation is
         empty: there is nothing left to compact for it)."""
         if rec.compact is not None and not rec.fresh:
             self._compacted(rec, {"success": False, "error": why})
 
-    def _abort_compaction(self, rec: PromptRec) -> None:
+    def abort_compaction(self, rec: PromptRec) -> None:
         """A configuring prompt is stopped while Pi compacts for it: Pi's ``abort`` stops the
         compaction (agent-session.js ``abort``: ``abortCompaction``), and no prompt is written
         until the compaction is answered -- Pi refuses a prompt while it compacts."""
-        s, e = self.state, self.state.engine
-        cmds = self._config_commands(rec)
+        m = self.machine
+        e = m.state.engine
+        cmds = self._commands(rec)
         pending = cmds[len(rec.config_answers)] if len(rec.config_answers) < len(cmds) else None
-        if pending is None or pending["type"] != "compact" or e.phase not in ("checking", "ready"):
+        if pending is None or pending["type"] != "compact" or not e.running:
             return
         e.busy = pending["id"]
-        self._out.append(Write(e.generation, {"type": "abort", "id": f"{self._config_prefix()}:abort"}, "abort"))
-        s.deadlines["busy"] = self._now + self.config.ack_timeout
+        m.emit(Write(e.generation, {"type": "abort", "id": f"{self._prefix()}:abort"}, "abort"))
+        m.state.deadlines["busy"] = m.now + m.config.ack_timeout
 
-    def _deadline_config(self) -> None:
-        rec = self._held()
-        if rec is not None and rec.phase == "configuring":
-            self.state.engine.recycle = True
-            cmds = self._config_commands(rec)
+    def deadline_config(self) -> None:
+        """The ``config`` deadline: the held prompt's configuration was not answered in time."""
+        m = self.machine
+        rec = m.held()
+        if rec is not None and rec.phase == PromptPhase.CONFIGURING:
+            m.state.engine.recycle = True
+            cmds = self._commands(rec)
             cmd = cmds[min(len(rec.config_answers), len(cmds) - 1)]
-            bound = self._config_bound(rec, cmd)
+            bound = self._bound(rec, cmd)
             why = f"the engine did not answer {cmd['type']} in {bound:g} s"
-            self._compaction_lost(rec, f"{why}: the engine is replaced, and the conversation is lost with it")
-            self._reject(rec, Reason.CONFIG, why)
+            self.compaction_lost(rec, f"{why}: the engine is replaced, and the conversation is lost with it")
+            m.reject(rec, Reason.CONFIG, why)
 
-    def _deadline_busy(self) -> None:
-        e = self.state.engine
+    def deadline_busy(self) -> None:
+        """The ``busy`` deadline: an aborted compaction was not answered in time."""
+        e = self.machine.state.engine
         if e.busy is not None:
             e.busy = None
             e.recycle = True  # it did not say its compaction ended: the next prompt goes to a new engine

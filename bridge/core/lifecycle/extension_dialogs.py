@@ -1,7 +1,13 @@
-"""Extension dialogs, the lifecycle's part: :class:`ExtensionDialogs`, a mixin of
-:class:`~bridge.core.lifecycle.machine.Lifecycle`. What a dialog may be (its methods, the fields
-passed on, whether an answer fits, who may answer) is :mod:`bridge.core.dialogs`'; this is when
-one is asked and how it ends.
+"""Extension dialogs, the lifecycle's part: :class:`ExtensionDialogs`, which the
+:class:`~bridge.core.lifecycle.machine.Lifecycle` holds and calls (its ``dialogs``). What a dialog
+may be (its methods, the fields passed on, whether an answer fits, who may answer) is
+:mod:`bridge.core.dialogs`'; this is when one is asked and how it ends.
+
+It owns, and alone writes: the state's ``dialogs`` slice (:class:`DialogsState`: the open
+dialogs, the last ``dialog-N``), the ``dialog`` deadline, and the held prompt's ``paused`` and
+``resumed`` (its deadlines waiting on a person). The machine calls it for the dialog inputs, at
+the ``dialog`` deadline, and to end a prompt's, an engine's or every open dialog
+(:meth:`ExtensionDialogs.end_all`).
 
 - An engine's ``extension_ui_request`` (:class:`DialogOpened`) on the current, running engine
   is asked of the controller (:class:`AskDialog`), with ``timeout`` the seconds it has: the
@@ -26,57 +32,51 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from bridge.core import dialogs
-from bridge.core.lifecycle.actions import Action, AskDialog, DialogEnded, DialogReply, Write
-from bridge.core.lifecycle.config import BridgeConfig
+from bridge.core.lifecycle.actions import AskDialog, DialogEnded, DialogReply, Write
 from bridge.core.lifecycle.inputs import AnswerDialog, DialogOpened
-from bridge.core.lifecycle.state import DialogRec, LifeState, PromptRec
+from bridge.core.lifecycle.notes import DialogEndNote, DialogNote
+from bridge.core.lifecycle.state import DialogRec, DialogsState, PromptPhase, PromptRec
+
+if TYPE_CHECKING:
+    from bridge.core.lifecycle.machine import Lifecycle
 
 
 class ExtensionDialogs:
-    """The dialog inputs' handlers, the ``dialog`` deadline, and :meth:`_end_dialogs` (how the
+    """The dialog inputs' handlers, the ``dialog`` deadline, and :meth:`end_all` (how the
     machine ends a prompt's, an engine's or every open dialog)."""
 
-    # What it uses of the machine (Lifecycle sets and defines them).
-    config: BridgeConfig
-    state: LifeState
-    _out: list[Action]
-    _now: float
+    def __init__(self, machine: Lifecycle) -> None:
+        self.machine = machine
 
-    if TYPE_CHECKING:
+    @property
+    def own(self) -> DialogsState:
+        return self.machine.state.dialogs
 
-        def _current(self, generation: int) -> bool: ...
-        def _held(self) -> PromptRec | None: ...
-        def _note(self, payload: dict[str, Any]) -> None: ...
-
-    def _dialog_opened(self, ev: DialogOpened) -> None:
-        s, e = self.state, self.state.engine
-        if not self._current(ev.generation) or e.phase not in ("checking", "ready"):
+    def opened(self, ev: DialogOpened) -> None:
+        m = self.machine
+        s, e, own = m.state, m.state.engine, self.own
+        if not m.current(ev.generation) or not e.running:
             return  # its engine is gone or going: nothing waits for an answer any more
-        s.dialog_serial += 1
-        held = self._held()
-        request = held.request if held is not None and held.phase == "held" and held.gave_up is None else None
-        timeout = self.config.dialog_timeout
+        own.serial += 1
+        held = m.held()
+        request = held.request if held is not None and held.phase == PromptPhase.HELD and held.gave_up is None else None
+        timeout = m.config.dialog_timeout
         if "timeout" in ev.fields:
             timeout = min(timeout, ev.fields["timeout"] / 1000.0)
         rec = DialogRec(
-            dialog=f"dialog-{s.dialog_serial}",
+            dialog=f"dialog-{own.serial}",
             engine_id=ev.engine_id,
             generation=ev.generation,
             method=ev.method,
             request=request,
             fields=dict(ev.fields),
-            opened=self._now,
-            deadline=self._now + timeout,
+            opened=m.now,
+            deadline=m.now + timeout,
         )
-        note = {
-            "event": "dialog",
-            "dialog": rec.dialog,
-            "request": request,
-            "engine_id": ev.engine_id,
-            "method": ev.method,
-            "title": ev.fields.get("title", "")[:200],
-        }
+        note = DialogNote(rec.dialog, request, ev.engine_id, ev.method, ev.fields.get("title", "")[:200])
         # A dialog its prompt's stop already passed (the extension asked again once the stop
         # answered its first: Pi's abort frees neither) would hold the stop until its timeout.
         stopped = held is not None and request == held.request and held.stop is not None
@@ -93,10 +93,10 @@ class ExtensionDialogs:
                 if s.closing is not None
                 else dialogs.BY_STOP
             )
-            self._note(note)
-            self._end_dialog(rec, by, None, announce=ev.allowed)
+            m.note(note)
+            self._end(rec, by, None, announce=ev.allowed)
             return
-        s.dialogs[rec.dialog] = rec
+        own.open[rec.dialog] = rec
         # ``timeout``: the seconds the controller has (the extension's own, if shorter).
         payload = {
             "type": "ask",
@@ -106,44 +106,42 @@ class ExtensionDialogs:
             **rec.fields,
             "timeout": round(timeout, 3),
         }
-        self._note({**note, "timeout": round(timeout, 3)})
-        self._out.append(AskDialog(rec.dialog, request, ev.method, dict(rec.fields), payload))
+        m.note(attrs.evolve(note, timeout=round(timeout, 3)))
+        m.emit(AskDialog(rec.dialog, request, ev.method, dict(rec.fields), payload))
         if held is not None and request == held.request:
             # The engine waits on a person now, not on the model: ack and stall wait too.
             for name in ("ack", "stall"):
                 if s.deadlines.pop(name, None) is not None and name not in held.paused:
                     held.paused.append(name)
-        self._arm_dialogs()
+        self._arm()
 
-    def _answer_dialog(self, ev: AnswerDialog) -> None:
-        rec = self.state.dialogs.get(ev.dialog)
+    def answer(self, ev: AnswerDialog) -> None:
+        rec = self.own.open.get(ev.dialog)
         if rec is None:
-            self._out.append(
+            self.machine.emit(
                 DialogReply(ev.dialog, f"no open dialog {ev.dialog!r} (answered, timed out, cancelled, or never asked)")
             )
             return
         answer, error = dialogs.check_answer(rec.method, rec.fields, ev.value, ev.confirmed, ev.cancelled)
         if answer is None:
-            self._out.append(DialogReply(ev.dialog, error))
+            self.machine.emit(DialogReply(ev.dialog, error))
             return
-        self._end_dialog(rec, dialogs.BY_CONTROLLER, answer)
-        self._out.append(DialogReply(ev.dialog, None))
+        self._end(rec, dialogs.BY_CONTROLLER, answer)
+        self.machine.emit(DialogReply(ev.dialog, None))
 
-    def _end_dialog(
+    def _end(
         self, rec: DialogRec, by: str, answer: dict[str, Any] | None, *, write: bool = True, announce: bool = True
     ) -> None:
         """Dialog ``rec`` gets its one response: ``answer`` (None: ``cancelled``), written to its
         engine unless that engine is gone (``write`` False); ``announce``: the ``dialog-end``
         notice too (not for a sealed engine's dialog, which was a signal)."""
-        s = self.state
-        s.dialogs.pop(rec.dialog, None)
+        m, own = self.machine, self.own
+        own.open.pop(rec.dialog, None)
         response = answer if answer is not None else dict(dialogs.CANCELLED)
         if write:
-            self._out.append(
-                Write(rec.generation, {"type": "extension_ui_response", "id": rec.engine_id, **response}, "dialog")
-            )
+            m.emit(Write(rec.generation, {"type": "extension_ui_response", "id": rec.engine_id, **response}, "dialog"))
         said = response if write else None
-        self._note({"event": "dialog-end", "dialog": rec.dialog, "by": by, "answer": said})
+        m.note(DialogEndNote(rec.dialog, by, said))
         if announce:
             payload = {
                 "type": "dialog-end",
@@ -154,45 +152,46 @@ class ExtensionDialogs:
                 "by": by,
                 "answer": said,
             }
-            self._out.append(DialogEnded(rec.dialog, by, said, payload))
-        held = self._held()
+            m.emit(DialogEnded(rec.dialog, by, said, payload))
+        held = m.held()
         if (
             held is not None
             and held.request == rec.request
             and held.paused
-            and not any(d.request == held.request for d in s.dialogs.values())
+            and not any(d.request == held.request for d in own.open.values())
         ):
             self._resume(held)
-        self._arm_dialogs()
+        self._arm()
 
     def _resume(self, rec: PromptRec) -> None:
         """The held prompt's last dialog ended: its paused deadlines run again, each afresh."""
-        s = self.state
+        m = self.machine
         for name in rec.paused:
             if name == "ack" and not rec.acked:
-                s.deadlines["ack"] = self._now + self.config.ack_timeout
+                m.state.deadlines["ack"] = m.now + m.config.ack_timeout
             elif name == "stall" and rec.stall is not None and rec.stop is None:
-                s.deadlines["stall"] = self._now + rec.stall
+                m.state.deadlines["stall"] = m.now + rec.stall
         rec.paused = []
-        rec.resumed = self._now
+        rec.resumed = m.now
 
-    def _end_dialogs(
+    def end_all(
         self, by: str, *, request: str | None = None, generation: int | None = None, write: bool = True
     ) -> None:
         """End the open dialogs of ``request`` (or of engine ``generation``, or all)."""
-        for rec in list(self.state.dialogs.values()):
+        for rec in list(self.own.open.values()):
             if (request is None or rec.request == request) and (generation is None or rec.generation == generation):
-                self._end_dialog(rec, by, None, write=write)
+                self._end(rec, by, None, write=write)
 
-    def _arm_dialogs(self) -> None:
-        s = self.state
-        if s.dialogs:
-            s.deadlines["dialog"] = min(d.deadline for d in s.dialogs.values())
+    def _arm(self) -> None:
+        deadlines, open_ = self.machine.state.deadlines, self.own.open
+        if open_:
+            deadlines["dialog"] = min(d.deadline for d in open_.values())
         else:
-            s.deadlines.pop("dialog", None)
+            deadlines.pop("dialog", None)
 
-    def _deadline_dialog(self) -> None:
-        for rec in sorted(self.state.dialogs.values(), key=lambda d: d.deadline):
-            if rec.deadline <= self._now:
-                self._end_dialog(rec, dialogs.BY_TIMEOUT, None)
-        self._arm_dialogs()
+    def deadline(self) -> None:
+        """The ``dialog`` deadline passed: every dialog past its own is answered ``cancelled``."""
+        for rec in sorted(self.own.open.values(), key=lambda d: d.deadline):
+            if rec.deadline <= self.machine.now:
+                self._end(rec, dialogs.BY_TIMEOUT, None)
+        self._arm()

@@ -66,8 +66,18 @@ from bridge.core.lifecycle.inputs import (
     Unsealed,
     WriteFailed,
 )
+from bridge.core.lifecycle.notes import (
+    ClosingNote,
+    ConfigNote,
+    EngineStartNote,
+    LifeNote,
+    SealCheckExitNote,
+    SealCheckNote,
+    ShutdownNote,
+    UnsentNote,
+)
 from bridge.core.lifecycle.questions import EngineQuestions
-from bridge.core.lifecycle.state import LifeState, PromptRec
+from bridge.core.lifecycle.state import ConfiguringState, EnginePhase, LifeState, PromptPhase, PromptRec
 from bridge.core.lifecycle.stops import Stops
 from bridge.core.notices import (
     EngineDownNotice,
@@ -87,32 +97,43 @@ from bridge.core.words import Reason, StopBy
 # The machine
 
 
-class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
+class Lifecycle:
     """The state machine. ``step(input, now)`` -> actions; ``now`` is seconds since start.
 
-    Five parts are mixins of their own modules, each with its rules: extension dialogs
-    (:mod:`~bridge.core.lifecycle.extension_dialogs`), a prompt's configuring: model, thinking
-    level, new conversation, compaction (:mod:`~bridge.core.lifecycle.configuring`), the
-    questions for the engine (:mod:`~bridge.core.lifecycle.questions`), how a stop is sent
-    (:mod:`~bridge.core.lifecycle.stops`) and budgets (:mod:`~bridge.core.lifecycle.budgets`)."""
+    It holds five parts, each an object of its own module with its rules and its own slice of
+    the state (``state.<part>``), which it calls and which call it back (to write, note, reject,
+    requeue): :attr:`dialogs`, the extension dialogs
+    (:mod:`~bridge.core.lifecycle.extension_dialogs`); :attr:`configuring`, a prompt's model,
+    thinking level, new conversation and compaction (:mod:`~bridge.core.lifecycle.configuring`);
+    :attr:`questions`, the questions for the engine and the open
+    (:mod:`~bridge.core.lifecycle.questions`); :attr:`stops`, how a stop is sent
+    (:mod:`~bridge.core.lifecycle.stops`); :attr:`budgets` (:mod:`~bridge.core.lifecycle.budgets`).
+    The rest -- the queue and the slot, the engine's life, deadlines, closing, receipts -- is the
+    machine's own."""
 
     def __init__(self, config: BridgeConfig | None = None, state: LifeState | None = None) -> None:
         self.config = config or BridgeConfig()
-        self.state = state or LifeState(wanted=Wanted(thinking=self.config.thinking))
+        self.state = state or LifeState(configuring=ConfiguringState(wanted=Wanted(thinking=self.config.thinking)))
         self._out: list[Action] = []
-        self._now = 0.0
+        #: The time of the step being taken (seconds since start).
+        self.now = 0.0
+        self.dialogs = ExtensionDialogs(self)
+        self.configuring = Configuring(self)
+        self.questions = EngineQuestions(self)
+        self.stops = Stops(self)
+        self.budgets = Budgets(self)
         self._handlers: dict[type, Callable[[Any], None]] = {
             Submit: self._submit,
-            Configure: self._configure,
-            Configured: self._configured,
-            NewConversation: self._new_conversation,
-            Compact: self._compact,
-            Open: self._open,
-            Ask: self._ask,
-            Answered: self._answered,
-            DialogOpened: self._dialog_opened,
-            AnswerDialog: self._answer_dialog,
-            NobodyAnswers: lambda ev: self._end_dialogs(dialogs.BY_NOBODY),
+            Configure: self.configuring.configure,
+            Configured: self.configuring.configured,
+            NewConversation: self.configuring.new_conversation,
+            Compact: self.configuring.compact,
+            Open: self.questions.open,
+            Ask: self.questions.ask,
+            Answered: self.questions.answered,
+            DialogOpened: self.dialogs.opened,
+            AnswerDialog: self.dialogs.answer,
+            NobodyAnswers: lambda ev: self.dialogs.end_all(dialogs.BY_NOBODY),
             Stop: self._stop,
             Shutdown: self._shutdown,
             Close: self._close,
@@ -123,9 +144,9 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
             Decided: self._decided,
             Unsealed: self._unsealed,
             SignalSeen: self._signal_seen,
-            StopMissed: self._stop_missed,
-            Spent: self._spent,
-            ModelCalled: self._model_called,
+            StopMissed: self.stops.missed,
+            Spent: self.budgets.spent,
+            ModelCalled: self.budgets.model_called,
             WriteFailed: self._write_failed,
             NotWritten: self._not_written,
             StdoutClosed: self._stdout_closed,
@@ -137,10 +158,10 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
         #: What each deadline does when it passes (config.py's DEADLINES says it in words), in
         #: DEADLINES' order: a deadline without its handler here fails at construction.
         self._deadlines: dict[str, Callable[[], None]] = {
-            "dialog": self._deadline_dialog,
-            "busy": self._deadline_busy,
-            "ask": self._deadline_ask,
-            "config": self._deadline_config,
+            "dialog": self.dialogs.deadline,
+            "busy": self.configuring.deadline_busy,
+            "ask": self.questions.deadline,
+            "config": self.configuring.deadline_config,
             "ack": self._deadline_ack,
             "settle": self._deadline_settle,
             "stall": self._deadline_stall,
@@ -160,7 +181,7 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
         """Take one input at time ``now``; return the actions, in order."""
         out: list[Action] = []
         self._out = out
-        self._now = now
+        self.now = now
         if not self.state.closed:
             self._handlers[type(event)](event)
             self._pump()
@@ -183,6 +204,16 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
     def outstanding(self) -> int:
         return len(self.state.prompts)
 
+    def model_gate(self) -> str | None:
+        """The prompt the key endpoint may forward model calls for (:meth:`Budgets.gate`)."""
+        return self.budgets.gate()
+
+    # -- what the parts use of the machine -------------------------------------------
+
+    def emit(self, action: Action) -> None:
+        """``action`` is this step's next."""
+        self._out.append(action)
+
     # -- controller inputs -----------------------------------------------------
 
     def _submit(self, ev: Submit) -> None:
@@ -190,9 +221,7 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
         if self.knows(ev.request):
             raise ValueError(f"request id {ev.request!r} is already in use")
         stall = ev.stall_timeout if ev.stall_timeout is not None else self.config.stall_timeout
-        fresh, s.fresh = s.fresh, False  # a new conversation goes with the next prompt submitted
-        compact, s.compact = s.compact, None  # and so does a compaction (moot in a new conversation)
-        compact = None if fresh else compact
+        fresh, compact = self.configuring.take_next()  # they go with the next prompt submitted
         rec = PromptRec(
             request=ev.request,
             fresh=fresh,
@@ -203,18 +232,18 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
             events=ev.events,
             timeout=ev.timeout if ev.timeout is not None else self.config.settle_timeout,
             stall=stall or None,
-            submitted=self._now,
-            wanted=ev.wanted.over(s.wanted),
+            submitted=self.now,
+            wanted=ev.wanted.over(s.configuring.wanted),
             budget=ev.budget.over(self.config.prompt_budget),
             traced=ev.traced,
         )
         s.prompts[ev.request] = rec
         if s.closing is not None or s.draining or s.closed:
-            self._reject(rec, Reason.CLOSING)
+            self.reject(rec, Reason.CLOSING)
         elif s.down is not None:
-            self._reject(rec, Reason.ENGINE_DOWN, s.down)
+            self.reject(rec, Reason.ENGINE_DOWN, s.down)
         elif len(s.queue) >= self.config.queue_max:
-            self._reject(rec, Reason.QUEUE_FULL)
+            self.reject(rec, Reason.QUEUE_FULL)
         else:
             s.queue.append(ev.request)
 
@@ -222,30 +251,30 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
         s = self.state
         rec = s.prompts.get(ev.request)
         if rec is None:
-            self._out.append(StopAnswer(ev.request, None))
-        elif rec.phase in ("queued", "configuring"):  # never written: nothing to abort
-            if rec.phase == "configuring":
-                self._abort_compaction(rec)
-            self._reject(rec, Reason.CANCELLED)
-            self._out.append(StopAnswer(ev.request, None))
+            self.emit(StopAnswer(ev.request, None))
+        elif rec.phase in (PromptPhase.QUEUED, PromptPhase.CONFIGURING):  # never written: nothing to abort
+            if rec.phase == PromptPhase.CONFIGURING:
+                self.configuring.abort_compaction(rec)
+            self.reject(rec, Reason.CANCELLED)
+            self.emit(StopAnswer(ev.request, None))
         else:
             if rec.stop is None and rec.gave_up is None:
-                self._send_stop(rec, StopBy.CONTROLLER, "the controller asked")
-                if s.engine.phase in ("checking", "ready"):
+                self.stops.send(rec, StopBy.CONTROLLER, "the controller asked")
+                if s.engine.running:
                     # Bounded like the bridge's own stops (the stall deadline went with the
                     # stop): an engine that obeys no abort (stopped, hung) held the slot, and
                     # every prompt queued behind it, until the bridge closed.
-                    s.deadlines["stop"] = self._now + self.config.stop_grace
-            self._out.append(StopAnswer(ev.request, rec.stop))
+                    s.deadlines["stop"] = self.now + self.config.stop_grace
+            self.emit(StopAnswer(ev.request, rec.stop))
 
     def _shutdown(self, ev: Shutdown) -> None:
         s = self.state
         if s.draining or s.closing is not None:
             return
         s.draining = True
-        self._note({"event": "shutdown", "drain_timeout": ev.drain_timeout})
+        self.note(ShutdownNote(ev.drain_timeout))
         if ev.drain_timeout is not None:
-            s.deadlines["drain"] = self._now + ev.drain_timeout
+            s.deadlines["drain"] = self.now + ev.drain_timeout
 
     def _close(self, ev: Close) -> None:
         self._begin_closing(ev.why, ev.detail)
@@ -260,40 +289,40 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
 
     # -- engine inputs -----------------------------------------------------------
 
-    def _current(self, generation: int) -> bool:
+    def current(self, generation: int) -> bool:
         return generation == self.state.engine.generation
 
     def _spawned(self, ev: Spawned) -> None:
         e = self.state.engine
-        if not self._current(ev.generation) or e.phase != "spawning":
+        if not self.current(ev.generation) or e.phase != EnginePhase.SPAWNING:
             return
         e.pid = ev.pid
         e.clearing = list(ev.clearing)
         e.seal = ev.seal
-        self._note({"event": "engine-start", "pid": ev.pid, "generation": ev.generation, "argv": list(ev.argv)})
-        self._out.append(Notify(EngineStartedNotice(ev.pid, ev.generation, e.new_conversation)))
+        self.note(EngineStartNote(ev.pid, ev.generation, list(ev.argv)))
+        self.emit(Notify(EngineStartedNotice(ev.pid, ev.generation, e.new_conversation)))
         if self.state.closing is not None:
             self._stop_engine(requested=True)
         elif ev.startup:
-            e.phase = "checking"
+            e.phase = EnginePhase.CHECKING
             e.in_startup = True
             for cmd in ev.startup:
-                self._out.append(Write(ev.generation, dict(cmd), "startup"))
-            self.state.deadlines["startup"] = self._now + self.config.startup_timeout
+                self.emit(Write(ev.generation, dict(cmd), "startup"))
+            self.state.deadlines["startup"] = self.now + self.config.startup_timeout
         else:
-            e.phase = "ready"
+            e.phase = EnginePhase.READY
 
     def _spawn_failed(self, ev: SpawnFailed) -> None:
         e = self.state.engine
-        if not self._current(ev.generation) or e.phase != "spawning":
+        if not self.current(ev.generation) or e.phase != EnginePhase.SPAWNING:
             return
-        e.phase = "none"
+        e.phase = EnginePhase.NONE
         self.state.setup_failed = True
         self._go_down(ev.error)
 
     def _startup_checked(self, ev: StartupChecked) -> None:
         e = self.state.engine
-        if not self._current(ev.generation) or e.phase != "checking":
+        if not self.current(ev.generation) or e.phase != EnginePhase.CHECKING:
             return
         e.config = ev.config
         self._end_check(list(ev.problems), answered=True)
@@ -305,15 +334,15 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
         s, e = self.state, self.state.engine
         s.deadlines.pop("startup", None)
         e.in_startup = False
-        self._note({"event": "seal-check", "generation": e.generation, "problems": problems, "enforced": e.seal})
+        self.note(SealCheckNote(e.generation, problems, e.seal))
         if not problems:
-            e.phase = "ready"
+            e.phase = EnginePhase.READY
             return
         self._signal(SealCheckSignal(problems, self.config.seal_check).to_json())
-        if self.config.seal_check == "warn" and e.phase == "checking":
-            e.phase = "ready"
+        if self.config.seal_check == "warn" and e.phase == EnginePhase.CHECKING:
+            e.phase = EnginePhase.READY
             return
-        if e.phase != "checking":
+        if e.phase != EnginePhase.CHECKING:
             return
         # The engine is stopped on purpose either way, so its exit does not count (again).
         self._stop_engine(requested=True)
@@ -327,8 +356,8 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
             self._crash("seal check failed: " + "; ".join(problems))
 
     def _acked(self, ev: Acked) -> None:
-        rec = self._held()
-        if rec is not None and rec.request == ev.request and self._current(ev.generation):
+        rec = self.held()
+        if rec is not None and rec.request == ev.request and self.current(ev.generation):
             rec.acked = True
             self.state.deadlines.pop("ack", None)
 
@@ -336,22 +365,27 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
         s = self.state
         request = ev.receipt.request
         rec = s.prompts.get(request) if isinstance(request, str) else None
-        if rec is None or rec.phase != "held":
+        if rec is None or rec.phase != PromptPhase.HELD:
             return  # not ours (a raw send's prompt), or already delivered
         self._deliver(rec, ev.receipt)
 
     def _unsealed(self, ev: Unsealed) -> None:
         e = self.state.engine
-        if not self._current(ev.generation):
+        if not self.current(ev.generation):
             return
         e.sealed = False
-        rec = self._held()
-        if rec is not None and rec.phase == "held" and rec.gave_up is None and "taint" not in self.state.deadlines:
-            self.state.deadlines["taint"] = self._now + self.config.taint_grace
+        rec = self.held()
+        if (
+            rec is not None
+            and rec.phase == PromptPhase.HELD
+            and rec.gave_up is None
+            and "taint" not in self.state.deadlines
+        ):
+            self.state.deadlines["taint"] = self.now + self.config.taint_grace
 
     def _signal_seen(self, ev: SignalSeen) -> None:
         e = self.state.engine
-        if not self._current(ev.generation):
+        if not self.current(ev.generation):
             return
         # An unsealed engine can flood: past SIGNALS_PER_GENERATION the rest are
         # counted, not sent (the journal keeps every line, so replay has them all).
@@ -365,9 +399,9 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
 
     def _write_failed(self, ev: WriteFailed) -> None:
         e = self.state.engine
-        if ev.unsent and self._current(ev.generation):
+        if ev.unsent and self.current(ev.generation):
             self._unsent(ev)
-        if not self._current(ev.generation) or e.phase not in ("checking", "ready"):
+        if not self.current(ev.generation) or not e.running:
             return
         if not ev.stuck:
             # Its stdin is closed: it can take no command, so it is stopped like
@@ -375,11 +409,13 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
             self._stop_engine(requested=False)
             return
         e.recycle = True
-        rec = self._held()
-        if rec is not None and rec.phase == "configuring":
+        rec = self.held()
+        if rec is not None and rec.phase == PromptPhase.CONFIGURING:
             why = "the engine stopped reading its configuration commands"
-            self._compaction_lost(rec, f"{why}: the engine is replaced, and the conversation is lost with it")
-            self._reject(rec, Reason.CONFIG, why)
+            self.configuring.compaction_lost(
+                rec, f"{why}: the engine is replaced, and the conversation is lost with it"
+            )
+            self.reject(rec, Reason.CONFIG, why)
         elif rec is not None and rec.request == ev.request and not rec.acked:
             self._give_up(rec, "ack")
 
@@ -389,50 +425,56 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
         the ``unsent`` note tells the session, which decides it ``rejected``/``engine-down``
         (decide's first row) -- and tells replay the same. A prompt of which part went in is
         not unsent: the engine's exit decides it (``delivery-unknown``)."""
-        rec = self._held()
-        if rec is None or rec.request != ev.request or rec.phase != "held" or rec.acked or rec.gave_up is not None:
+        rec = self.held()
+        if (
+            rec is None
+            or rec.request != ev.request
+            or rec.phase != PromptPhase.HELD
+            or rec.acked
+            or rec.gave_up is not None
+        ):
             return
         how = f" ({ev.error})" if ev.error else ""
         tail = " | ".join(line for line in ev.stderr if line.strip())
         why = f"never written: the engine's stdin closed before any of the prompt went in{how}" + (
             f"; its last stderr: {tail}" if tail else ""
         )
-        self._note({"event": "unsent", "request": rec.request, "generation": ev.generation, "why": why})
-        if self._current(ev.generation):
+        self.note(UnsentNote(rec.request, ev.generation, why))
+        if self.current(ev.generation):
             self.state.engine.prompted = rec.engine_was_prompted  # none of it went in
 
     def _not_written(self, ev: NotWritten) -> None:
         s = self.state
-        rec = self._held()
+        rec = self.held()
         if rec is None or rec.request != ev.request or rec.acked or rec.stop is not None or rec.gave_up is not None:
             return
         s.held = None
         for name in HELD_DEADLINES:
             s.deadlines.pop(name, None)
-        rec.phase = "queued"
+        rec.phase = PromptPhase.QUEUED
         s.queue.insert(0, rec.request)
-        if self._current(ev.generation):
+        if self.current(ev.generation):
             s.engine.prompted = rec.engine_was_prompted  # none of it went in
-        if self._current(ev.generation) and s.engine.phase in ("checking", "ready"):
+        if self.current(ev.generation) and s.engine.running:
             # Not onto this engine again: it is replaced before the prompt is sent.
             s.engine.recycle = True
 
     def _stdout_closed(self, ev: StdoutClosed) -> None:
         e = self.state.engine
-        if self._current(ev.generation) and e.phase in ("checking", "ready"):
+        if self.current(ev.generation) and e.running:
             # An engine that closed its stdout can tell us nothing more.
             self._stop_engine(requested=False)
 
     def _exited(self, ev: EngineExited) -> None:
         s, e = self.state, self.state.engine
-        if not self._current(ev.generation) or e.phase in ("none", "backoff"):
+        if not self.current(ev.generation) or e.phase in (EnginePhase.NONE, EnginePhase.BACKOFF):
             return
-        requested = e.phase == "stopping" and e.stop_requested
+        requested = e.phase == EnginePhase.STOPPING and e.stop_requested
         if e.in_startup and not requested:
             e.in_startup = False
             said = exit_words(ev.code, ev.signal, ev.stderr, when=" during its start-up check")
             problems = [said] if ev.refusal is None else [ev.refusal, said]
-            self._note({"event": "seal-check", "generation": e.generation, "enforced": e.seal, "problems": problems})
+            self.note(SealCheckExitNote(e.generation, e.seal, problems))
             self._signal(SealCheckSignal(problems, self.config.seal_check).to_json())
             if ev.refusal is None:
                 self._crash(said)
@@ -443,32 +485,33 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
                 self._go_down(ev.refusal)
         elif not requested:
             self._crash(exit_words(ev.code, ev.signal, ev.stderr))
-        self._out.append(Notify(EngineExitedNotice(e.pid, e.generation, ev.code, ev.signal, requested)))
+        self.emit(Notify(EngineExitedNotice(e.pid, e.generation, ev.code, ev.signal, requested)))
         s.deadlines.pop("startup", None)
         s.deadlines.pop("close", None)
         s.deadlines.pop("busy", None)
         e.busy = None
-        e.phase = "none"
+        e.phase = EnginePhase.NONE
         e.pid = None
-        self._end_dialogs(dialogs.BY_ENGINE_EXIT, generation=ev.generation, write=False)
-        s.asked.clear()  # written to an engine that is gone: asked again of the next one
-        s.deadlines.pop("ask", None)
-        rec = self._held()
-        if rec is not None and rec.phase == "configuring":
+        self.dialogs.end_all(dialogs.BY_ENGINE_EXIT, generation=ev.generation, write=False)
+        self.questions.engine_gone()  # its questions are asked again of the next one
+        rec = self.held()
+        if rec is not None and rec.phase == PromptPhase.CONFIGURING:
             # Never written: it waits for the next engine, a new conversation with nothing to compact.
-            self._compaction_lost(rec, "the engine exited before it answered compact: the conversation is lost with it")
-            self._requeue(rec)
+            self.configuring.compaction_lost(
+                rec, "the engine exited before it answered compact: the conversation is lost with it"
+            )
+            self.requeue(rec)
         elif rec is not None and rec.gave_up is None:
             # The evidence half decides it on the exit; this asks in case it did not.
             self._give_up(rec, "exited")
 
     def _activity(self, ev: Activity) -> None:
-        rec = self._held()
+        rec = self.held()
         s = self.state
         if (
             rec is None
             or rec.request != ev.request
-            or not self._current(ev.generation)
+            or not self.current(ev.generation)
             or "stall" not in s.deadlines
             or rec.stall is None
         ):
@@ -480,7 +523,7 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
             s.deadlines["stall"] = since + (self.config.tool_timeout or 0.0)
         elif ev.pause == math.inf:
             # A tool runs, unbounded: nothing to measure, so look again one stall timeout from now.
-            s.deadlines["stall"] = self._now + rec.stall
+            s.deadlines["stall"] = self.now + rec.stall
         else:
             s.deadlines["stall"] = since + ev.pause + rec.stall
 
@@ -488,27 +531,27 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
 
     def _tick(self, ev: Tick) -> None:
         s = self.state
-        due = sorted((at, DEADLINES.index(name), name) for name, at in s.deadlines.items() if at <= self._now)
+        due = sorted((at, DEADLINES.index(name), name) for name, at in s.deadlines.items() if at <= self.now)
         for _, _, name in due:
             if s.deadlines.pop(name, None) is not None:
                 self._deadlines[name]()
 
     def _deadline_ack(self) -> None:
-        rec = self._held()
+        rec = self.held()
         if rec is not None and not rec.acked:
             self.state.engine.recycle = True
             self._give_up(rec, "ack")
 
     def _deadline_settle(self) -> None:
-        rec = self._held()
+        rec = self.held()
         if rec is None or rec.gave_up is not None:
             return
         if rec.stop is None:
-            self._send_stop(rec, StopBy.TIMEOUT, f"the prompt's timeout ({rec.timeout:g} s) passed")
-        self.state.deadlines["stop"] = self._now + self.config.stop_grace
+            self.stops.send(rec, StopBy.TIMEOUT, f"the prompt's timeout ({rec.timeout:g} s) passed")
+        self.state.deadlines["stop"] = self.now + self.config.stop_grace
 
     def _deadline_stall(self) -> None:
-        rec = self._held()
+        rec = self.held()
         if rec is None or rec.gave_up is not None or rec.stop is not None or rec.stall is None:
             return
         if not rec.acked:
@@ -522,34 +565,34 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
             why = f"a tool ran for {after:g} s and the engine showed nothing (--tool-timeout)"
         else:
             after, why = rec.stall, f"the run showed nothing for {rec.stall:g} s while it waited on the model"
-        self._send_stop(rec, StopBy.STALL, why)
+        self.stops.send(rec, StopBy.STALL, why)
         self._signal(StalledSignal(rec.request, after, rec.stop).to_json())
-        self.state.deadlines["stop"] = self._now + self.config.stop_grace
+        self.state.deadlines["stop"] = self.now + self.config.stop_grace
 
     def _deadline_stop(self) -> None:
-        rec = self._held()
+        rec = self.held()
         if rec is not None and rec.gave_up is None:
             self.state.engine.recycle = True
             self._give_up(rec, "settle")
 
     def _deadline_taint(self) -> None:
-        rec = self._held()
+        rec = self.held()
         if rec is not None and rec.gave_up is None:
             self.state.engine.recycle = True
             self._give_up(rec, "taint")
 
     def _deadline_close(self) -> None:
-        if self.state.engine.phase in ("checking", "ready"):
+        if self.state.engine.running:
             self._stop_engine(requested=True)
 
     def _deadline_startup(self) -> None:
-        if self.state.engine.phase == "checking":
+        if self.state.engine.phase == EnginePhase.CHECKING:
             self._end_check(["the engine did not answer the seal check in time"], answered=False)
 
     def _deadline_backoff(self) -> None:
         e = self.state.engine
-        if e.phase == "backoff":
-            e.phase = "none"
+        if e.phase == EnginePhase.BACKOFF:
+            e.phase = EnginePhase.NONE
             if self._wants_engine():
                 self._spawn()
 
@@ -560,47 +603,50 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
 
     def _pump(self) -> None:
         s, e = self.state, self.state.engine
-        self._open_ended()
-        self._refuse_unbudgeted()
+        self.questions.open_ended()
+        self.budgets.refuse_unbudgeted()
         if s.closing is not None or s.down is not None:
             why = Reason.CLOSING if s.closing is not None else Reason.ENGINE_DOWN
             while s.queue:
-                self._reject(s.prompts[s.queue[0]], why, s.down if why == Reason.ENGINE_DOWN else None)
-        if s.asks and (s.closing is not None or s.down is not None):
-            self._answer_all("the bridge is closing" if s.closing is not None else f"the engine is down: {s.down}")
-        if e.phase == "ready" and len(s.asked) < len(s.asks):
-            self._write_asks()
-        if s.draining and s.closing is None and not s.prompts and not s.asks:
+                self.reject(s.prompts[s.queue[0]], why, s.down if why == Reason.ENGINE_DOWN else None)
+        if self.questions.waiting and (s.closing is not None or s.down is not None):
+            self.questions.answer_all(
+                "the bridge is closing" if s.closing is not None else f"the engine is down: {s.down}"
+            )
+        if e.phase == EnginePhase.READY and self.questions.unwritten:
+            self.questions.write()
+        if s.draining and s.closing is None and not s.prompts and not self.questions.waiting:
             self._begin_closing("close", "shutdown: every prompt has its receipt")
         if s.held is None:
-            if e.phase in ("checking", "ready") and (s.closing is not None or e.recycle or not e.sealed):
+            if e.running and (s.closing is not None or e.recycle or not e.sealed):
                 self._stop_engine(requested=True)
-            elif e.phase == "ready" and s.queue and e.busy is None:
+            elif e.phase == EnginePhase.READY and s.queue and e.busy is None:
                 self._write_prompt()
-            elif e.phase == "none" and self._wants_engine():
+            elif e.phase == EnginePhase.NONE and self._wants_engine():
                 self._spawn_or_wait()
-            elif e.phase == "backoff" and s.closing is not None:
-                e.phase = "none"
+            elif e.phase == EnginePhase.BACKOFF and s.closing is not None:
+                e.phase = EnginePhase.NONE
                 s.deadlines.pop("backoff", None)
-        if s.draining and s.closing is None and not s.prompts and not s.asks:
+        if s.draining and s.closing is None and not s.prompts and not self.questions.waiting:
             # The last prompt's receipt can come from the steps above (the engine going down
             # rejects the queue): shutdown is over then too.
             self._begin_closing("close", "shutdown: every prompt has its receipt")
-            if e.phase in ("checking", "ready") and s.held is None:
+            if e.running and s.held is None:
                 self._stop_engine(requested=True)
-        self._open_ended()  # (again: the steps above may have gone down or begun closing)
-        if s.closing is not None and not s.prompts and e.phase == "none" and not s.closed:
+        self.questions.open_ended()  # (again: the steps above may have gone down or begun closing)
+        if s.closing is not None and not s.prompts and e.phase == EnginePhase.NONE and not s.closed:
             s.closed = True
             s.deadlines.clear()
-            self._out.append(Closed())
+            self.emit(Closed())
 
     def _wants_engine(self) -> bool:
         s = self.state
-        return bool(s.queue or s.asks or s.opening is not None) and s.closing is None and s.down is None
+        waits = s.queue or self.questions.waiting or s.questions.opening is not None
+        return bool(waits) and s.closing is None and s.down is None
 
     def _spawn_or_wait(self) -> None:
         s, cfg = self.state, self.config
-        horizon = self._now - cfg.crash_window
+        horizon = self.now - cfg.crash_window
         s.crashes = [c for c in s.crashes if c >= horizon]
         if len(s.crashes) >= cfg.crash_limit:
             self._go_down(f"{len(s.crashes)} engine failures in {cfg.crash_window:g}s; last: {s.last_crash}")
@@ -609,8 +655,8 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
             backoff = cfg.restart_backoff
             wait = backoff[min(len(s.crashes), len(backoff)) - 1] if backoff else 0.0
             if wait > 0:
-                s.engine.phase = "backoff"
-                s.deadlines["backoff"] = self._now + wait
+                s.engine.phase = EnginePhase.BACKOFF
+                s.deadlines["backoff"] = self.now + wait
                 return
         self._spawn()
 
@@ -619,7 +665,7 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
         e.generation += 1
         e.new_conversation = e.prompted and self.config.conversation is None
         e.prompted = False
-        e.phase = "spawning"
+        e.phase = EnginePhase.SPAWNING
         e.pid = None
         e.stop_requested = False
         e.sealed = True
@@ -629,7 +675,7 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
         e.config = None
         e.configs = 0
         e.busy = None
-        self._out.append(Spawn(e.generation))
+        self.emit(Spawn(e.generation))
 
     def _write_prompt(self) -> None:
         """The queue's first prompt takes the slot: configured first if it asks for what the
@@ -639,31 +685,31 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
         s.held = rec.request
         satisfied = rec.wanted.empty or (e.config is not None and e.config.satisfies(rec.wanted))
         if satisfied and not rec.fresh and rec.compact is None:
-            self._send_prompt(rec)
+            self.send_prompt(rec)
         else:
-            self._begin_config(rec)
+            self.configuring.begin(rec)
 
-    def _requeue(self, rec: PromptRec) -> None:
+    def requeue(self, rec: PromptRec) -> None:
         """A prompt holding the slot but never written goes back to the front of the queue."""
         s = self.state
         s.held = None
         for name in HELD_DEADLINES:
             s.deadlines.pop(name, None)
-        rec.phase = "queued"
+        rec.phase = PromptPhase.QUEUED
         s.queue.insert(0, rec.request)
 
-    def _send_prompt(self, rec: PromptRec) -> None:
+    def send_prompt(self, rec: PromptRec) -> None:
         s, e = self.state, self.state.engine
         rec.engine_was_prompted, e.prompted = e.prompted, True
-        rec.phase = "held"
+        rec.phase = PromptPhase.HELD
         s.held = rec.request
         rec.config = e.config
         if e.config is not None:
-            self._note({"event": "config", "request": rec.request, "config": e.config.to_json()})
+            self.note(ConfigNote(rec.request, e.config))
         cmd: dict[str, Any] = {"type": "prompt", "id": rec.request, "message": rec.message}
         if rec.images:
             cmd["images"] = rec.images
-        self._out.append(
+        self.emit(
             Write(
                 e.generation,
                 cmd,
@@ -675,39 +721,39 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
                 traced=rec.traced,
             )
         )
-        rec.written = self._now
-        s.deadlines["ack"] = self._now + self.config.ack_timeout
+        rec.written = self.now
+        s.deadlines["ack"] = self.now + self.config.ack_timeout
         if rec.timeout is not None:
-            s.deadlines["settle"] = self._now + rec.timeout
+            s.deadlines["settle"] = self.now + rec.timeout
         if rec.stall is not None:
-            s.deadlines["stall"] = self._now + rec.stall
+            s.deadlines["stall"] = self.now + rec.stall
 
     def _stop_engine(self, *, requested: bool) -> None:
         e = self.state.engine
         if requested:
             # Answered before it is stopped: an extension waiting on one may then end cleanly.
-            self._end_dialogs(dialogs.BY_ENGINE_STOP, generation=e.generation, write=e.phase in ("checking", "ready"))
+            self.dialogs.end_all(dialogs.BY_ENGINE_STOP, generation=e.generation, write=e.running)
         else:
             # It broke (closed its stdout or stdin, died): nothing it waits on can be answered.
-            self._end_dialogs(dialogs.BY_ENGINE_EXIT, generation=e.generation, write=False)
-        e.phase = "stopping"
+            self.dialogs.end_all(dialogs.BY_ENGINE_EXIT, generation=e.generation, write=False)
+        e.phase = EnginePhase.STOPPING
         e.stop_requested = requested
         self.state.deadlines.pop("startup", None)
-        self._out.append(StopEngine(e.generation, requested))
+        self.emit(StopEngine(e.generation, requested))
 
     def _crash(self, why: str) -> None:
-        self.state.crashes.append(self._now)
+        self.state.crashes.append(self.now)
         self.state.last_crash = why
 
     def _go_down(self, why: str) -> None:
         s = self.state
         s.down = why
         while s.queue:
-            self._reject(s.prompts[s.queue[0]], Reason.ENGINE_DOWN, why)
-        if s.asks:
-            self._answer_all(f"the engine is down: {why}")
+            self.reject(s.prompts[s.queue[0]], Reason.ENGINE_DOWN, why)
+        if self.questions.waiting:
+            self.questions.answer_all(f"the engine is down: {why}")
         self._signal(EngineDownSignal(why).to_json())
-        self._out.append(Notify(EngineDownNotice(why)))
+        self.emit(Notify(EngineDownNotice(why)))
 
     # -- stops and closing ---------------------------------------------------------
 
@@ -716,71 +762,72 @@ class Lifecycle(ExtensionDialogs, Configuring, EngineQuestions, Stops, Budgets):
         if s.closing is not None:
             return
         s.closing = why
-        self._note({"event": "closing", "why": why, "detail": detail})
-        self._end_dialogs(dialogs.BY_CLOSING, write=s.engine.phase in ("checking", "ready"))
-        if s.asks:
-            self._answer_all("the bridge is closing")
+        self.note(ClosingNote(why, detail))
+        self.dialogs.end_all(dialogs.BY_CLOSING, write=s.engine.running)
+        if self.questions.waiting:
+            self.questions.answer_all("the bridge is closing")
         for name in ("drain", "backoff"):
             s.deadlines.pop(name, None)
-        rec = self._held()
-        if rec is not None and rec.phase == "configuring":
-            self._reject(rec, Reason.CLOSING)  # never written
+        rec = self.held()
+        if rec is not None and rec.phase == PromptPhase.CONFIGURING:
+            self.reject(rec, Reason.CLOSING)  # never written
         elif rec is not None and rec.gave_up is None:
             if rec.stop is None:
                 if why == "drain-timeout":
-                    self._send_stop(rec, StopBy.TIMEOUT, "the drain bound (--drain-timeout) passed")
+                    self.stops.send(rec, StopBy.TIMEOUT, "the drain bound (--drain-timeout) passed")
                 else:
-                    self._send_stop(rec, StopBy.CLOSING, f"the bridge is closing ({detail or why})")
-            s.deadlines["close"] = self._now + self.config.close_grace
+                    self.stops.send(rec, StopBy.CLOSING, f"the bridge is closing ({detail or why})")
+            s.deadlines["close"] = self.now + self.config.close_grace
 
     # -- receipts ----------------------------------------------------------------------
 
-    def _held(self) -> PromptRec | None:
+    def held(self) -> PromptRec | None:
         held = self.state.held
         return self.state.prompts.get(held) if held is not None else None
 
     def _give_up(self, rec: PromptRec, why: GiveUpWhy) -> None:
         if rec.gave_up is None:
             rec.gave_up = why
-            self._out.append(GiveUp(rec.request, why))
+            self.emit(GiveUp(rec.request, why))
 
-    def _reject(self, rec: PromptRec, reason: Reason, native_error: str | None = None) -> None:
+    def reject(self, rec: PromptRec, reason: Reason, native_error: str | None = None) -> None:
         """A prompt never written gets its receipt here (decide's first row)."""
         state, why = decide(Facts(unsent=reason))
-        if rec.phase == "queued" and rec.request in self.state.queue:
+        if rec.phase == PromptPhase.QUEUED and rec.request in self.state.queue:
             self.state.queue.remove(rec.request)
         receipt = Receipt(
             request=rec.request,
             state=state,
             reason=why,
             native_error=native_error,
-            times=Times(submitted=rec.submitted, settled=self._now),
+            times=Times(submitted=rec.submitted, settled=self.now),
         )
         self._deliver(rec, receipt)
 
     def _deliver(self, rec: PromptRec, receipt: Receipt) -> None:
         s = self.state
         # Only a written prompt has a slot in the evidence half to release.
-        release = rec.phase == "held"
-        if rec.phase in ("held", "configuring") and s.held == rec.request:
+        release = rec.phase == PromptPhase.HELD
+        if rec.phase in (PromptPhase.HELD, PromptPhase.CONFIGURING) and s.held == rec.request:
             s.held = None
             for name in HELD_DEADLINES:
                 s.deadlines.pop(name, None)
         del s.prompts[rec.request]
-        if s.dialogs:
-            self._end_dialogs(dialogs.BY_RECEIPT, request=rec.request)
+        if s.dialogs.open:
+            self.dialogs.end_all(dialogs.BY_RECEIPT, request=rec.request)
         s.recent[rec.request] = receipt
         if len(s.recent) > RECENT_IDS:
             del s.recent[next(iter(s.recent))]
         s.receipts += 1
-        self._out.append(Deliver(receipt, release))
+        self.emit(Deliver(receipt, release))
 
-    def _note(self, payload: dict[str, Any]) -> None:
-        self._out.append(Note(payload))
+    def note(self, record: LifeNote) -> None:
+        """A journal note (:mod:`~bridge.core.lifecycle.notes`), made its JSON here, once."""
+        self.emit(Note(record.to_json()))
 
     def _signal(self, payload: dict[str, Any]) -> None:
         """A signal, stamped with the generation it is about (the current one)."""
-        self._out.append(Signal({**payload, "generation": self.state.engine.generation}))
+        self.emit(Signal({**payload, "generation": self.state.engine.generation}))
 
 
 def step(

@@ -1,5 +1,5 @@
-"""Questions for the engine, the lifecycle's part: :class:`EngineQuestions`, a mixin of
-:class:`~bridge.core.lifecycle.machine.Lifecycle`. A question (:class:`Ask`: Pi's
+"""Questions for the engine, the lifecycle's part: :class:`EngineQuestions`, which the
+:class:`~bridge.core.lifecycle.machine.Lifecycle` holds and calls (its ``questions``). A question (:class:`Ask`: Pi's
 ``get_available_models``, what ``Bridge.models`` asks) changes nothing in the engine; it is
 answered exactly once (:class:`Answer`), with the engine's response or an error. So is the
 first question of all, *can this launch run?* (:class:`Open`, what ``open_bridge`` asks):
@@ -29,84 +29,113 @@ The open:
   without the open: no engine is started for the open alone a second time); it could not be
   launched (``setup_failed``); or closing began. An engine with no start-up commands (an
   engine given by its command line) is checked once it runs.
+
+It owns, and alone writes: the state's ``questions`` slice (:class:`QuestionsState`: the questions
+waiting, those written to the current engine, and ``opening``) and the ``ask`` deadline. The
+machine calls it for :class:`Ask`, :class:`Answered` and :class:`Open`; from its pump to write the
+questions to a ready engine, to answer them all when it closes or goes down, and to ask whether
+the open is over; and when the engine exits (:meth:`EngineQuestions.engine_gone`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bridge.core.lifecycle.actions import Action, Answer, Write
-from bridge.core.lifecycle.config import BridgeConfig
+from bridge.core.lifecycle.actions import Answer, Write
 from bridge.core.lifecycle.inputs import Answered, Ask, Open
-from bridge.core.lifecycle.state import LifeState
+from bridge.core.lifecycle.state import EnginePhase, QuestionsState
+
+if TYPE_CHECKING:
+    from bridge.core.lifecycle.machine import Lifecycle
 
 
 class EngineQuestions:
-    """The question inputs' handlers, their writing (the machine's pump calls
-    :meth:`_write_asks`), :meth:`_answer_all`, and the ``ask`` deadline."""
+    """The question inputs' handlers, their writing (the machine's pump calls :meth:`write`),
+    :meth:`answer_all`, and the ``ask`` deadline."""
 
-    # What it uses of the machine (Lifecycle sets and defines them).
-    config: BridgeConfig
-    state: LifeState
-    _out: list[Action]
-    _now: float
+    def __init__(self, machine: Lifecycle) -> None:
+        self.machine = machine
 
-    if TYPE_CHECKING:
+    @property
+    def own(self) -> QuestionsState:
+        return self.machine.state.questions
 
-        def _current(self, generation: int) -> bool: ...
+    @property
+    def waiting(self) -> bool:
+        """A question waits for its answer."""
+        return bool(self.own.asks)
 
-    def _open(self, ev: Open) -> None:
-        s, e = self.state, self.state.engine
+    @property
+    def unwritten(self) -> bool:
+        """A question waits that is not written to the current engine yet."""
+        return len(self.own.asked) < len(self.own.asks)
+
+    def open(self, ev: Open) -> None:
+        s, e = self.machine.state, self.machine.state.engine
         if s.closing is None and s.down is None:
-            s.opening = e.generation if e.phase in ("spawning", "checking", "ready") else e.generation + 1
+            self.own.opening = (
+                e.generation
+                if e.phase in (EnginePhase.SPAWNING, EnginePhase.CHECKING, EnginePhase.READY)
+                else e.generation + 1
+            )
 
-    def _open_ended(self) -> None:
+    def open_ended(self) -> None:
         """The pump asks, before it starts an engine and at its end: is the open's engine done
         with its start-up check (or will none be started for it)?"""
-        s, e = self.state, self.state.engine
-        if s.opening is None:
+        s, e, own = self.machine.state, self.machine.state.engine, self.own
+        if own.opening is None:
             return
         # (An engine stopping with its check not ended closed a pipe first: its exit tells.)
-        checked = e.generation >= s.opening and e.phase not in ("spawning", "checking") and not e.in_startup
+        checked = (
+            e.generation >= own.opening
+            and e.phase not in (EnginePhase.SPAWNING, EnginePhase.CHECKING)
+            and not e.in_startup
+        )
         if checked or s.down is not None or s.closing is not None:
-            s.opening = None
+            own.opening = None
 
-    def _ask(self, ev: Ask) -> None:
-        s = self.state
+    def ask(self, ev: Ask) -> None:
+        s = self.machine.state
         if s.closing is not None or s.down is not None or s.closed:
             why = "the bridge is closing" if s.closing is not None or s.closed else f"the engine is down: {s.down}"
-            self._out.append(Answer(ev.token, error=why))
+            self.machine.emit(Answer(ev.token, error=why))
             return
-        s.asks[ev.token] = {**ev.cmd, "id": ev.token}
+        self.own.asks[ev.token] = {**ev.cmd, "id": ev.token}
 
-    def _answered(self, ev: Answered) -> None:
-        s = self.state
-        if ev.token not in s.asks or not self._current(ev.generation):
+    def answered(self, ev: Answered) -> None:
+        own = self.own
+        if ev.token not in own.asks or not self.machine.current(ev.generation):
             return
-        del s.asks[ev.token]
-        if ev.token in s.asked:
-            s.asked.remove(ev.token)
-        if not s.asked:
-            s.deadlines.pop("ask", None)
-        self._out.append(Answer(ev.token, ev.response))
+        del own.asks[ev.token]
+        if ev.token in own.asked:
+            own.asked.remove(ev.token)
+        if not own.asked:
+            self.machine.state.deadlines.pop("ask", None)
+        self.machine.emit(Answer(ev.token, ev.response))
 
-    def _write_asks(self) -> None:
+    def write(self) -> None:
         """The questions not written to the ready engine yet are, all at once; the ``ask``
         deadline runs from the first write that found it unarmed."""
-        s, e = self.state, self.state.engine
-        for token, cmd in s.asks.items():
-            if token not in s.asked:
-                s.asked.append(token)
-                self._out.append(Write(e.generation, dict(cmd), "ask"))
-        s.deadlines.setdefault("ask", self._now + self.config.ack_timeout)
+        m, own = self.machine, self.own
+        for token, cmd in own.asks.items():
+            if token not in own.asked:
+                own.asked.append(token)
+                m.emit(Write(m.state.engine.generation, dict(cmd), "ask"))
+        m.state.deadlines.setdefault("ask", m.now + m.config.ack_timeout)
 
-    def _answer_all(self, error: str) -> None:
-        s = self.state
-        for token in list(s.asks):
-            self._out.append(Answer(token, error=error))
-        s.asks.clear()
-        s.asked.clear()
-        s.deadlines.pop("ask", None)
+    def answer_all(self, error: str) -> None:
+        own = self.own
+        for token in list(own.asks):
+            self.machine.emit(Answer(token, error=error))
+        own.asks.clear()
+        own.asked.clear()
+        self.machine.state.deadlines.pop("ask", None)
 
-    def _deadline_ask(self) -> None:
-        self._answer_all(f"the engine did not answer in {self.config.ack_timeout:g} s")
+    def engine_gone(self) -> None:
+        """The engine exited: the questions written to it are asked again of the next one."""
+        self.own.asked.clear()
+        self.machine.state.deadlines.pop("ask", None)
+
+    def deadline(self) -> None:
+        """The ``ask`` deadline: every waiting question is answered with the error."""
+        self.answer_all(f"the engine did not answer in {self.machine.config.ack_timeout:g} s")

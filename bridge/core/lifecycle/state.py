@@ -1,8 +1,13 @@
 """The lifecycle's state: plain attrs records (a prompt, the engine, the whole machine) that
-round-trip through cattrs (:func:`snapshot` / :func:`restore`)."""
+round-trip through cattrs (:func:`snapshot` / :func:`restore`). A phase is a :class:`StrEnum`
+whose member is its word, so the snapshot's JSON is what it was with bare strings. The machine's
+five parts each have a slice of their own (:class:`DialogsState`, :class:`ConfiguringState`,
+:class:`QuestionsState`, :class:`StopsState`, :class:`BudgetsState`), which only that part writes;
+a :class:`PromptRec`'s and the :class:`EngineRec`'s fields a part owns are named in its module."""
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 import attrs
@@ -15,6 +20,33 @@ from bridge.core.words import StopBy
 
 # --------------------------------------------------------------------------
 # State
+
+
+class PromptPhase(StrEnum):
+    """Where an accepted prompt is (a member is its word: the snapshot's JSON is as it was)."""
+
+    #: In the queue, not written.
+    QUEUED = "queued"
+    #: Holding the slot while the model or thinking level it asked for (or a new
+    #: conversation, a compaction) is applied and checked: not written yet.
+    CONFIGURING = "configuring"
+    #: Written to the engine, holding the slot until its receipt.
+    HELD = "held"
+
+
+class EnginePhase(StrEnum):
+    """Where the current engine is (a member is its word)."""
+
+    #: No process.
+    NONE = "none"
+    #: Waiting to respawn after crashes.
+    BACKOFF = "backoff"
+    SPAWNING = "spawning"
+    #: Start-up commands written, their answers awaited.
+    CHECKING = "checking"
+    READY = "ready"
+    #: Asked to stop; its exit is awaited.
+    STOPPING = "stopping"
 
 
 @attrs.define
@@ -36,7 +68,7 @@ class PromptRec:
     written: float | None = None
     #: ``queued`` until written, then ``held``; ``configuring`` while the model or thinking
     #: level it asked for is applied and checked (it holds the slot, not yet written).
-    phase: str = "queued"
+    phase: PromptPhase = PromptPhase.QUEUED
     #: The model and thinking level it asked for (over the bridge's).
     wanted: Wanted = attrs.field(factory=Wanted)
     #: What it may spend (its own, over the bridge's default), and what its run spent so far.
@@ -91,15 +123,10 @@ class DialogRec:
 
 @attrs.define
 class EngineRec:
-    """The current engine, as the lifecycle sees it.
-
-    ``phase``: ``none`` (no process), ``backoff`` (waiting to respawn),
-    ``spawning``, ``checking`` (start-up commands written, answers awaited),
-    ``ready``, ``stopping`` (asked to stop; its exit is awaited).
-    """
+    """The current engine, as the lifecycle sees it (``phase``: :class:`EnginePhase`)."""
 
     generation: int = 0
-    phase: str = "none"
+    phase: EnginePhase = EnginePhase.NONE
     pid: int | None = None
     #: We asked it to stop: its exit is not a crash.
     stop_requested: bool = False
@@ -124,6 +151,65 @@ class EngineRec:
     #: It replaces an engine that held a conversation (its ``started`` notice says so).
     new_conversation: bool = False
 
+    @property
+    def running(self) -> bool:
+        """It runs and reads commands: being checked, or ready."""
+        return self.phase in (EnginePhase.CHECKING, EnginePhase.READY)
+
+
+@attrs.define
+class DialogsState:
+    """:mod:`~bridge.core.lifecycle.extension_dialogs`' slice: the dialogs asked of the controller."""
+
+    #: Extension dialogs waiting for the controller's answer, by the bridge's id.
+    open: dict[str, DialogRec] = attrs.field(factory=dict)
+    #: The last ``dialog-N`` given.
+    serial: int = 0
+
+
+@attrs.define
+class ConfiguringState:
+    """:mod:`~bridge.core.lifecycle.configuring`'s slice: what goes with the prompts submitted next."""
+
+    #: The bridge's own configuration for the prompts submitted from now on.
+    wanted: Wanted = attrs.field(factory=Wanted)
+    #: The controller asked for a new conversation: it goes with the next prompt submitted,
+    #: started before that prompt is written.
+    fresh: bool = False
+    #: The controller asked for a compaction (its instructions, "" for none): it goes with the
+    #: next prompt submitted, done before that prompt is written.
+    compact: str | None = None
+
+
+@attrs.define
+class QuestionsState:
+    """:mod:`~bridge.core.lifecycle.questions`' slice: the questions for the engine, and the open."""
+
+    #: Questions for the engine not answered yet (token -> command), and those written to the
+    #: current engine.
+    asks: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    asked: list[str] = attrs.field(factory=list)
+    #: An :class:`~bridge.core.lifecycle.inputs.Open` waits for the start-up check of engine
+    #: generation N (None: no open waits). When it is cleared, ``setup_failed`` says whether
+    #: the launch was refused (``down`` has the words).
+    opening: int | None = None
+
+
+@attrs.define
+class StopsState:
+    """:mod:`~bridge.core.lifecycle.stops`' slice."""
+
+    #: The last ``stop-N`` given.
+    serial: int = 0
+
+
+@attrs.define
+class BudgetsState:
+    """:mod:`~bridge.core.lifecycle.budgets`' slice."""
+
+    #: What every prompt's run spent since the bridge opened (its total budget's measure).
+    spent: Spend = attrs.field(factory=Spend)
+
 
 @attrs.define
 class LifeState:
@@ -147,30 +233,14 @@ class LifeState:
     closing: str | None = None
     closed: bool = False
     deadlines: dict[str, float] = attrs.field(factory=dict)
-    stop_serial: int = 0
     journal_failed: str | None = None
     receipts: int = 0
-    #: What every prompt's run spent since the bridge opened (its total budget's measure).
-    spent: Spend = attrs.field(factory=Spend)
-    #: The bridge's own configuration for the prompts submitted from now on.
-    wanted: Wanted = attrs.field(factory=Wanted)
-    #: The controller asked for a new conversation: it goes with the next prompt submitted,
-    #: started before that prompt is written.
-    fresh: bool = False
-    #: The controller asked for a compaction (its instructions, "" for none): it goes with the
-    #: next prompt submitted, done before that prompt is written.
-    compact: str | None = None
-    #: Questions for the engine not answered yet (token -> command), and those written to the
-    #: current engine.
-    asks: dict[str, dict[str, Any]] = attrs.field(factory=dict)
-    asked: list[str] = attrs.field(factory=list)
-    #: Extension dialogs waiting for the controller's answer, by the bridge's id.
-    dialogs: dict[str, DialogRec] = attrs.field(factory=dict)
-    dialog_serial: int = 0
-    #: An :class:`~bridge.core.lifecycle.inputs.Open` waits for the start-up check of engine
-    #: generation N (None: no open waits). When it is cleared, ``setup_failed`` says whether
-    #: the launch was refused (``down`` has the words).
-    opening: int | None = None
+    #: The parts' own slices, each written by its part only (the part's module says its rules).
+    dialogs: DialogsState = attrs.field(factory=DialogsState)
+    configuring: ConfiguringState = attrs.field(factory=ConfiguringState)
+    questions: QuestionsState = attrs.field(factory=QuestionsState)
+    stops: StopsState = attrs.field(factory=StopsState)
+    budgets: BudgetsState = attrs.field(factory=BudgetsState)
 
 
 def snapshot(state: LifeState) -> dict[str, Any]:
