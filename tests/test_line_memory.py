@@ -18,6 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from bridge import open_bridge
+from bridge.core.lifecycle.config import BridgeConfig
+from bridge.profiles.command import CommandProfile
+from tests.helpers_live import fake_engine_argv
+
 ROOT = Path(__file__).resolve().parent.parent
 
 PEAK_MAX_MB = 400
@@ -211,3 +216,91 @@ def _acp(cmd: list[str]) -> tuple[int, bytes, str]:
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+# -- a prompt too big for the engine's lines (issue 42) ----------------------------------------
+
+
+async def test_a_prompt_over_half_the_line_limit_is_refused_at_submit_not_ended_in_a_gap() -> None:
+    """Issue 42: a prompt just under the line limit was accepted, and ended
+    ``outcome-unknown``/``gap`` after its run: Pi writes it back whole (the user message's
+    ``message_start``/``message_end``, ``agent_end``), and that echo was oversize. A prompt past
+    half the limit (``prompt_room``, JSON-escaped) is refused at the door, as any argument that
+    cannot work is; one within it runs to ``finished`` with its echo read."""
+    config = BridgeConfig(max_line=4096)
+    async with open_bridge(CommandProfile(fake_engine_argv()), config=config, journal=False) as bridge:
+        with pytest.raises(
+            ValueError, match=r"at least 2,100 bytes .* half the engine's line limit \(2,048 of 4,096\)"
+        ):
+            bridge.submit_nowait("x" * 2100)
+        with pytest.raises(ValueError, match="2,050 bytes"):
+            bridge.submit_nowait('"' * 1025)  # (each quote is two bytes on the line)
+        h = await bridge.submit("y" * 2000)
+        receipt = await h.receipt()
+        assert (receipt.state, receipt.reason) == ("finished", None), receipt
+
+
+def test_serve_answers_a_prompt_too_big_for_the_engines_lines_with_an_error_and_goes_on() -> None:
+    """Through ``bridge serve`` (the 64 MiB line limit): a prompt line of 40 MB is read (under
+    the controller's own limit) and answered with an error naming the bound; the next prompt
+    runs."""
+    big = {"type": "prompt", "id": "big", "message": "x" * 40_000_000}
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge", "serve", "--no-journal", "--", *fake_engine_argv()],
+        input=_jsonl(big, {"type": "prompt", "id": "p2", "message": "hi"}),
+        capture_output=True,
+        timeout=120,
+        check=False,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    replies = [json.loads(line) for line in done.stdout.splitlines()]
+    errors = [r for r in replies if r.get("type") == "error"]
+    assert len(errors) == 1 and "half the engine's line limit" in errors[0]["error"], errors
+    assert errors[0].get("line") == 1, errors
+    receipts = {r["receipt"]["request"]: r["receipt"]["state"] for r in replies if r.get("type") == "receipt"}
+    assert receipts == {"p2": "finished"}, replies
+
+
+def test_run_refuses_a_prompt_on_stdin_too_big_for_the_engines_lines_without_reading_it_whole() -> None:
+    """``bridge run -``: stdin is read up to the most a prompt may be, and one byte more; a
+    bigger prompt is the set-up error (exit 2) naming the bound."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge", "run", "-", "--no-journal", "--", *fake_engine_argv()],
+        input=b"x" * 40_000_000,
+        capture_output=True,
+        timeout=120,
+        check=False,
+        cwd=ROOT,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert b"the prompt on stdin is over 33,554,432 bytes, more than half" in done.stderr, done.stderr[-2000:]
+
+
+def test_acp_answers_a_prompt_too_big_for_the_engines_lines_with_invalid_params_and_goes_on() -> None:
+    """Through ``bridge acp``: ``session/prompt`` with a 34 MB text is answered ``-32602`` naming
+    the bound (never accepted, so no prompt runs); the next prompt runs."""
+    argv = [sys.executable, "-m", "bridge", "acp", "--no-journal", "--", *fake_engine_argv()]
+    big = {**_ACP[2], "params": {"sessionId": "s1", "prompt": [{"type": "text", "text": "x" * 34_000_000}]}}
+    small = {**_ACP[2], "id": 4}
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        answers: dict[object, dict[str, object]] = {}
+        try:
+            for message in (*_ACP[:2], big, small):
+                proc.stdin.write(_jsonl(message))
+                proc.stdin.flush()
+                while message["id"] not in answers:
+                    got = json.loads(proc.stdout.readline() or b"null")
+                    assert got is not None, "the agent ended early"
+                    if "id" in got:
+                        answers[got["id"]] = got
+            proc.stdin.close()
+            assert proc.wait(timeout=60) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    error = answers[3].get("error")
+    assert isinstance(error, dict) and error["code"] == -32602, answers[3]
+    assert "half the engine's line limit" in str(error["message"]), error
+    assert "end_turn" in str(answers[4].get("result")), answers[4]
