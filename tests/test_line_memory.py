@@ -154,6 +154,12 @@ _DOORS = [
     ("run", ["run", "hi", "--no-journal", "--json"], b"", b'"state":"finished"'),
     ("run (journal)", ["run", "hi", "--json", "--journal", "{tmp}/j.jsonl"], b"", b'"state":"finished"'),
     (
+        "run (full journal)",
+        ["run", "hi", "--json", "--journal", "{tmp}/j.jsonl", "--journal-full"],
+        b"",
+        b'"state":"finished"',
+    ),
+    (
         "serve",
         ["serve", "--no-journal"],
         _jsonl({"type": "prompt", "id": "p", "message": "hi"}),

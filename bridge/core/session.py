@@ -324,10 +324,12 @@ class Session:
         ):
             self.observations += 1
             return Observed(self.tracker.read(), line, None, NO_EVENTS)
-        if self.skip_updates and type(line) is bytes and len(line) >= LEAN_MIN and line.startswith(MESSAGE_UPDATE):
-            # A long update the held prompt reads (its text, its events): read for its delta
-            # only, never built whole (issue 42: a 60 MB line of small objects built by orjson
-            # peaked at 1.9 GB); a line msgspec refuses is decided exactly below.
+        if type(line) is bytes and len(line) >= LEAN_MIN and line.startswith(MESSAGE_UPDATE):
+            # A long update the held prompt reads (its text, its events), or any with a full
+            # journal (which writes the line as it came: it needs to know it is one JSON object,
+            # not its members): read for its delta only, never built whole (issue 42: a 60 MB
+            # line of small objects built by orjson peaked at 1.9 GB); a line msgspec refuses
+            # is decided exactly below.
             update = lean_update(line)
             if update is not None:
                 idx, events = self.observe(update, t=t)
