@@ -18,7 +18,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.core import deltas
+from bridge.core import deltas, progress
 from bridge.core.events import TextDelta
 from bridge.core.framing import MESSAGE_UPDATE, LineSplitter, UpdateRun, parse_line
 from bridge.core.progress import TextEvent, ThinkingEvent
@@ -284,3 +284,39 @@ def test_utf8_is_checked_exactly_whole_or_a_piece_at_a_time(text: str, at: int, 
             assert deltas._utf8([line[: at // 2]]) == valid_utf8(line[: at // 2])
         finally:
             deltas.UTF8_PIECE = old  # type: ignore[misc]
+
+
+def test_a_long_update_read_alone_gives_what_the_exact_path_gives() -> None:
+    """Issue 42: a long ``message_update`` the held prompt reads is read for its delta alone
+    (:func:`~bridge.core.deltas.lean_update`), never built; what ``delta_of`` makes of it is
+    what it makes of the line built whole, and a line msgspec refuses is left to the exact path."""
+    pad = b',"x":[' + b"{}," * 4000 + b'{}],"s":"\\u00e9\xc3\xa9"'
+    lines = [
+        b'{"type":"message_update","assistantMessageEvent":{"type":"text_delta","delta":"h\\u00e9 \\"x\\""}'
+        + pad
+        + b"}",
+        b'{"type":"message_update","assistantMessageEvent":{"type":"thinking_delta","delta":"t"}' + pad + b"}",
+        b'{"type":"message_update","assistantMessageEvent":{"type":"text_delta","delta":[{}]}' + pad + b"}",
+        b'{"type":"message_update","assistantMessageEvent":{"type":5,"delta":"x"}' + pad + b"}",
+        b'{"type":"message_update","assistantMessageEvent":[{}]' + pad + b"}",
+        b'{"type":"message_update","assistantMessageEvent" : { "delta" : "d" , "type" : "text_delta" } ' + pad + b"}",
+        b'{"type":"message_update"' + pad + b"}",
+        b'{"type":"message_update","assistantMessageEvent":{"type":"text_delta","delta":"a","delta":"b"}' + pad + b"}",
+    ]
+    for line in lines:
+        lean = deltas.lean_update(line)
+        built = parse_line(line)
+        assert lean is not None and isinstance(built, dict), line[:80]
+        assert _kind_read(progress.delta_of(lean)) == _kind_read(progress.delta_of(built)), line[:80]
+    for refused in (
+        b'{"type":"message_update","assistantMessageEvent":{"type":"text_delta","delta":"\\ud83d"}' + pad + b"}",
+        b'{"type":"message_update","type":"agent_end"' + pad + b"}",
+        b'{"type":"message_update"' + pad + b"} x",
+        b'{"type":"message_update","s":"\xff"' + pad + b"}",
+    ):
+        assert deltas.lean_update(refused) is None, refused[:80]
+
+
+def _kind_read(found: tuple[Any, str] | None) -> tuple[str | None, str] | None:
+    """A delta as the session reads it: its kind is compared with strings only."""
+    return None if found is None else (found[0] if isinstance(found[0], str) else None, found[1])

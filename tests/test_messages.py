@@ -5,12 +5,15 @@ The live loop is ``tests/test_serve.py``."""
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
 import attrs
 import pytest
+import trio
 
+from bridge.controller import stdin
 from bridge.controller.messages import (
     COMMAND_TYPES,
     KEYS,
@@ -28,7 +31,7 @@ from bridge.controller.messages import (
     parse_command,
     to_wire,
 )
-from bridge.core.framing import Oversize
+from bridge.core.framing import LineSplitter, Oversize
 from bridge.core.images import image_problem
 from bridge.core.prompts import PoolPromptOptions
 from bridge.transcript import dumps
@@ -184,7 +187,7 @@ def test_a_bad_line_is_a_named_error(line: bytes, error: str) -> None:
 
 
 def test_an_oversize_line_says_its_length() -> None:
-    with pytest.raises(ControllerError, match=r"^line too long \(123456789 bytes\)$"):
+    with pytest.raises(ControllerError, match=r"^line too long \(123456789 bytes; a line may have 67108864\)$"):
         parse_command(Oversize(123456789, b'{"type":"prompt"'))
 
 
@@ -253,3 +256,45 @@ def test_an_image_pi_could_not_read_is_refused_naming_what_is_wrong(image: Any, 
         parse_command(line)
     assert image_problem([{"type": "image", "data": "QQ==", "mimeType": "image/png"}]) is None
     assert says.split(":")[-1].strip() in (image_problem([image]) or "")
+
+
+async def test_the_controllers_one_line_reader_numbers_skips_blanks_and_never_holds_a_long_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 43: ``serve``, ``serve --engines`` and ``acp`` read stdin with one bounded reader
+    (:func:`bridge.controller.stdin.read_lines`). Lines come numbered from 1 (blank ones counted,
+    not handed on), a final line without LF included; a line past the limit comes as an
+    :class:`Oversize` (its head and length, for the error that answers it) while the reader
+    holds no more than the limit of it: here 1 MiB through a limit of 100 bytes."""
+    got: list[tuple[int, bytes | Oversize]] = []
+    held: list[int] = []
+
+    async def take(lineno: int, line: bytes | Oversize) -> None:
+        got.append((lineno, line))
+
+    read, write = os.pipe()
+    try:
+
+        async def writer() -> None:
+            with os.fdopen(write, "wb") as out:
+                for chunk in (b'{"a":1}\n\n  \n', b"x" * 100, b"y" * (1 << 20), b"\n", b'{"b":2}'):
+                    await trio.to_thread.run_sync(out.write, chunk)
+                    await trio.to_thread.run_sync(out.flush)
+
+        class Watched(LineSplitter):
+            def feed(self, data: bytes) -> list[bytes | Oversize]:
+                out = super().feed(data)
+                held.append(self.buffered)
+                return out
+
+        monkeypatch.setattr(stdin, "LineSplitter", Watched)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer)
+            await stdin.read_lines(read, take, max_line=100)
+    finally:
+        os.close(read)
+    assert [n for n, _ in got] == [1, 4, 5], got
+    assert got[0][1] == b'{"a":1}' and got[2][1] == b'{"b":2}'
+    oversize = got[1][1]
+    assert isinstance(oversize, Oversize) and oversize.length == 100 + (1 << 20) and oversize.head.startswith(b"x")
+    assert max(held) <= 101, max(held)

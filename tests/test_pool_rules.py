@@ -197,6 +197,19 @@ def test_r8_a_full_queue_rejects_but_a_prompt_an_idle_engine_takes_is_never_queu
     assert rules.submit("p3", None, 0) == [Reject("p3", Reason.QUEUE_FULL)]
 
 
+def test_r8_the_queue_is_bounded_in_bytes_too() -> None:
+    """Issue 42: a waiting prompt holds its whole text, so the waiting prompts' bytes are bounded
+    (``queue_bytes``) as well as their count; a prompt bigger than the bound alone is rejected
+    even when an engine is free."""
+    rules = ready(PoolConfig(engines=1, queue_bytes=1000))
+    assert rules.submit("big", None, 0, size=1001) == [Reject("big", Reason.QUEUE_FULL)]
+    assert of(Dispatch, rules.submit("p1", None, 0, size=1000)) != []  # an engine takes it: not waiting
+    assert rules.submit("p2", None, 0, size=600) == []
+    assert rules.submit("p3", None, 0, size=401) == [Reject("p3", Reason.QUEUE_FULL)]
+    assert rules.submit("p4", None, 0, size=400) == []
+    assert [w.request for w in rules.waiting] == ["p2", "p4"]
+
+
 def test_r9_an_engine_that_cannot_start_stops_the_starts_and_rejects_what_has_no_engine() -> None:
     rules = PoolRules(PoolConfig(engines=2, spares=0))
     rules.submit("p1", None, 0)
@@ -285,7 +298,14 @@ def test_the_same_inputs_give_the_same_actions() -> None:
 
 @pytest.mark.parametrize(
     "kw",
-    [{"engines": 0}, {"engines": True}, {"engines": 2, "spares": -1}, {"idle_timeout": 0}, {"queue_max": -1}],
+    [
+        {"engines": 0},
+        {"engines": True},
+        {"engines": 2, "spares": -1},
+        {"idle_timeout": 0},
+        {"queue_max": -1},
+        {"queue_bytes": 0},
+    ],
 )
 def test_a_bad_bound_is_refused(kw: dict[str, Any]) -> None:
     with pytest.raises(ValueError):

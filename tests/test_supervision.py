@@ -332,6 +332,28 @@ def test_a_prompt_is_written_once_the_engine_runs_and_finishes_on_its_own_runs_s
     w.agrees_with_replay()
 
 
+def test_the_queue_is_bounded_in_bytes_too_and_a_prompt_past_it_is_rejected_queue_full(world: Any) -> None:
+    """Issue 42: each queued prompt holds its whole text (4 x 50 MB queued: +290 MB), so the
+    queue is bounded in bytes (``queue_bytes``), not only in count: a prompt that would take the
+    waiting ones past it, or is past it alone, is ``rejected``/``queue-full`` at once (never
+    lost: it has its receipt); the held prompt's bytes are not the queue's."""
+    w = world(queue_bytes=1000)
+    w.submit("p1", "x" * 900)  # written at once: it holds the slot, not the queue
+    w.submit("p2", "y" * 600)
+    w.submit("p3", 'z"' * 200)  # 400 characters, 600 bytes JSON-escaped: 1,200 waiting
+    assert w.word("p3") == ("rejected", "queue-full")
+    w.submit("p4", "w" * 400)  # 1,000 waiting: fits
+    w.submit("p5", "v" * 1001)
+    assert w.word("p5") == ("rejected", "queue-full")
+    assert "p2" not in w.receipts and "p4" not in w.receipts
+    w.lines(*whole_run("p1", "one"))
+    assert w.word("p1") == ("finished", None)
+    w.submit("p6", "u" * 600)  # p2 left the queue for the slot: 1,000 waiting with p4
+    assert "p6" not in w.receipts
+    assert [c["id"] for c in w.sent("prompt")] == ["p1", "p2"]
+    w.agrees_with_replay()
+
+
 def test_row1_unsent_queue_full_cancelled_closing_and_engine_down(world: Any) -> None:
     w = world(queue_max=1)
     w.submit("p1")

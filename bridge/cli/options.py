@@ -315,6 +315,14 @@ def add_bridge_options(p: argparse.ArgumentParser, *, journal_by_default: bool =
         "--queue-max", type=positive(int), default=64, metavar="N", help="prompts waiting for the slot (default 64)"
     )
     g.add_argument(
+        "--queue-mb",
+        type=positive(float),
+        default=128.0,
+        metavar="MB",
+        help="MiB the prompts waiting for the slot may hold, texts and images together; one more is rejected "
+        "queue-full, as is a prompt bigger than this alone (default 128)",
+    )
+    g.add_argument(
         "--ack-timeout", type=positive(float), default=30.0, metavar="S", help="seconds from send to ack (default 30)"
     )
     g.add_argument(
@@ -536,6 +544,7 @@ def bridge_config(args: argparse.Namespace) -> Any:
 
     return BridgeConfig(
         queue_max=args.queue_max,
+        queue_bytes=max(1, int(args.queue_mb * 1024 * 1024)),
         ack_timeout=args.ack_timeout,
         settle_timeout=args.timeout,
         stall_timeout=args.stall_timeout or None,

@@ -36,7 +36,8 @@ def add_parser(sub: Subcommands) -> None:
         nargs="*",
         metavar="PROMPT",
         help="a prompt: text in the locale's encoding (UTF-8), other bytes are refused; - reads one from stdin "
-        "(all of it, UTF-8: the way in for a prompt past the 128 KiB an argument may have)",
+        "(all of it, UTF-8: the way in for a prompt past the 128 KiB an argument may have); a prompt is at most "
+        "32 MiB JSON-escaped (half the engine's line limit: Pi echoes it whole), a bigger one is refused",
     )
     p.add_argument(
         "--json",
@@ -90,9 +91,17 @@ def _run_prompts(args: argparse.Namespace) -> list[str] | None:
     if args.prompts.count("-") > 1:
         print("bridge run: - (a prompt read from stdin) can be given once: stdin is read once", file=sys.stderr)
         return None
+    from bridge.core.framing import DEFAULT_MAX_LINE, prompt_room
+
+    room = prompt_room(DEFAULT_MAX_LINE)
     if "-" not in args.prompts:
-        return list(args.prompts)
-    raw = sys.stdin.buffer.read() if sys.stdin is not None else b""
+        return _fitting(list(args.prompts), room)
+    # Read no more than a prompt may be (and one byte to tell): a bigger one is refused, never
+    # held whole first.
+    raw = sys.stdin.buffer.read(room + 1) if sys.stdin is not None else b""
+    if len(raw) > room:
+        print(f"bridge run: the prompt on stdin is over {room:,} bytes, {_HALF}", file=sys.stderr)
+        return None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -102,7 +111,26 @@ def _run_prompts(args: argparse.Namespace) -> list[str] | None:
             file=sys.stderr,
         )
         return None
-    return [text if prompt == "-" else prompt for prompt in args.prompts]
+    return _fitting([text if prompt == "-" else prompt for prompt in args.prompts], room)
+
+
+#: Why a prompt past :func:`~bridge.core.framing.prompt_room` is refused.
+_HALF = "more than half the engine's line limit: Pi echoes a prompt whole on its own lines, and its echo would be cut"
+
+
+def _fitting(prompts: list[str], room: int) -> list[str] | None:
+    """The prompts, or None (and the line saying so) when one is too big for the engine's lines."""
+    from bridge.core.framing import prompt_bytes
+
+    for n, prompt in enumerate(prompts, 1):
+        size = len(prompt) if len(prompt) > room else prompt_bytes(prompt)  # (a long one is not counted)
+        if size > room:
+            print(
+                f"bridge run: PROMPT {n} is at least {size:,} bytes on the wire (JSON-escaped), {_HALF}",
+                file=sys.stderr,
+            )
+            return None
+    return prompts
 
 
 def _undecodable(arg: str) -> str | None:

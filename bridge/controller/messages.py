@@ -80,7 +80,7 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_unstructure_fn, override
 
-from bridge.core.framing import Oversize, RawLine, parse_line
+from bridge.core.framing import DEFAULT_MAX_LINE, Oversize, RawLine, parse_line
 from bridge.core.images import image_problem
 from bridge.core.prompts import PromptOptions
 from bridge.core.steering import Wanted
@@ -287,7 +287,7 @@ def _json_object(line: bytes | Oversize) -> dict[str, Any]:
         _no_key_twice(line)  # type: ignore[arg-type]  # (a parsed line is bytes)
         return value
     if value.why == "oversize":
-        raise ControllerError(f"line too long ({value.length} bytes)")
+        raise ControllerError(f"line too long ({value.length} bytes; a line may have {DEFAULT_MAX_LINE})")
     if value.why == "invalid-utf8":
         raise ControllerError("line is not valid UTF-8")
     if value.why == "not-object":

@@ -50,7 +50,6 @@ Rules:
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
@@ -82,7 +81,8 @@ from bridge.controller.messages import (
     parse_command,
 )
 from bridge.controller.output import FLUSH_GRACE, Output
-from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
+from bridge.controller.stdin import read_lines
+from bridge.core.framing import Oversize
 from bridge.core.wire import converter
 from bridge.live.api import Bridge, BridgeConfig, open_trio_bridge
 from bridge.live.handles import DialogError
@@ -253,23 +253,12 @@ async def _read_controller(
     bridge: Bridge, out: Output, stdin_fd: int, drain_timeout: float | None, nursery: trio.Nursery
 ) -> None:
     """Read controller lines until EOF (also after ``shutdown``); a read error counts as EOF."""
-    stream = trio.lowlevel.FdStream(os.dup(stdin_fd))
-    splitter = LineSplitter(DEFAULT_MAX_LINE)
-    lineno = 0
-    async with stream:
-        while True:
-            try:
-                data = await stream.receive_some(256 * 1024)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                data = b""
-            lines = splitter.feed(data) if data else splitter.close()
-            for line in lines:
-                lineno += 1
-                if isinstance(line, bytes) and not line.strip():
-                    continue
-                await _take(bridge, out, line, lineno, drain_timeout, nursery)
-            if not data:
-                return
+
+    async def take(lineno: int, line: bytes | Oversize) -> None:
+        """Act on one line (:func:`_take`). Ends when it is handed to the bridge."""
+        await _take(bridge, out, line, lineno, drain_timeout, nursery)
+
+    await read_lines(stdin_fd, take)
 
 
 async def _take(
@@ -313,7 +302,10 @@ async def _act(bridge: Bridge, cmd: Command, lineno: int, drain_timeout: float |
         case Prompt():
             if bridge.knows(cmd.id):
                 return LineError.duplicate_id(cmd.id, lineno)
-            await bridge.submit(cmd.message, request=cmd.id, **cmd.options())
+            try:
+                await bridge.submit(cmd.message, request=cmd.id, **cmd.options())
+            except ValueError as e:  # what submit refuses: a prompt too big for the engine's lines
+                return LineError(str(e), lineno)
         case Configure() | NewConversation() | CompactConversation() if when := bridge.no_prompt_follows:
             # They steer the prompts submitted after them (docs: guide/steering.md), and none can be:
             # taken, they would change nothing while ``configured`` named a model never used.

@@ -49,8 +49,9 @@ from bridge.controller.messages import (
     parse_command,
 )
 from bridge.controller.output import Output
+from bridge.controller.stdin import read_lines
 from bridge.core.config import BridgeConfig
-from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
+from bridge.core.framing import Oversize
 from bridge.live.journal import default_journal_dir
 from bridge.live.pool import Pool, open_pool
 from bridge.live.signals import closing_signals
@@ -145,24 +146,14 @@ async def _serve(pool: Pool, out: Output, stdin_fd: int, drain_timeout: float | 
 
 async def _read(pool: Pool, out: Output, stdin_fd: int, drain_timeout: float | None) -> None:
     """Read controller lines until EOF (a read error counts as EOF)."""
-    stream = trio.lowlevel.FdStream(os.dup(stdin_fd))
-    splitter = LineSplitter(DEFAULT_MAX_LINE)
-    lineno = 0
-    async with stream:
-        while True:
-            try:
-                data = await stream.receive_some(256 * 1024)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                data = b""
-            for line in splitter.feed(data) if data else splitter.close():
-                lineno += 1
-                if isinstance(line, bytes) and not line.strip():
-                    continue
-                reply = await _take(pool, line, lineno, drain_timeout)
-                if reply is not None:
-                    out.write(reply)
-            if not data:
-                return
+
+    async def take(lineno: int, line: bytes | Oversize) -> None:
+        """Act on one line and write its reply (:func:`_take`). Ends when it is handed to the pool."""
+        reply = await _take(pool, line, lineno, drain_timeout)
+        if reply is not None:
+            out.write(reply)
+
+    await read_lines(stdin_fd, take)
 
 
 async def _take(pool: Pool, line: bytes | Oversize, lineno: int, drain_timeout: float | None) -> Reply | None:
@@ -175,7 +166,10 @@ async def _take(pool: Pool, line: bytes | Oversize, lineno: int, drain_timeout: 
         case Prompt():
             if pool.knows(cmd.id):
                 return LineError.duplicate_id(cmd.id, lineno)
-            pool.submit_nowait(cmd.message, request=cmd.id, conversation=cmd.conversation, **cmd.options())
+            try:
+                pool.submit_nowait(cmd.message, request=cmd.id, conversation=cmd.conversation, **cmd.options())
+            except ValueError as e:  # what submit refuses: a prompt too big for the engine's lines
+                return LineError(str(e), lineno)
         case Stop():
             if not pool.knows(cmd.id):
                 return LineError.unknown_id(cmd.id, lineno)

@@ -34,6 +34,10 @@ DEFAULT_STALL_TIMEOUT: Final = 300.0
 #: a test suite that prints nothing for that long is rare, and its output (each
 #: ``tool_execution_update``) counts as a line.
 DEFAULT_TOOL_TIMEOUT: Final = 1800.0
+#: The default byte bound of the prompts waiting for the slot (:attr:`BridgeConfig.queue_bytes`):
+#: four prompts of the most a prompt may be (:func:`~bridge.core.framing.prompt_room`: 32 MiB
+#: under the 64 MiB line limit), or any number of everyday ones.
+DEFAULT_QUEUE_BYTES: Final = 128 * 1024 * 1024
 #: The default time a controller has to answer an extension dialog, seconds.
 DEFAULT_DIALOG_TIMEOUT: Final = 120.0
 
@@ -49,6 +53,10 @@ class BridgeConfig:
 
     #: Prompts waiting for the slot (beyond it: ``rejected``/``queue-full``).
     queue_max: int = attrs.field(default=64, validator=_positive)
+    #: The bytes of the prompts waiting for the slot, their texts and images together (a
+    #: queued prompt holds its whole text): one that would take them past this is
+    #: ``rejected``/``queue-full`` too, as is one bigger than it on its own (issue 42).
+    queue_bytes: int = attrs.field(default=DEFAULT_QUEUE_BYTES, validator=_positive)
     #: Sent prompt -> its ack. Past it: ``delivery-unknown``/``no-ack``, recycle.
     ack_timeout: float = attrs.field(default=30.0, validator=_positive)
     #: A prompt's own settle timeout (None: wait for the engine). Per prompt too.

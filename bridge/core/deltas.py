@@ -29,6 +29,12 @@ each line built by orjson (:func:`_built`), and where that fails, None: the sess
 the run line by line (:func:`~bridge.core.framing.parse_line` decides each exactly). That the
 two paths agree is tested on generated and recorded lines (tests/test_deltas.py).
 
+A long line read on its own (the session's line-by-line path, from
+:data:`~bridge.core.framing.LEAN_MIN` bytes: a line too long to join a run) is read the same way
+by :func:`lean_update`, its event's two strings kept as their JSON text until they are known to be
+strings, so a line of millions of small objects builds none of them (issue 42); the exact path
+(:func:`_built`) never takes such a line whole.
+
 What comes of a run is its deltas, joined as a read's are (:func:`run_deltas`). A run of one
 kind of non-empty text deltas (nearly every read of a Pi 1.6 flood) is joined with C-level maps,
 no Python per line. Pure: no I/O.
@@ -47,7 +53,7 @@ import msgspec
 import orjson
 
 from bridge.core.events import Event, TextDelta
-from bridge.core.framing import UpdateRun
+from bridge.core.framing import LEAN_MIN, UpdateRun
 from bridge.core.progress import TextEvent, ThinkingEvent
 from bridge.core.words import RequestId
 
@@ -129,7 +135,11 @@ def _utf8(lines: Sequence[bytes]) -> bool:
 
 
 def _built(lines: Sequence[bytes]) -> Read | None:
-    """The exact path: each line built by orjson (a line it refuses: None)."""
+    """The exact path: each line built by orjson (a line it refuses: None). Not for a run with
+    a line longer than :data:`~bridge.core.framing.LEAN_MIN` (None): such a line is read on its
+    own (:func:`lean_update`), never built whole."""
+    if max(map(len, lines), default=0) > LEAN_MIN:
+        return None
     try:
         values = list(map(orjson.loads, lines))
         if list(map(dict.get, values, itertools.repeat("type"))).count("message_update") != len(values):
@@ -147,6 +157,57 @@ def _built(lines: Sequence[bytes]) -> Read | None:
             kinds.append(None)
             pieces.append(None)
     return kinds, pieces
+
+
+class _RawDelta(msgspec.Struct, gc=False):
+    """An ``assistantMessageEvent`` whose members are kept as their JSON text, never built."""
+
+    type: msgspec.Raw = msgspec.Raw(b"null")
+    delta: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _RawUpdate(msgspec.Struct, gc=False):
+    """A ``message_update`` line whose event is kept as its JSON text, the rest skipped."""
+
+    type: Literal["message_update"]
+    assistantMessageEvent: msgspec.Raw = msgspec.Raw(b"null")  # (Pi's key)
+
+
+_decode_raw_update: Final = msgspec.json.Decoder(_RawUpdate).decode
+_decode_raw_delta: Final = msgspec.json.Decoder(_RawDelta).decode
+_decode_str: Final = msgspec.json.Decoder(str).decode
+
+
+def _first(raw: msgspec.Raw) -> bytes:
+    """A member's first byte (msgspec's ``Raw`` is the member's text alone), not copied whole."""
+    with memoryview(raw) as view:
+        return bytes(view[:1])
+
+
+def lean_update(line: bytes) -> dict[str, Any] | None:
+    """One ``message_update`` line as :func:`~bridge.core.progress.delta_of` reads it, built no
+    further: ``{"type": "message_update", "assistantMessageEvent": {"type": KIND, "delta":
+    PIECE}}`` (a member that is not a string stands as None: ``delta_of`` and the session read
+    strings only; no event object: no ``assistantMessageEvent``). For a long line the held
+    prompt streams (issue 42: a 60 MB line of ``{}`` objects built whole peaked the bridge at
+    1.9 GB): every member is checked by msgspec's grammar and skipped, nothing but those two
+    strings is built, so the line costs its own bytes and msgspec's fixed state. None: msgspec
+    refuses the line (not UTF-8, not one object whose last ``type`` is ``message_update``, a
+    lone surrogate escape where a string is read...): the caller decides it exactly
+    (:func:`~bridge.core.framing.parse_line`)."""
+    if not _utf8((line,)):
+        return None
+    try:
+        update = _decode_raw_update(line)
+        event = update.assistantMessageEvent
+        if _first(event) != b"{":
+            return {"type": "message_update"}
+        delta = _decode_raw_delta(event)
+        kind = _decode_str(delta.type) if _first(delta.type) == b'"' else None
+        piece = _decode_str(delta.delta) if _first(delta.delta) == b'"' else None
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    return {"type": "message_update", "assistantMessageEvent": {"type": kind, "delta": piece}}
 
 
 def run_deltas(read: Read, first: int, request: RequestId | None, events: bool, stream: bool) -> list[Event]:

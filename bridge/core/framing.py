@@ -70,6 +70,39 @@ import simdjson
 #: still bounding what one line can make us hold.
 DEFAULT_MAX_LINE = 64 * 1024 * 1024
 
+
+def prompt_room(max_line: int) -> int:
+    """The most bytes a prompt may take (its text JSON-escaped, with its images' data) under a
+    line limit of ``max_line``: half of it. Pi writes a prompt back on lines of its own: the user
+    message's ``message_start`` and ``message_end`` (the prompt and ~200 bytes) and the run's
+    ``agent_end`` (the prompt with the reply and every tool call and result of the run). A
+    prompt near the limit was accepted and written, and its own echo came back oversize: a gap,
+    ``outcome-unknown`` (issue 42). Half the line leaves the other half for the rest of
+    ``agent_end``; a run whose messages fill that too still ends in a gap, as any oversize line
+    does."""
+    return max_line // 2
+
+
+#: The control characters, which JSON escapes: ``\n``, ``\t``, ``\r``, ``\b`` and ``\f`` take two
+#: bytes on the wire, the others six (``\u0001``).
+_SHORT_ESCAPES: Final = "\b\f\n\r\t"
+_LONG_ESCAPES: Final = "".join(chr(code) for code in range(32) if chr(code) not in _SHORT_ESCAPES)
+
+
+def prompt_bytes(message: str, images: Sequence[Any] | None = None) -> int:
+    """What a prompt's text (and its images' base64 data) takes on a line, JSON-escaped: the
+    bytes :func:`prompt_room` bounds and the queue's byte bound counts. Reads the text without
+    copying an ASCII one (the common case: ``isascii`` is a flag on CPython's ``str``)."""
+    size = len(message) if message.isascii() else len(message.encode("utf-8", "surrogatepass"))
+    size += message.count('"') + message.count("\\")
+    if not message.isprintable():
+        size += sum(map(message.count, _SHORT_ESCAPES)) + 5 * sum(map(message.count, _LONG_ESCAPES))
+    for image in images or ():
+        data = image.get("data") if isinstance(image, dict) else None
+        size += len(data) if isinstance(data, str) else 0
+    return size
+
+
 #: How much of an oversize line is kept for the journal and for people.
 OVERSIZE_HEAD = 1024
 

@@ -34,7 +34,9 @@ Rules (numbered for the tests, ``tests/test_pool_rules.py``, one test per rule):
   taken from its conversation (R3's notice) and given the prompt.
 - R7 reaping. An idle engine idle for ``idle_timeout`` seconds is stopped, unless it is one of
   the ``spares`` free ones the pool keeps.
-- R8 queue cap. A prompt submitted while ``queue_max`` wait already is rejected ``queue-full``.
+- R8 queue cap. A prompt submitted while ``queue_max`` wait already, or whose bytes would take the
+  waiting prompts' past ``queue_bytes`` (each holds its whole text: issue 42), is rejected
+  ``queue-full``; so is one bigger than ``queue_bytes`` alone.
 - R9 down. An engine that cannot be started (its profile or start-up check refused it), or
   whose bridge went down for its crash limit, stops the pool starting engines; a prompt that
   then has no engine left to run on is rejected ``engine-down`` with the reason.
@@ -86,6 +88,7 @@ from typing import Any
 
 import attrs
 
+from bridge.core.config import DEFAULT_QUEUE_BYTES
 from bridge.core.words import Reason
 
 # -- what the pool does: actions --------------------------------------------------------------
@@ -187,6 +190,8 @@ class PoolEngine:
 class Waiting:
     request: str
     conversation: str | None
+    #: Its text's and images' bytes (:func:`~bridge.core.framing.prompt_bytes`), held while it waits.
+    size: int = 0
 
 
 def _positive_or_none(_: Any, attribute: Any, value: float | None) -> None:
@@ -204,6 +209,9 @@ class PoolConfig:
     spares: int | None = None
     idle_timeout: float | None = attrs.field(default=None, validator=_positive_or_none)
     queue_max: int = 1024
+    #: R8 in bytes: what the waiting prompts' texts and images may hold (each holds its whole
+    #: text), at least 1.
+    queue_bytes: int = DEFAULT_QUEUE_BYTES
     #: R12: conversations are kept by the pool and move between engines.
     moves: bool = False
     #: R13: an engine is cleaned before it is given to another tenant.
@@ -216,6 +224,8 @@ class PoolConfig:
             raise ValueError(f"spares must be a whole number of at least 0 (or None: all), got {self.spares!r}")
         if isinstance(self.queue_max, bool) or not isinstance(self.queue_max, int) or self.queue_max < 0:
             raise ValueError(f"queue_max must be a whole number of at least 0, got {self.queue_max!r}")
+        if isinstance(self.queue_bytes, bool) or not isinstance(self.queue_bytes, int) or self.queue_bytes < 1:
+            raise ValueError(f"queue_bytes must be a whole number of at least 1, got {self.queue_bytes!r}")
 
     @property
     def warm(self) -> int:
@@ -255,15 +265,18 @@ class PoolRules:
         """The pool opens: its spares start (R5)."""
         return self._step(now)
 
-    def submit(self, request: str, conversation: str | None, now: float) -> list[PoolAction]:
-        """A prompt is accepted: placed now, queued, or rejected (R8, R9, R10)."""
+    def submit(self, request: str, conversation: str | None, now: float, size: int = 0) -> list[PoolAction]:
+        """A prompt (``size`` bytes: :func:`~bridge.core.framing.prompt_bytes`) is accepted:
+        placed now, queued, or rejected (R8, R9, R10)."""
         if self.closing or self.draining:
             return [Reject(request, Reason.CLOSING)]
         if self.down is not None and not self._live():
             return [Reject(request, Reason.ENGINE_DOWN, self.down)]
-        if len(self.waiting) >= self.config.queue_max and self._engine_for(conversation) is None:
+        full = len(self.waiting) >= self.config.queue_max
+        full = full or sum(w.size for w in self.waiting) + size > self.config.queue_bytes
+        if size > self.config.queue_bytes or (full and self._engine_for(conversation) is None):
             return [Reject(request, Reason.QUEUE_FULL)]
-        self.waiting.append(Waiting(request, conversation))
+        self.waiting.append(Waiting(request, conversation, size))
         return self._step(now)
 
     def started(self, engine: int, now: float) -> list[PoolAction]:

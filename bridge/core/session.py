@@ -75,7 +75,7 @@ from typing import Any, Final
 
 from bridge.core import framing
 from bridge.core.budget import compaction_spent
-from bridge.core.deltas import read_run, run_deltas
+from bridge.core.deltas import lean_update, read_run, run_deltas
 from bridge.core.dialogs import diagnostic_of
 from bridge.core.events import (
     NO_EVENTS,
@@ -96,6 +96,7 @@ from bridge.core.events import (
     TextDelta,
 )
 from bridge.core.framing import (
+    LEAN_MIN,
     MESSAGE_UPDATE,
     JsonCheck,
     Oversize,
@@ -323,6 +324,16 @@ class Session:
         ):
             self.observations += 1
             return Observed(self.tracker.read(), line, None, NO_EVENTS)
+        if type(line) is bytes and len(line) >= LEAN_MIN and line.startswith(MESSAGE_UPDATE):
+            # A long update the held prompt reads (its text, its events), or any with a full
+            # journal (which writes the line as it came: it needs to know it is one JSON object,
+            # not its members): read for its delta only, never built whole (issue 42: a 60 MB
+            # line of small objects built by orjson peaked at 1.9 GB); a line msgspec refuses
+            # is decided exactly below.
+            update = lean_update(line)
+            if update is not None:
+                idx, events = self.observe(update, t=t)
+                return Observed(idx, line, update, events)
         kind = lean_kind(line) if self.skip_updates and type(line) is bytes else None
         if kind is not None and not (kind in EVENT_LINES and self._events_wanted()):
             # A line of which only the type and the top-level scalars are read (on the settle's

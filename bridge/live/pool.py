@@ -39,6 +39,7 @@ import attrs
 import trio
 
 from bridge.core.config import RECENT_IDS, BridgeConfig
+from bridge.core.framing import prompt_bytes
 from bridge.core.notices import ReceiptNotice
 from bridge.core.pool import (
     Clean,
@@ -63,7 +64,7 @@ from bridge.live.journal import JournalError, default_journal_dir, default_journ
 from bridge.live.notifications import Notifications
 from bridge.live.pool_handle import PoolHandle
 from bridge.live.pool_moves import PoolConversations
-from bridge.live.submits import prompt_door
+from bridge.live.submits import check_size, prompt_door
 from bridge.live.supervisor import CLOSE_BACKSTOP, Bridge
 from bridge.live.tenants import CleanError, clean
 from bridge.profiles.command import EngineProfile, Launch, ProfileError
@@ -227,6 +228,7 @@ class Pool:
             TypeError: As :meth:`Bridge.submit_nowait <bridge.live.supervisor.Bridge.submit_nowait>`.
             ValueError: Likewise, and an empty or non-string ``conversation``."""
         check_prompt(message, options)
+        check_size(message, options.get("images"), self.config.max_line)
         if request is None:
             request = f"p{next(self._ids)}"
             while self.knows(request):
@@ -239,7 +241,8 @@ class Pool:
         # What is left is what the engine's bridge is given (its own door's options).
         handle = PoolHandle(self, request, conversation, message, cast("PromptOptions", options))
         self._handles[request] = handle
-        self._drive(lambda: self.rules.submit(request, conversation, self.now()))
+        size = prompt_bytes(message, options.get("images"))
+        self._drive(lambda: self.rules.submit(request, conversation, self.now(), size))
         return handle
 
     @prompt_door(PoolPromptOptions)
@@ -604,7 +607,9 @@ async def open_pool(
             ``engines``, started at open; 0: each engine is started by a prompt that needs it).
         idle_timeout: Seconds an idle engine beyond the spares is kept; then it is stopped (a
             conversation it held is told lost). None (the default): kept for ever.
-        queue_max: Prompts that may wait for an engine; one more is ``rejected``/``queue-full``.
+        queue_max: Prompts that may wait for an engine; one more is ``rejected``/``queue-full``
+            (so is one whose text would take the waiting prompts' bytes past ``config``'s
+            ``queue_bytes``).
         journal: True (the default): one journal per engine in the default folder; a folder's
             path: in it; False or None: none. Each is named ``...-pool-engine-N.jsonl`` for its
             engine N, and its header says ``"pool": {"engine": N}``.
@@ -631,6 +636,7 @@ async def open_pool(
             spares=spares,
             idle_timeout=idle_timeout,
             queue_max=queue_max,
+            queue_bytes=(config or BridgeConfig()).queue_bytes,
             moves=moves,
             clean=tenants,
         )

@@ -18,7 +18,9 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["prompt_door"]
+from bridge.core.framing import prompt_bytes, prompt_room
+
+__all__ = ["check_size", "prompt_door"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -56,3 +58,19 @@ def prompt_door(options: Any) -> Callable[[F], F]:
         return sync_door  # type: ignore[return-value]
 
     return decorate
+
+
+def check_size(message: str, images: list[Any] | None, max_line: int) -> None:
+    """Raise ``ValueError`` for a prompt too big for the engine's lines (issue 42): Pi writes it
+    back whole on a line of its own, so one past :func:`~bridge.core.framing.prompt_room` (half
+    the line limit) would come back oversize and end ``outcome-unknown``/``gap`` after its run.
+    Refused here, before it is accepted, as any argument that cannot work is: a property of the
+    prompt, not of the bridge's state (a full queue, a closing bridge are receipts)."""
+    room = prompt_room(max_line)
+    size = len(message) if len(message) > room else prompt_bytes(message, images)  # (a long one is not counted)
+    if size > room:
+        raise ValueError(
+            f"the prompt is at least {size:,} bytes on the wire (text JSON-escaped, images' data), more than half the "
+            f"engine's line limit ({room:,} of {max_line:,}): Pi echoes a prompt whole on its own lines, and its "
+            "echo would be cut as oversize"
+        )

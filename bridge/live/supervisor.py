@@ -87,7 +87,7 @@ from bridge.live.notifications import Notifications
 from bridge.live.otel import PromptTracer, prompt_tracer
 from bridge.live.status import status_of
 from bridge.live.steering import EngineQuestionError, Steering
-from bridge.live.submits import prompt_door
+from bridge.live.submits import check_size, prompt_door
 from bridge.profiles.command import EngineProfile, Launch, ProfileError
 from bridge.transcript import dumps
 
@@ -250,8 +250,10 @@ class Bridge(Steering):
             TypeError: A message that is not text, a keyword it does not take, an option of the
                 wrong type (nothing is accepted).
             ValueError: A used or empty id, a bad timeout, image or budget, a lone model, an
-                unknown level (:func:`~bridge.core.prompts.check_prompt`)."""
+                unknown level (:func:`~bridge.core.prompts.check_prompt`), a prompt over half the
+                engine's line limit (its echo would be oversize: :func:`~bridge.live.submits.check_size`)."""
         check_prompt(message, options)
+        check_size(message, options.get("images"), self.config.max_line)
         stream, events = options.get("stream", False), options.get("events", False)
         if request is None:
             request = f"p{next(self._ids)}"

@@ -32,9 +32,10 @@ except ImportError as e:  # (the extra is optional: say which one)
 
 from bridge.core.config import BridgeConfig
 from bridge.core.dispatch import Dispatch, Lane
+from bridge.core.framing import DEFAULT_MAX_LINE
 from bridge.core.prompts import RayPromptOptions, check_prompt
 from bridge.core.receipts import Receipt, Where
-from bridge.live.submits import prompt_door
+from bridge.live.submits import check_size, prompt_door
 from bridge.profiles.command import EngineProfile
 from bridge.ray.actor import EngineActor
 
@@ -110,6 +111,8 @@ class RayPool:
         remote = ray.remote(EngineActor).options(**options)
         folder = str(journal) if isinstance(journal, (str, Path)) else journal
         bridge_options = {"config": config, "start_engine": start_engine}
+        #: The engines' line limit, which bounds a prompt (:func:`~bridge.live.submits.check_size`).
+        self._max_line = config.max_line if config is not None else DEFAULT_MAX_LINE
         names = [f"engine-{n + 1}" for n in range(engines)]
         for name in names:
             self._actors[name] = remote.remote(engine, name, folder, bridge_options)
@@ -151,6 +154,7 @@ class RayPool:
             ValueError: An empty id or one this pool has had, a bad timeout, image or budget,
                 an empty or non-string ``conversation`` (likewise)."""
         check_prompt(message, options)
+        check_size(message, None, self._max_line)
         if request is not None and (not isinstance(request, str) or not request):
             raise ValueError(f"request must be a non-empty str, not {request!r}")
         conversation = options.pop("conversation", None)

@@ -51,8 +51,9 @@ from bridge import __version__
 from bridge.controller.acp import protocol as acp
 from bridge.controller.acp import sessions as kept
 from bridge.controller.output import FLUSH_GRACE, Output
+from bridge.controller.stdin import read_lines
 from bridge.core.config import BridgeConfig
-from bridge.core.framing import DEFAULT_MAX_LINE, LineSplitter, Oversize
+from bridge.core.framing import Oversize
 from bridge.core.progress import TurnEnd
 from bridge.core.receipts import exit_status
 from bridge.live.retention import keep_from, sweep
@@ -259,19 +260,7 @@ class AcpAgent:
 
     async def _read(self, stdin_fd: int) -> None:
         """Read client messages until EOF (a read error counts as EOF), then end the agent."""
-        stream = trio.lowlevel.FdStream(os.dup(stdin_fd))
-        splitter = LineSplitter(DEFAULT_MAX_LINE)
-        async with stream:
-            while True:
-                try:
-                    data = await stream.receive_some(256 * 1024)
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                    data = b""
-                for line in splitter.feed(data) if data else splitter.close():
-                    if isinstance(line, Oversize) or line.strip():
-                        await self._take(line)
-                if not data:
-                    break
+        await read_lines(stdin_fd, lambda _, line: self._take(line))
         self.ended.set()
 
     # -- one message -------------------------------------------------------------------------------
@@ -547,9 +536,12 @@ class AcpAgent:
         bridge = sess.bridge
         assert bridge is not None
         sess.count += 1
-        handle = bridge.submit_nowait(
-            params.message, request=f"{sess.id}-{sess.count}", images=params.images or None, events=True
-        )
+        try:
+            handle = bridge.submit_nowait(
+                params.message, request=f"{sess.id}-{sess.count}", images=params.images or None, events=True
+            )
+        except ValueError as e:  # a prompt too big for the engine's lines: never accepted
+            raise acp.AcpError(acp.INVALID_PARAMS, str(e)) from None
         sess.prompts.add(handle.request)
         sess.quiet = trio.Event()
         return handle

@@ -95,7 +95,7 @@ from typing import Any, Final, TypeAlias
 
 import attrs
 
-from bridge.core.framing import Oversize, RawLine, parse_line
+from bridge.core.framing import DEFAULT_MAX_LINE, Oversize, RawLine, parse_line
 from bridge.core.images import problem_of as image_problem_of
 from bridge.core.progress import ProgressEvent, TextEvent, ThinkingEvent, ToolEnd, ToolStart, ToolUpdate
 from bridge.core.receipts import Receipt
@@ -195,7 +195,11 @@ Incoming: TypeAlias = Request | Notification | Response | Invalid
 def parse_message(line: bytes | Oversize) -> Incoming:
     """One line from the client as a message (rule 1)."""
     if isinstance(line, Oversize):
-        return Invalid(None, INVALID_REQUEST, f"a message of {line.length} bytes is over the limit")
+        return Invalid(
+            None,
+            INVALID_REQUEST,
+            f"a message of {line.length} bytes is over the limit ({DEFAULT_MAX_LINE} bytes a line)",
+        )
     # The core's reader (orjson, then the standard library's decoder for what orjson refuses):
     # a lone surrogate (``"\ud83d"``, what JavaScript writes for half an emoji) is valid JSON
     # text, read as `serve` reads it, not a parse error that leaves the request unanswered.

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bridge.core import dialogs
+from bridge.core.framing import prompt_bytes
 from bridge.core.lifecycle.actions import (
     Action,
     Closed,
@@ -230,6 +231,7 @@ class Lifecycle:
             images=ev.images,
             stream=ev.stream,
             events=ev.events,
+            size=prompt_bytes(ev.message, ev.images),
             timeout=ev.timeout if ev.timeout is not None else self.config.settle_timeout,
             stall=stall or None,
             submitted=self.now,
@@ -242,10 +244,15 @@ class Lifecycle:
             self.reject(rec, Reason.CLOSING)
         elif s.down is not None:
             self.reject(rec, Reason.ENGINE_DOWN, s.down)
-        elif len(s.queue) >= self.config.queue_max:
+        elif len(s.queue) >= self.config.queue_max or self._queued_bytes() + rec.size > self.config.queue_bytes:
             self.reject(rec, Reason.QUEUE_FULL)
         else:
             s.queue.append(ev.request)
+
+    def _queued_bytes(self) -> int:
+        """The bytes the prompts waiting for the slot hold (:attr:`PromptRec.size`)."""
+        prompts = self.state.prompts
+        return sum(prompts[request].size for request in self.state.queue if request in prompts)
 
     def _stop(self, ev: Stop) -> None:
         s = self.state

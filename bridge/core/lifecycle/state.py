@@ -59,6 +59,9 @@ class PromptRec:
     stream: bool = False
     events: bool = False
     timeout: float | None = None
+    #: Its text's and images' bytes on a line (:func:`~bridge.core.framing.prompt_bytes`): what
+    #: it holds while queued, counted against :attr:`BridgeConfig.queue_bytes`.
+    size: int = 0
     #: Its stall timeout (None: none).
     stall: float | None = None
     #: Its stall deadline is the tool bound's (a tool runs, :attr:`BridgeConfig.tool_timeout`).
