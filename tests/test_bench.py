@@ -122,6 +122,7 @@ def test_sandbox_bench_prints_the_ratios(tmp_path: Path) -> None:
         assert set(row) == {"start_ms", "start_min_ms", "stop_ms", "ratio", "cpu_ms", "cpu_ratio"}
 
 
+@pytest.mark.pi
 def test_sandbox_bench_stopped_midway_removes_its_folders_and_its_engine(tmp_path: Path) -> None:
     """A SIGTERM while an engine is starting: the run's folders are removed and no engine is left."""
     proc = subprocess.Popen(
