@@ -1,10 +1,12 @@
 """Recovery: settle every prompt a lost bridge accepted and never settled, from its journal (issue 44).
 
 A bridge opened on a ledger whose previous process died calls :func:`recover` before it takes
-new work. The rules are :mod:`bridge.core.recovery`'s; this module reads the journals. Each
-journal the open records name is replayed once, through the same
-:class:`~bridge.readers.replay.Driver` and :class:`~bridge.core.session.Session` as ``bridge
-replay``; at its end:
+new work (:func:`bridge.live.api.open_bridge` with ``ledger=``: in a worker thread). The rules
+are :mod:`bridge.core.recovery`'s; this module reads the journals. It is in the live layer, which
+calls it, and so may not use the readers (tests/test_layers.py): each journal the open records
+name is replayed once, through the same :class:`~bridge.transcript.driver.Driver` and
+:class:`~bridge.core.session.Session` as ``bridge replay``; at its end
+(:func:`bridge.core.recovery.settle_open`):
 
 - a prompt whose ``receipt`` entry the journal holds but whose ``release`` it does not (the
   journal was cut between the two) is released with that receipt, as replay would;
@@ -27,14 +29,11 @@ from typing import Literal
 
 import attrs
 
-from bridge.core.events import ReceiptReady
 from bridge.core.ledger import LedgerStore, Record
-from bridge.core.prompts import PromptState
 from bridge.core.receipts import Receipt
-from bridge.core.recovery import decided_at_recovery, never_written, without_evidence
-from bridge.core.session import Session
-from bridge.readers.replay import Driver
+from bridge.core.recovery import decided_at_recovery, never_written, settle_open, without_evidence
 from bridge.transcript import TranscriptError, open_transcript
+from bridge.transcript.driver import Driver, session_for
 
 #: Who decided a recovered receipt: the journal's evidence, or recovery's rules.
 DecidedBy = Literal["journal", "recovery"]
@@ -112,7 +111,7 @@ def read_journal(path: str) -> Evidence:
         return Evidence({}, whole=False, problem=str(e))
     problem: str | None = None
     with stream:
-        driver = Driver(Session(reader.header.clearing, collect=True, dialogs=reader.header.dialogs))
+        driver = Driver(session_for(reader.header))
         try:
             for entry in reader.skipping_updates():
                 driver.feed(entry)
@@ -125,35 +124,12 @@ def read_journal(path: str) -> Evidence:
 
 
 def _settle_open(driver: Driver, path: str) -> dict[str, tuple[Receipt, bool]]:
-    """Every prompt the journal shows, with its receipt: its own, or decided now (True)."""
-    session = driver.session
-    for request, recorded in list(driver.recorded.items()):
-        held = session.open.get(request)
-        if held is not None and held.receipt is None:
-            session.release(request, recorded=recorded)
-    at_end = {_request_of(event) for event in session.engine_exited()}
-    out: dict[str, tuple[Receipt, bool]] = {}
-    for item in driver.story:
-        receipt, decided_now = _receipt_of(item, session, at_end)
-        if receipt.request is not None:
-            out[receipt.request] = (decided_at_recovery(receipt, path) if decided_now else receipt, decided_now)
-    return out
-
-
-def _receipt_of(item: PromptState | Receipt, session: Session, at_end: set[str | None]) -> tuple[Receipt, bool]:
-    if isinstance(item, Receipt):
-        return item, False
-    if item.receipt is not None:
-        return item.receipt, item.request in at_end
-    # Released with no receipt the journal kept: given up as the engine's exit would.
-    assert item.request is not None
-    events = session.give_up(item.request, "exited")
-    receipts = [e.receipt for e in events if isinstance(e, ReceiptReady)]
-    return receipts[0], True
-
-
-def _request_of(event: object) -> str | None:
-    return event.receipt.request if isinstance(event, ReceiptReady) else None
+    """Every prompt the journal shows, with its receipt: its own, or decided now (True, and said so)."""
+    found = settle_open(driver.session, driver.recorded, driver.story)
+    return {
+        request: (decided_at_recovery(receipt, path) if now else receipt, now)
+        for request, (receipt, now) in found.items()
+    }
 
 
 def _cut_line(path: str) -> bytes:
