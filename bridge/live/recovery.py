@@ -24,14 +24,20 @@ every prompt the bridge wrote. One whose reading stopped on damage, or whose cut
 
 from __future__ import annotations
 
+import fcntl
 import os
-from typing import Literal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Final, Literal
 
 import attrs
+import trio
 
 from bridge.core.ledger import LedgerStore, Record
 from bridge.core.receipts import Receipt
 from bridge.core.recovery import decided_at_recovery, never_written, settle_open, without_evidence
+from bridge.live.ledger import AsyncLedger, Ledger
 from bridge.transcript import TranscriptError, open_transcript
 from bridge.transcript.driver import Driver, session_for
 
@@ -144,3 +150,53 @@ def _cut_line(path: str) -> bytes:
     if tail.endswith(b"\n"):
         return b""
     return tail.rsplit(b"\n", 1)[-1]
+
+
+#: Beside the ledger: the lock each bridge open on it holds (shared), and the one that opens it
+#: alone takes whole first to recover (issue 44: never the prompts of a bridge still running).
+LEASE_SUFFIX: Final = ".lease"
+
+
+@asynccontextmanager
+async def opened_ledger(ledger: str | Path | bool | None) -> AsyncIterator[AsyncLedger | None]:
+    """The ledger ``open_bridge(ledger=...)`` names (None or False: none; True: the default one;
+    a path), open for one bridge's life, recovered first when no other bridge has it open.
+
+    Each bridge on a ledger holds a shared ``flock`` on the file beside it
+    (:data:`LEASE_SUFFIX`) while it is open; the kernel lets go of it when the process ends, a
+    SIGKILL too. At open, a bridge that can take the lock whole (no other bridge has the ledger
+    open) runs :func:`recover` under it, then holds it shared; one that cannot (another bridge
+    runs, whose prompts without a receipt are in flight, not lost) waits for the shared lock
+    (for the whole holder's recovery, if one runs) and recovers nothing: the next bridge that
+    opens it alone does. Opening, the lock and recovery run in worker threads. Ends (its exit)
+    once the ledger and the lock are closed."""
+    if ledger is None or ledger is False:
+        yield None
+        return
+    if ledger is True:
+        path = None
+    elif isinstance(ledger, (str, os.PathLike)) and os.fspath(ledger):
+        path = Path(ledger)
+    else:
+        raise ValueError(f"ledger: True (the default location), a file's path, or False/None for none; not {ledger!r}")
+    store = await trio.to_thread.run_sync(Ledger, path)
+    lease = -1
+    try:
+        lease = os.open(str(store.path) + LEASE_SUFFIX, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        await trio.to_thread.run_sync(_take_lease, lease, store)
+        yield AsyncLedger(store)
+    finally:
+        if lease >= 0:
+            os.close(lease)  # (lets go of the lock)
+        store.close()
+
+
+def _take_lease(lease: int, store: Ledger) -> None:
+    """Recover under the whole lock when it is free, then hold it shared (:func:`opened_ledger`)."""
+    try:
+        fcntl.flock(lease, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fcntl.flock(lease, fcntl.LOCK_SH)  # another bridge has it open: its prompts are its own
+        return
+    recover(store)
+    fcntl.flock(lease, fcntl.LOCK_SH)
