@@ -140,3 +140,26 @@ def test_the_asyncio_door_keeps_the_ledger_too(tmp_path: Path) -> None:
         first, *rest = asyncio.run(asyncio.wait_for(main(model.profile()), 120))
         assert first.state == State.FINISHED and rest == [first, first, first]
         assert len(model.completions) == 1
+
+
+async def test_a_bridge_opened_beside_a_running_one_recovers_none_of_its_prompts(tmp_path: Path) -> None:
+    """Two bridges open on one ledger at once: the second's open settles nothing of the first's
+    (its prompt is in flight, not lost: the lease lock says so), and the same id submitted to the
+    second waits for the first's receipt, read from the ledger; the model saw one call."""
+    ledger = tmp_path / "ledger.sqlite3"
+    with ScriptedModel([{"words": 60, "chunk": 4, "delay": 0.05}]) as model:
+        with trio.fail_after(120):
+            async with open_trio_bridge(model.profile(), journal=tmp_path / "a.jsonl", ledger=ledger) as a:
+                one = await a.submit("Write a lot.", request="p1", stream=True)
+                async for _ in one.text():
+                    break  # it streams: in flight in a
+                async with open_trio_bridge(
+                    model.profile(), journal=tmp_path / "b.jsonl", ledger=ledger, start_engine=False
+                ) as b:
+                    with Ledger(ledger) as held:
+                        record = held.get("p1")
+                    assert record is not None and record.receipt is None  # b's open settled nothing
+                    two = await b.submit("Write a lot.", request="p1")
+                    assert await two.receipt() == await one.receipt()
+        assert (await one.receipt()).state == State.FINISHED
+        assert len(model.completions) == 1
