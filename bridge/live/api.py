@@ -328,8 +328,8 @@ async def _opened(
                 bridge = Bridge(nursery, profile, launch, jr, config, collect=collect, ledger=ledger, scope=scope)
                 nursery.start_soon(bridge._clock)
                 nursery.start_soon(bridge._fsync_journal)
-                if ledger is not None:
-                    nursery.start_soon(bridge._ledger_writer)
+                if bridge.ledger_writes is not None:
+                    nursery.start_soon(bridge.ledger_writes.run, bridge._shielded())
                 try:
                     if start_engine:
                         await bridge.start_engine()  # a refusal raises, and the bridge closes

@@ -85,7 +85,7 @@ from bridge.live.engine import Engine, EngineGone
 from bridge.live.handles import Dialog, DialogError, Pending, PromptHandle
 from bridge.live.journal import Journal
 from bridge.live.launches import Launches
-from bridge.live.ledger import AsyncLedger, LedgerError
+from bridge.live.ledger import AsyncLedger, LedgerWrites
 from bridge.live.notifications import Notifications
 from bridge.live.otel import PromptTracer, prompt_tracer
 from bridge.live.status import status_of
@@ -132,17 +132,11 @@ class Bridge(Steering):
         self.ledger = ledger
         #: Who chose the ids, in the ledger (:data:`bridge.core.ledger.DEFAULT_SCOPE` when none is named).
         self.scope = scope
-        #: The ledger's writes in order (a prompt written; a receipt to record, then deliver),
-        #: carried out by :meth:`_ledger_writer`; how many are still to do, and who waits for none.
-        self._ledger_send, self._ledger_recv = trio.open_memory_channel[tuple[str, Any]](math.inf)
-        self._ledger_todo = 0
-        self._ledger_quiet = trio.Event()
-        self._ledger_quiet.set()
+        #: The ledger's writes, in order, in a task of their own (:class:`~bridge.live.ledger.LedgerWrites`).
+        self.ledger_writes = None if ledger is None else LedgerWrites(ledger, scope, self._delivered, self._notify)
         #: Who waits for an id's receipt besides its handle (a Known resubmission, :meth:`receipt`).
         self._followers: dict[str, list[Pending]] = {}
         self._token = trio.lowlevel.current_trio_token()
-        #: Why the ledger could not be written (a receipt delivered all the same), or None.
-        self.ledger_failed: str | None = None
         self.profile = profile
         self.config = config
         self.journal = journal
@@ -548,7 +542,8 @@ class Bridge(Steering):
         bounded by its own timeouts."""
         while self.supervision.view().outstanding:
             await self._wait_change()
-        await self._ledger_flushed()
+        if self.ledger_writes is not None:
+            await self.ledger_writes.flushed()
 
     def shutdown(self, drain_timeout: float | None = None) -> None:
         """No new prompts (they get ``rejected``/``closing``); the outstanding ones run
@@ -609,8 +604,9 @@ class Bridge(Steering):
         if self._finished:
             return
         self._finished = True
-        with trio.CancelScope(shield=True), trio.move_on_after(LEDGER_FLUSH):
-            await self._ledger_flushed()  # every receipt recorded and delivered before the tasks end
+        if self.ledger_writes is not None:  # every receipt recorded and delivered before the tasks end
+            with trio.CancelScope(shield=True), trio.move_on_after(LEDGER_FLUSH):
+                await self.ledger_writes.flushed()
         if self._tracer is not None:
             self._tracer.close()
         for scope in self._task_scopes:
@@ -691,8 +687,8 @@ class Bridge(Steering):
             return
         assert engine is not None
         engine.queue(dumps(action.cmd) + b"\n", action.request, action.kind)
-        if self.ledger is not None and action.kind == "prompt" and action.request is not None:
-            self._ledger_do("written", action.request)  # (after the journal's send, flushed)
+        if self.ledger_writes is not None and action.kind == "prompt" and action.request is not None:
+            self.ledger_writes.written(action.request, self._where)  # (after the journal's send, flushed)
 
     def _stop_engine(self, action: StopEngine) -> None:
         """The close ladder (shielded inside), in a task of its own: it ends when the engine is reaped."""
@@ -745,9 +741,9 @@ class Bridge(Steering):
 
     def _resolve(self, receipt: Receipt) -> None:
         """Deliver a receipt: to its handle, its followers and the listeners; with a ledger,
-        once the ledger has recorded it (fsynced: :meth:`_ledger_writer`)."""
-        if self.ledger is not None and receipt.request is not None and not self._finished:
-            self._ledger_do("settle", receipt)
+        once the ledger has recorded it (fsynced: :class:`~bridge.live.ledger.LedgerWrites`)."""
+        if self.ledger_writes is not None and receipt.request is not None and not self._finished:
+            self.ledger_writes.settle(receipt)
             return
         self._delivered(receipt)
 
@@ -767,51 +763,6 @@ class Bridge(Steering):
             p.receipt = receipt
             p.close_channels()
             p.done.set()
-
-    # -- the ledger's writes ----------------------------------------------------------------
-
-    def _ledger_do(self, what: str, arg: Any) -> None:
-        """Queue a ledger write for :meth:`_ledger_writer`, in order."""
-        self._ledger_todo += 1
-        if self._ledger_quiet.is_set():
-            self._ledger_quiet = trio.Event()
-        self._ledger_send.send_nowait((what, arg))
-
-    async def _ledger_writer(self) -> None:
-        """Carry out the ledger's writes in order, each in a worker thread: a prompt marked
-        written (NORMAL), a receipt recorded (FULL: fsynced) and then delivered. Ends when the
-        bridge finishes (cancelled: a write in its thread is waited for)."""
-        with self._shielded():
-            async for what, arg in self._ledger_recv:
-                try:
-                    await self._ledger_write(what, arg)
-                finally:
-                    self._ledger_todo -= 1
-                    if self._ledger_todo == 0:
-                        self._ledger_quiet.set()
-
-    async def _ledger_write(self, what: str, arg: Any) -> None:
-        """One ledger write (:meth:`_ledger_writer`). A write that fails delivers the receipt all
-        the same (the journal has it) and says so once (a ``ledger-failed`` signal). Ends when
-        it is committed (or failed)."""
-        assert self.ledger is not None
-        try:
-            if what == "written":
-                await self.ledger.written(arg, scope=self.scope, journal=self._where)
-            else:
-                await self.ledger.settle(arg, scope=self.scope)
-        except LedgerError as e:
-            if self.ledger_failed is None:
-                self.ledger_failed = str(e)
-                self._notify({"signal": "ledger-failed", "detail": str(e)})
-        if what == "settle":
-            self._delivered(arg)
-
-    async def _ledger_flushed(self) -> None:
-        """Wait until the ledger's writes queued so far are done (every receipt recorded and
-        delivered). Ends then, bounded by each write's (a busy timeout and an fsync)."""
-        if self.ledger is not None:
-            await self._ledger_quiet.wait()
 
     def _tell(self, action: Tell) -> None:
         self._notify(action.payload)
