@@ -123,6 +123,9 @@ DOOR_CORE = {
     "pool": "the pool's own sans-IO rules (PoolRules), which bridge/live/pool.py carries out",
     "dispatch": "the Ray pool's own sans-IO rules (Dispatch), which bridge/ray/pool.py carries out",
     "ledger": "the ledger's pure records, admission and schema, which bridge/live/ledger.py keeps in SQLite",
+    # bridge/live/recovery.py settles a lost bridge's prompts at a bridge's open: the decisions
+    # (and the session's end of a replayed journal) are this pure module's; live/ reads journals.
+    "recovery": "what recovery decides for a lost bridge's prompts, which bridge/live/recovery.py carries out",
 }
 #: The layers above the core that reach it only through :data:`DOOR_CORE`.
 DOORS = ("live", "controller", "cli", "ray")

@@ -1,6 +1,6 @@
 """Recovery (issue 44): every prompt a lost bridge accepted and never settled gets its receipt from
 its journal's evidence, never by running it again (bridge/core/recovery.py,
-bridge/readers/recovery.py).
+bridge/live/recovery.py).
 
 The journals are real: the pinned Pi against the scripted model server (the ``plain`` scenario of
 :mod:`tests.shared.pi_scenarios`), then cut at each step of the prompt's life, as a bridge
@@ -24,9 +24,9 @@ from bridge.core.receipts import Receipt
 from bridge.core.words import Reason, State
 from bridge.live.api import open_bridge
 from bridge.live.ledger import Ledger
+from bridge.live.recovery import recover
 from bridge.live.supervisor import BridgeConfig
 from bridge.profiles.command import CommandProfile
-from bridge.readers.recovery import recover
 from tests.conftest import TOOLS
 from tests.shared import pi_scenarios as sc
 

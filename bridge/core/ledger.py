@@ -3,7 +3,7 @@ the ledger may hold already, and which schema a reader may read (issue 44).
 
 The ledger is one durable record per accepted prompt, keyed by its scope and the controller's
 id (the store is :mod:`bridge.live.ledger`: SQLite; recovery is
-:mod:`bridge.readers.recovery`). Its rules:
+:mod:`bridge.live.recovery`). Its rules:
 
 1. **One record per (scope, id), for good.** A record is made when a prompt is accepted, marked
    when it is written to an engine, and given its receipt when one is decided; it is never

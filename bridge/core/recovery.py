@@ -1,7 +1,7 @@
 """What recovery decides for a prompt a lost bridge accepted and never settled (issue 44), sans-IO.
 
 A bridge opened on a ledger whose previous process died first settles every record that has no
-receipt (the reading of journals is :mod:`bridge.readers.recovery`; the ledger's rules
+receipt (the reading of journals is :mod:`bridge.live.recovery`; the ledger's rules
 :mod:`bridge.core.ledger`). Rules:
 
 1. **From the evidence, never by running it again.** Nothing is written to an engine: the
@@ -29,9 +29,15 @@ receipt (the reading of journals is :mod:`bridge.readers.recovery`; the ledger's
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 import attrs
 
+from bridge.core.events import ReceiptReady
+from bridge.core.prompts import PromptState
 from bridge.core.receipts import Facts, Receipt, decide
+from bridge.core.session import Session
 from bridge.core.words import Reason, RequestId
 
 
@@ -58,3 +64,43 @@ def without_evidence(request: RequestId, journal: str | None, problem: str | Non
 def decided_at_recovery(receipt: Receipt, journal: str) -> Receipt:
     """Rule 5: a receipt the session decided at the journal's end (the engine's exit), saying so."""
     return attrs.evolve(receipt, native_error=lost_words(journal))
+
+
+def settle_open(
+    session: Session, recorded: Mapping[Any, dict[str, Any]], story: Iterable[PromptState | Receipt]
+) -> dict[str, tuple[Receipt, bool]]:
+    """At a replayed journal's end (``session`` fed it all; ``recorded``: the receipts the journal
+    recorded, by request; ``story``: every prompt it shows, in order): every prompt it shows, with
+    its receipt and whether it was decided now (True: rule 3's engine's exit, rule 5 says so).
+
+    A prompt whose ``receipt`` entry the journal holds but whose ``release`` it does not (cut
+    between the two) is released with that receipt, as replay would; then the engine is told
+    gone (the reaper killed it with the bridge): the prompt it held settles as an engine's exit
+    settles it; one released with no receipt the journal kept is given up the same way."""
+    for request, entry in list(recorded.items()):
+        held = session.open.get(request)
+        if held is not None and held.receipt is None:
+            session.release(request, recorded=entry)
+    at_end = {_request_of(event) for event in session.engine_exited()}
+    out: dict[str, tuple[Receipt, bool]] = {}
+    for item in story:
+        receipt, decided_now = _receipt_of(item, session, at_end)
+        if receipt.request is not None:
+            out[receipt.request] = (receipt, decided_now)
+    return out
+
+
+def _receipt_of(item: PromptState | Receipt, session: Session, at_end: set[str | None]) -> tuple[Receipt, bool]:
+    if isinstance(item, Receipt):
+        return item, False
+    if item.receipt is not None:
+        return item.receipt, item.request in at_end
+    # Released with no receipt the journal kept: given up as the engine's exit would.
+    assert item.request is not None
+    events = session.give_up(item.request, "exited")
+    receipts = [e.receipt for e in events if isinstance(e, ReceiptReady)]
+    return receipts[0], True
+
+
+def _request_of(event: object) -> str | None:
+    return event.receipt.request if isinstance(event, ReceiptReady) else None

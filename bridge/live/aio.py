@@ -355,8 +355,11 @@ class AsyncioBridge:
     async def submit(
         self, message: str, *, request: str | None = None, **options: Unpack[PromptOptions]
     ) -> AsyncioPromptHandle:
-        """As :meth:`Bridge.submit`: returns at once."""
-        return self.submit_nowait(message, request=request, **options)
+        """As :meth:`Bridge.submit`: returns at once, or with a ledger once the ledger has it."""
+        if self._bridge.ledger is None or self._closed:
+            return self.submit_nowait(message, request=request, **options)
+        handle = await self._door.call(self._bridge.submit, message, request=request, **options)
+        return AsyncioPromptHandle(handle, self._door)
 
     @prompt_door(PromptOptions)
     async def prompt(self, message: str, *, request: str | None = None, **options: Unpack[PromptOptions]) -> Receipt:
@@ -365,6 +368,10 @@ class AsyncioBridge:
         if self._closed:  # rejected ``closing`` at once, as under trio
             return await self.submit_nowait(message, request=request, **options).receipt()
         return await self._door.call(self._bridge.prompt, message, request=request, **options)
+
+    async def receipt(self, request: str) -> Receipt:
+        """As :meth:`Bridge.receipt`. Ends when there is one."""
+        return await self._door.call(self._bridge.receipt, request)
 
     async def stop(self, request: str) -> str | None:
         """As :meth:`Bridge.stop`: returns at once with the stop's id, or None."""

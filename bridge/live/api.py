@@ -24,11 +24,14 @@ import trio
 
 from bridge import __version__
 from bridge.core.config import BridgeConfig
+from bridge.core.ledger import DEFAULT_SCOPE
 from bridge.core.prompts import RunOptions
 from bridge.live.handles import Message, PromptHandle
 from bridge.live.journal import Journal, default_journal_dir, private_dir
+from bridge.live.ledger import AsyncLedger
 from bridge.live.oneshot import Query
 from bridge.live.protocols import BridgeAPI
+from bridge.live.recovery import opened_ledger
 from bridge.live.retention import keep_from
 from bridge.live.submits import prompt_door
 from bridge.live.supervisor import Bridge
@@ -59,6 +62,8 @@ def open_bridge(
     collect: bool = False,
     start_engine: bool = True,
     conversation: str | None = None,
+    ledger: str | Path | bool | None = None,
+    scope: str = DEFAULT_SCOPE,
 ) -> AbstractAsyncContextManager[BridgeAPI]:
     """Open a bridge on an engine profile; close it (every receipt settled) on exit.
 
@@ -100,6 +105,17 @@ def open_bridge(
             docs: guide/conversations.md): its Pi session file is kept in the bridge's private
             state, every engine of this bridge resumes it, and the bridge holds its lock until
             it closes. Default: ``config``'s ``conversation`` (``--conversation``).
+        ledger: The durable ledger (docs: guide/ledger.md): None or False (the default) for
+            none; True for the default one (``$PI_BRIDGE_LEDGER_DIR``, else
+            ``$XDG_STATE_HOME/pi-bridge/ledger``, else ``~/.local/state/pi-bridge/ledger``,
+            file ``ledger.sqlite3``); a path. Opened before the engine starts, and recovered
+            first when no other bridge has it open: every prompt a lost bridge accepted and never
+            settled gets its receipt from its journal (never by running it again). Then each
+            prompt is accepted into it before it is (an id it holds for the same text and
+            options runs nothing: the handle's receipt is the first one's; other text under it
+            raises ValueError), and each receipt is recorded in it (fsynced) before it is
+            delivered; ``await bridge.receipt(id)`` reads it.
+        scope: Who chose the ids, in the ledger (default ``default``).
 
     Returns:
         An async context manager (``async with open_bridge(...) as bridge``) whose block gets
@@ -119,7 +135,9 @@ def open_bridge(
             is damaged or was written by a newer Pi or pi-bridge, or not with Pi.
         JournalError: The journal cannot be created or its header written (a path that
             exists is refused).
-        ValueError: ``journal`` is neither a boolean, None nor a non-empty path.
+        LedgerError: The ledger cannot be opened (a folder, a newer schema, ...), or its
+            recovery could not write it.
+        ValueError: ``journal`` or ``ledger`` is neither a boolean, None nor a non-empty path.
         RuntimeError: Called outside ``trio.run`` or ``asyncio.run``.
     """
     return _open_bridge(
@@ -130,6 +148,8 @@ def open_bridge(
         collect=collect,
         start_engine=start_engine,
         conversation=conversation,
+        ledger=ledger,
+        scope=scope,
     )
 
 
@@ -143,6 +163,8 @@ async def _open_bridge(
     collect: bool,
     start_engine: bool,
     conversation: str | None,
+    ledger: str | Path | bool | None,
+    scope: str,
 ) -> AsyncIterator[BridgeAPI]:
     """:func:`open_bridge`'s block (a plain function in front of it, so that what the reference
     and a reader see is a context manager, not a generator). Its exit ends when the bridge has
@@ -157,6 +179,8 @@ async def _open_bridge(
             collect=collect,
             start_engine=start_engine,
             conversation=conversation,
+            ledger=ledger,
+            scope=scope,
         )
 
     if running_library() == "asyncio":
@@ -187,6 +211,8 @@ async def open_trio_bridge(
     collect: bool = False,
     start_engine: bool = True,
     conversation: str | None = None,
+    ledger: str | Path | bool | None = None,
+    scope: str = DEFAULT_SCOPE,
 ) -> AsyncIterator[Bridge]:
     """:func:`open_bridge` under trio, typed as the trio :class:`~bridge.live.supervisor.Bridge`
     itself: for trio code that uses what only it has (its channels as trio's, the ``listeners``
@@ -206,6 +232,8 @@ async def open_trio_bridge(
         collect=collect,
         start_engine=start_engine,
         conversation=conversation,
+        ledger=ledger,
+        scope=scope,
     ) as bridge:
         assert isinstance(bridge, Bridge)  # under trio it is the trio bridge itself
         yield bridge
@@ -221,6 +249,8 @@ async def _open_on_trio(
     collect: bool,
     start_engine: bool,
     conversation: str | None = None,
+    ledger: str | Path | bool | None = None,
+    scope: str = DEFAULT_SCOPE,
 ) -> AsyncIterator[Bridge]:
     """:func:`open_bridge` under trio (and, as trio's guest, under asyncio). Its exit ends when
     the bridge has closed (bounded by the close's graces and the backstop)."""
@@ -236,7 +266,10 @@ async def _open_on_trio(
         profile = attrs.evolve(profile, conversation=conv)
         config = attrs.evolve(config, conversation=conversation)
     try:
-        async with _opened(profile, journal, config, drain_on_exit, collect, start_engine) as bridge:
+        async with (
+            opened_ledger(ledger) as held,
+            _opened(profile, journal, config, drain_on_exit, collect, start_engine, held, scope) as bridge,
+        ):
             yield bridge
     finally:
         if conv is not None:
@@ -251,6 +284,8 @@ async def _opened(
     drain_on_exit: bool,
     collect: bool,
     start_engine: bool,
+    ledger: AsyncLedger | None = None,
+    scope: str = DEFAULT_SCOPE,
 ) -> AsyncIterator[Bridge]:
     """:func:`_open_on_trio` once the conversation (if any) is open. Its exit ends when the
     bridge has closed (bounded by the close's graces and the backstop)."""
@@ -267,7 +302,7 @@ async def _opened(
         raise ValueError(
             f"journal: True (the default location), a file's path, or False/None for none; not {journal!r}"
         )
-    profile = _hide_journals(profile, folder)
+    profile = _hide_journals(profile, folder, ledger)
     bridge: Bridge | None = None
     jr: Journal | None = None
     launch = profile.prepare()
@@ -290,9 +325,11 @@ async def _opened(
         raised: BaseException | None = None
         try:
             async with trio.open_nursery() as nursery:
-                bridge = Bridge(nursery, profile, launch, jr, config, collect=collect)
+                bridge = Bridge(nursery, profile, launch, jr, config, collect=collect, ledger=ledger, scope=scope)
                 nursery.start_soon(bridge._clock)
                 nursery.start_soon(bridge._fsync_journal)
+                if bridge.ledger_writes is not None:
+                    nursery.start_soon(bridge.ledger_writes.run, bridge._shielded())
                 try:
                     if start_engine:
                         await bridge.start_engine()  # a refusal raises, and the bridge closes
@@ -390,9 +427,9 @@ def query(
     return Query(opener, submit)
 
 
-def _hide_journals(profile: EngineProfile, folder: Path | None) -> EngineProfile:
+def _hide_journals(profile: EngineProfile, folder: Path | None, ledger: AsyncLedger | None = None) -> EngineProfile:
     """A confined Pi does not see the journal's folder, nor the default journal and conversation
-    folders (SPEC §2): each made now (0700, parents too) so it can be hidden, and registered
+    folders, nor the ledger's (it holds receipts, which hold replies) (SPEC §2): each made now (0700, parents too) so it can be hidden, and registered
     for every other bridge's sandboxes while this process lives (rule 3 of
     :mod:`bridge.profiles.orphans`)."""
     if not isinstance(profile, PiProfile) or not profile.sandbox.enabled:
@@ -400,6 +437,8 @@ def _hide_journals(profile: EngineProfile, folder: Path | None) -> EngineProfile
     folders = [default_journal_dir(), default_conversation_dir()]
     if folder is not None:
         folders.append(folder)
+    if ledger is not None:
+        folders.append(ledger.ledger.path.parent)
     for hidden in folders:
         try:
             private_dir(hidden)  # made now, as the journal would, so it can be hidden

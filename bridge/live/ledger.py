@@ -50,7 +50,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import orjson
 
@@ -67,6 +67,9 @@ from bridge.core.ledger import (
 from bridge.core.receipts import Receipt
 from bridge.core.words import RequestId
 from bridge.live.journal import private_dir
+
+if TYPE_CHECKING:
+    import trio
 
 #: The database's name in its folder.
 LEDGER_FILE: Final = "ledger.sqlite3"
@@ -379,3 +382,76 @@ class AsyncLedger:
             return self.ledger.get(request, scope=scope)
 
         return await trio.to_thread.run_sync(call)
+
+
+class LedgerWrites:
+    """A bridge's ledger writes, in order, in one task (:meth:`run`): a prompt marked written
+    (NORMAL), a receipt recorded (FULL: fsynced) and only then delivered (``deliver``), so
+    receipts are delivered in the order the bridge settled them. A write that fails delivers the
+    receipt all the same (the journal has it) and says so once (``notify``: a ``ledger-failed``
+    signal; :attr:`failed`)."""
+
+    def __init__(
+        self,
+        ledger: AsyncLedger,
+        scope: str,
+        deliver: Callable[[Receipt], None],
+        notify: Callable[[dict[str, Any]], None],
+    ) -> None:
+        import trio
+
+        self.ledger, self.scope = ledger, scope
+        self._deliver, self._notify = deliver, notify
+        self._send, self._recv = trio.open_memory_channel[tuple[str, Any, str | None]](float("inf"))
+        self._todo = 0
+        self._quiet = trio.Event()
+        self._quiet.set()
+        #: Why the ledger could not be written, or None.
+        self.failed: str | None = None
+
+    def written(self, request: RequestId, journal: str | None) -> None:
+        """Queue the mark of ``request`` written (its journal recorded with it)."""
+        self._queue(("written", request, journal))
+
+    def settle(self, receipt: Receipt) -> None:
+        """Queue ``receipt``: recorded, then delivered."""
+        self._queue(("settle", receipt, None))
+
+    def _queue(self, item: tuple[str, Any, str | None]) -> None:
+        import trio
+
+        self._todo += 1
+        if self._quiet.is_set():
+            self._quiet = trio.Event()
+        self._send.send_nowait(item)
+
+    async def run(self, scope: trio.CancelScope) -> None:
+        """Carry out the writes as they come, each in a worker thread. Ends when ``scope`` (the
+        bridge's shielded scope for its tasks) is cancelled: a write in its thread is waited for."""
+        with scope:
+            async for what, arg, journal in self._recv:
+                try:
+                    await self._write(what, arg, journal)
+                finally:
+                    self._todo -= 1
+                    if self._todo == 0:
+                        self._quiet.set()
+
+    async def _write(self, what: str, arg: Any, journal: str | None) -> None:
+        """One write. Ends when it is committed (or failed), and its receipt delivered."""
+        try:
+            if what == "written":
+                await self.ledger.written(arg, scope=self.scope, journal=journal)
+            else:
+                await self.ledger.settle(arg, scope=self.scope)
+        except LedgerError as e:
+            if self.failed is None:
+                self.failed = str(e)
+                self._notify({"type": "signal", "signal": "ledger-failed", "detail": str(e)})
+        if what == "settle":
+            self._deliver(arg)
+
+    async def flushed(self) -> None:
+        """Wait until the writes queued so far are done. Ends then (each bounded by the busy
+        timeout and an fsync)."""
+        await self._quiet.wait()

@@ -168,7 +168,8 @@ class BridgeAPI(Protocol):
     async def submit(
         self, message: str, *, request: str | None = None, **options: Unpack[PromptOptions]
     ) -> PromptHandleAPI:
-        """Accept a prompt; returns at once (:meth:`submit_nowait`'s parameters)."""
+        """Accept a prompt (:meth:`submit_nowait`'s parameters); returns at once, or with a
+        ledger once the ledger has it (fsynced)."""
         ...
 
     async def prompt(self, message: str, *, request: str | None = None, **options: Unpack[PromptOptions]) -> Receipt:
@@ -191,6 +192,11 @@ class BridgeAPI(Protocol):
 
     def get_receipt(self, request: str) -> Receipt | None:
         """A recently settled prompt's receipt, or None."""
+        ...
+
+    async def receipt(self, request: str) -> Receipt:
+        """``request``'s receipt: the ledger's, or a recently settled one; waited for while it is
+        in flight. Ends when there is one; KeyError for an id nobody knows."""
         ...
 
     async def drain(self) -> None:

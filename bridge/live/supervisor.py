@@ -37,6 +37,7 @@ import itertools
 import math
 import os
 import signal as signal_module
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Unpack
 
@@ -45,6 +46,7 @@ import trio
 from bridge.core.budget import Budget
 from bridge.core.config import RECENT_IDS, SIGNALS_PER_GENERATION, BridgeConfig
 from bridge.core.framing import Oversize, UpdateRun
+from bridge.core.ledger import DEFAULT_SCOPE, Admission, Conflict, Known
 from bridge.core.notices import ReceiptNotice, TextNotice
 from bridge.core.progress import ProgressEvent
 from bridge.core.prompts import PromptOptions, check_prompt
@@ -83,6 +85,7 @@ from bridge.live.engine import Engine, EngineGone
 from bridge.live.handles import Dialog, DialogError, Pending, PromptHandle
 from bridge.live.journal import Journal
 from bridge.live.launches import Launches
+from bridge.live.ledger import AsyncLedger, LedgerWrites
 from bridge.live.notifications import Notifications
 from bridge.live.otel import PromptTracer, prompt_tracer
 from bridge.live.status import status_of
@@ -97,6 +100,12 @@ __all__ = ["RECENT_IDS", "SIGNALS_PER_GENERATION", "Bridge", "BridgeConfig", "En
 #: close ladder could not reap), this much longer is waited before every
 #: outstanding prompt is given its receipt by force.
 CLOSE_BACKSTOP = 30.0
+
+#: How often a receipt in flight in another bridge on the ledger is looked for there (seconds).
+LEDGER_POLL = 0.2
+#: At the close, how long the ledger's last writes are waited for (a busy timeout and an fsync
+#: each, at most a few).
+LEDGER_FLUSH = 30.0
 
 #: Signal numbers to names, for the closing note.
 _SIGNAL_NAMES = {int(s): s.name for s in signal_module.Signals}
@@ -114,8 +123,20 @@ class Bridge(Steering):
         config: BridgeConfig,
         *,
         collect: bool = False,
+        ledger: AsyncLedger | None = None,
+        scope: str = DEFAULT_SCOPE,
     ) -> None:
         self._nursery = nursery
+        #: The durable ledger (issue 44; :mod:`bridge.live.ledger`), or None: each prompt is
+        #: accepted into it before it is, and its receipt recorded there before it is delivered.
+        self.ledger = ledger
+        #: Who chose the ids, in the ledger (:data:`bridge.core.ledger.DEFAULT_SCOPE` when none is named).
+        self.scope = scope
+        #: The ledger's writes, in order, in a task of their own (:class:`~bridge.live.ledger.LedgerWrites`).
+        self.ledger_writes = None if ledger is None else LedgerWrites(ledger, scope, self._delivered, self._notify)
+        #: Who waits for an id's receipt besides its handle (a Known resubmission, :meth:`receipt`).
+        self._followers: dict[str, list[Pending]] = {}
+        self._token = trio.lowlevel.current_trio_token()
         self.profile = profile
         self.config = config
         self.journal = journal
@@ -229,8 +250,17 @@ class Bridge(Steering):
     async def submit(
         self, message: str, *, request: str | None = None, **options: Unpack[PromptOptions]
     ) -> PromptHandle:
-        """Accept a prompt; returns at once with its handle (:meth:`submit_nowait` says the rest)."""
-        return self.submit_nowait(message, request=request, **options)
+        """Accept a prompt; returns with its handle (:meth:`submit_nowait` says the rest). With
+        a ledger (``open_bridge(ledger=...)``) it ends when the ledger has the prompt's record,
+        fsynced, in a worker thread (or has answered from the record it holds): an id the
+        ledger holds for the same text and options gives back a handle whose receipt is the
+        stored one (or waits for it) and runs nothing; for other text or options it raises
+        ValueError with the ledger's one line."""
+        if self.ledger is None or self._finished:
+            return self.submit_nowait(message, request=request, **options)
+        request = self._check_submit(message, request, options)
+        admission = await self.ledger.accept(request, message, dict(options), scope=self.scope, journal=self._where)
+        return self._admitted(admission, message, request, options)
 
     @prompt_door(PromptOptions)
     def submit_nowait(
@@ -251,23 +281,92 @@ class Bridge(Steering):
                 wrong type (nothing is accepted).
             ValueError: A used or empty id, a bad timeout, image or budget, a lone model, an
                 unknown level (:func:`~bridge.core.prompts.check_prompt`), a prompt over half the
-                engine's line limit (its echo would be oversize: :func:`~bridge.live.submits.check_size`)."""
+                engine's line limit (its echo would be oversize: :func:`~bridge.live.submits.check_size`).
+                With a ledger: other text or options under an id it holds (its one line).
+
+        With a ledger the prompt is accepted into it here, on the event loop (one fsync:
+        :meth:`submit` does it in a worker thread instead), as :meth:`submit` says."""
+        request = self._check_submit(message, request, options)
+        if self.ledger is not None and not self._finished:  # (closed: rejected ``closing``, not recorded)
+            admission = self.ledger.ledger.accept(
+                request, message, dict(options), scope=self.scope, journal=self._where
+            )
+            return self._admitted(admission, message, request, options)
+        return self._accept(message, request, options)
+
+    def _check_submit(self, message: str, request: str | None, options: PromptOptions) -> str:
+        """The checks of a prompt before it is accepted (:meth:`submit_nowait`'s Raises), and its
+        id: the one given, or one the bridge makes (with a ledger, one no other bridge makes)."""
         check_prompt(message, options)
         check_size(message, options.get("images"), self.config.max_line)
-        stream, events = options.get("stream", False), options.get("events", False)
         if request is None:
+            if self.ledger is not None:
+                return f"p-{uuid.uuid4().hex}"  # (p1, p2, ... would name another bridge's prompts for good)
             request = f"p{next(self._ids)}"
             while self.knows(request) or request in self._handles:
                 request = f"p{next(self._ids)}"
-        elif not isinstance(request, str) or not request:
+            return request
+        if not isinstance(request, str) or not request:
             raise ValueError(f"request id must be a non-empty str, got {request!r}")
-        elif self.knows(request) or request in self._handles:
+        if self.ledger is None and (self.knows(request) or request in self._handles):
             raise ValueError(f"request id {request!r} is already in use")
+        return request
+
+    @property
+    def _where(self) -> str | None:
+        """The journal a ledger record names (recovery reads it), or None."""
+        return None if self.journal is None else str(self.journal.path)
+
+    def _admitted(self, admission: Admission, message: str, request: str, options: PromptOptions) -> PromptHandle:
+        """What the ledger's answer makes of a prompt: accepted (new), the same prompt again
+        (Known: its handle follows the first's receipt; nothing runs), or refused (Conflict)."""
+        if isinstance(admission, Conflict):
+            raise ValueError(admission.line)
+        if not isinstance(admission, Known):
+            return self._accept(message, request, options)
+        p = self._pending(request, options)
+        record = admission.record
+        if record.receipt is not None:
+            self._settle_pending(p, record.receipt)
+        else:
+            self._follow(p)
+        return PromptHandle(p, self)
+
+    def _pending(self, request: str, options: PromptOptions) -> Pending:
         p = Pending(request)
-        if stream:
+        if options.get("stream", False):
             p.text_send, p.text_recv = trio.open_memory_channel[str](math.inf)
-        if events:
+        if options.get("events", False):
             p.event_send, p.event_recv = trio.open_memory_channel[ProgressEvent](math.inf)
+        return p
+
+    def _follow(self, p: Pending) -> None:
+        """``p`` gets its id's receipt when this bridge delivers it, or, when the prompt is in
+        no handle of this bridge (another bridge on the ledger runs it), when the ledger has it."""
+        self._followers.setdefault(p.request, []).append(p)
+        if p.request not in self._handles:
+            if trio.lowlevel.in_trio_task():
+                self._nursery.start_soon(self._await_ledger, p.request)
+            else:  # (submit_nowait from asyncio code: trio's guest starts it)
+                self._token.run_sync_soon(self._nursery.start_soon, self._await_ledger, p.request)
+
+    async def _await_ledger(self, request: str) -> None:
+        """Read the ledger until ``request`` has a receipt there, then give it to its followers.
+        Ends then, or when the bridge finishes (its scope is cancelled)."""
+        assert self.ledger is not None
+        with self._shielded():
+            while request in self._followers:
+                record = await self.ledger.get(request, scope=self.scope)
+                if record is not None and record.receipt is not None:
+                    for p in self._followers.pop(request, []):
+                        self._settle_pending(p, record.receipt)
+                    return
+                await trio.sleep(LEDGER_POLL)
+
+    def _accept(self, message: str, request: str, options: PromptOptions) -> PromptHandle:
+        """Hand an accepted prompt to the supervision; its handle."""
+        stream, events = options.get("stream", False), options.get("events", False)
+        p = self._pending(request, options)
         self._handles[request] = p
         submit = Submit(
             request,
@@ -294,7 +393,7 @@ class Bridge(Steering):
         left going would hold the slot from the prompts after it. The receipt still comes
         (to :meth:`signals` and the journal). To stop waiting but let a prompt run, use
         :meth:`submit` and the handle."""
-        handle = self.submit_nowait(message, request=request, **options)
+        handle = await self.submit(message, request=request, **options)
         try:
             return await handle.receipt()
         except BaseException:
@@ -331,6 +430,28 @@ class Bridge(Steering):
     def knows(self, request: str) -> bool:
         """True if ``request`` is outstanding or among the last RECENT_IDS settled."""
         return self.supervision.knows(request)
+
+    async def receipt(self, request: str) -> Receipt:
+        """``request``'s receipt: the ledger's (with one), or this bridge's for one among its last
+        ``RECENT_IDS`` settled; waited for while it is in flight, here or (with a ledger) in
+        another bridge on the ledger. Ends when there is one. Raises KeyError for an id neither
+        knows."""
+        if request not in self._handles:
+            if self.ledger is None:
+                found = self.supervision.receipt(request)
+                if found is None:
+                    raise KeyError(request)
+                return found
+            record = await self.ledger.get(request, scope=self.scope)
+            if record is not None and record.receipt is not None:
+                return record.receipt
+            if record is None and request not in self._handles:
+                raise KeyError(request)
+        follower = Pending(request)
+        self._follow(follower)
+        await follower.done.wait()
+        assert follower.receipt is not None
+        return follower.receipt
 
     def get_receipt(self, request: str) -> Receipt | None:
         """``request``'s receipt if it is among the last ``RECENT_IDS`` settled, else None."""
@@ -421,6 +542,8 @@ class Bridge(Steering):
         bounded by its own timeouts."""
         while self.supervision.view().outstanding:
             await self._wait_change()
+        if self.ledger_writes is not None:
+            await self.ledger_writes.flushed()
 
     def shutdown(self, drain_timeout: float | None = None) -> None:
         """No new prompts (they get ``rejected``/``closing``); the outstanding ones run
@@ -481,6 +604,9 @@ class Bridge(Steering):
         if self._finished:
             return
         self._finished = True
+        if self.ledger_writes is not None:  # every receipt recorded and delivered before the tasks end
+            with trio.CancelScope(shield=True), trio.move_on_after(LEDGER_FLUSH):
+                await self.ledger_writes.flushed()
         if self._tracer is not None:
             self._tracer.close()
         for scope in self._task_scopes:
@@ -561,6 +687,8 @@ class Bridge(Steering):
             return
         assert engine is not None
         engine.queue(dumps(action.cmd) + b"\n", action.request, action.kind)
+        if self.ledger_writes is not None and action.kind == "prompt" and action.request is not None:
+            self.ledger_writes.written(action.request, self._where)  # (after the journal's send, flushed)
 
     def _stop_engine(self, action: StopEngine) -> None:
         """The close ladder (shielded inside), in a task of its own: it ends when the engine is reaped."""
@@ -612,13 +740,29 @@ class Bridge(Steering):
             self._resolve(receipt)
 
     def _resolve(self, receipt: Receipt) -> None:
-        p = self._handles.pop(receipt.request, None) if receipt.request is not None else None
+        """Deliver a receipt: to its handle, its followers and the listeners; with a ledger,
+        once the ledger has recorded it (fsynced: :class:`~bridge.live.ledger.LedgerWrites`)."""
+        if self.ledger_writes is not None and receipt.request is not None and not self._finished:
+            self.ledger_writes.settle(receipt)
+            return
+        self._delivered(receipt)
+
+    def _delivered(self, receipt: Receipt) -> None:
+        request = receipt.request
+        p = self._handles.pop(request, None) if request is not None else None
+        for follower in self._followers.pop(request, []) if request is not None else []:
+            self._settle_pending(follower, receipt)
         if p is None or p.receipt is not None:
             return
-        p.receipt = receipt
-        p.close_channels()
-        p.done.set()
+        self._settle_pending(p, receipt)
         self._notify(ReceiptNotice(receipt.request, receipt).to_json())
+
+    @staticmethod
+    def _settle_pending(p: Pending, receipt: Receipt) -> None:
+        if p.receipt is None:
+            p.receipt = receipt
+            p.close_channels()
+            p.done.set()
 
     def _tell(self, action: Tell) -> None:
         self._notify(action.payload)

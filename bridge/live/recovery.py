@@ -1,10 +1,12 @@
 """Recovery: settle every prompt a lost bridge accepted and never settled, from its journal (issue 44).
 
 A bridge opened on a ledger whose previous process died calls :func:`recover` before it takes
-new work. The rules are :mod:`bridge.core.recovery`'s; this module reads the journals. Each
-journal the open records name is replayed once, through the same
-:class:`~bridge.readers.replay.Driver` and :class:`~bridge.core.session.Session` as ``bridge
-replay``; at its end:
+new work (:func:`bridge.live.api.open_bridge` with ``ledger=``: in a worker thread). The rules
+are :mod:`bridge.core.recovery`'s; this module reads the journals. It is in the live layer, which
+calls it, and so may not use the readers (tests/test_layers.py): each journal the open records
+name is replayed once, through the same :class:`~bridge.transcript.driver.Driver` and
+:class:`~bridge.core.session.Session` as ``bridge replay``; at its end
+(:func:`bridge.core.recovery.settle_open`):
 
 - a prompt whose ``receipt`` entry the journal holds but whose ``release`` it does not (the
   journal was cut between the two) is released with that receipt, as replay would;
@@ -22,19 +24,22 @@ every prompt the bridge wrote. One whose reading stopped on damage, or whose cut
 
 from __future__ import annotations
 
+import fcntl
 import os
-from typing import Literal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Final, Literal
 
 import attrs
+import trio
 
-from bridge.core.events import ReceiptReady
 from bridge.core.ledger import LedgerStore, Record
-from bridge.core.prompts import PromptState
 from bridge.core.receipts import Receipt
-from bridge.core.recovery import decided_at_recovery, never_written, without_evidence
-from bridge.core.session import Session
-from bridge.readers.replay import Driver
+from bridge.core.recovery import decided_at_recovery, never_written, settle_open, without_evidence
+from bridge.live.ledger import AsyncLedger, Ledger
 from bridge.transcript import TranscriptError, open_transcript
+from bridge.transcript.driver import Driver, session_for
 
 #: Who decided a recovered receipt: the journal's evidence, or recovery's rules.
 DecidedBy = Literal["journal", "recovery"]
@@ -112,7 +117,7 @@ def read_journal(path: str) -> Evidence:
         return Evidence({}, whole=False, problem=str(e))
     problem: str | None = None
     with stream:
-        driver = Driver(Session(reader.header.clearing, collect=True, dialogs=reader.header.dialogs))
+        driver = Driver(session_for(reader.header))
         try:
             for entry in reader.skipping_updates():
                 driver.feed(entry)
@@ -125,35 +130,12 @@ def read_journal(path: str) -> Evidence:
 
 
 def _settle_open(driver: Driver, path: str) -> dict[str, tuple[Receipt, bool]]:
-    """Every prompt the journal shows, with its receipt: its own, or decided now (True)."""
-    session = driver.session
-    for request, recorded in list(driver.recorded.items()):
-        held = session.open.get(request)
-        if held is not None and held.receipt is None:
-            session.release(request, recorded=recorded)
-    at_end = {_request_of(event) for event in session.engine_exited()}
-    out: dict[str, tuple[Receipt, bool]] = {}
-    for item in driver.story:
-        receipt, decided_now = _receipt_of(item, session, at_end)
-        if receipt.request is not None:
-            out[receipt.request] = (decided_at_recovery(receipt, path) if decided_now else receipt, decided_now)
-    return out
-
-
-def _receipt_of(item: PromptState | Receipt, session: Session, at_end: set[str | None]) -> tuple[Receipt, bool]:
-    if isinstance(item, Receipt):
-        return item, False
-    if item.receipt is not None:
-        return item.receipt, item.request in at_end
-    # Released with no receipt the journal kept: given up as the engine's exit would.
-    assert item.request is not None
-    events = session.give_up(item.request, "exited")
-    receipts = [e.receipt for e in events if isinstance(e, ReceiptReady)]
-    return receipts[0], True
-
-
-def _request_of(event: object) -> str | None:
-    return event.receipt.request if isinstance(event, ReceiptReady) else None
+    """Every prompt the journal shows, with its receipt: its own, or decided now (True, and said so)."""
+    found = settle_open(driver.session, driver.recorded, driver.story)
+    return {
+        request: (decided_at_recovery(receipt, path) if now else receipt, now)
+        for request, (receipt, now) in found.items()
+    }
 
 
 def _cut_line(path: str) -> bytes:
@@ -168,3 +150,53 @@ def _cut_line(path: str) -> bytes:
     if tail.endswith(b"\n"):
         return b""
     return tail.rsplit(b"\n", 1)[-1]
+
+
+#: Beside the ledger: the lock each bridge open on it holds (shared), and the one that opens it
+#: alone takes whole first to recover (issue 44: never the prompts of a bridge still running).
+LEASE_SUFFIX: Final = ".lease"
+
+
+@asynccontextmanager
+async def opened_ledger(ledger: str | Path | bool | None) -> AsyncIterator[AsyncLedger | None]:
+    """The ledger ``open_bridge(ledger=...)`` names (None or False: none; True: the default one;
+    a path), open for one bridge's life, recovered first when no other bridge has it open.
+
+    Each bridge on a ledger holds a shared ``flock`` on the file beside it
+    (:data:`LEASE_SUFFIX`) while it is open; the kernel lets go of it when the process ends, a
+    SIGKILL too. At open, a bridge that can take the lock whole (no other bridge has the ledger
+    open) runs :func:`recover` under it, then holds it shared; one that cannot (another bridge
+    runs, whose prompts without a receipt are in flight, not lost) waits for the shared lock
+    (for the whole holder's recovery, if one runs) and recovers nothing: the next bridge that
+    opens it alone does. Opening, the lock and recovery run in worker threads. Ends (its exit)
+    once the ledger and the lock are closed."""
+    if ledger is None or ledger is False:
+        yield None
+        return
+    if ledger is True:
+        path = None
+    elif isinstance(ledger, (str, os.PathLike)) and os.fspath(ledger):
+        path = Path(ledger)
+    else:
+        raise ValueError(f"ledger: True (the default location), a file's path, or False/None for none; not {ledger!r}")
+    store = await trio.to_thread.run_sync(Ledger, path)
+    lease = -1
+    try:
+        lease = os.open(str(store.path) + LEASE_SUFFIX, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        await trio.to_thread.run_sync(_take_lease, lease, store)
+        yield AsyncLedger(store)
+    finally:
+        if lease >= 0:
+            os.close(lease)  # (lets go of the lock)
+        store.close()
+
+
+def _take_lease(lease: int, store: Ledger) -> None:
+    """Recover under the whole lock when it is free, then hold it shared (:func:`opened_ledger`)."""
+    try:
+        fcntl.flock(lease, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fcntl.flock(lease, fcntl.LOCK_SH)  # another bridge has it open: its prompts are its own
+        return
+    recover(store)
+    fcntl.flock(lease, fcntl.LOCK_SH)
