@@ -49,7 +49,7 @@ from typing import Any, BinaryIO
 from bridge.core.framing import AGENT_END, MESSAGE_UPDATE, RAW_LINE_NOTE, RawLine, raw_text, text_tells
 from bridge.core.receipts import Receipt
 from bridge.live.retention import Keep, hold, keep_from, sweep
-from bridge.profiles.orphans import private_tree
+from bridge.profiles.orphans import private_tree, state_folder
 from bridge.transcript import VERSION, TranscriptWriter, dumps
 
 #: Buffered bytes between flushes (each receipt flushes and fsyncs anyway).
@@ -68,12 +68,7 @@ class JournalError(Exception):
 
 
 def default_journal_dir() -> Path:
-    env = os.environ.get("PI_BRIDGE_JOURNAL_DIR")
-    if env:
-        return Path(env)
-    state = os.environ.get("XDG_STATE_HOME")
-    base = Path(state) if state else Path.home() / ".local" / "state"
-    return base / "pi-bridge" / "journals"
+    return state_folder("PI_BRIDGE_JOURNAL_DIR", "journals")
 
 
 #: This process's journals named so far (:func:`default_journal_path`): each name its own.

@@ -67,6 +67,7 @@ from bridge.core.ledger import (
 from bridge.core.receipts import Receipt
 from bridge.core.words import RequestId
 from bridge.live.journal import private_dir
+from bridge.profiles.orphans import state_folder
 
 if TYPE_CHECKING:
     import trio
@@ -102,12 +103,7 @@ class LedgerError(Exception):
 
 
 def default_ledger_dir() -> Path:
-    env = os.environ.get("PI_BRIDGE_LEDGER_DIR")
-    if env:
-        return Path(env)
-    state = os.environ.get("XDG_STATE_HOME")
-    base = Path(state) if state else Path.home() / ".local" / "state"
-    return base / "pi-bridge" / "ledger"
+    return state_folder("PI_BRIDGE_LEDGER_DIR", "ledger")
 
 
 def default_ledger_path() -> Path:

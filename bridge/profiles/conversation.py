@@ -48,7 +48,7 @@ from bridge.core.conversation import (
 )
 from bridge.core.receipts import Receipt
 from bridge.profiles.command import ProfileError
-from bridge.profiles.orphans import private_tree
+from bridge.profiles.orphans import private_tree, state_folder
 from bridge.profiles.seal import STATE_ID
 
 #: The session file's name inside an engine's config folder.
@@ -57,12 +57,7 @@ ENGINE_FILE = "sessions/conversation.jsonl"
 
 def default_conversation_dir() -> Path:
     """Where named conversations live (the module's docstring says the order)."""
-    env = os.environ.get("PI_BRIDGE_CONVERSATION_DIR")
-    if env:
-        return Path(env)
-    state = os.environ.get("XDG_STATE_HOME")
-    base = Path(state) if state else Path.home() / ".local" / "state"
-    return base / "pi-bridge" / "conversations"
+    return state_folder("PI_BRIDGE_CONVERSATION_DIR", "conversations")
 
 
 def _default_layout(store: Path) -> bool:

@@ -65,6 +65,17 @@ _registering = threading.Lock()
 _registered: set[str] = set()
 
 
+def state_folder(variable: str, name: str) -> Path:
+    """One of the bridge's state folders (journals, conversations, the ledger): ``$variable``
+    when set, else ``$XDG_STATE_HOME/pi-bridge/NAME``, else ``~/.local/state/pi-bridge/NAME``."""
+    env = os.environ.get(variable)
+    if env:
+        return Path(env)
+    state = os.environ.get("XDG_STATE_HOME")
+    base = Path(state) if state else Path.home() / ".local" / "state"
+    return base / "pi-bridge" / name
+
+
 def private_root() -> Path:
     """The per-user root (rule 1), made 0700 if absent. :class:`ProfileError` naming the fix when
     it cannot be made, or what is there is not a folder of ours."""
